@@ -1,0 +1,137 @@
+"""Argument checks shared by every public function.
+
+Each check names the argument and the offending value in its error, so that a user who passes a
+wrong tensor into an explainer, an attack or a metric learns which argument is wrong and why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "check_images",
+    "check_target",
+    "check_maps",
+    "check_same_shape",
+    "check_positive",
+    "check_non_negative",
+    "check_choice",
+    "check_finite",
+    "check_probability",
+]
+
+
+def _describe(t: Tensor) -> str:
+    return f"Tensor(shape={tuple(t.shape)}, dtype={t.dtype})"
+
+
+def check_images(inputs: object, name: str = "inputs", *, check_range: bool = True) -> Tensor:
+    """Check a batch of images: a float tensor (B, C, H, W), B >= 1, finite, values in [0, 1].
+
+    Example:
+        >>> check_images(torch.rand(2, 1, 8, 8)).shape
+        torch.Size([2, 1, 8, 8])
+    """
+    if not isinstance(inputs, Tensor):
+        raise TypeError(f"`{name}` must be a torch.Tensor of images (B, C, H, W), got {type(inputs).__name__}")
+    if inputs.dim() != 4:
+        raise ValueError(f"`{name}` must have shape (B, C, H, W), got {_describe(inputs)}")
+    if not inputs.is_floating_point():
+        raise TypeError(f"`{name}` must be a floating point tensor with values in [0, 1], got {_describe(inputs)}")
+    if inputs.shape[0] == 0:
+        raise ValueError(f"`{name}` is an empty batch: {_describe(inputs)}")
+    check_finite(inputs, name)
+    if check_range:
+        lo, hi = float(inputs.min()), float(inputs.max())
+        if lo < -1e-6 or hi > 1 + 1e-6:
+            raise ValueError(
+                f"`{name}` must be images in [0, 1] (normalisation belongs inside the model), "
+                f"got values in [{lo:.4g}, {hi:.4g}]"
+            )
+    return inputs
+
+
+def check_target(target: object, batch_size: int, name: str = "target", num_classes: int | None = None) -> Tensor:
+    """Check class indices: an integer tensor (B,) matching the batch size."""
+    if not isinstance(target, Tensor):
+        raise TypeError(f"`{name}` must be a LongTensor of class indices (B,), got {type(target).__name__}")
+    if target.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
+        raise TypeError(f"`{name}` must be an integer tensor of class indices, got {_describe(target)}")
+    if target.dim() != 1 or target.shape[0] != batch_size:
+        raise ValueError(f"`{name}` must have shape ({batch_size},) to match the batch, got {_describe(target)}")
+    if target.numel() and int(target.min()) < 0:
+        raise ValueError(f"`{name}` holds a negative class index: {int(target.min())}")
+    if num_classes is not None and target.numel() and int(target.max()) >= num_classes:
+        raise ValueError(f"`{name}` holds class index {int(target.max())} but the model has {num_classes} classes")
+    return target.long()
+
+
+def check_maps(maps: object, name: str) -> Tensor:
+    """Check a batch of importance maps (B, H, W): float, non-empty, finite."""
+    if not isinstance(maps, Tensor):
+        raise TypeError(f"`{name}` must be a tensor of importance maps (B, H, W), got {type(maps).__name__}")
+    if maps.dim() != 3:
+        raise ValueError(f"`{name}` must have shape (B, H, W), got {_describe(maps)}")
+    if maps.shape[0] == 0:
+        raise ValueError(f"`{name}` is an empty batch: {_describe(maps)}")
+    if not maps.is_floating_point():
+        raise TypeError(f"`{name}` must be a floating point tensor, got {_describe(maps)}")
+    check_finite(maps, name)
+    return maps
+
+
+def check_same_shape(a: Tensor, b: Tensor, name_a: str, name_b: str) -> None:
+    """Raise when two tensors that must align do not."""
+    if a.shape != b.shape:
+        raise ValueError(f"`{name_a}` and `{name_b}` must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+
+
+def check_positive(value: object, name: str, *, integer: bool = False) -> None:
+    """Raise unless `value` is a finite number > 0 (an int when `integer`)."""
+    _check_number(value, name, integer)
+    if not value > 0:  # type: ignore[operator]
+        raise ValueError(f"`{name}` must be > 0, got {value!r}")
+
+
+def check_non_negative(value: object, name: str, *, integer: bool = False) -> None:
+    """Raise unless `value` is a finite number >= 0 (an int when `integer`)."""
+    _check_number(value, name, integer)
+    if not value >= 0:  # type: ignore[operator]
+        raise ValueError(f"`{name}` must be >= 0, got {value!r}")
+
+
+def check_probability(value: object, name: str) -> None:
+    """Raise unless 0 <= value <= 1."""
+    _check_number(value, name, False)
+    if not 0 <= value <= 1:  # type: ignore[operator]
+        raise ValueError(f"`{name}` must lie in [0, 1], got {value!r}")
+
+
+def _check_number(value: object, name: str, integer: bool) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        kind = "an int" if integer else "a number"
+        raise TypeError(f"`{name}` must be {kind}, got {value!r}")
+    if integer and not isinstance(value, int):
+        raise TypeError(f"`{name}` must be an int, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"`{name}` must be finite, got {value!r}")
+
+
+def check_choice(value: object, name: str, choices: Iterable[str]) -> str:
+    """Raise unless `value` is one of `choices`, listing them in the error."""
+    options = list(choices)
+    if value not in options:
+        raise ValueError(f"Unknown `{name}` {value!r}; expected one of {options}")
+    return value  # type: ignore[return-value]
+
+
+def check_finite(t: Tensor, name: str) -> Tensor:
+    """Raise when a tensor holds NaN or inf."""
+    if not bool(torch.isfinite(t).all()):
+        n_bad = int((~torch.isfinite(t)).sum())
+        raise ValueError(f"`{name}` holds {n_bad} non-finite value(s) (NaN or inf)")
+    return t

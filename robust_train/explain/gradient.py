@@ -1,0 +1,49 @@
+"""Gradient explainers: saliency (simple gradient) and input x gradient."""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from robust_train.explain._autograd import input_gradient, prepare_inputs
+
+
+def saliency(model: nn.Module, inputs: Tensor, target: Tensor, *, create_graph: bool = False) -> Tensor:
+    """Gradient of the target logit with respect to the input (Simonyan et al. 2014).
+
+    The signed gradient is returned; `importance_map` takes absolute values per pixel. As in
+    Ghorbani et al. (2019), the score is the *logit* of the target class, not its probability.
+
+    Args:
+        model: classifier returning logits (B, num_classes); its train/eval mode is left as is.
+        inputs: images (B, C, H, W).
+        target: class indices (B,).
+        create_graph: keep the graph so the result can be differentiated again (penalties, attacks).
+
+    Returns:
+        Tensor shaped like `inputs`.
+
+    Example:
+        >>> import torch
+        >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
+        >>> x = torch.rand(2, 1, 2, 2)
+        >>> grad = saliency(model, x, torch.tensor([0, 2]))
+        >>> torch.allclose(grad[0].flatten(), model[1].weight[0])
+        True
+    """
+    x, target = prepare_inputs(inputs, target)
+    return input_gradient(model, x, target, create_graph=create_graph)
+
+
+def input_x_gradient(model: nn.Module, inputs: Tensor, target: Tensor, *, create_graph: bool = False) -> Tensor:
+    """Input times the gradient of the target logit (Shrikumar et al. 2016).
+
+    Example:
+        >>> import torch
+        >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
+        >>> x = torch.rand(1, 1, 2, 2)
+        >>> attr = input_x_gradient(model, x, torch.tensor([1]))
+        >>> torch.allclose(attr.flatten(), x.flatten() * model[1].weight[1])
+        True
+    """
+    x, target = prepare_inputs(inputs, target)
+    return x * input_gradient(model, x, target, create_graph=create_graph)

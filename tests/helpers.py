@@ -1,0 +1,85 @@
+"""Tiny deterministic models and data for tests (Captum's basic_models idea, written for this project)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+
+def seeded(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+class LinearModel(nn.Module):
+    """logits = W vec(x) + b: saliency is constant, input x gradient is x * W[target]."""
+
+    def __init__(self, in_shape: tuple[int, int, int] = (1, 8, 8), num_classes: int = 10, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.flatten = nn.Flatten()
+        self.linear = nn.Linear(int(np.prod(in_shape)), num_classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear(self.flatten(x))
+
+
+class TinyCNN(nn.Module):
+    """Conv-ReLU-pool-linear, with optional BatchNorm and Dropout (train/eval behaviour differs)."""
+
+    def __init__(self, in_channels: int = 1, num_classes: int = 10, size: int = 8, *, batchnorm: bool = False,
+                 dropout: float = 0.0, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        layers: list[nn.Module] = [nn.Conv2d(in_channels, 8, 3, padding=1)]
+        if batchnorm:
+            layers.append(nn.BatchNorm2d(8))
+        layers += [nn.ReLU(inplace=True), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4),
+                   nn.Flatten()]
+        if dropout:
+            layers.append(nn.Dropout(dropout))
+        layers.append(nn.Linear(8 * 16, num_classes))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+class SmoothMLP(nn.Module):
+    """Two-layer softplus MLP: non-zero second derivatives everywhere."""
+
+    def __init__(self, in_shape: tuple[int, int, int] = (1, 8, 8), num_classes: int = 10, seed: int = 0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(in_shape)), 32), nn.Softplus(beta=5.0),
+                                 nn.Linear(32, num_classes))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+
+def digits_tensors() -> tuple[Tensor, Tensor]:
+    """scikit-learn's bundled 8x8 digits as images in [0, 1], shape (1797, 1, 8, 8), and labels."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    y = torch.tensor(d.target, dtype=torch.long)
+    return x, y
+
+
+def train_digits_cnn(epochs: int = 8, seed: int = 0) -> tuple[nn.Module, Tensor, Tensor]:
+    """Train a TinyCNN on the first 1400 digits; return (eval-mode model, held-out x, held-out y)."""
+    x, y = digits_tensors()
+    g = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(len(x), generator=g)
+    x, y = x[perm], y[perm]
+    model = TinyCNN(seed=seed)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(epochs):
+        for i in range(0, 1400, 64):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model(x[i:i + 64]), y[i:i + 64])
+            loss.backward()
+            opt.step()
+    return model.eval(), x[1400:], y[1400:]

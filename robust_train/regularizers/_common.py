@@ -1,0 +1,80 @@
+"""Pieces shared by the penalties: per-sample cross-entropy gradients, random directions, distances."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from robust_train._validation import check_choice
+
+DISTANCES = ("l1", "cosine", "l2")
+BALLS = ("linf", "l2")
+
+
+def forward_logits(model: nn.Module, inputs: Tensor, logits: Tensor | None) -> Tensor:
+    """Reuse the caller's clean forward when it is given (the task loss already ran it)."""
+    return model(inputs) if logits is None else logits
+
+
+def ce_input_gradient(
+    model: nn.Module, inputs: Tensor, target: Tensor, *, logits: Tensor | None = None, create_graph: bool
+) -> tuple[Tensor, Tensor]:
+    """Per-sample cross-entropy (B,) and its gradient with respect to `inputs` (which require grad).
+
+    The graph of the shared forward is kept (retain_graph) so the task loss and other penalties can
+    still backpropagate through it.
+    """
+    with torch.enable_grad():
+        out = forward_logits(model, inputs, logits)
+        ce = F.cross_entropy(out, target, reduction="none")
+        (grad,) = torch.autograd.grad(ce.sum(), inputs, create_graph=create_graph, retain_graph=True)
+    return ce, grad
+
+
+def per_sample_norm(t: Tensor, p: float = 2.0) -> Tensor:
+    """Norm of each sample flattened, shape (B,)."""
+    return t.flatten(1).norm(p=p, dim=1)
+
+
+def expand_like(v: Tensor, t: Tensor) -> Tensor:
+    """(B,) -> (B, 1, 1, ...) for broadcasting against `t`."""
+    return v.view(-1, *([1] * (t.dim() - 1)))
+
+
+def sample_in_ball(
+    inputs: Tensor, radius: float, n_samples: int, ball: str, generator: torch.Generator | None = None
+) -> Tensor:
+    """`n_samples` uniform perturbations per input in an L_inf or L2 ball, shape (n*B, C, H, W).
+
+    Sample-major order: rows [s*B:(s+1)*B] hold sample s of every input.
+    """
+    check_choice(ball, "ball", BALLS)
+    shape = (n_samples * inputs.shape[0], *inputs.shape[1:])
+    if ball == "linf":
+        u = torch.rand(shape, generator=generator, device="cpu", dtype=torch.float32)
+        return (2 * u - 1).to(inputs) * radius
+    g = torch.randn(shape, generator=generator, device="cpu", dtype=torch.float32).to(inputs)
+    d = g[0].numel()
+    # Uniform in the L2 ball: direction uniform on the sphere, radius ~ r * U^(1/d).
+    r = torch.rand(shape[0], generator=generator, device="cpu").to(inputs) ** (1.0 / d) * radius
+    return g / expand_like(per_sample_norm(g).clamp_min(1e-12), g) * expand_like(r, g)
+
+
+def map_distance(map_a: Tensor, map_b: Tensor, distance: str) -> Tensor:
+    """Per-sample distance between importance maps (B, H, W).
+
+    "l1": L1 between sum-normalised maps (in [0, 2]); "cosine": 1 - cosine similarity;
+    "l2": L2 between max-normalised maps.
+    """
+    check_choice(distance, "distance", DISTANCES)
+    a, b = map_a.flatten(1), map_b.flatten(1)
+    if distance == "l1":
+        a = a / a.sum(1, keepdim=True).clamp_min(1e-12)
+        b = b / b.sum(1, keepdim=True).clamp_min(1e-12)
+        return (a - b).abs().sum(1)
+    if distance == "cosine":
+        return 1 - F.cosine_similarity(a, b, dim=1, eps=1e-12)
+    a = a / a.amax(1, keepdim=True).clamp_min(1e-12)
+    b = b / b.amax(1, keepdim=True).clamp_min(1e-12)
+    return (a - b).norm(dim=1)

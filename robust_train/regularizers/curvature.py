@@ -1,0 +1,82 @@
+"""Curvature penalties: the explanation of a smooth model moves little under small perturbations.
+
+gradient_difference (CURE, Moosavi-Dezfooli et al. 2019; Dombrowski et al. 2022):
+    ||grad_x CE(x + h z) - grad_x CE(x)||^2 / h^2,  z = sign(g) / ||sign(g)||, g = grad_x CE(x),
+    a finite-difference estimate of ||H z||^2 (double backprop through both gradients).
+zero_order (this project): the second difference of the logits along random directions,
+    ||z(x + h u) + z(x - h u) - 2 z(x)||^2 / h^4,  u random with ||u||_2 = 1,
+    an estimate of ||u^T H_f u||^2 summed over logits from one batched forward of [x + hu, x - hu]
+    (the clean forward is shared with the task loss) and a plain backward: no double backprop.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from robust_train._validation import check_choice, check_positive
+from robust_train.regularizers._common import ce_input_gradient, expand_like, forward_logits, per_sample_norm
+
+CURVATURE_METHODS = ("gradient_difference", "zero_order")
+
+
+def curvature(
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    *,
+    method: str = "zero_order",
+    h: float = 0.05,
+    n_directions: int = 1,
+    logits: Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Per-sample curvature estimate, shape (B,).
+
+    Args:
+        model: the classifier.
+        inputs: images (B, C, H, W); for "gradient_difference" with shared `logits` they must be
+            the tensor (requiring grad) that produced the logits.
+        target: labels (B,) (used by "gradient_difference"; the zero-order form uses all logits).
+        method: "zero_order" or "gradient_difference".
+        h: finite-difference step in pixel units (L2 length of the step).
+        n_directions: random directions per input for "zero_order", batched into one forward.
+        logits: the clean forward, when the caller already ran it.
+        generator: RNG for the directions (CPU generator).
+
+    Example:
+        >>> import torch
+        >>> lin = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 2))
+        >>> float(curvature(lin, torch.rand(2, 1, 2, 2), torch.tensor([0, 1])).abs().max()) < 1e-3
+        True
+    """
+    check_choice(method, "method", CURVATURE_METHODS)
+    check_positive(h, "h")
+    check_positive(n_directions, "n_directions", integer=True)
+    if method == "zero_order":
+        return _zero_order(model, inputs, h, n_directions, logits, generator)
+    return _gradient_difference(model, inputs, target, h, logits)
+
+
+def _zero_order(model: nn.Module, inputs: Tensor, h: float, n_directions: int, logits: Tensor | None,
+                generator: torch.Generator | None) -> Tensor:
+    b = inputs.shape[0]
+    x0 = inputs.detach()
+    clean = forward_logits(model, x0, logits)
+    u = torch.randn((n_directions * b, *x0.shape[1:]), generator=generator).to(x0)
+    u = u / expand_like(per_sample_norm(u).clamp_min(1e-12), u) * h
+    x_rep = x0.repeat(n_directions, 1, 1, 1)
+    both = model(torch.cat([x_rep + u, x_rep - u]))
+    plus, minus = both[: n_directions * b], both[n_directions * b:]
+    second = (plus + minus - 2 * clean.repeat(n_directions, 1)) / h**2
+    return second.pow(2).sum(1).view(n_directions, b).mean(0)
+
+
+def _gradient_difference(model: nn.Module, inputs: Tensor, target: Tensor, h: float, logits: Tensor | None) -> Tensor:
+    x = inputs if inputs.requires_grad else inputs.detach().requires_grad_(True)
+    _, g = ce_input_gradient(model, x, target, logits=logits if x is inputs else None, create_graph=True)
+    z = g.detach().sign()
+    z = z / expand_like(per_sample_norm(z).clamp_min(1e-12), z)
+    x_step = (x.detach() + h * z).requires_grad_(True)
+    _, g_step = ce_input_gradient(model, x_step, target, create_graph=True)
+    return (g_step - g).flatten(1).pow(2).sum(1) / h**2

@@ -1,0 +1,56 @@
+"""Input-gradient norm penalty (Ross & Doshi-Velez 2018; Finlay & Oberman 2019).
+
+double_backprop: ||grad_x CE(x)||_2^2, differentiated through the gradient (double backprop).
+finite_difference: ((CE(x + h d) - CE(x)) / h)^2 with d = grad_x CE / ||grad_x CE|| detached: the
+directional derivative along the gradient equals its norm, so this approximates the same quantity
+with one extra forward and a plain backward.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from robust_train._validation import check_choice, check_positive
+from robust_train.regularizers._common import ce_input_gradient, expand_like, per_sample_norm
+
+GRADIENT_NORM_METHODS = ("double_backprop", "finite_difference")
+
+
+def input_gradient_norm(
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    *,
+    method: str = "double_backprop",
+    h: float = 0.01,
+    logits: Tensor | None = None,
+) -> Tensor:
+    """Squared L2 norm of the input gradient of the per-sample cross-entropy, shape (B,).
+
+    Args:
+        model: the classifier.
+        inputs: images (B, C, H, W) that require grad (when `logits` is given, model(inputs)).
+        target: labels (B,).
+        method: "double_backprop" or "finite_difference".
+        h: step of the finite difference (pixel units).
+        logits: the clean forward, when the caller already ran it.
+
+    Example:
+        >>> import torch
+        >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 2))
+        >>> x = torch.rand(3, 1, 2, 2, requires_grad=True)
+        >>> v = input_gradient_norm(net, x, torch.tensor([0, 1, 1]))
+        >>> v.shape, bool((v >= 0).all())
+        (torch.Size([3]), True)
+    """
+    check_choice(method, "method", GRADIENT_NORM_METHODS)
+    check_positive(h, "h")
+    x = inputs if inputs.requires_grad else inputs.detach().requires_grad_(True)
+    if method == "double_backprop":
+        _, grad = ce_input_gradient(model, x, target, logits=logits if x is inputs else None, create_graph=True)
+        return grad.flatten(1).pow(2).sum(1)
+    ce, grad = ce_input_gradient(model, x, target, logits=logits if x is inputs else None, create_graph=False)
+    d = grad / expand_like(per_sample_norm(grad).clamp_min(1e-12), grad)
+    ce_step = F.cross_entropy(model(x.detach() + h * d), target, reduction="none")
+    return ((ce_step - ce) / h).pow(2)

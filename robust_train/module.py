@@ -1,0 +1,247 @@
+"""RobustClassifier: a LightningModule that adds penalties on explanations to the task loss."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
+from pytorch_lightning.utilities import rank_zero_warn
+from torch import Tensor, nn
+from torchmetrics.classification import MulticlassAccuracy
+
+from robust_train._validation import check_choice, check_images, check_non_negative, check_positive
+from robust_train.models.softplus import softplus
+from robust_train.regularizers.terms import PenaltyTerm
+
+
+def _default_optimizer(params: Any) -> torch.optim.Optimizer:
+    return torch.optim.Adam(params, lr=1e-3)
+
+
+class RobustClassifier(pl.LightningModule):
+    """Any image classifier, trained with cross-entropy plus weighted penalties on its explanations.
+
+    loss = CE(model(x), y) + sum_k w_k(epoch) * mean_i penalty_k(x_i)
+
+    Every part is logged: `train/ce`, `train/loss`, `train/penalty/<name>` (the unweighted mean),
+    `train/acc`, `val/loss`, `val/acc`, `test/loss`, `test/acc`. The clean forward pass is shared by
+    the task loss and the penalties (which take gradients from it with create_graph=True), and no
+    penalty calls .backward() itself, so the module works under DDP.
+
+    Args:
+        model: a classifier nn.Module mapping [0, 1] images (B, C, H, W) to logits (B, K);
+            normalisation is a layer inside it.
+        penalties: penalty terms (robust_train.regularizers), each with its own weight.
+        num_classes: K; inferred from the last nn.Linear of the model when None.
+        optimizer: optimizer factory (LightningCLI: `optimizer: {class_path: torch.optim.Adam, ...}`).
+        lr_scheduler: optional scheduler factory.
+        softplus_beta: replace every ReLU by Softplus(beta) before training (Dombrowski et al. 2019).
+        penalty_warmup_epochs: weights rise linearly from 0 to their value over this many epochs.
+        freeze_backbone_epochs: train only the head for this many epochs (fine-tuning).
+        head: attribute path of the head module (e.g. "fc", "backbone.fc"); default: last nn.Linear.
+        init_checkpoint: weights to start from: a .ckpt written by `robust-train fit` or a
+            state_dict file (fine-tuning a user checkpoint).
+        on_nonfinite: "raise" stops with an error naming the term when a loss part is NaN/inf;
+            "skip" skips that optimisation step with a warning.
+        label_smoothing: passed to the cross-entropy.
+
+    Example:
+        >>> net = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+        >>> RobustClassifier(net).num_classes
+        10
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        penalties: list[PenaltyTerm] | None = None,
+        num_classes: int | None = None,
+        optimizer: OptimizerCallable = _default_optimizer,
+        lr_scheduler: LRSchedulerCallable | None = None,
+        softplus_beta: float | None = None,
+        penalty_warmup_epochs: float = 0.0,
+        freeze_backbone_epochs: int = 0,
+        head: str | None = None,
+        init_checkpoint: str | None = None,
+        on_nonfinite: str = "raise",
+        label_smoothing: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"`model` must be an nn.Module, got {type(model).__name__}")
+        self.save_hyperparameters(ignore=["model", "penalties"])
+        check_non_negative(penalty_warmup_epochs, "penalty_warmup_epochs")
+        check_non_negative(freeze_backbone_epochs, "freeze_backbone_epochs", integer=True)
+        check_choice(on_nonfinite, "on_nonfinite", ("raise", "skip"))
+        if softplus_beta is not None:
+            check_positive(softplus_beta, "softplus_beta")
+        penalties = list(penalties or [])
+        for i, term in enumerate(penalties):
+            if not isinstance(term, PenaltyTerm):
+                raise TypeError(f"`penalties[{i}]` must be a robust_train.regularizers.PenaltyTerm, got {term!r}")
+        names = [t.name for t in penalties]
+        if len(set(names)) != len(names):
+            raise ValueError(f"`penalties` must have distinct names (set `name=`), got {names}")
+        if init_checkpoint is not None:
+            from robust_train.models import load_classifier
+
+            model = load_classifier(init_checkpoint, model=model).train()
+        self.model = softplus(model, softplus_beta, inplace=True) if softplus_beta is not None else model
+        self.penalties = nn.ModuleList(penalties)
+        self.num_classes = num_classes or _infer_num_classes(model)
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = lr_scheduler
+        self.train_acc = MulticlassAccuracy(self.num_classes, average="micro")
+        self.val_acc = MulticlassAccuracy(self.num_classes, average="micro")
+        self.test_acc = MulticlassAccuracy(self.num_classes, average="micro")
+        self._head = _find_head(self.model, head) if freeze_backbone_epochs else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.model(x)
+
+    # ----------------------------------------------------------------------------------- training
+    def penalty_scale(self, batch_idx: int = 0) -> float:
+        """Linear warm-up factor in [0, 1] for the penalty weights at this point of training."""
+        warmup = self.hparams.penalty_warmup_epochs
+        if not warmup:
+            return 1.0
+        n_batches = getattr(self.trainer, "num_training_batches", 1) if self._trainer is not None else 1
+        n_batches = n_batches if isinstance(n_batches, int) and n_batches > 0 else 1
+        return min(1.0, (self.current_epoch + batch_idx / n_batches) / warmup)
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor | None:
+        x, y = batch
+        check_images(x, "batch images")
+        scale = self.penalty_scale(batch_idx)
+        active = [t for t in self.penalties if t.weight * scale > 0]
+        if any(t.needs_input_grad for t in active):
+            x = x.detach().requires_grad_(True)
+        logits = self.model(x)
+        ce = F.cross_entropy(logits, y, label_smoothing=self.hparams.label_smoothing)
+        parts = {"ce": ce}
+        loss = ce
+        for term in active:
+            value = term(self.model, x, y, logits).mean()
+            parts[f"penalty/{term.name}"] = value
+            loss = loss + term.weight * scale * value
+        bad = {k: float(v) for k, v in parts.items() if not torch.isfinite(v.detach())}
+        if bad:
+            msg = (f"non-finite loss part(s) {bad} at epoch {self.current_epoch}, batch {batch_idx}; "
+                   "lower the penalty weight or learning rate, use bf16 rather than 16-mixed, or set "
+                   "on_nonfinite='skip'")
+            if self.hparams.on_nonfinite == "raise":
+                raise FloatingPointError(msg)
+            rank_zero_warn(msg + " (step skipped)")
+            return None
+        self.train_acc(logits.detach(), y)
+        batch_size = x.shape[0]
+        for key, value in parts.items():
+            self.log(f"train/{key}", value.detach(), on_step=True, on_epoch=True, batch_size=batch_size)
+        if self.hparams.penalty_warmup_epochs:
+            self.log("train/penalty_scale", scale, on_step=True, on_epoch=False, batch_size=batch_size)
+        self.log("train/loss", loss.detach(), on_step=True, on_epoch=True, prog_bar=True, batch_size=batch_size)
+        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=batch_size)
+        return loss
+
+    def _eval_step(self, batch: tuple[Tensor, Tensor], stage: str, metric: MulticlassAccuracy) -> Tensor:
+        x, y = batch
+        check_images(x, "batch images")
+        logits = self.model(x)
+        loss = F.cross_entropy(logits, y)
+        metric(logits, y)
+        self.log(f"{stage}/loss", loss, on_epoch=True, prog_bar=stage == "val", batch_size=x.shape[0], sync_dist=True)
+        self.log(f"{stage}/acc", metric, on_epoch=True, prog_bar=stage == "val", batch_size=x.shape[0])
+        return loss
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        return self._eval_step(batch, "val", self.val_acc)
+
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        return self._eval_step(batch, "test", self.test_acc)
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Tensor:
+        x = batch[0] if isinstance(batch, (tuple, list)) else batch
+        return self.model(x).softmax(-1)
+
+    # ------------------------------------------------------------------------------- fine-tuning
+    def on_train_epoch_start(self) -> None:
+        if self._head is None:
+            return
+        frozen = self.current_epoch < self.hparams.freeze_backbone_epochs
+        head_params = {id(p) for p in self._head.parameters()}
+        for p in self.model.parameters():
+            p.requires_grad_(not frozen or id(p) in head_params)
+
+    def configure_optimizers(self) -> Any:
+        optimizer = self.optimizer_factory(self.parameters())
+        if self.scheduler_factory is None:
+            return optimizer
+        return {"optimizer": optimizer, "lr_scheduler": self.scheduler_factory(optimizer)}
+
+    # ------------------------------------------------------------------------------- checkpoints
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Record what `load_classifier` and `robust-train evaluate` need to rebuild the model and data."""
+        checkpoint["robust_train"] = {
+            "model": _try_model_config(self.model),
+            "softplus_beta": self.hparams.softplus_beta,
+            "num_classes": self.num_classes,
+            "datamodule": _try_datamodule_config(self._trainer),
+            "penalties": [repr(t) for t in self.penalties],
+        }
+
+
+def _infer_num_classes(model: nn.Module) -> int:
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    if not linears:
+        raise ValueError("`num_classes` could not be inferred (the model has no nn.Linear); pass num_classes=")
+    return int(linears[-1].out_features)
+
+
+def _find_head(model: nn.Module, head: str | None) -> nn.Module:
+    if head is not None:
+        try:
+            return model.get_submodule(head)
+        except AttributeError as err:
+            raise ValueError(f"`head` {head!r} is not a submodule of the model") from err
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    if not linears:
+        raise ValueError("no nn.Linear head found to keep trainable; pass `head=` (attribute path)")
+    return linears[-1]
+
+
+def _try_model_config(model: nn.Module) -> dict[str, Any] | None:
+    try:
+        from robust_train.models import model_config
+
+        config = model_config(model)
+    except (ImportError, TypeError, ValueError, AttributeError):
+        return None
+    init_args = dict(config.get("init_args", {}))
+    # Pretrained weights are in the state_dict: rebuilding must not download them again.
+    for key in ("weights", "weights_path"):
+        if key in init_args:
+            init_args[key] = None
+    return {**config, "init_args": init_args}
+
+
+def _try_datamodule_config(trainer: pl.Trainer | None) -> dict[str, Any] | None:
+    dm = getattr(trainer, "datamodule", None) if trainer is not None else None
+    if dm is None:
+        return None
+    cls = type(dm)
+    hparams = {k: v for k, v in dict(getattr(dm, "hparams", {})).items() if _is_plain(v)}
+    return {"class_path": f"{cls.__module__}.{cls.__qualname__}", "init_args": hparams}
+
+
+def _is_plain(value: Any) -> bool:
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return not (isinstance(value, float) and math.isnan(value))
+    if isinstance(value, (list, tuple)):
+        return all(_is_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_plain(v) for k, v in value.items())
+    return False

@@ -128,7 +128,7 @@ class RobustClassifier(pl.LightningModule):
             value = term(self.model, x, y, logits).mean()
             parts[f"penalty/{term.name}"] = value
             loss = loss + term.weight * scale * value
-        bad = {k: float(v) for k, v in parts.items() if not torch.isfinite(v.detach())}
+        bad = {k: float(v.detach()) for k, v in parts.items() if not torch.isfinite(v.detach())}
         if bad:
             msg = (f"non-finite loss part(s) {bad} at epoch {self.current_epoch}, batch {batch_idx}; "
                    "lower the penalty weight or learning rate, use bf16 rather than 16-mixed, or set "

@@ -1,0 +1,104 @@
+"""What a fragility attack returns: adversarial inputs, both maps and per-sample dissimilarities."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+_PER_SAMPLE = (
+    "adversarial", "clean_map", "attacked_map", "target", "label_kept", "clean_label", "improved",
+    "n_label_changes", "topk_intersection", "spearman", "kendall", "center_shift",
+    "region_mass", "clean_region_mass",
+)
+
+
+@dataclass
+class FragilityResult:
+    """Outcome of `fragility_attack` on a batch (Ghorbani et al. 2019), one row per sample.
+
+    Every map and metric comes from the ORIGINAL model (the softplus surrogate only chooses the
+    attack direction). Metrics compare `clean_map` with `attacked_map`.
+
+    Attributes:
+        adversarial: the returned inputs (B, C, H, W): the best label-keeping iterate, or the clean
+            input itself when no iterate kept the label or none improved on it.
+        clean_map, attacked_map: importance maps (B, H, W) of the clean and returned inputs.
+        target: (B,) the class whose explanation was attacked.
+        label_kept: (B,) bool, the model's predicted label on `adversarial` equals its label on the
+            clean input. Re-checked on the returned inputs; True by construction, because a
+            label-changing iterate is never returned.
+        clean_label: (B,) the model's predicted label on the clean input.
+        improved: (B,) bool, some label-keeping iterate scored better than the clean input, so
+            `adversarial` differs from it. False means the attack found nothing within budget.
+        n_label_changes: (B,) int, how many of the `n_restarts * n_steps` iterates changed the
+            predicted label (a large count says the budget `epsilon` is close to an evasion attack).
+        topk_intersection, spearman, kendall, center_shift: (B,) dissimilarity metrics; top-k with
+            `measure_k`; rank correlations are NaN for a constant map.
+        region_mass, clean_region_mass: (B,) fraction of the (sum-normalised) attacked / clean map
+            inside `target_region`; None unless `objective == "targeted"`.
+        objective, epsilon, step_size, n_steps, n_restarts, k, measure_k: the attack settings used.
+        surrogate_beta: softplus beta of the surrogate that gave the direction, or None when the
+            model itself was used (no ReLU module, or `surrogate_beta=None`).
+        explainer: name of the explainer.
+    """
+
+    adversarial: Tensor
+    clean_map: Tensor
+    attacked_map: Tensor
+    target: Tensor
+    label_kept: Tensor
+    clean_label: Tensor
+    improved: Tensor
+    n_label_changes: Tensor
+    topk_intersection: Tensor
+    spearman: Tensor
+    kendall: Tensor
+    center_shift: Tensor
+    objective: str
+    epsilon: float
+    step_size: float
+    n_steps: int
+    n_restarts: int
+    k: int
+    measure_k: int
+    surrogate_beta: float | None
+    explainer: str
+    region_mass: Tensor | None = None
+    clean_region_mass: Tensor | None = None
+
+    def __len__(self) -> int:
+        return int(self.adversarial.shape[0])
+
+    @classmethod
+    def concatenate(cls, results: Sequence[FragilityResult]) -> FragilityResult:
+        """Join the results of several batches attacked with the same settings.
+
+        Example:
+            >>> from robust_train.attacks import fragility_attack
+            >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
+            >>> parts = [fragility_attack(model, torch.rand(2, 1, 4, 4), torch.tensor([0, 1]),
+            ...                           objective="random_sign", epsilon=0.1, n_steps=2, seed=s)
+            ...          for s in range(2)]
+            >>> len(FragilityResult.concatenate(parts))
+            4
+        """
+        if not results:
+            raise ValueError("`results` is empty: nothing to concatenate")
+        first = results[0]
+        settings = [f.name for f in dataclasses.fields(cls) if f.name not in _PER_SAMPLE]
+        for other in results[1:]:
+            for name in settings:
+                if getattr(other, name) != getattr(first, name):
+                    raise ValueError(
+                        f"cannot concatenate results with different `{name}`: "
+                        f"{getattr(first, name)!r} and {getattr(other, name)!r}"
+                    )
+        joined = {}
+        for name in _PER_SAMPLE:
+            parts = [getattr(r, name) for r in results]
+            joined[name] = None if parts[0] is None else torch.cat(parts, dim=0)
+        return cls(**joined, **{name: getattr(first, name) for name in settings})

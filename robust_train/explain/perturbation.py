@@ -1,0 +1,187 @@
+"""Meaningful perturbation (Fong & Vedaldi, "Interpretable Explanations of Black Boxes by
+Meaningful Perturbation", ICCV 2017): a learned mask that deletes (or preserves) the evidence."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from robust_train._validation import (
+    check_choice,
+    check_images,
+    check_non_negative,
+    check_positive,
+    check_probability,
+    check_target,
+)
+from robust_train.explain._autograd import target_scores
+from robust_train.explain._common import (
+    check_grad_available,
+    make_generator,
+    randint_pair,
+    randn_like_rows,
+)
+from robust_train.explain._masks import gaussian_blur, mask_size, shift, total_variation, upsample
+
+GAMES = ("deletion", "preservation")
+PERTURBATIONS = ("blur", "constant", "noise")
+#: The paper's coefficients are for a 28 x 28 mask (224 px input at 1/8); see the docstring.
+_REFERENCE_CELLS = 28 * 28
+
+
+class NotDifferentiableError(ValueError):
+    """Raised when an explainer that is an optimisation (not a formula) is asked for a graph."""
+
+
+def meaningful_perturbation(
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    *,
+    game: str = "deletion",
+    perturbation: str = "blur",
+    l1_coeff: float = 1e-4,
+    tv_coeff: float = 1e-2,
+    tv_beta: float = 3.0,
+    n_iter: int = 300,
+    lr: float = 0.1,
+    mask_scale: float = 1 / 8,
+    min_mask_size: int = 8,
+    jitter: int = 4,
+    blur_sigma: float | None = None,
+    constant_value: float | None = None,
+    noise_std: float = 0.2,
+    generator: torch.Generator | None = None,
+    seed: int | None = None,
+    return_mask: bool = False,
+    create_graph: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Learn a mask m in [0, 1] (1 = keep) per image; return the importance map (B, 1, H, W).
+
+    Deletion game (Fong & Vedaldi 2017, eq. 3): `min_m l1 ||1 - m||_1 + tv TV_beta(m) +
+    p_c(m * x + (1 - m) * x_null)`, with `p_c` the softmax probability of the target class; the
+    importance is `1 - m`. Preservation game: `min_m l1 ||m||_1 + tv TV_beta(m) - p_c(...)`; the
+    importance is `m`. `x_null` is a blurred copy of x ("blur"), a constant image ("constant": the
+    per-channel mean colour of each image, or `constant_value`), or `x` plus Gaussian noise of
+    std `noise_std` ("noise").
+
+    As in the authors' code: Adam (lr 0.1, 300 steps), the mask at 1/8 of the input resolution
+    upsampled bilinearly, clipped to [0, 1] after each step, the perturbed image randomly shifted
+    (jitter) at each step. Choices made here for small images, so 8 x 8 digits work:
+    - the mask side is `round(side * mask_scale)` but at least `min_mask_size` (and at most the
+      side): 224 px -> 28, 32 px -> 8, 8 px -> 8 (full resolution);
+    - `l1_coeff` and `tv_coeff` are the paper's values for a 28 x 28 mask. A smooth mask sampled
+      on n x n cells has an L1 sum growing like n^2 and a TV_beta sum like n^(2 - beta), so for
+      an h x w mask the sums are rescaled by 784 / (h w) and (sqrt(h w) / 28)^(beta - 2): the
+      balance with the class score then does not depend on the mask resolution;
+    - the jitter is at most 1/8 of the smaller image side (1 pixel for 8 x 8 images);
+    - `blur_sigma` defaults to the paper's 10 px at 224 px, scaled to the image: max(1, side / 22.4);
+    - the mask starts at 0.5, where the class probability is less saturated than at 1.
+    One Adam runs over the whole batch of masks; the loss is a sum over images and Adam is
+    elementwise, so each image is optimised independently. The model runs in eval mode (BatchNorm
+    statistics are not updated by the 300 forwards); each submodule's mode is restored, its
+    parameters' `requires_grad` and `.grad` are not touched.
+
+    Args:
+        model: classifier returning logits (B, num_classes).
+        inputs: images (B, C, H, W).
+        target: class indices (B,).
+        game: "deletion" or "preservation".
+        perturbation: "blur", "constant" or "noise".
+        l1_coeff, tv_coeff, tv_beta: regularisation weights and TV exponent (see above).
+        n_iter, lr: Adam iterations and learning rate.
+        mask_scale, min_mask_size: mask resolution (see above).
+        jitter: maximum random shift in pixels (0 disables).
+        blur_sigma, constant_value, noise_std: parameters of the perturbations.
+        generator, seed: randomness of the jitter and the noise perturbation (exclusive).
+        return_mask: also return the upsampled mask m (B, 1, H, W).
+        create_graph: must be False: the map is the result of an optimisation and cannot be
+            differentiated with respect to the input, so it cannot be an attack target or penalty.
+
+    Returns:
+        Importance (B, 1, H, W) in [0, 1], detached; with `return_mask`, (importance, mask).
+
+    Example:
+        >>> import torch
+        >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 2))
+        >>> imp = meaningful_perturbation(model, torch.rand(2, 1, 8, 8), torch.tensor([0, 1]),
+        ...                               n_iter=5, seed=0)
+        >>> imp.shape, bool(((imp >= 0) & (imp <= 1)).all())
+        (torch.Size([2, 1, 8, 8]), True)
+    """
+    if create_graph:
+        raise NotDifferentiableError(
+            "meaningful_perturbation is not differentiable with respect to its input (its map is "
+            "the result of an optimisation), so it cannot be an attack target or a training "
+            "penalty; use it with create_graph=False (evaluation only)"
+        )
+    check_grad_available("meaningful_perturbation")
+    check_images(inputs, "inputs", check_range=False)
+    target = check_target(target, inputs.shape[0]).to(inputs.device)
+    check_choice(game, "game", GAMES)
+    check_choice(perturbation, "perturbation", PERTURBATIONS)
+    for value, name in ((l1_coeff, "l1_coeff"), (tv_coeff, "tv_coeff"), (noise_std, "noise_std")):
+        check_non_negative(value, name)
+    for value, name in ((tv_beta, "tv_beta"), (lr, "lr"), (mask_scale, "mask_scale")):
+        check_positive(value, name)
+    if mask_scale > 1:
+        raise ValueError(f"`mask_scale` must be in (0, 1], got {mask_scale!r}")
+    check_positive(n_iter, "n_iter", integer=True)
+    check_positive(min_mask_size, "min_mask_size", integer=True)
+    check_non_negative(jitter, "jitter", integer=True)
+    if blur_sigma is not None:
+        check_positive(blur_sigma, "blur_sigma")
+    if constant_value is not None:
+        check_probability(constant_value, "constant_value")
+
+    x = inputs.detach()
+    batch, _, height, width = x.shape
+    gen = make_generator(generator, seed, x.device)
+    if perturbation == "blur":
+        sigma = blur_sigma if blur_sigma is not None else max(1.0, min(height, width) / 22.4)
+        x_null = gaussian_blur(x, sigma)
+    elif perturbation == "constant":
+        x_null = (x.mean(dim=(2, 3), keepdim=True) if constant_value is None
+                  else torch.full_like(x[:, :, :1, :1], float(constant_value))).expand_as(x)
+    else:
+        x_null = x + noise_std * randn_like_rows(tuple(x.shape), gen, x)
+    mh, mw = mask_size(height, width, mask_scale, min_mask_size)
+    area_scale = _REFERENCE_CELLS / (mh * mw)
+    tv_scale = math.sqrt(area_scale) ** (2.0 - tv_beta)
+    max_shift = min(jitter, min(height, width) // 8)
+
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        with torch.enable_grad():
+            mask = torch.full((batch, 1, mh, mw), 0.5, dtype=x.dtype, device=x.device)
+            mask.requires_grad_(True)
+            optimizer = torch.optim.Adam([mask], lr=lr)
+            for _ in range(n_iter):
+                m = upsample(mask, (height, width))
+                perturbed = m * x + (1 - m) * x_null
+                if max_shift > 0:
+                    dy, dx = randint_pair(2 * max_shift + 1, gen)
+                    perturbed = shift(perturbed, dy - max_shift, dx - max_shift)
+                prob = target_scores(model(perturbed).softmax(dim=1), target)
+                area = (1 - mask) if game == "deletion" else mask
+                loss = (l1_coeff * area_scale * area.abs().flatten(1).sum(1)
+                        + tv_coeff * tv_scale * total_variation(mask, tv_beta)
+                        + (prob if game == "deletion" else -prob))
+                (mask.grad,) = torch.autograd.grad(loss.sum(), mask)
+                optimizer.step()
+                with torch.no_grad():
+                    mask.clamp_(0.0, 1.0)
+    finally:
+        for module, training in modes:
+            module.training = training
+    final = upsample(mask.detach(), (height, width))
+    importance = 1 - final if game == "deletion" else final
+    return (importance, final) if return_mask else importance
+
+
+meaningful_perturbation.differentiable = False  # type: ignore[attr-defined]
+
+__all__ = ["meaningful_perturbation", "NotDifferentiableError", "GAMES", "PERTURBATIONS"]

@@ -1,0 +1,131 @@
+"""Explainers by name, for configs: `get_explainer("smoothgrad", n_samples=8)`."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from torch import Tensor, nn
+
+from robust_train.explain.gradient import input_x_gradient, saliency
+from robust_train.explain.integrated import integrated_gradients
+from robust_train.explain.perturbation import meaningful_perturbation
+from robust_train.explain.smooth import smoothgrad
+
+EXPLAINERS = (
+    "saliency",
+    "input_x_gradient",
+    "integrated_gradients",
+    "smoothgrad",
+    "meaningful_perturbation",
+)
+
+_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "saliency": saliency,
+    "input_x_gradient": input_x_gradient,
+    "integrated_gradients": integrated_gradients,
+    "smoothgrad": smoothgrad,
+    "meaningful_perturbation": meaningful_perturbation,
+}
+
+
+class BoundExplainer:
+    """An explainer with keyword arguments bound (like functools.partial, but readable).
+
+    `__name__` is the explainer's name, `repr` shows the bound arguments, keyword arguments given
+    at call time override the bound ones, and instances pickle (module-level class).
+    """
+
+    def __init__(self, func: Callable[..., Any], keywords: dict[str, Any]) -> None:
+        self.func = func
+        self.keywords = dict(keywords)
+        self.__name__ = getattr(func, "__name__", type(func).__name__)
+        self.__doc__ = func.__doc__
+
+    def __call__(self, model: nn.Module, inputs: Tensor, target: Tensor, **kwargs: Any) -> Any:
+        return self.func(model, inputs, target, **{**self.keywords, **kwargs})
+
+    @property
+    def differentiable(self) -> bool:
+        """False when the function or a wrapped `explainer` argument is not differentiable."""
+        inner = self.keywords.get("explainer")
+        return is_differentiable(self.func) and (inner is None or is_differentiable(inner))
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{key}={_short(value)}" for key, value in self.keywords.items())
+        return f"{self.__name__}({args})"
+
+
+def get_explainer(name: str | Callable[..., Any], **kwargs: Any) -> Callable[..., Any]:
+    """The explainer called `name` (one of `EXPLAINERS`), with `kwargs` bound.
+
+    A callable is accepted in place of a name (returned as is, or bound to `kwargs`). For
+    smoothgrad, an `explainer` given by name is resolved too. Keyword arguments the explainer
+    does not take raise a TypeError now rather than at the first call.
+
+    Example:
+        >>> explain = get_explainer("smoothgrad", explainer="input_x_gradient", n_samples=4)
+        >>> explain.__name__, explain
+        ('smoothgrad', smoothgrad(explainer=input_x_gradient, n_samples=4))
+        >>> get_explainer("saliency") is saliency, is_differentiable("meaningful_perturbation")
+        (True, False)
+    """
+    if callable(name):
+        func = name
+    elif isinstance(name, str) and name in _FUNCTIONS:
+        func = _FUNCTIONS[name]
+    else:
+        raise ValueError(f"Unknown explainer {name!r}; expected one of {list(EXPLAINERS)} or a callable")
+    if not kwargs:
+        return func
+    if isinstance(kwargs.get("explainer"), str):
+        kwargs["explainer"] = get_explainer(kwargs["explainer"])
+    _check_keywords(func, kwargs)
+    return BoundExplainer(func, kwargs)
+
+
+def is_differentiable(explainer: str | Callable[..., Any]) -> bool:
+    """Whether `explainer` supports `create_graph=True` (attack targets, training penalties).
+
+    Reads a `differentiable` attribute (False on meaningful_perturbation), looking through
+    BoundExplainer and functools.partial wrappers and their `explainer` argument; default True.
+
+    Example:
+        >>> is_differentiable(saliency), is_differentiable(get_explainer("smoothgrad"))
+        (True, True)
+    """
+    if isinstance(explainer, str):
+        explainer = get_explainer(explainer)
+    if not getattr(explainer, "differentiable", True):
+        return False
+    func = getattr(explainer, "func", None)
+    keywords = getattr(explainer, "keywords", None) or {}
+    if func is not None and not isinstance(explainer, BoundExplainer):
+        if not is_differentiable(func):
+            return False
+        inner = keywords.get("explainer")
+        return inner is None or is_differentiable(inner)
+    return True
+
+
+def _check_keywords(func: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):  # builtins or C callables: cannot check
+        return
+    try:
+        signature.bind_partial(None, None, None, **kwargs)
+    except TypeError as error:
+        valid = [p.name for p in list(signature.parameters.values())[3:]]
+        raise TypeError(
+            f"explainer {getattr(func, '__name__', func)!r} got invalid keyword arguments "
+            f"{sorted(kwargs)} ({error}); it takes {valid}"
+        ) from None
+
+
+def _short(value: Any) -> str:
+    return getattr(value, "__name__", None) if callable(value) else repr(value)  # type: ignore[return-value]
+
+
+__all__ = ["get_explainer", "is_differentiable", "BoundExplainer", "EXPLAINERS"]

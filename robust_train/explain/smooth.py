@@ -1,0 +1,117 @@
+"""SmoothGrad (Smilkov, Thorat, Kim, Viegas, Wattenberg, "SmoothGrad: removing noise by adding
+noise", 2017): the average explanation over Gaussian-noised copies of the input."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from robust_train._validation import check_choice, check_non_negative, check_positive
+from robust_train.explain._autograd import prepare_inputs
+from robust_train.explain._common import (
+    check_grad_available,
+    check_internal_batch_size,
+    make_generator,
+    randn_like_rows,
+    row_chunks,
+)
+from robust_train.explain.gradient import saliency
+
+NOISE_SCALES = ("relative", "absolute")
+
+
+def smoothgrad(
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    *,
+    explainer: Callable[..., Tensor] = saliency,
+    n_samples: int = 16,
+    noise_level: float = 0.1,
+    noise_scale: str = "relative",
+    generator: torch.Generator | None = None,
+    seed: int | None = None,
+    internal_batch_size: int | None = None,
+    create_graph: bool = False,
+    squared: bool = False,
+) -> Tensor:
+    """Average `explainer` over `n_samples` noisy copies `x + N(0, sigma^2)` of each image.
+
+    With `noise_scale="relative"` (Smilkov et al. 2017) the standard deviation of image i is
+    `sigma_i = noise_level * (max(x_i) - min(x_i))` (the paper recommends 10-20%); with
+    "absolute" it is `noise_level` itself (Captum's `stdevs`). `squared=True` averages the
+    squared explanations (SmoothGrad-squared, Captum's "smoothgrad_sq").
+
+    Noise: all `B * n_samples` standard normal draws are made at once, image-major (rows
+    `b * n_samples + s`, Captum's layout), from `generator`, from a fresh generator seeded with
+    `seed`, or else from torch's global generator. Drawing them before chunking makes the result
+    independent of `internal_batch_size`. With `seed` the noise is fixed: the explanation is then a
+    deterministic, differentiable function of the input, which attacks and penalties need.
+
+    Args:
+        model: classifier returning logits (B, num_classes); its train/eval mode is left as is.
+        inputs: images (B, C, H, W).
+        target: class indices (B,).
+        explainer: any callable `explainer(model, x, target, *, create_graph)`.
+        n_samples: noisy copies per image.
+        noise_level: noise standard deviation, relative or absolute (see `noise_scale`); 0 gives
+            the plain explanation.
+        noise_scale: "relative" or "absolute".
+        generator: random generator for the noise; exclusive with `seed`.
+        seed: draw the noise from a fresh generator seeded with this at every call.
+        internal_batch_size: at most this many noisy copies per explainer call; None = all.
+        create_graph: keep the graph (passed to `explainer`); the result is then differentiable
+            with respect to the inputs (through the noisy copies and sigma) and the parameters.
+        squared: average the squared explanations instead.
+
+    Returns:
+        The averaged explanation, shaped like the explainer's output for `inputs`.
+
+    Example:
+        >>> import torch
+        >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
+        >>> x, t = torch.rand(2, 1, 2, 2), torch.tensor([0, 2])
+        >>> smooth = smoothgrad(model, x, t, n_samples=4, seed=0, internal_batch_size=3)
+        >>> torch.allclose(smooth, saliency(model, x, t))  # a linear model has a constant gradient
+        True
+    """
+    check_grad_available("smoothgrad")
+    if not callable(explainer):
+        raise TypeError(
+            f"`explainer` must be a callable explainer, got {explainer!r} (look one up by name "
+            "with robust_train.explain.get_explainer)"
+        )
+    check_positive(n_samples, "n_samples", integer=True)
+    check_non_negative(noise_level, "noise_level")
+    check_choice(noise_scale, "noise_scale", NOISE_SCALES)
+    check_internal_batch_size(internal_batch_size)
+    with torch.enable_grad():
+        x, target = prepare_inputs(inputs, target)
+        if not create_graph:
+            x = x.detach()
+        gen = make_generator(generator, seed, x.device)
+        batch = x.shape[0]
+        if noise_scale == "relative":
+            sigma = noise_level * (x.amax(dim=(1, 2, 3)) - x.amin(dim=(1, 2, 3)))
+        else:
+            sigma = torch.full((batch,), float(noise_level), dtype=x.dtype, device=x.device)
+        noise = randn_like_rows((batch * n_samples, *x.shape[1:]), gen, x)
+        total: Tensor | None = None
+        for start, stop in row_chunks(batch * n_samples, internal_batch_size):
+            image = torch.arange(start, stop, device=x.device) // n_samples
+            noisy = x[image] + sigma[image].view(-1, 1, 1, 1) * noise[start:stop]
+            explanation = explainer(model, noisy, target[image], create_graph=create_graph)
+            if not create_graph:
+                explanation = explanation.detach()
+            if squared:
+                explanation = explanation * explanation
+            if total is None:
+                total = explanation.new_zeros((batch, *explanation.shape[1:]))
+            total = total.index_add(0, image, explanation)
+    assert total is not None  # n_samples >= 1 and the batch is not empty
+    return total / n_samples
+
+
+__all__ = ["smoothgrad", "NOISE_SCALES"]

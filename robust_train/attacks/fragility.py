@@ -50,7 +50,9 @@ def fragility_attack(
             check compares predicted labels, clean vs attacked, whatever `target` is.
         explainer: name for `robust_train.explain.get_explainer`, or a callable
             `explainer(model, x, target, *, create_graph=False)`; it must be differentiable (with
-            create_graph=True) for every objective except "random_sign".
+            create_graph=True) for every objective except "random_sign". Bind a seed to a
+            stochastic explainer (`get_explainer("smoothgrad", seed=0)`) so that its map is a
+            function of the input and iterates are compared fairly.
         objective: "topk", "mass_center", "targeted" or "random_sign".
         epsilon: L_inf budget (> 0), e.g. 8/255 for CIFAR-10, 0.1 for 8x8 digits.
         step_size: step per iteration; default `epsilon / 8` (independent of `n_steps`, so that

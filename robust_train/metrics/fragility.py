@@ -9,7 +9,8 @@ from torch import Tensor, nn
 from torchmetrics import Metric
 
 from robust_train._validation import check_choice, check_positive
-from robust_train.attacks import OBJECTIVES, FragilityResult, fragility_attack
+from robust_train.attacks.objectives import OBJECTIVES
+from robust_train.attacks.result import FragilityResult
 
 METRICS = ("topk_intersection", "spearman", "kendall", "center_shift")
 
@@ -87,6 +88,8 @@ class ExplanationFragility(Metric):
         elif isinstance(model_or_result, nn.Module):
             if inputs is None or target is None:
                 raise ValueError("`update(model, inputs, target)` needs `inputs` and `target`")
+            from robust_train.attacks.fragility import fragility_attack  # lazy: no import cycle
+
             result = fragility_attack(model_or_result, inputs, target, **self.attack_kwargs)
         else:
             raise TypeError("`update` takes a FragilityResult or (model, inputs, target), got "

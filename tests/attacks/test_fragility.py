@@ -139,6 +139,20 @@ def test_batching_explainer_names_and_seeds_agree() -> None:
     assert base.k == 8 and base.measure_k == 8 and base.step_size == pytest.approx(0.1 / 8)
 
 
+@pytest.mark.parametrize("name, bound", [("input_x_gradient", {}), ("integrated_gradients", {"n_steps": 4}),
+                                         ("smoothgrad", {"n_samples": 3, "seed": 0})])
+def test_other_explainers_can_be_attacked(name, bound) -> None:
+    from robust_train.explain import get_explainer
+
+    model = TinyCNN().eval()
+    x = torch.rand(3, 1, 8, 8)
+    explainer = get_explainer(name, **bound) if bound else name
+    res = fragility_attack(model, x, model(x).argmax(1), explainer=explainer, epsilon=0.1,
+                           n_steps=3, progress=True)
+    assert res.explainer == name and res.improved.any()
+    assert (res.adversarial - x).abs().max() <= 0.1 + 1e-6
+
+
 class _FunctionalReLU(torch.nn.Module):
     """ReLU called in forward: the softplus swap cannot see it, the net stays piecewise linear."""
 

@@ -36,8 +36,8 @@ def resolve_explainer(explainer: str | Explainer, *, needs_gradient: bool) -> tu
         func = get_explainer(explainer)
     except (KeyError, ValueError) as err:
         raise ValueError(f"Unknown `explainer` {explainer!r}: {err}") from err
-    name = explainer if isinstance(explainer, str) else getattr(
-        func, "__name__", None) or getattr(getattr(func, "func", None), "__name__", repr(func))
+    name = explainer if isinstance(explainer, str) else str(getattr(
+        func, "__name__", None) or getattr(getattr(func, "func", None), "__name__", repr(func)))
     if needs_gradient and not is_differentiable(func):
         raise ValueError(
             f"`explainer` {name!r} is not differentiable with respect to the input (it optimises "

@@ -175,8 +175,8 @@ def fragility_attack(
                 score = objective_fn.score(maps)
                 better = kept & FragilityObjective.better(score, best_score)
                 best_x[better], best_map[better] = x[better], maps[better]
-                best_score = tuple(torch.where(better, new, old)
-                                   for new, old in zip(score, best_score, strict=True))
+                best_score = (torch.where(better, score[0], best_score[0]),
+                              torch.where(better, score[1], best_score[1]))
                 improved |= better
                 bar.update(1)
         bar.close()

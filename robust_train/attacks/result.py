@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -97,8 +98,9 @@ class FragilityResult:
                         f"cannot concatenate results with different `{name}`: "
                         f"{getattr(first, name)!r} and {getattr(other, name)!r}"
                     )
-        joined = {}
+        joined: dict[str, Any] = {}
         for name in _PER_SAMPLE:
             parts = [getattr(r, name) for r in results]
             joined[name] = None if parts[0] is None else torch.cat(parts, dim=0)
-        return cls(**joined, **{name: getattr(first, name) for name in settings})
+        joined.update({name: getattr(first, name) for name in settings})
+        return cls(**joined)

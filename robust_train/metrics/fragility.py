@@ -50,6 +50,8 @@ class ExplanationFragility(Metric):
     is_differentiable = False
     higher_is_better = None
     full_state_update = False
+    n_samples: Tensor
+    n_improved: Tensor
 
     def __init__(
         self, *, explainer: Any = "saliency", objective: str = "topk", epsilon: float,

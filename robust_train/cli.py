@@ -72,7 +72,25 @@ def lightning_main(args: Sequence[str] | None = None, run: bool = True) -> Robus
     )
 
 
-EXTRA_COMMANDS: dict[str, Callable[[list[str]], int]] = {}
+def _demo(argv: list[str]) -> int:
+    from robust_train.demo import main as demo_main
+
+    return demo_main(argv)
+
+
+def _evaluate(argv: list[str]) -> int:
+    from robust_train.commands import evaluate_main
+
+    return evaluate_main(argv)
+
+
+def _compare(argv: list[str]) -> int:
+    from robust_train.commands import compare_main
+
+    return compare_main(argv)
+
+
+EXTRA_COMMANDS: dict[str, Callable[[list[str]], int]] = {"demo": _demo, "evaluate": _evaluate, "compare": _compare}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import pytorch_lightning as pl
@@ -99,6 +100,8 @@ class RobustClassifier(pl.LightningModule):
         self.val_acc = MulticlassAccuracy(self.num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(self.num_classes, average="micro")
         self._head = _find_head(self.model, head) if freeze_backbone_epochs else None
+        self._seconds_before = 0.0  # training time of earlier runs this one resumed from
+        self._fit_start: float | None = None
 
     def forward(self, x: Tensor) -> Tensor:
         return self.model(x)
@@ -183,6 +186,18 @@ class RobustClassifier(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": self.scheduler_factory(optimizer)}
 
     # ------------------------------------------------------------------------------- checkpoints
+    def on_fit_start(self) -> None:
+        self._fit_start = time.perf_counter()
+
+    @property
+    def training_seconds(self) -> float:
+        """Wall time spent in `fit` so far, including the runs this one resumed from."""
+        running = time.perf_counter() - self._fit_start if self._fit_start is not None else 0.0
+        return self._seconds_before + running
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._seconds_before = float(checkpoint.get("robust_train", {}).get("training_seconds") or 0.0)
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Record what `load_classifier` and `robust-train evaluate` need to rebuild the model and data."""
         checkpoint["robust_train"] = {
@@ -191,6 +206,7 @@ class RobustClassifier(pl.LightningModule):
             "num_classes": self.num_classes,
             "datamodule": _try_datamodule_config(self._trainer),
             "penalties": [repr(t) for t in self.penalties],
+            "training_seconds": self.training_seconds,
         }
 
 

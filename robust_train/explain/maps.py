@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import torch
+import torch  # noqa: F401  (used by the doctests)
 from torch import Tensor
 
 from robust_train._validation import check_choice

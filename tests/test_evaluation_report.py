@@ -1,0 +1,93 @@
+"""The evaluation suite and the report on a trained digits model."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from robust_train.evaluation import (
+    EvaluationSettings,
+    evaluate_classifier,
+    mean_and_ci,
+    target_region,
+)
+from robust_train.report import summary_table, write_report
+
+FAST = EvaluationSettings(n_samples=48, n_steps=15, lipschitz_samples=4, fidelity_steps=8,
+                          explainers=("saliency", "input_x_gradient"))
+
+
+@pytest.fixture(scope="module")
+def suite(trained_digits):
+    model, x, y = trained_digits
+    return evaluate_classifier(model, x, y, FAST, progress=False)
+
+
+def test_suite_reports_every_part_with_finite_values(suite, trained_digits):
+    model, x, y = trained_digits
+    assert suite["n_samples"] == 48
+    assert suite["accuracy"] == pytest.approx(float((model(x[:48]).argmax(1) == y[:48]).float().mean()))
+    for name in ("random_sign", "topk", "mass_center", "targeted"):
+        attack = suite["attacks"][name]
+        assert attack["n"] == suite["n_attacked"]
+        assert 0.0 <= attack["topk_intersection"] <= 1.0
+        assert math.isfinite(attack["center_shift"])
+    # The paper's central claim on this model: a systematic attack beats random noise of the same budget.
+    assert suite["attacks"]["topk"]["topk_intersection"] < suite["attacks"]["random_sign"]["topk_intersection"]
+    assert suite["attacks"]["targeted"]["region_mass"] > suite["attacks"]["targeted"]["clean_region_mass"]
+    for name in ("saliency", "input_x_gradient"):
+        assert suite["lipschitz"][name]["mean"] > 0
+        fid = suite["fidelity"][name]
+        assert len(fid["mif"]) == len(fid["fractions"]) == len(fid["lif"])
+        assert fid["estimate"]["mean"] == pytest.approx(fid["lif_auc"] - fid["mif_auc"], abs=1e-6)
+    assert suite["settings"]["k"] == 8 and suite["settings"]["epsilon"] == pytest.approx(0.1)
+
+
+def test_model_mode_is_restored(trained_digits):
+    model, x, y = trained_digits
+    model.train()
+    try:
+        evaluate_classifier(model, x, y, EvaluationSettings(n_samples=4, n_steps=2, lipschitz_samples=2,
+                                                            fidelity_steps=4, explainers=("saliency",),
+                                                            attacks=("topk",)), progress=False)
+        assert model.training
+    finally:
+        model.eval()
+
+
+def test_report_writes_markdown_json_and_plots(suite, tmp_path):
+    results = {"a": suite, "b": suite}
+    path = write_report(results, tmp_path, histories={"a": {"robustness/topk": [(0, 0.5), (1, 0.6)]}})
+    text = path.read_text()
+    assert "| topk: top-k intersection |" in text
+    for png in ("fidelity_curves.png", "attack_examples.png", "robustness_per_epoch.png"):
+        assert (tmp_path / png).stat().st_size > 1000
+        assert f"]({png})" in text
+    loaded = json.loads((tmp_path / "results.json").read_text())
+    assert loaded["a"]["attacks"]["topk"]["topk_intersection"] == suite["attacks"]["topk"]["topk_intersection"]
+    assert "_examples" not in loaded["a"]
+
+
+def test_summary_table_has_a_column_per_model(suite):
+    lines = summary_table({"x": suite, "y": {"accuracy": 0.25}}).splitlines()
+    assert lines[0] == "| metric | x | y |"
+    assert lines[2].endswith("| 0.250 |")
+
+
+def test_helpers():
+    ci = mean_and_ci(__import__("torch").tensor([1.0, 2.0, 3.0, float("nan")]))
+    assert ci["mean"] == 2.0 and ci["n"] == 3 and ci["ci_low"] < 2.0 < ci["ci_high"]
+    assert target_region(8, 8).sum() == 16
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(n_samples=0), "n_samples"),
+    (dict(epsilon=-0.1), "epsilon"),
+    (dict(k=65), "k"),
+    (dict(attacks=("bogus",)), "attacks"),
+])
+def test_bad_settings_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        EvaluationSettings(**kwargs).resolved((8, 8))

@@ -83,14 +83,15 @@ def target_region(height: int, width: int) -> Tensor:
     return region
 
 
-def mean_and_ci(values: Tensor, z: float = 1.96) -> dict[str, float]:
-    """Mean of the finite values with a normal-approximation 95% interval over images."""
-    v = values[torch.isfinite(values)].double()
+def mean_and_ci(values: Tensor) -> dict[str, float]:
+    """Mean of the finite values with a 95% Student-t interval over images (NaN entries dropped)."""
+    from robust_train.metrics.functional import mean_confidence_interval
+
+    v = values.detach()[torch.isfinite(values.detach())].double()
     if v.numel() == 0:
         return {"mean": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": 0}
-    mean = float(v.mean())
-    half = z * float(v.std(unbiased=True)) / math.sqrt(v.numel()) if v.numel() > 1 else math.nan
-    return {"mean": mean, "ci_low": mean - half, "ci_high": mean + half, "n": int(v.numel())}
+    mean, low, high = (float(t) for t in mean_confidence_interval(v))
+    return {"mean": mean, "ci_low": low, "ci_high": high, "n": int(v.numel())}
 
 
 @torch.no_grad()

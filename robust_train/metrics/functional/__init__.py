@@ -1,0 +1,43 @@
+"""Pure, batched robustness metrics: one value per image (B,) or per image and step."""
+
+from robust_train.metrics.functional.confidence import (
+    MeanInterval,
+    interval_from_moments,
+    mean_confidence_interval,
+)
+from robust_train.metrics.functional.fidelity import (
+    FidelityCurves,
+    fidelity_curves,
+    fidelity_estimate,
+)
+from robust_train.metrics.functional.lipschitz import (
+    lipschitz_ratios,
+    local_lipschitz_estimate,
+    sample_perturbations,
+)
+from robust_train.metrics.functional.similarity import (
+    center_of_mass,
+    center_of_mass_shift,
+    kendall_tau,
+    spearman_correlation,
+    topk_intersection,
+    topk_mask,
+)
+
+__all__ = [
+    "FidelityCurves",
+    "MeanInterval",
+    "center_of_mass",
+    "center_of_mass_shift",
+    "fidelity_curves",
+    "fidelity_estimate",
+    "interval_from_moments",
+    "kendall_tau",
+    "lipschitz_ratios",
+    "local_lipschitz_estimate",
+    "mean_confidence_interval",
+    "sample_perturbations",
+    "spearman_correlation",
+    "topk_intersection",
+    "topk_mask",
+]

@@ -1,0 +1,104 @@
+"""Rows of the perturbation-curve batch: removal orders, removal masks, scores."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from robust_train.metrics.functional._metric_utils import row_chunks
+
+__all__ = ["RemovalMasks", "removal_masks", "forward_chunks", "scores_of", "unit_importance"]
+
+
+def unit_importance(maps: Tensor, patch_size: int) -> Tensor:
+    """Importance per removal unit (B, N): pixels, or sums over square patches (row-major).
+
+    Example:
+        >>> unit_importance(torch.arange(16.0).view(1, 4, 4), 2).tolist()
+        [[10.0, 18.0, 42.0, 50.0]]
+    """
+    if patch_size == 1:
+        return maps.flatten(1)
+    height, width = maps.shape[1:]
+    pad_h, pad_w = -height % patch_size, -width % patch_size
+    padded = F.pad(maps, (0, pad_w, 0, pad_h))
+    b, hp, wp = padded.shape[0], padded.shape[1] // patch_size, padded.shape[2] // patch_size
+    return padded.view(b, hp, patch_size, wp, patch_size).sum((2, 4)).flatten(1)
+
+
+class RemovalMasks:
+    """Which units each (image, order, step) row removes; orders 0 = MIF, 1 = LIF."""
+
+    def __init__(
+        self,
+        ranks: Tensor,
+        counts: Tensor,
+        fractions: Tensor,
+        patch_size: int,
+        height: int,
+        width: int,
+    ):
+        self.ranks = ranks  # (B, 2, N): position of each unit in each removal order
+        self.counts = counts  # (S,): units removed at each step
+        self.fractions = fractions  # (S,)
+        self.active = torch.nonzero(counts > 0).flatten()  # steps that differ from the clean image
+        self.patch_size, self.height, self.width = patch_size, height, width
+
+    def pixels(self, image: Tensor, order: Tensor, step: Tensor) -> Tensor:
+        """Bool (R, 1, H, W): True where the row's image has its pixels removed."""
+        units = self.ranks[image, order] < self.counts[step][:, None]
+        p = self.patch_size
+        if p == 1:
+            return units.view(-1, 1, self.height, self.width)
+        hp, wp = -(-self.height // p), -(-self.width // p)
+        grid = (
+            units.view(-1, 1, hp, 1, wp, 1)
+            .expand(-1, 1, hp, p, wp, p)
+            .reshape(-1, 1, hp * p, wp * p)
+        )
+        return grid[:, :, : self.height, : self.width]
+
+
+def removal_masks(maps: Tensor, patch_size: int, n_steps: int, include_end: bool) -> RemovalMasks:
+    """Stable orders of the units of each map and the number removed at each step.
+
+    Example:
+        >>> m = removal_masks(torch.tensor([[[0.1, 0.9], [0.5, 0.5]]]), 1, 2, True)
+        >>> m.ranks.tolist(), m.counts.tolist()
+        ([[[3, 0, 1, 2], [0, 3, 1, 2]]], [0, 2, 4])
+    """
+    units = unit_importance(maps, patch_size)
+    n_units = units.shape[1]
+    positions = torch.arange(n_units, device=maps.device).expand_as(units)
+    ranks = []
+    for descending in (True, False):
+        order = torch.sort(units, dim=1, descending=descending, stable=True).indices
+        ranks.append(torch.empty_like(order).scatter_(1, order, positions))
+    steps = torch.arange(n_steps + 1 if include_end else n_steps, device=maps.device)
+    counts = (2 * steps * n_units + n_steps) // (2 * n_steps)  # round(k N / n), halves up
+    fractions = steps.to(torch.get_default_dtype()) / n_steps
+    return RemovalMasks(torch.stack(ranks, 1), counts, fractions, patch_size, *maps.shape[1:])
+
+
+def forward_chunks(model: nn.Module, inputs: Tensor, chunk: int | None) -> Tensor:
+    """Logits (B, K) for `inputs`, forwarded `chunk` rows at a time."""
+    logits = torch.cat([model(inputs[a:b]) for a, b in row_chunks(inputs.shape[0], chunk)])
+    if logits.dim() != 2:
+        raise ValueError(
+            f"the model must return logits of shape (B, num_classes), got shape "
+            f"{tuple(logits.shape)}"
+        )
+    return logits
+
+
+def scores_of(logits: Tensor, target: Tensor, clean_prob: Tensor, score: str) -> Tensor:
+    """Per-row score of the target class (R,)."""
+    if score == "logit":
+        return logits.gather(1, target[:, None]).squeeze(1)
+    if score == "accuracy":
+        return (logits.argmax(1) == target).to(logits.dtype)
+    prob = logits.softmax(1).gather(1, target[:, None]).squeeze(1)
+    if score == "probability":
+        return prob
+    return prob / clean_prob.clamp_min(torch.finfo(prob.dtype).tiny)

@@ -1,0 +1,226 @@
+"""MIF/LIF perturbation curves and the fidelity estimate of Brocki & Chung, "Fidelity of
+Interpretability Methods and Perturbation Artifacts in Neural Networks" (arXiv 2203.02928).
+
+Pixels (or square patches) are removed in order of importance, most important first (MIF) or least
+important first (LIF), and the model's score for the explained class is recorded after each step.
+Removal itself creates artifacts that lower the score in both orders; the area between the curves,
+AUC_LIF - AUC_MIF, cancels them (a random map scores about 0).
+
+Design decisions:
+- Steps: fractions k / n_steps for k = 0, ..., n_steps (S = n_steps + 1 points, 0 and 1 both
+  included, so the area covers the whole [0, 1] axis and does not depend on n_steps);
+  `include_end=False` gives the paper's 0%, 5%, ..., 95% for n_steps = 20. Step k removes
+  round(k * N / n_steps) of the N units (pixels or patches).
+- Ties: a stable sort, so equal importance goes by row-major index in both orders; a constant
+  map therefore gives identical MIF and LIF curves (estimate exactly 0).
+- A (B, H, W) map is used as given (signed values order by value); a (B, C, H, W) explanation is
+  reduced with `importance_map` (sum over channels of |E|, as Ghorbani et al. and the paper).
+- All channels of a removed pixel are replaced. Every perturbed image of every step and both
+  orders is one row of a virtual batch forwarded in chunks of `internal_batch_size`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from robust_train._validation import (
+    check_choice,
+    check_finite,
+    check_images,
+    check_maps,
+    check_non_negative,
+    check_positive,
+    check_target,
+)
+from robust_train.explain.maps import importance_map
+from robust_train.metrics.functional._fidelity_fill import constant_fill, linear_imputation
+from robust_train.metrics.functional._fidelity_rows import forward_chunks, removal_masks, scores_of
+from robust_train.metrics.functional._metric_utils import (
+    check_batch_size,
+    make_generator,
+    row_chunks,
+)
+
+PERTURBATIONS = ("mean", "zero", "blur", "noise", "imputation")
+SCORES = ("normalized_probability", "probability", "logit", "accuracy")
+
+__all__ = ["FidelityCurves", "fidelity_curves", "fidelity_estimate", "PERTURBATIONS", "SCORES"]
+
+
+class FidelityCurves(NamedTuple):
+    """Perturbation curves: `fractions` (S,) removed, `mif` and `lif` scores (B, S)."""
+
+    fractions: Tensor
+    mif: Tensor
+    lif: Tensor
+
+
+def fidelity_curves(
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor | None = None,
+    importance: Tensor | None = None,
+    *,
+    n_steps: int = 20,
+    include_end: bool = True,
+    patch_size: int = 1,
+    perturbation: str = "mean",
+    mean: Tensor | float | None = None,
+    blur_sigma: float = 2.0,
+    imputation_noise: float = 0.01,
+    score: str = "normalized_probability",
+    internal_batch_size: int | None = None,
+    generator: torch.Generator | None = None,
+    seed: int | None = None,
+) -> FidelityCurves:
+    """MIF and LIF curves for every image (Brocki & Chung 2022).
+
+    Args:
+        model: classifier returning logits (B, K); run without gradients, mode left as is.
+        inputs: images (B, C, H, W) in [0, 1].
+        target: class indices (B,); None explains the predicted class of the clean image.
+        importance: map (B, H, W), or explanation (B, C, H, W) / mask (B, 1, H, W) reduced by
+            `importance_map`. Required.
+        n_steps: number of removal steps n (fractions k / n).
+        include_end: also record the fully perturbed image (fraction 1).
+        patch_size: side of the square patches removed together; a patch's importance is the sum
+            over its pixels (edge patches may be smaller when H or W is not a multiple).
+        perturbation: "mean" (per image and channel, or the given `mean`), "zero", "blur"
+            (Gaussian, `blur_sigma` pixels), "noise" (U(0, 1), drawn once per image) or
+            "imputation" (ROAD noisy linear imputation, noise std `imputation_noise` drawn once per
+            image and shared by all steps and orders).
+        mean: dataset mean, a float or a (C,) tensor, for perturbation="mean".
+        score: "normalized_probability" (softmax probability of the target divided by its clean
+            value; default), "probability", "logit" or "accuracy" (1 while argmax == target).
+        internal_batch_size: most perturbed images per forward (default: all at once).
+        generator, seed: randomness for "noise" and "imputation".
+
+    Returns:
+        FidelityCurves(fractions (S,), mif (B, S), lif (B, S)), detached.
+
+    Example:
+        >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
+        >>> x = torch.rand(2, 1, 4, 4)
+        >>> curves = fidelity_curves(model, x, importance=torch.rand(2, 4, 4), n_steps=4)
+        >>> curves.fractions.tolist(), curves.mif.shape, curves.mif[:, 0].tolist()
+        ([0.0, 0.25, 0.5, 0.75, 1.0], torch.Size([2, 5]), [1.0, 1.0])
+    """
+    check_images(inputs)
+    maps = _importance(importance, inputs)
+    check_positive(n_steps, "n_steps", integer=True)
+    check_positive(patch_size, "patch_size", integer=True)
+    check_choice(perturbation, "perturbation", PERTURBATIONS)
+    check_choice(score, "score", SCORES)
+    check_positive(blur_sigma, "blur_sigma")
+    check_non_negative(imputation_noise, "imputation_noise")
+    mean = _check_mean(mean, perturbation, inputs)
+    check_batch_size(internal_batch_size)
+    if not isinstance(include_end, bool):
+        raise TypeError(f"`include_end` must be a bool, got {include_end!r}")
+    gen = make_generator(generator, seed, inputs.device)
+
+    batch = inputs.shape[0]
+    with torch.no_grad():
+        clean_logits = forward_chunks(model, inputs, internal_batch_size)
+        if target is None:
+            target = clean_logits.argmax(1)
+        target = check_target(target, batch, num_classes=clean_logits.shape[1]).to(inputs.device)
+        clean_prob = clean_logits.softmax(1).gather(1, target[:, None]).squeeze(1)
+        masks = removal_masks(maps, patch_size, n_steps, include_end)
+        fill = constant_fill(inputs, perturbation, mean=mean, blur_sigma=blur_sigma, generator=gen)
+        noise = (
+            _imputation_noise(inputs, imputation_noise, gen)
+            if perturbation == "imputation"
+            else None
+        )
+
+        n_active = masks.active.numel()
+        values = torch.empty(batch * 2 * n_active, device=inputs.device, dtype=inputs.dtype)
+        for a, b in row_chunks(values.numel(), internal_batch_size):
+            rows = torch.arange(a, b, device=inputs.device)
+            image = rows // (2 * n_active)
+            removed = masks.pixels(image, (rows // n_active) % 2, masks.active[rows % n_active])
+            clean = inputs[image]
+            if noise is None:
+                replaced = fill[image]
+            else:
+                replaced = linear_imputation(clean, removed, fill[image, :, :1, :1]) + noise[image]
+            logits = model(torch.where(removed, replaced, clean))
+            values[a:b] = scores_of(logits, target[image], clean_prob[image], score)
+
+        curves = scores_of(clean_logits, target, clean_prob, score)[:, None, None]
+        curves = curves.repeat(1, 2, masks.counts.numel())
+        curves[:, :, masks.active] = values.view(batch, 2, n_active)
+    return FidelityCurves(masks.fractions.to(inputs.dtype), curves[:, 0], curves[:, 1])
+
+
+def fidelity_estimate(curves: FidelityCurves) -> Tensor:
+    """AUC_LIF - AUC_MIF per image (B,), trapezoid rule over the fraction axis (Brocki & Chung).
+
+    Example:
+        >>> f = torch.tensor([0.0, 0.5, 1.0])
+        >>> fidelity_estimate(FidelityCurves(f, torch.tensor([[1.0, 0.0, 0.0]]),
+        ...                                   torch.tensor([[1.0, 1.0, 0.0]]))).tolist()
+        [0.5]
+    """
+    if not isinstance(curves, tuple) or len(curves) != 3:
+        raise TypeError(
+            f"`curves` must be FidelityCurves(fractions, mif, lif), got {type(curves).__name__}"
+        )
+    fractions, mif, lif = curves
+    if (
+        fractions.dim() != 1
+        or mif.dim() != 2
+        or mif.shape != lif.shape
+        or mif.shape[1] != fractions.numel()
+    ):
+        raise ValueError(
+            f"`curves` must hold fractions (S,), mif (B, S), lif (B, S); got shapes "
+            f"{tuple(fractions.shape)}, {tuple(mif.shape)}, {tuple(lif.shape)}"
+        )
+    return torch.trapezoid(lif - mif, fractions, dim=1)
+
+
+def _importance(importance: object, inputs: Tensor) -> Tensor:
+    if importance is None:
+        raise ValueError(
+            "`importance` is required: an importance map (B, H, W) or an explanation (B, C, H, W)"
+        )
+    if not isinstance(importance, Tensor):
+        raise TypeError(f"`importance` must be a tensor, got {type(importance).__name__}")
+    maps = importance_map(importance) if importance.dim() == 4 else importance
+    check_maps(maps, "importance")
+    batch, _, height, width = inputs.shape
+    if tuple(maps.shape) != (batch, height, width):
+        raise ValueError(
+            f"`importance` must cover the images: expected a map ({batch}, {height}, "
+            f"{width}) or an explanation ({batch}, C, {height}, {width}) for inputs "
+            f"{tuple(inputs.shape)}, got {tuple(importance.shape)}"
+        )
+    return maps.detach()
+
+
+def _check_mean(mean: object, perturbation: str, inputs: Tensor) -> Tensor | float | None:
+    if mean is None:
+        return None
+    if perturbation != "mean":
+        raise ValueError(
+            f"`mean` is only used with perturbation='mean', got perturbation={perturbation!r}"
+        )
+    value = torch.as_tensor(mean, dtype=inputs.dtype)
+    if value.numel() not in (1, inputs.shape[1]) or value.dim() > 1:
+        raise ValueError(
+            f"`mean` must be a float or a ({inputs.shape[1]},) tensor of channel means, "
+            f"got shape {tuple(value.shape)}"
+        )
+    check_finite(value, "mean")
+    return value.to(inputs.device)
+
+
+def _imputation_noise(inputs: Tensor, std: float, generator: torch.Generator | None) -> Tensor:
+    device = inputs.device if generator is None else torch.device(generator.device)
+    noise = torch.randn(inputs.shape, generator=generator, device=device, dtype=inputs.dtype)
+    return std * noise.to(inputs.device)

@@ -1,0 +1,276 @@
+"""Local Lipschitz estimate of an explainer: Alvarez-Melis & Jaakkola, "On the Robustness of
+Interpretability Methods" (arXiv 1806.08049, 2018).
+
+    L(x) = max_{x' in B_radius(x)} ||E(x) - E(x')|| / ||x - x'||_2
+
+The maximum is estimated from below by random sampling of the ball or by projected gradient ascent
+on the ratio; both spend `n_samples` explainer calls per image, so they compare at equal calls.
+
+Peers, and how to reproduce them (tests/metrics/test_lipschitz_peers.py checks both):
+- Quantus `LocalLipschitzEstimate` (defaults: 200 samples x' = x + N(0, 0.1^2), no clamping,
+  explanations divided by their max absolute value, L2 norms on both sides) equals
+  `sampling="gaussian", radius=0.1, clamp=False, normalize_maps="max"` up to its 1e-10 guard.
+  Quantus normalises over the whole batch unless `normalise_func_kwargs={"normalise_axes":
+  (1, 2, 3)}`; this function always normalises per image.
+- Captum `sensitivity_max` (uniform L_inf samples of radius 0.02, no division by the distance)
+  equals `divide_by_distance=False, clamp=False` divided by ||E(x)||_2 (Captum reports the change
+  relative to the clean explanation's norm, and uses 1 when that norm is 0).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from robust_train._validation import check_choice, check_images, check_positive, check_target
+from robust_train.metrics.functional._lipschitz_parts import (
+    MAP_NORMS,
+    MAPS,
+    NORMALIZATIONS,
+    NORMS,
+    SAMPLINGS,
+    draw_offsets,
+    explanation_vectors,
+    project,
+    sample_perturbations,
+)
+from robust_train.metrics.functional._lipschitz_search import ascend, evaluate_rows
+from robust_train.metrics.functional._metric_utils import (
+    check_batch_size,
+    make_generator,
+    resolve_explainer,
+    row_chunks,
+)
+
+__all__ = ["local_lipschitz_estimate", "lipschitz_ratios", "sample_perturbations"]
+
+
+def local_lipschitz_estimate(
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    *,
+    explainer: object,
+    radius: float = 0.1,
+    n_samples: int = 32,
+    search: str = "random",
+    norm: str = "linf",
+    sampling: str = "uniform",
+    normalize_maps: str = "none",
+    divide_by_distance: bool = True,
+    map: str = "explanation",
+    map_norm: str = "l2",
+    n_steps: int = 8,
+    step_size: float | None = None,
+    clamp: bool = True,
+    internal_batch_size: int | None = None,
+    generator: torch.Generator | None = None,
+    seed: int | None = None,
+) -> Tensor:
+    """Per-image lower bound on the local Lipschitz constant of an explainer, shape (B,).
+
+    What is compared: the explainer output (B, C, H, W), flattened, unless `map="importance"`
+    (then the per-pixel importance `sum_c |E_c|`). `normalize_maps` rescales each flattened
+    explanation before the difference. The denominator is always ||x - x'||_2 (as in the paper).
+
+    Args:
+        model: classifier returning logits; its train/eval mode is left as is.
+        inputs: images (B, C, H, W) in [0, 1].
+        target: class indices (B,) that the explainer explains.
+        explainer: callable `explainer(model, x, target, *, create_graph=False)` or a name for
+            `robust_train.explain.get_explainer`.
+        radius: radius of the ball (L_inf or L2, see `norm`); std of the "gaussian" samples.
+        n_samples: explainer calls per image on perturbed inputs (the clean call is extra).
+        search: "random" (max over samples) or "gradient": projected ascent on the ratio from
+            `n_samples // n_steps` random starts, `n_steps` points each (the start and
+            `n_steps - 1` ascent steps, each point one explainer call with double backprop);
+            left-over calls are spent on random samples. The maximum over every visited point is
+            returned. ReLU saliency has zero second derivative, so only the distance term moves.
+        norm: "linf" or "l2": the ball that samples and ascent steps stay in.
+        sampling: "uniform" in the ball, or "gaussian" N(0, radius^2) per value (not confined to
+            the ball in random search, as Quantus; gradient search projects its starts).
+        normalize_maps: "none", "max" (divide by max |E|, Quantus) or "sum" (by sum |E|).
+        divide_by_distance: False returns max ||E(x) - E(x')|| (Captum sensitivity_max style).
+        map: "explanation" or "importance" (see above).
+        map_norm: "l2", "l1" or "linf" norm of the flattened explanation difference.
+        n_steps: points per restart of gradient search.
+        step_size: ascent step (sign step for L_inf, normalised-gradient step for L2);
+            default 2.5 * radius / n_steps.
+        clamp: clip perturbed images to [0, 1] (the distance uses the clipped image).
+        internal_batch_size: most perturbed rows per explainer call (default: all at once).
+        generator, seed: randomness (one of them, or neither for the global RNG).
+
+    Returns:
+        Tensor (B,), detached, non-negative.
+
+    Example:
+        >>> from robust_train.explain import saliency
+        >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
+        >>> x = torch.rand(2, 1, 4, 4)
+        >>> local_lipschitz_estimate(model, x, torch.tensor([0, 1]), explainer=saliency, seed=0)
+        tensor([0., 0.])
+    """
+    check_images(inputs)
+    target = check_target(target, inputs.shape[0]).to(inputs.device)
+    check_positive(radius, "radius")
+    check_positive(n_samples, "n_samples", integer=True)
+    check_choice(search, "search", ("random", "gradient"))
+    check_choice(norm, "norm", NORMS)
+    check_choice(sampling, "sampling", SAMPLINGS)
+    settings = _compare_settings(normalize_maps, map, map_norm, divide_by_distance)
+    check_positive(n_steps, "n_steps", integer=True)
+    if step_size is not None:
+        check_positive(step_size, "step_size")
+    check_batch_size(internal_batch_size)
+    _check_gradients_available()
+    explain = resolve_explainer(explainer)
+    gen = make_generator(generator, seed, inputs.device)
+    step = 2.5 * radius / n_steps if step_size is None else float(step_size)
+
+    batch = inputs.shape[0]
+    clean_vectors = _clean_vectors(model, explain, inputs, target, internal_batch_size, settings)
+    n_restarts = n_samples // n_steps if search == "gradient" else 0
+    n_random = n_samples - n_restarts * n_steps
+    best = torch.zeros(batch, device=inputs.device, dtype=inputs.dtype)
+    for k, offsets in _offset_groups(
+        inputs, n_random, batch, internal_batch_size, radius, norm, sampling, gen
+    ):
+        perturbed = inputs.repeat(k, 1, 1, 1) + offsets
+        perturbed = perturbed.clamp(0.0, 1.0) if clamp else perturbed
+        values = evaluate_rows(
+            model,
+            explain,
+            inputs.repeat(k, 1, 1, 1),
+            target.repeat(k),
+            clean_vectors.repeat(k, 1),
+            perturbed,
+            internal_batch_size,
+            settings,
+        )
+        best = torch.maximum(best, values.view(k, batch).amax(0))
+    for k, offsets in _offset_groups(
+        inputs, n_restarts, batch, internal_batch_size, radius, norm, sampling, gen
+    ):
+        clean, targets = inputs.repeat(k, 1, 1, 1), target.repeat(k)
+        vectors, start = (
+            clean_vectors.repeat(k, 1),
+            project(clean, clean + offsets, radius, norm, clamp),
+        )
+        values = torch.cat(
+            [
+                ascend(
+                    model,
+                    explain,
+                    clean[a:b],
+                    targets[a:b],
+                    vectors[a:b],
+                    start[a:b],
+                    n_steps=n_steps,
+                    step_size=step,
+                    radius=radius,
+                    norm=norm,
+                    clamp=clamp,
+                    settings=settings,
+                )
+                for a, b in row_chunks(k * batch, internal_batch_size)
+            ]
+        )
+        best = torch.maximum(best, values.view(k, batch).amax(0))
+    return best
+
+
+def lipschitz_ratios(
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    perturbed: Tensor,
+    *,
+    explainer: object,
+    normalize_maps: str = "none",
+    divide_by_distance: bool = True,
+    map: str = "explanation",
+    map_norm: str = "l2",
+    internal_batch_size: int | None = None,
+) -> Tensor:
+    """The ratio ||E(x) - E(x')|| / ||x - x'||_2 for given perturbed inputs, shape (N, B).
+
+    `perturbed` is (N, B, C, H, W), e.g. from `sample_perturbations`, or N dataset neighbours of
+    each image for the paper's "discrete" variant. Settings as in `local_lipschitz_estimate`.
+
+    Example:
+        >>> from robust_train.explain import input_x_gradient
+        >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 2))
+        >>> x = torch.full((1, 1, 2, 2), 0.5)
+        >>> xp = x.clone(); xp[0, 0, 0, 0] += 0.1
+        >>> r = lipschitz_ratios(model, x, torch.tensor([0]), xp[None], explainer=input_x_gradient)
+        >>> torch.allclose(r, model[1].weight[0, 0].abs())
+        True
+    """
+    check_images(inputs)
+    target = check_target(target, inputs.shape[0]).to(inputs.device)
+    if (
+        not isinstance(perturbed, Tensor)
+        or perturbed.dim() != 5
+        or perturbed.shape[1:] != inputs.shape
+    ):
+        shape = (
+            tuple(perturbed.shape) if isinstance(perturbed, Tensor) else type(perturbed).__name__
+        )
+        raise ValueError(
+            f"`perturbed` must have shape (N, *inputs.shape) with inputs.shape = "
+            f"{tuple(inputs.shape)}, got {shape}"
+        )
+    check_images(perturbed.flatten(0, 1), "perturbed", check_range=False)
+    settings = _compare_settings(normalize_maps, map, map_norm, divide_by_distance)
+    check_batch_size(internal_batch_size)
+    _check_gradients_available()
+    explain = resolve_explainer(explainer)
+    n = perturbed.shape[0]
+    clean_vectors = _clean_vectors(model, explain, inputs, target, internal_batch_size, settings)
+    values = evaluate_rows(
+        model,
+        explain,
+        inputs.repeat(n, 1, 1, 1),
+        target.repeat(n),
+        clean_vectors.repeat(n, 1),
+        perturbed.flatten(0, 1),
+        internal_batch_size,
+        settings,
+    )
+    return values.view(n, inputs.shape[0])
+
+
+def _compare_settings(normalize_maps: str, map: str, map_norm: str, divide: bool) -> dict:
+    check_choice(normalize_maps, "normalize_maps", NORMALIZATIONS)
+    check_choice(map, "map", MAPS)
+    check_choice(map_norm, "map_norm", MAP_NORMS)
+    if not isinstance(divide, bool):
+        raise TypeError(f"`divide_by_distance` must be a bool, got {divide!r}")
+    return {"normalize": normalize_maps, "map": map, "map_norm": map_norm, "divide": divide}
+
+
+def _check_gradients_available() -> None:
+    if torch.is_inference_mode_enabled():
+        raise RuntimeError(
+            "the local Lipschitz estimate needs gradients of the explainer, but it "
+            "was called under torch.inference_mode (Lightning validation/test "
+            "loops); call it from a training hook or a Trainer(inference_mode=False)"
+        )
+
+
+def _clean_vectors(model, explain, inputs, target, chunk, settings) -> Tensor:
+    parts = []
+    for start, stop in row_chunks(inputs.shape[0], chunk):
+        e = explain(model, inputs[start:stop], target[start:stop], create_graph=False).detach()
+        parts.append(explanation_vectors(e, settings["map"], settings["normalize"]))
+    return torch.cat(parts)
+
+
+def _offset_groups(inputs, n_total, batch, chunk, radius, norm, sampling, gen):
+    """Yield (k, offsets (k*B, C, H, W)) for consecutive groups of k samples, drawn in order."""
+    per_group = n_total if chunk is None else max(1, chunk // batch)
+    done = 0
+    while done < n_total:
+        k = min(per_group, n_total - done)
+        yield k, torch.cat([draw_offsets(inputs, radius, norm, sampling, gen) for _ in range(k)])
+        done += k

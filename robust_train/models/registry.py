@@ -1,0 +1,38 @@
+"""Models by name, for configs and the command line: `get_model("small_cnn", width=16)`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from robust_train.models.resnet_cifar import ResNet18CIFAR
+from robust_train.models.small_cnn import SmallCNN
+from robust_train.models.torchvision_model import (
+    TorchvisionClassifier,
+    torchvision_classifier_names,
+)
+
+__all__ = ["get_model", "MODELS"]
+
+MODELS: dict[str, type[nn.Module]] = {"small_cnn": SmallCNN, "resnet18_cifar": ResNet18CIFAR}
+
+
+def get_model(name: str, **kwargs: Any) -> nn.Module:
+    """Build a model by name: "small_cnn", "resnet18_cifar", or any torchvision classifier name
+    (e.g. "resnet18", "vgg11", "densenet121": a `TorchvisionClassifier(name=name, **kwargs)`).
+
+    Example:
+        >>> type(get_model("small_cnn", width=8)).__name__
+        'SmallCNN'
+        >>> get_model("resnet18", num_classes=3).name
+        'resnet18'
+    """
+    if name in MODELS:
+        return MODELS[name](**kwargs)
+    if isinstance(name, str) and name in torchvision_classifier_names():
+        return TorchvisionClassifier(name=name, **kwargs)
+    raise ValueError(
+        f"Unknown model `name` {name!r}; expected one of {sorted(MODELS)} or a torchvision "
+        "classifier name (robust_train.models.torchvision_classifier_names())"
+    )

@@ -1,0 +1,110 @@
+"""Shared parts of the DataModules: dataloaders, image tensors in [0, 1], resizing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, Dataset
+
+from robust_train._validation import check_non_negative, check_positive
+
+__all__ = ["ImageDataModule", "ImageTensorDataset", "as_size", "resize_images"]
+
+
+def as_size(size: int | Sequence[int] | None, name: str = "resize") -> tuple[int, int] | None:
+    """None, an int (square) or (height, width) -> None or (height, width), validated."""
+    if size is None:
+        return None
+    if isinstance(size, int) and not isinstance(size, bool):
+        pair = (size, size)
+    elif isinstance(size, Sequence) and len(size) == 2:
+        pair = (size[0], size[1])
+    else:
+        raise ValueError(f"`{name}` must be None, an int or (height, width), got {size!r}")
+    for side in pair:
+        check_positive(side, name, integer=True)
+    return (int(pair[0]), int(pair[1]))
+
+
+def resize_images(images: Tensor, size: tuple[int, int] | None) -> Tensor:
+    """Bilinear resize of float images (N, C, H, W) in [0, 1] (antialiased when shrinking)."""
+    if size is None or tuple(images.shape[-2:]) == size:
+        return images
+    shrink = size[0] < images.shape[-2] or size[1] < images.shape[-1]
+    out = F.interpolate(images, size=size, mode="bilinear", align_corners=False, antialias=shrink)
+    return out.clamp_(0.0, 1.0)
+
+
+class ImageTensorDataset(Dataset):
+    """(image, label) pairs from a tensor of images (N, C, H, W), uint8 (0..255) or float in
+    [0, 1]; items are float32 in [0, 1], resized on access when `size` is given."""
+
+    def __init__(self, images: Tensor, targets: Tensor, size: tuple[int, int] | None = None):
+        if images.dim() != 4 or len(images) != len(targets):
+            raise ValueError(f"images {tuple(images.shape)} and targets {tuple(targets.shape)} do not match")
+        self.images = images
+        self.targets = targets.long()
+        self.size = size
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        image = self.images[index]
+        image = image.float() / 255.0 if image.dtype == torch.uint8 else image.float()
+        if self.size is not None:
+            image = resize_images(image.unsqueeze(0), self.size).squeeze(0)
+        return image, self.targets[index]
+
+
+class ImageDataModule(pl.LightningDataModule):
+    """Base class: `train_set`/`val_set`/`test_set` made by `setup`, and their dataloaders.
+
+    Subclasses call `self.save_hyperparameters()` and define `num_classes`, `in_channels`,
+    `image_size` (height, width) and `class_names`, all usable before `setup`.
+    """
+
+    def __init__(self, batch_size: int, num_workers: int):
+        super().__init__()
+        check_positive(batch_size, "batch_size", integer=True)
+        check_non_negative(num_workers, "num_workers", integer=True)
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.train_set: Dataset | None = None
+        self.val_set: Dataset | None = None
+        self.test_set: Dataset | None = None
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    @property
+    def class_names(self) -> list[str]:
+        raise NotImplementedError
+
+    @property
+    def in_channels(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        raise NotImplementedError
+
+    def _loader(self, dataset: Dataset | None, split: str, shuffle: bool) -> DataLoader:
+        if dataset is None:
+            raise RuntimeError(f"{type(self).__name__} has no {split} split yet: call setup() first")
+        return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, num_workers=self.num_workers,
+                          persistent_workers=self.num_workers > 0)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_set, "train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.val_set, "val", shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self.test_set, "test", shuffle=False)

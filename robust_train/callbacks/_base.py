@@ -1,0 +1,225 @@
+"""RobustnessCallback: the schedule, held-out subset, mode handling and logging every monitor shares."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import Callback
+from torch import Tensor, nn
+from typing_extensions import override
+
+from robust_train._validation import check_choice, check_non_negative, check_positive
+from robust_train.callbacks._figures import Report
+from robust_train.callbacks._media import MediaWriter
+from robust_train.callbacks._subset import SPLITS, from_tensors, from_trainer, select, shard
+
+STAGES = ("train", "validation")
+DEFAULT_N_SAMPLES = 32
+INFERENCE_MODE_ERROR = (
+    "{name}(stage='validation') computes input gradients, which torch.inference_mode forbids, and "
+    "this Trainer runs validation under inference mode: build the Trainer with "
+    "`inference_mode=False`, or use stage='train' (runs in on_train_epoch_end, after validation)")
+
+
+class RobustnessCallback(Callback):
+    """Base of the robustness monitors: when to run, on which images, and how results are logged.
+
+    Schedule: after training epoch `e` when `(e + 1) % every_n_epochs == 0` (0: once, when fit
+    ends). With `stage="train"` (default) it runs in `on_train_epoch_end`, where gradients exist
+    and that epoch's validation has already run; with `stage="validation"` in
+    `on_validation_epoch_end` of the scheduled epochs (Lightning validates under no_grad during
+    fit, which the callback lifts; a loop under `torch.inference_mode`, e.g. `trainer.validate()`
+    of a default Trainer, is refused in `setup`). Never during the sanity check.
+
+    Images: a subset of `n_samples` images drawn once with `seed` from `trainer.datamodule`'s
+    `val`/`test` dataloader (else the LightningModule's or the Trainer's), or from `inputs` and
+    `targets`. Under DDP each rank evaluates `subset[rank::world_size]` and the torchmetrics
+    states are reduced across ranks, so every rank logs the same values.
+
+    Every evaluation puts the module in eval mode and restores each submodule's own flag after,
+    takes gradients with `torch.autograd.grad` w.r.t. inputs only (parameter `.grad` is never
+    touched), logs its scalars with `LightningModule.log` (any logger, `trainer.callback_metrics`)
+    and `robustness/seconds/<name>`, and its figures through `MediaWriter` (never fatal).
+    `state_dict` keeps the epochs already evaluated and the subset seed, so a resumed run keeps
+    the same images and schedule.
+
+    Args:
+        every_n_epochs: evaluate every n-th epoch; 0 evaluates once, at the end of fit.
+        n_samples: size of the held-out subset (attacks use its correctly classified images).
+        split: "val" or "test": the dataloader the subset comes from.
+        stage: "train" or "validation" (see above).
+        inputs, targets: held-out images (B, C, H, W) in [0, 1] and labels (B,), instead of the
+            datamodule.
+        seed: seed of the subset and of every random draw of the evaluations; None draws one
+            (kept in the checkpoint).
+        log_images: log figures (example grids, curves) besides scalars.
+        n_images: images shown in the example grids.
+        internal_batch_size: largest batch of the attacks' and metrics' inner computations.
+    """
+
+    name = "robustness"
+
+    def __init__(
+        self, *, every_n_epochs: int = 1, n_samples: int = DEFAULT_N_SAMPLES, split: str = "val",
+        stage: str = "train", inputs: Tensor | None = None, targets: Tensor | None = None,
+        seed: int | None = 0, log_images: bool = True, n_images: int = 4,
+        internal_batch_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        check_non_negative(every_n_epochs, "every_n_epochs", integer=True)
+        check_positive(n_samples, "n_samples", integer=True)
+        check_choice(split, "split", SPLITS)
+        check_choice(stage, "stage", STAGES)
+        check_non_negative(n_images, "n_images", integer=True)
+        if seed is not None:
+            check_non_negative(seed, "seed", integer=True)
+        if internal_batch_size is not None:
+            check_positive(internal_batch_size, "internal_batch_size", integer=True)
+        if (inputs is None) != (targets is None):
+            raise ValueError("pass both `inputs` and `targets`, or neither (then the datamodule's "
+                             f"{split} dataloader gives the images)")
+        self.every_n_epochs, self.n_samples, self.split, self.stage = every_n_epochs, n_samples, split, stage
+        self.seed = int.from_bytes(os.urandom(4), "little") >> 1 if seed is None else seed
+        self.log_images, self.n_images, self.internal_batch_size = log_images, n_images, internal_batch_size
+        self._tensors = None if inputs is None else from_tensors(inputs, targets)
+        self._subset: tuple[Tensor, Tensor] | None = None
+        self._resolved_size: tuple[int, int] | None = None
+        self.evaluated_epochs: list[int] = []
+        self.last_report: Report | None = None
+        self.media = MediaWriter(type(self).__name__)
+
+    # ------------------------------------------------------------------------- for subclasses
+    def resolve(self, height: int, width: int) -> None:
+        """Fix size-dependent settings (epsilon, k, ...) before the first evaluation."""
+
+    def evaluate(self, model: nn.Module, inputs: Tensor, targets: Tensor, predictions: Tensor) -> Report:
+        """Evaluate this rank's images (model in eval mode, gradients enabled); return the report."""
+        raise NotImplementedError
+
+    @property
+    def seconds_key(self) -> str:
+        return f"robustness/seconds/{self.name}"
+
+    # ------------------------------------------------------------------------------- hooks
+    @property
+    @override
+    def state_key(self) -> str:
+        return self._generate_state_key(name=self.name, every_n_epochs=self.every_n_epochs,
+                                        split=self.split, stage=self.stage, n_samples=self.n_samples)
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self.stage != "validation":
+            return
+        loop = trainer.fit_loop.epoch_loop.val_loop if stage == "fit" else trainer.validate_loop
+        if stage in ("fit", "validate") and getattr(loop, "inference_mode", True):
+            raise RuntimeError(INFERENCE_MODE_ERROR.format(name=type(self).__name__))
+
+    @override
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.stage == "train" and self.due(trainer.current_epoch):
+            self.run(trainer, pl_module)
+
+    @override
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.stage != "validation" or trainer.sanity_checking:
+            return
+        fitting = trainer.state.fn == "fit"
+        if not fitting or self.due(trainer.current_epoch):
+            self.run(trainer, pl_module, record=fitting)
+
+    @override
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        last = max(trainer.current_epoch - 1, 0)
+        if self.every_n_epochs == 0 and last not in self.evaluated_epochs:
+            self.run(trainer, pl_module, epoch=last, via_module=False)
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {"evaluated_epochs": list(self.evaluated_epochs), "seed": self.seed}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.evaluated_epochs = [int(e) for e in state_dict.get("evaluated_epochs", [])]
+        self.seed = int(state_dict.get("seed", self.seed))
+        self._subset = None
+
+    # ------------------------------------------------------------------------------ running
+    def due(self, epoch: int) -> bool:
+        """Whether the schedule evaluates after epoch `epoch` (0-based) and it was not done yet."""
+        return (self.every_n_epochs > 0 and (epoch + 1) % self.every_n_epochs == 0
+                and epoch not in self.evaluated_epochs)
+
+    def held_out(self, trainer: pl.Trainer | None) -> tuple[Tensor, Tensor]:
+        """The whole subset (all ranks), on the CPU; taken on first use and kept."""
+        if self._subset is None:
+            if self._tensors is not None:
+                self._subset = select(*self._tensors, self.n_samples, self.seed)
+            elif trainer is None:
+                raise ValueError("no `inputs`/`targets` given and no Trainer to take images from")
+            else:
+                self._subset = from_trainer(trainer, self.split, self.n_samples, self.seed)
+        return self._subset
+
+    def run(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *, epoch: int | None = None,
+            via_module: bool = True, record: bool = True) -> Report:
+        """Evaluate now on this rank's shard and log; returns the report (also `last_report`)."""
+        start = time.perf_counter()
+        epoch = trainer.current_epoch if epoch is None else epoch
+        inputs, targets = self.held_out(trainer)
+        if self._resolved_size is None:
+            self._resolved_size = (inputs.shape[-2], inputs.shape[-1])
+            self.resolve(*self._resolved_size)
+        inputs, targets = shard(inputs, targets, trainer.global_rank, trainer.world_size)
+        inputs, targets = inputs.to(pl_module.device), targets.to(pl_module.device)
+        model = evaluated_model(pl_module)
+        with modes_restored(pl_module), torch.enable_grad():
+            if torch.is_inference_mode_enabled():
+                raise RuntimeError(INFERENCE_MODE_ERROR.format(name=type(self).__name__))
+            pl_module.eval()
+            report = self.evaluate(model, inputs, targets, predict(model, inputs, self.internal_batch_size))
+        if self.log_images:
+            self.media.write_media(trainer, report, epoch)
+        report.scalars[self.seconds_key] = time.perf_counter() - start
+        if via_module:
+            sync = trainer.world_size > 1
+            for key, value in report.scalars.items():
+                pl_module.log(key, float(value), on_step=False, on_epoch=True, sync_dist=sync, batch_size=1)
+        else:
+            self.media.write_scalars(trainer, report.scalars)
+        if record:
+            self.evaluated_epochs.append(epoch)
+        self.last_report = report
+        return report
+
+
+def evaluated_model(pl_module: pl.LightningModule) -> nn.Module:
+    """The classifier a monitor explains: `pl_module.model` when it is a module, else `pl_module`."""
+    model = getattr(pl_module, "model", None)
+    return model if isinstance(model, nn.Module) else pl_module
+
+
+def predict(model: nn.Module, inputs: Tensor, batch_size: int | None) -> Tensor:
+    """Predicted labels (B,), without gradients, in chunks."""
+    if inputs.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.long, device=inputs.device)
+    step = batch_size or inputs.shape[0]
+    with torch.no_grad():
+        return torch.cat([model(inputs[i:i + step]).argmax(1) for i in range(0, inputs.shape[0], step)])
+
+
+@contextmanager
+def modes_restored(module: nn.Module) -> Iterator[None]:
+    """Restore every submodule's own train/eval flag on exit (not one flag for all)."""
+    modes = [(m, m.training) for m in module.modules()]
+    try:
+        yield
+    finally:
+        for m, mode in modes:
+            m.training = mode

@@ -1,0 +1,127 @@
+"""FragilityMonitor: how far fragility attacks move the explanations, logged while the model trains."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from torch import Tensor, nn
+
+from robust_train._validation import check_positive
+from robust_train.callbacks._base import RobustnessCallback
+from robust_train.callbacks._checks import (
+    check_explainer,
+    check_names,
+    check_optional_positive,
+    compute_quietly,
+    explainer_name,
+)
+from robust_train.callbacks._figures import AttackExamples, Report, first_rows
+from robust_train.evaluation import ATTACKS, EvaluationSettings, target_region
+from robust_train.metrics.fragility import METRICS, ExplanationFragility
+
+DEFAULT_ATTACKS = ("random_sign", "topk", "mass_center")
+DEFAULT_ATTACK_STEPS = 10
+
+
+class FragilityMonitor(RobustnessCallback):
+    """Attack the explanations of held-out images during training (Ghorbani, Abid & Zou, AAAI 2019).
+
+    At each scheduled evaluation, every attack in `attacks` perturbs the correctly classified
+    images of the held-out subset within an L_inf ball of `epsilon` (label kept, see
+    `robust_train.attacks.fragility_attack`), and the dataset means of the dissimilarity between
+    clean and attacked maps are logged as `robustness/<attack>/<metric>` for metric in
+    topk_intersection, spearman, kendall, center_shift (plus `robustness/n_attacked` and
+    `robustness/seconds/fragility`). The means go through `ExplanationFragility`, so they are
+    reduced correctly across DDP ranks. With figures on, `robustness/<attack>/examples` shows
+    the first `n_images` attacked images: input, clean map, attacked input, attacked map.
+
+    Defaults follow `robust_train.evaluation.EvaluationSettings.resolved` (epsilon 0.1 up to
+    28 px, else 8/255; k an eighth of the pixels), with fewer steps to stay cheap.
+
+    Args:
+        attacks: objectives among "random_sign", "topk", "mass_center", "targeted" (the targeted
+            region is the top-left quarter, as in `robust-train evaluate`).
+        explainer: the attacked explainer (name or differentiable callable).
+        epsilon: L_inf budget in pixel units; None: from the image size.
+        n_steps: attack iterations.
+        k: top-k size of the "topk" objective and of the reported intersection; None: H*W // 8.
+        step_size: per-step size; None: the attack's default (epsilon / 8).
+        surrogate_beta: softplus beta of the surrogate giving the attack direction.
+        n_restarts: attack restarts (the worst case is kept).
+        **kwargs: schedule, subset and logging options of `RobustnessCallback`.
+
+    Example:
+        >>> monitor = FragilityMonitor(attacks=["topk"], n_samples=16, every_n_epochs=2)
+        >>> monitor.attacks, monitor.every_n_epochs
+        (('topk',), 2)
+    """
+
+    name = "fragility"
+
+    def __init__(
+        self, attacks: Sequence[str] = DEFAULT_ATTACKS, *, explainer: str | Callable[..., Any] = "saliency",
+        epsilon: float | None = None, n_steps: int = DEFAULT_ATTACK_STEPS, k: int | None = None,
+        step_size: float | None = None, surrogate_beta: float | None = 10.0, n_restarts: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.attacks: tuple[str, ...] = check_names(attacks, "attacks", ATTACKS)
+        gradient_attacks = any(a != "random_sign" for a in self.attacks)
+        self.explainer = check_explainer(explainer, "explainer", differentiable=gradient_attacks)
+        check_optional_positive(epsilon, "epsilon")
+        check_optional_positive(k, "k", integer=True)
+        check_optional_positive(step_size, "step_size")
+        check_optional_positive(surrogate_beta, "surrogate_beta")
+        check_positive(n_steps, "n_steps", integer=True)
+        check_positive(n_restarts, "n_restarts", integer=True)
+        self.settings = EvaluationSettings(n_samples=self.n_samples, attacks=self.attacks, epsilon=epsilon,
+                                           n_steps=n_steps, k=k)
+        self.step_size, self.surrogate_beta, self.n_restarts = step_size, surrogate_beta, n_restarts
+        self.epsilon: float | None = None
+        self.k: int | None = None
+
+    def resolve(self, height: int, width: int) -> None:
+        """Size-dependent epsilon and k, from `EvaluationSettings.resolved`."""
+        resolved = dataclasses.replace(self.settings, n_samples=self.n_samples).resolved((height, width))
+        self.epsilon, self.k = float(resolved.epsilon), int(resolved.k)  # type: ignore[arg-type]
+
+    def evaluate(self, model: nn.Module, inputs: Tensor, targets: Tensor, predictions: Tensor) -> Report:
+        """Attack this rank's correctly classified images with each objective."""
+        from robust_train.attacks import fragility_attack
+
+        if self.epsilon is None:
+            self.resolve(inputs.shape[-2], inputs.shape[-1])
+        correct = predictions == targets
+        x, y = inputs[correct], targets[correct]
+        report = Report()
+        n_attacked = 0.0
+        for attack in self.attacks:
+            # The metric only accumulates results here; its own attack settings are unused.
+            metric = ExplanationFragility(objective="topk" if attack == "targeted" else attack,
+                                          epsilon=self.epsilon).to(inputs.device)
+            if x.shape[0]:
+                region = (target_region(x.shape[-2], x.shape[-1]).to(x.device)
+                          if attack == "targeted" else None)
+                result = fragility_attack(
+                    model, x, y, explainer=self.explainer, objective=attack, epsilon=self.epsilon,
+                    step_size=self.step_size, n_steps=self.settings.n_steps, k=self.k,
+                    target_region=region, n_restarts=self.n_restarts, surrogate_beta=self.surrogate_beta,
+                    seed=self.seed, internal_batch_size=self.internal_batch_size)
+                metric.update(result)
+                if self.log_images and self.n_images:
+                    n = self.n_images
+                    report.examples[f"robustness/{attack}/examples"] = AttackExamples(
+                        title=f"{attack} attack on {explainer_name(self.explainer)} (eps={self.epsilon:.3g})",
+                        inputs=first_rows(x, n), clean_maps=first_rows(result.clean_map, n),
+                        adversarial=first_rows(result.adversarial, n),
+                        attacked_maps=first_rows(result.attacked_map, n),
+                        scores=first_rows(result.topk_intersection, n))
+            values = compute_quietly(metric)
+            for key in METRICS:
+                report.scalars[f"robustness/{attack}/{key}"] = float(values[key])
+            n_attacked = float(values["n_samples"])
+        report.scalars["robustness/n_attacked"] = n_attacked
+        return report
+

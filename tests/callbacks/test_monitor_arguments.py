@@ -1,0 +1,124 @@
+"""Bad arguments are refused where they enter, naming the argument; subset selection and sharding."""
+
+from __future__ import annotations
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from callbacks.monitor_helpers import CHEAP_FRAGILITY, CHEAP_LIPSCHITZ, TRAINER
+from helpers import digits_tensors
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+
+from robust_train.callbacks import (
+    FidelityMonitor,
+    FragilityMonitor,
+    LipschitzMonitor,
+    RobustnessMonitor,
+)
+from robust_train.callbacks._subset import from_dataloader, select, shard
+
+BAD = [
+    (LipschitzMonitor, dict(every_n_epochs=-1), ValueError, "every_n_epochs"),
+    (LipschitzMonitor, dict(every_n_epochs=1.5), TypeError, "every_n_epochs"),
+    (FidelityMonitor, dict(n_samples=0), ValueError, "n_samples"),
+    (FragilityMonitor, dict(n_samples=-3), ValueError, "n_samples"),
+    (FragilityMonitor, dict(attacks=["topk", "nope"]), ValueError, "attacks"),
+    (FragilityMonitor, dict(attacks=[]), ValueError, "attacks"),
+    (FragilityMonitor, dict(attacks=["topk", "topk"]), ValueError, "attacks"),
+    (FragilityMonitor, dict(explainer="nope"), ValueError, "explainer"),
+    (FragilityMonitor, dict(explainer="meaningful_perturbation"), ValueError, "explainer"),
+    (FragilityMonitor, dict(epsilon=0.0), ValueError, "epsilon"),
+    (FragilityMonitor, dict(n_steps=0), ValueError, "n_steps"),
+    (FragilityMonitor, dict(k=0), ValueError, "k"),
+    (LipschitzMonitor, dict(explainers=["saliency", "nope"]), ValueError, "explainers"),
+    (LipschitzMonitor, dict(explainers=[42]), TypeError, "explainers"),
+    (LipschitzMonitor, dict(radius=-0.1), ValueError, "radius"),
+    (LipschitzMonitor, dict(lipschitz_samples=0), ValueError, "lipschitz_samples"),
+    (LipschitzMonitor, dict(search="grid"), ValueError, "search"),
+    (FidelityMonitor, dict(explainers="nope"), ValueError, "explainers"),
+    (FidelityMonitor, dict(fidelity_steps=0), ValueError, "fidelity_steps"),
+    (FidelityMonitor, dict(perturbation="black"), ValueError, "perturbation"),
+    (RobustnessMonitor, dict(include=["fragility", "speed"]), ValueError, "include"),
+    (RobustnessMonitor, dict(attacks=["nope"]), ValueError, "attacks"),
+    (RobustnessMonitor, dict(explainers=["nope"]), ValueError, "explainers"),
+    (LipschitzMonitor, dict(split="train"), ValueError, "split"),
+    (LipschitzMonitor, dict(stage="test"), ValueError, "stage"),
+    (LipschitzMonitor, dict(seed=-1), ValueError, "seed"),
+    (LipschitzMonitor, dict(n_images=-1), ValueError, "n_images"),
+    (LipschitzMonitor, dict(internal_batch_size=0), ValueError, "internal_batch_size"),
+    (LipschitzMonitor, dict(inputs=torch.rand(4, 1, 8, 8)), ValueError, "targets"),
+    (LipschitzMonitor, dict(inputs=torch.rand(4, 1, 8, 8) * 3, targets=torch.zeros(4, dtype=torch.long)),
+     ValueError, "inputs"),
+    (LipschitzMonitor, dict(inputs=torch.rand(4, 1, 8, 8), targets=torch.zeros(3, dtype=torch.long)),
+     ValueError, "targets"),
+]
+
+
+@pytest.mark.parametrize("cls, kwargs, error, name", BAD,
+                         ids=[f"{c.__name__}-{next(iter(k))}-{i}" for i, (c, k, _, _) in enumerate(BAD)])
+def test_bad_arguments_name_the_argument(cls, kwargs, error, name):
+    with pytest.raises(error, match=rf"`{name}`"):
+        cls(**kwargs)
+
+
+def test_k_larger_than_the_image_is_refused_at_the_first_evaluation(module, data):
+    monitor = FragilityMonitor(k=65, **CHEAP_FRAGILITY)
+    trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, callbacks=[monitor],
+                         **TRAINER)
+    with pytest.raises(ValueError, match=r"`k` must lie in \[1, 64\]"):
+        trainer.fit(module, datamodule=data)
+
+
+def test_select_is_seeded_sorted_and_a_subset():
+    x, y = torch.rand(50, 1, 2, 2), torch.arange(50)
+    a = select(x, y, 10, seed=1)
+    b = select(x, y, 10, seed=1)
+    c = select(x, y, 10, seed=2)
+    assert torch.equal(a[1], b[1]) and not torch.equal(a[1], c[1])
+    assert a[1].tolist() == sorted(a[1].tolist()) and len(set(a[1].tolist())) == 10
+    assert torch.equal(a[0], x[a[1]])
+    assert select(x, y, 80, seed=0)[1].tolist() == list(range(50))  # fewer images than asked: all
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 7])
+def test_shards_partition_the_subset(world_size):
+    x, y = torch.rand(10, 1, 2, 2), torch.arange(10)
+    parts = [shard(x, y, rank, world_size)[1].tolist() for rank in range(world_size)]
+    assert sorted(sum(parts, [])) == list(range(10))
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+
+
+class Stream(IterableDataset):
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __iter__(self):
+        return zip(self.x, self.y, strict=True)
+
+
+def test_subset_from_map_style_and_iterable_loaders():
+    x, y = digits_tensors()
+    x, y = x[:100], y[:100]
+    mx, my = from_dataloader(DataLoader(TensorDataset(x, y), batch_size=16), 12, 3, "val dataloader")
+    rows = select(x, y, 12, 3)
+    assert torch.equal(mx, rows[0]) and torch.equal(my, rows[1])  # same rows as select()
+    ix, iy = from_dataloader(DataLoader(Stream(x, y), batch_size=5), 12, 3, "val dataloader")
+    assert torch.equal(ix, x[:12]) and torch.equal(iy, y[:12])  # iterable: the first ones
+    with pytest.raises(ValueError, match="held-out images of the val dataloader"):
+        from_dataloader(DataLoader(TensorDataset(x * 16, y), batch_size=16), 12, 3, "val dataloader")
+
+
+def test_constructor_tensors_and_test_split_are_used(module, data):
+    x, y = digits_tensors()
+    given = LipschitzMonitor(inputs=x[:40], targets=y[:40], log_images=False, **CHEAP_LIPSCHITZ)
+    from_test = LipschitzMonitor(split="test", log_images=False, **CHEAP_LIPSCHITZ)
+    trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
+                         callbacks=[given, from_test], **TRAINER)
+    trainer.fit(module, datamodule=data)
+    gx, _ = given.held_out(trainer)
+    assert gx.shape[0] == CHEAP_LIPSCHITZ["n_samples"]
+    assert torch.equal(gx, select(x[:40], y[:40], CHEAP_LIPSCHITZ["n_samples"], 0)[0])
+    tx, ty = from_test.held_out(trainer)
+    test_x = torch.stack([v[0] for v in data.test])
+    assert all((test_x == img).flatten(1).all(1).any() for img in tx)
+    assert from_test.held_out(trainer)[0] is tx  # taken once, then kept

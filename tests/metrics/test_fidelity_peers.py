@@ -57,7 +57,7 @@ def test_linear_imputation_equals_quantus_sparse_solve(fraction):
     for b in range(4):
         indices = np.flatnonzero(missing[b, 0].numpy())
         expected = noisy_linear_imputation(x[b].double().numpy(), indices, noise=0.0)
-        np.testing.assert_allclose(ours[b].numpy(), expected, atol=2e-5)
+        np.testing.assert_allclose(ours[b].numpy(), expected, atol=1e-4)
 
 
 def test_imputation_curves_equal_reference_with_quantus_imputation():

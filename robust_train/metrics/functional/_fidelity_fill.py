@@ -6,7 +6,7 @@ neighbours (weight 1/6 for the 4 direct, 1/12 for the 4 diagonal neighbours, onl
 inside the image count), kept pixels are fixed, then Gaussian noise is added. The linear system is
 the graph Laplacian of the removed pixels with the kept ones as boundary values; it is symmetric
 positive semi-definite, so it is solved matrix-free, for every image and channel at once, by
-conjugate gradients with convolutions. A removed region that touches no kept pixel keeps the
+conjugate gradients with shifted sums. A removed region that touches no kept pixel keeps the
 starting value (the clean image's channel mean).
 """
 
@@ -70,10 +70,12 @@ def gaussian_blur(images: Tensor, sigma: float) -> Tensor:
     return F.conv2d(rows, kernel.view(1, 1, 1, -1).repeat(channels, 1, 1, 1), groups=channels)
 
 
-def _neighbour_kernel(images: Tensor) -> Tensor:
-    diagonal, direct = 1.0 / 12.0, 1.0 / 6.0
-    k = [[diagonal, direct, diagonal], [direct, 0.0, direct], [diagonal, direct, diagonal]]
-    return torch.tensor(k, device=images.device, dtype=images.dtype).view(1, 1, 3, 3)
+def _neighbour_sum(v: Tensor) -> Tensor:
+    """Weighted sum over the 8 neighbours inside the image: 1/6 direct, 1/12 diagonal."""
+    p = F.pad(v, (1, 1, 1, 1))
+    direct = p[..., :-2, 1:-1] + p[..., 2:, 1:-1] + p[..., 1:-1, :-2] + p[..., 1:-1, 2:]
+    diagonal = p[..., :-2, :-2] + p[..., :-2, 2:] + p[..., 2:, :-2] + p[..., 2:, 2:]
+    return direct / 6.0 + diagonal / 12.0
 
 
 def linear_imputation(
@@ -82,7 +84,7 @@ def linear_imputation(
     start: Tensor,
     *,
     max_iter: int | None = None,
-    tol: float = 1e-5,
+    tol: float = 1e-6,
 ) -> Tensor:
     """ROAD linear imputation (without noise) of the `missing` pixels of every image.
 
@@ -91,7 +93,9 @@ def linear_imputation(
         missing: bool (R, 1, H, W), True where a pixel is removed (all channels).
         start: starting values broadcastable to (R, C, 1, 1).
         max_iter: conjugate-gradient iterations (default 4 * (H + W)).
-        tol: stop when every residual norm is below `tol` times its right-hand side norm.
+        tol: stop when every residual norm is below `tol` times the larger of its right-hand
+            side norm and sqrt(number of removed pixels) (an RMS floor: a right-hand side of
+            zeros, as on a black background, has no relative scale).
 
     Returns:
         (R, C, H, W): `images` with the missing pixels replaced by the imputed values.
@@ -103,33 +107,33 @@ def linear_imputation(
         [[[[0.0, 0.5, 1.0]]]]
     """
     r, c, h, w = images.shape
-    kernel = _neighbour_kernel(images)
     mask = missing.expand(r, c, h, w).reshape(r * c, 1, h, w).to(images.dtype)
     known = images.reshape(r * c, 1, h, w) * (1 - mask)
-    degree = F.conv2d(torch.ones_like(mask[:1]), kernel, padding=1)
+    degree = _neighbour_sum(torch.ones_like(mask[:1]))
 
     def operator(v: Tensor) -> Tensor:
-        return mask * (degree * v - F.conv2d(mask * v, kernel, padding=1))
+        return mask * (degree * v - _neighbour_sum(mask * v))
 
     def dot(a: Tensor, b: Tensor) -> Tensor:
         return (a * b).flatten(1).sum(1).view(-1, 1, 1, 1)
 
-    rhs = mask * F.conv2d(known, kernel, padding=1)
+    rhs = mask * _neighbour_sum(known)
     x = mask * start.expand(r, c, 1, 1).reshape(r * c, 1, 1, 1)
     residual = rhs - operator(x)
     direction = residual
     rs = dot(residual, residual)
-    threshold = (tol**2) * dot(rhs, rhs).clamp_min(1e-30)
+    threshold = (tol**2) * torch.maximum(dot(rhs, rhs), mask.flatten(1).sum(1).view(-1, 1, 1, 1))
     for _ in range(4 * (h + w) if max_iter is None else max_iter):
-        if bool((rs <= threshold).all()):
+        active = rs > threshold  # converged systems stop moving: results do not depend on chunks
+        if not bool(active.any()):
             break
         applied = operator(direction)
         curvature = dot(direction, applied)
-        alpha = torch.where(curvature > 0, rs / curvature.clamp_min(1e-30), torch.zeros_like(rs))
+        alpha = torch.where(active & (curvature > 0), rs / curvature.clamp_min(1e-30), 0.0)
         x = x + alpha * direction
         residual = residual - alpha * applied
         rs_new = dot(residual, residual)
-        beta = torch.where(rs > 0, rs_new / rs.clamp_min(1e-30), torch.zeros_like(rs))
+        beta = torch.where(rs > 0, rs_new / rs.clamp_min(1e-30), 0.0)
         direction = residual + beta * direction
         rs = rs_new
     return (known + mask * x).reshape(r, c, h, w)

@@ -33,10 +33,13 @@ def read_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> 
     try:
         return torch.load(file, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError:
-        pass
+        pass  # Python objects inside: retry with full unpickling below
     except Exception as err:
         raise RuntimeError(f"cannot read {str(file)!r} as a torch checkpoint: {err}") from err
-    return torch.load(file, map_location=map_location, weights_only=False)
+    try:
+        return torch.load(file, map_location=map_location, weights_only=False)
+    except Exception as err:
+        raise RuntimeError(f"cannot read {str(file)!r} as a torch checkpoint: {err}") from err
 
 
 def load_classifier(

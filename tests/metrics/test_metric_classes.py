@@ -188,3 +188,12 @@ def test_fidelity_update_arguments():
         Fidelity(n_steps=0)
     with pytest.warns(UserWarning, match="before the ``update``"):
         assert math.isnan(float(Fidelity(n_steps=2).compute()["fidelity_low"]))
+
+
+def test_forward_returns_the_batch_value_and_accumulates():
+    metric = LocalLipschitz(saliency)
+    batch = metric(values=torch.tensor([1.0, 2.0]))
+    torch.testing.assert_close(batch["mean"], torch.tensor(1.5))
+    metric(values=torch.tensor([6.0]))
+    torch.testing.assert_close(metric.compute()["mean"], torch.tensor(3.0))
+    torch.testing.assert_close(metric.compute()["max"], torch.tensor(6.0))

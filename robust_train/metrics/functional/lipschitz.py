@@ -29,17 +29,18 @@ from robust_train.metrics.functional._lipschitz_parts import (
     NORMALIZATIONS,
     NORMS,
     SAMPLINGS,
-    draw_offsets,
-    explanation_vectors,
-    project,
     sample_perturbations,
 )
-from robust_train.metrics.functional._lipschitz_search import ascend, evaluate_rows
+from robust_train.metrics.functional._lipschitz_search import (
+    Ball,
+    Problem,
+    gradient_search,
+    random_search,
+)
 from robust_train.metrics.functional._metric_utils import (
     check_batch_size,
     make_generator,
     resolve_explainer,
-    row_chunks,
 )
 
 __all__ = ["local_lipschitz_estimate", "lipschitz_ratios", "sample_perturbations"]
@@ -127,55 +128,12 @@ def local_lipschitz_estimate(
     gen = make_generator(generator, seed, inputs.device)
     step = 2.5 * radius / n_steps if step_size is None else float(step_size)
 
-    batch = inputs.shape[0]
-    clean_vectors = _clean_vectors(model, explain, inputs, target, internal_batch_size, settings)
+    problem = Problem(model, explain, inputs, target, settings, internal_batch_size)
+    ball = Ball(float(radius), norm, sampling, clamp)
     n_restarts = n_samples // n_steps if search == "gradient" else 0
-    n_random = n_samples - n_restarts * n_steps
-    best = torch.zeros(batch, device=inputs.device, dtype=inputs.dtype)
-    for k, offsets in _offset_groups(
-        inputs, n_random, batch, internal_batch_size, radius, norm, sampling, gen
-    ):
-        perturbed = inputs.repeat(k, 1, 1, 1) + offsets
-        perturbed = perturbed.clamp(0.0, 1.0) if clamp else perturbed
-        values = evaluate_rows(
-            model,
-            explain,
-            inputs.repeat(k, 1, 1, 1),
-            target.repeat(k),
-            clean_vectors.repeat(k, 1),
-            perturbed,
-            internal_batch_size,
-            settings,
-        )
-        best = torch.maximum(best, values.view(k, batch).amax(0))
-    for k, offsets in _offset_groups(
-        inputs, n_restarts, batch, internal_batch_size, radius, norm, sampling, gen
-    ):
-        clean, targets = inputs.repeat(k, 1, 1, 1), target.repeat(k)
-        vectors, start = (
-            clean_vectors.repeat(k, 1),
-            project(clean, clean + offsets, radius, norm, clamp),
-        )
-        values = torch.cat(
-            [
-                ascend(
-                    model,
-                    explain,
-                    clean[a:b],
-                    targets[a:b],
-                    vectors[a:b],
-                    start[a:b],
-                    n_steps=n_steps,
-                    step_size=step,
-                    radius=radius,
-                    norm=norm,
-                    clamp=clamp,
-                    settings=settings,
-                )
-                for a, b in row_chunks(k * batch, internal_batch_size)
-            ]
-        )
-        best = torch.maximum(best, values.view(k, batch).amax(0))
+    best = random_search(problem, n_samples - n_restarts * n_steps, ball, gen)
+    if n_restarts:
+        best = torch.maximum(best, gradient_search(problem, n_restarts, n_steps, step, ball, gen))
     return best
 
 
@@ -225,19 +183,8 @@ def lipschitz_ratios(
     check_batch_size(internal_batch_size)
     _check_gradients_available()
     explain = resolve_explainer(explainer)
-    n = perturbed.shape[0]
-    clean_vectors = _clean_vectors(model, explain, inputs, target, internal_batch_size, settings)
-    values = evaluate_rows(
-        model,
-        explain,
-        inputs.repeat(n, 1, 1, 1),
-        target.repeat(n),
-        clean_vectors.repeat(n, 1),
-        perturbed.flatten(0, 1),
-        internal_batch_size,
-        settings,
-    )
-    return values.view(n, inputs.shape[0])
+    problem = Problem(model, explain, inputs, target, settings, internal_batch_size)
+    return problem.ratios(perturbed.flatten(0, 1)).view(perturbed.shape[0], inputs.shape[0])
 
 
 def _compare_settings(normalize_maps: str, map: str, map_norm: str, divide: bool) -> dict:
@@ -256,21 +203,3 @@ def _check_gradients_available() -> None:
             "was called under torch.inference_mode (Lightning validation/test "
             "loops); call it from a training hook or a Trainer(inference_mode=False)"
         )
-
-
-def _clean_vectors(model, explain, inputs, target, chunk, settings) -> Tensor:
-    parts = []
-    for start, stop in row_chunks(inputs.shape[0], chunk):
-        e = explain(model, inputs[start:stop], target[start:stop], create_graph=False).detach()
-        parts.append(explanation_vectors(e, settings["map"], settings["normalize"]))
-    return torch.cat(parts)
-
-
-def _offset_groups(inputs, n_total, batch, chunk, radius, norm, sampling, gen):
-    """Yield (k, offsets (k*B, C, H, W)) for consecutive groups of k samples, drawn in order."""
-    per_group = n_total if chunk is None else max(1, chunk // batch)
-    done = 0
-    while done < n_total:
-        k = min(per_group, n_total - done)
-        yield k, torch.cat([draw_offsets(inputs, radius, norm, sampling, gen) for _ in range(k)])
-        done += k

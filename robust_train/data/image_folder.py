@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from torch.utils.data import Dataset, random_split
+from torch.utils.data import random_split
 from torchvision import transforms
 from torchvision.datasets import ImageFolder
 
@@ -98,15 +98,15 @@ class ImageFolderDataModule(ImageDataModule):
 
     @property
     def in_channels(self) -> int:
-        return 1 if self.hparams.grayscale else 3
+        return 1 if self.hparams["grayscale"] else 3
 
     @property
     def image_size(self) -> tuple[int, int]:
         return self.size
 
-    def _folder(self, split: str) -> Dataset:
+    def _folder(self, split: str) -> ImageFolder:
         steps: list[object] = [transforms.Resize(self.size)]
-        if self.hparams.grayscale:
+        if self.hparams["grayscale"]:
             steps.append(transforms.Grayscale(num_output_channels=1))
         steps.append(transforms.ToTensor())
         return _FixedClassesFolder(str(self._split_dir(split)), self.class_names, transforms.Compose(steps))
@@ -120,13 +120,13 @@ class ImageFolderDataModule(ImageDataModule):
         if self._split_dir("val").is_dir():
             self.train_set, self.val_set = train, self._folder("val")
         else:
-            n_val = int(round(self.hparams.val_fraction * len(train)))
+            n_val = int(round(self.hparams["val_fraction"] * len(train)))
             if n_val < 1 or n_val >= len(train):
                 raise ValueError(
-                    f"val_fraction={self.hparams.val_fraction} of {len(train)} training images leaves an "
+                    f"val_fraction={self.hparams['val_fraction']} of {len(train)} training images leaves an "
                     f"empty split; add {str(self._split_dir('val'))!r} or change val_fraction"
                 )
-            generator = torch.Generator().manual_seed(self.hparams.seed)
+            generator = torch.Generator().manual_seed(self.hparams["seed"])
             self.train_set, self.val_set = random_split(train, [len(train) - n_val, n_val], generator=generator)
         if self._split_dir("test").is_dir():
             self.test_set = self._folder("test")

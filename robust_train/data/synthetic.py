@@ -56,11 +56,11 @@ class SyntheticDataModule(ImageDataModule):
 
     @property
     def class_names(self) -> list[str]:
-        return [f"class_{i}" for i in range(self.hparams.num_classes)]
+        return [f"class_{i}" for i in range(self.hparams["num_classes"])]
 
     @property
     def in_channels(self) -> int:
-        return int(self.hparams.in_channels)
+        return int(self.hparams["in_channels"])
 
     @property
     def image_size(self) -> tuple[int, int]:
@@ -68,18 +68,18 @@ class SyntheticDataModule(ImageDataModule):
 
     def _make(self, n: int, generator: torch.Generator, templates: torch.Tensor) -> TensorDataset:
         hp = self.hparams
-        targets = torch.randint(0, hp.num_classes, (n,), generator=generator)
-        noise = torch.rand((n, hp.in_channels, *self.size), generator=generator)
-        images = ((1.0 - hp.noise) * templates[targets] + hp.noise * noise).clamp_(0.0, 1.0)
+        targets = torch.randint(0, hp["num_classes"], (n,), generator=generator)
+        noise = torch.rand((n, hp["in_channels"], *self.size), generator=generator)
+        images = ((1.0 - hp["noise"]) * templates[targets] + hp["noise"] * noise).clamp_(0.0, 1.0)
         return TensorDataset(images, targets)
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
             return
         hp = self.hparams
-        generator = torch.Generator().manual_seed(hp.seed)
-        templates = torch.rand((hp.num_classes, hp.in_channels, *self.size), generator=generator)
-        n_eval = max(1, hp.num_samples // 4)
-        self.train_set = self._make(hp.num_samples, generator, templates)
+        generator = torch.Generator().manual_seed(hp["seed"])
+        templates = torch.rand((hp["num_classes"], hp["in_channels"], *self.size), generator=generator)
+        n_eval = max(1, hp["num_samples"] // 4)
+        self.train_set = self._make(hp["num_samples"], generator, templates)
         self.val_set = self._make(n_eval, generator, templates)
         self.test_set = self._make(n_eval, generator, templates)

@@ -102,11 +102,11 @@ class _TorchvisionDataModule(ImageDataModule):
         hp = self.hparams
         train_images, train_targets = self._as_images(self._open(train=True))
         test_images, test_targets = self._as_images(self._open(train=False))
-        if hp.val_size >= len(train_images):
-            raise ValueError(f"`val_size` {hp.val_size} must be smaller than the {len(train_images)} training images")
-        order = torch.randperm(len(train_images), generator=torch.Generator().manual_seed(hp.seed))
-        val_idx, train_idx = order[: hp.val_size], order[hp.val_size:]
-        n = hp.subset
+        if hp["val_size"] >= len(train_images):
+            raise ValueError(f"`val_size` {hp['val_size']} must be smaller than the {len(train_images)} training images")
+        order = torch.randperm(len(train_images), generator=torch.Generator().manual_seed(hp["seed"]))
+        val_idx, train_idx = order[: hp["val_size"]], order[hp["val_size"]:]
+        n = hp["subset"]
         self.train_set = ImageTensorDataset(train_images[train_idx[:n]], train_targets[train_idx[:n]], self.resize)
         self.val_set = ImageTensorDataset(train_images[val_idx[:n]], train_targets[val_idx[:n]], self.resize)
         self.test_set = ImageTensorDataset(test_images[:n], test_targets[:n], self.resize)

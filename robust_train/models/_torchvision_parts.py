@@ -60,12 +60,13 @@ def replace_head(model: nn.Module, num_classes: int) -> None:
     """Swap the final layer for a freshly initialised one with `num_classes` outputs."""
     parent, attr, _ = find_head(model)
     old = getattr(parent, attr)
+    new: nn.Module
     if isinstance(old, nn.Linear):
-        new: nn.Module = nn.Linear(old.in_features, num_classes, bias=old.bias is not None)
+        new = nn.Linear(old.in_features, num_classes, bias=old.bias is not None)
     else:  # SqueezeNet's 1x1 convolution
         new = nn.Conv2d(old.in_channels, num_classes, old.kernel_size, old.stride, old.padding)
         if hasattr(model, "num_classes"):
-            model.num_classes = num_classes
+            setattr(model, "num_classes", num_classes)  # noqa: B010 (not a tensor/module attribute)
     setattr(parent, attr, new)
 
 
@@ -75,13 +76,13 @@ def adapt_first_conv(model: nn.Module, in_channels: int) -> None:
     for module in model.modules():
         for attr, child in module.named_children():
             if isinstance(child, nn.Conv2d) and child.in_channels == 3:
-                new = nn.Conv2d(in_channels, child.out_channels, child.kernel_size, child.stride,
-                                child.padding, child.dilation, child.groups, child.bias is not None,
-                                child.padding_mode)
+                new = nn.Conv2d(in_channels, child.out_channels, child.kernel_size,  # type: ignore[arg-type]
+                                child.stride, child.padding, child.dilation,  # type: ignore[arg-type]
+                                child.groups, child.bias is not None, child.padding_mode)
                 with torch.no_grad():
                     mean = child.weight.mean(dim=1, keepdim=True)
                     new.weight.copy_(mean.repeat(1, in_channels, 1, 1) * (3.0 / in_channels))
-                    if child.bias is not None:
+                    if child.bias is not None and new.bias is not None:
                         new.bias.copy_(child.bias)
                 setattr(module, attr, new)
                 return
@@ -110,7 +111,7 @@ def expose_functional_relus(model: nn.Module) -> int:
     for module in list(model.modules()):
         for attr, child in list(module.named_children()):
             if type(child).__name__ == "BasicConv2d" and hasattr(child, "conv") and hasattr(child, "bn"):
-                setattr(module, attr, ConvBNReLU(child.conv, child.bn))
+                setattr(module, attr, ConvBNReLU(getattr(child, "conv"), getattr(child, "bn")))  # noqa: B009
                 count += 1
     return count
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from pytorch_lightning import LightningDataModule
 from pytorch_lightning.callbacks import ModelCheckpoint
-from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
+from pytorch_lightning.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
 from robust_train.module import RobustClassifier
 
@@ -24,6 +25,20 @@ DEFAULT_LOGGER = {
     "class_path": "robust_train.loggers.SafeWandbLogger",
     "init_args": {"save_dir": "runs", "project": "robust-train"},
 }
+
+
+class SaveConfigNextToCheckpoints(SaveConfigCallback):
+    """Write the resolved config as config.yaml in the checkpoint folder (not the working directory)."""
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if self.already_saved or trainer.checkpoint_callback is None or not trainer.checkpoint_callback.dirpath:
+            return
+        if trainer.is_global_zero:
+            folder = Path(trainer.checkpoint_callback.dirpath)
+            folder.mkdir(parents=True, exist_ok=True)
+            self.parser.save(self.config, str(folder / self.config_filename), skip_none=False, overwrite=True,
+                             multifile=self.multifile)
+        self.already_saved = True
 
 
 class RobustCLI(LightningCLI):
@@ -65,6 +80,7 @@ def lightning_main(args: Sequence[str] | None = None, run: bool = True) -> Robus
         LightningDataModule,
         subclass_mode_data=True,
         trainer_defaults={"logger": DEFAULT_LOGGER},
+        save_config_callback=SaveConfigNextToCheckpoints,
         save_config_kwargs={"overwrite": True},
         args=list(args) if args is not None else None,
         run=run,

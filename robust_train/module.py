@@ -230,27 +230,25 @@ def _find_head(model: nn.Module, head: str | None) -> nn.Module:
 
 
 def _try_model_config(model: nn.Module) -> dict[str, Any] | None:
+    """The model's {"class_path", "init_args"} (load_classifier rebuilds it without fetching weights)."""
     try:
         from robust_train.models import model_config
 
-        config = model_config(model)
+        return model_config(model)
     except (ImportError, TypeError, ValueError, AttributeError):
         return None
-    init_args = dict(config.get("init_args", {}))
-    # Pretrained weights are in the state_dict: rebuilding must not download them again.
-    for key in ("weights", "weights_path"):
-        if key in init_args:
-            init_args[key] = None
-    return {**config, "init_args": init_args}
 
 
 def _try_datamodule_config(trainer: pl.Trainer | None) -> dict[str, Any] | None:
     dm = getattr(trainer, "datamodule", None) if trainer is not None else None
     if dm is None:
         return None
-    cls = type(dm)
-    hparams = {k: v for k, v in dict(getattr(dm, "hparams", {})).items() if _is_plain(v)}
-    return {"class_path": f"{cls.__module__}.{cls.__qualname__}", "init_args": hparams}
+    from robust_train.data import datamodule_config
+
+    config = datamodule_config(dm)
+    # LightningCLI adds private keys (`_class_path`, `_instantiator`) to hparams; keep constructor arguments.
+    init_args = {k: v for k, v in config["init_args"].items() if not k.startswith("_") and _is_plain(v)}
+    return {**config, "init_args": init_args}
 
 
 def _is_plain(value: Any) -> bool:

@@ -58,9 +58,11 @@ def test_config_runs(config: Path, tmp_path: Path):
     experiment = yaml.safe_load(config.read_text())["experiment"]
     last = tmp_path / "ckpt" / experiment / "last.ckpt"
     assert last.is_file()
+    assert (last.parent / "config.yaml").is_file()
     meta = torch.load(last, map_location="cpu", weights_only=False)["robust_train"]
     assert meta["model"]["class_path"].startswith("robust_train.models")
     assert meta["datamodule"]["class_path"].startswith("robust_train.data")
+    assert not any(k.startswith("_") for k in meta["datamodule"]["init_args"])
     assert torch.isfinite(cli.trainer.callback_metrics["train/loss_epoch"])
 
 

@@ -47,20 +47,30 @@ def data_config_from_yaml(path: str | Path) -> dict[str, Any]:
     return config["data"]
 
 
-def heldout_tensors(data_config: dict[str, Any], n_samples: int, split: str = "test") -> tuple[Tensor, Tensor]:
-    """The first `n_samples` images and labels of a datamodule's held-out split."""
+def heldout_tensors(data_config: dict[str, Any], n_samples: int, split: str = "test",
+                    model: nn.Module | None = None) -> tuple[Tensor, Tensor, float | None]:
+    """The first `n_samples` images and labels of a datamodule's held-out split, and, when a model
+    is given, its accuracy on the whole split (streamed batch by batch)."""
     dm = instantiate(data_config)
     dm.prepare_data()
     dm.setup("test" if split == "test" else "validate")
     loader = dm.test_dataloader() if split == "test" else dm.val_dataloader()
-    xs, ys, n = [], [], 0
+    xs, ys, n, correct, total = [], [], 0, 0, 0
     for x, y in loader:
-        xs.append(x)
-        ys.append(y)
-        n += len(x)
-        if n >= n_samples:
+        if n < n_samples:
+            xs.append(x)
+            ys.append(y)
+            n += len(x)
+        if model is None and n >= n_samples:
             break
-    return torch.cat(xs)[:n_samples], torch.cat(ys)[:n_samples]
+        if model is not None:
+            with torch.no_grad():
+                correct += int((model(x).argmax(1) == y).sum())
+            total += len(y)
+    if not xs:
+        raise ValueError(f"the {split} split of {data_config['class_path']} is empty")
+    accuracy = correct / total if model is not None and total else None
+    return torch.cat(xs)[:n_samples], torch.cat(ys)[:n_samples], accuracy
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,6 +87,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", type=int, default=None, help="top-k size (default: an eighth of the pixels)")
     parser.add_argument("--lipschitz-samples", type=int, default=d.lipschitz_samples)
     parser.add_argument("--fidelity-steps", type=int, default=d.fidelity_steps)
+    parser.add_argument("--ig-steps", type=int, default=d.ig_steps, help="integration steps of integrated gradients")
     parser.add_argument("--seed", type=int, default=d.seed)
     parser.add_argument("--no-progress", action="store_true")
 
@@ -86,6 +97,7 @@ def settings_from(args: argparse.Namespace) -> EvaluationSettings:
                               attack_explainer=args.attack_explainer, attacks=tuple(args.attacks),
                               epsilon=args.epsilon, n_steps=args.n_steps, k=args.k,
                               lipschitz_samples=args.lipschitz_samples, fidelity_steps=args.fidelity_steps,
+                              ig_steps=args.ig_steps,
                               seed=args.seed)
 
 
@@ -96,9 +108,10 @@ def evaluate_checkpoint(ckpt: str | Path, settings: EvaluationSettings, *, data_
     config = data_config_from_yaml(data_config) if data_config else stored
     if config is None:
         raise ValueError(f"checkpoint {str(ckpt)!r} records no datamodule; pass --data-config CONFIG.yaml")
-    x, y = heldout_tensors(config, settings.n_samples, split)
+    x, y, accuracy = heldout_tensors(config, settings.n_samples, split, model=model)
     start = time.perf_counter()
     result = evaluate_classifier(model, x, y, settings, progress=progress)
+    result["accuracy_subset"], result["accuracy"] = result["accuracy"], accuracy
     result["evaluation_seconds"] = time.perf_counter() - start
     meta = torch.load(ckpt, map_location="cpu", weights_only=False).get("robust_train", {})
     if meta.get("training_seconds") is not None:

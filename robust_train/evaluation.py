@@ -37,7 +37,11 @@ class EvaluationSettings:
         k: top-k size; default an eighth of the pixels (8 for 8x8 digits).
         lipschitz_radius: L_inf radius of the Lipschitz estimate; default epsilon.
         lipschitz_samples: explainer calls per image of the (random) Lipschitz search.
+        lipschitz_normalize: "max" divides each explanation by its largest |value| before the
+            ratio (as Quantus does), so models whose gradients differ in scale compare by the shape
+            of their explanations; "none" keeps raw explanations (Alvarez-Melis & Jaakkola).
         fidelity_steps: points on each MIF/LIF curve.
+        ig_steps: integration steps of integrated gradients (Riemann trapezoid).
         fidelity_perturbation: fill of removed pixels ("mean", "zero", "blur", "noise", "imputation").
         seed: all randomness (attacks, samples) is seeded from it.
     """
@@ -51,7 +55,9 @@ class EvaluationSettings:
     k: int | None = None
     lipschitz_radius: float | None = None
     lipschitz_samples: int = 16
+    lipschitz_normalize: str = "max"
     fidelity_steps: int = 20
+    ig_steps: int = 16
     fidelity_perturbation: str = "mean"
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -141,7 +147,7 @@ def evaluate_classifier(model: nn.Module, inputs: Tensor, labels: Tensor,
             bar.set_postfix_str(f"attack {name}")
             start = time.perf_counter()
             region = target_region(*x.shape[-2:]) if name == "targeted" else None
-            res = fragility_attack(model, xa, ya, explainer=s.attack_explainer, objective=name, epsilon=s.epsilon,
+            res = fragility_attack(model, xa, ya, explainer=_explainer(s.attack_explainer, s), objective=name, epsilon=s.epsilon,
                                    n_steps=s.n_steps, k=s.k, target_region=region, seed=s.seed) if len(xa) else None
             seconds[f"attack/{name}"] = time.perf_counter() - start
             result["attacks"][name] = _attack_summary(res)
@@ -155,8 +161,9 @@ def evaluate_classifier(model: nn.Module, inputs: Tensor, labels: Tensor,
         for name in s.explainers:
             bar.set_postfix_str(f"lipschitz {name}")
             start = time.perf_counter()
-            lip = local_lipschitz_estimate(model, x, pred, explainer=name, radius=s.lipschitz_radius,
-                                           n_samples=s.lipschitz_samples, seed=s.seed)
+            lip = local_lipschitz_estimate(model, x, pred, explainer=_explainer(name, s), radius=s.lipschitz_radius,
+                                           n_samples=s.lipschitz_samples, normalize_maps=s.lipschitz_normalize,
+                                           seed=s.seed)
             seconds[f"lipschitz/{name}"] = time.perf_counter() - start
             result["lipschitz"][name] = mean_and_ci(lip)
             bar.update()
@@ -171,6 +178,17 @@ def evaluate_classifier(model: nn.Module, inputs: Tensor, labels: Tensor,
         return result
     finally:
         model.train(was_training)
+
+
+def _explainer(name: str, s: EvaluationSettings) -> Any:
+    """The named explainer with the suite's settings bound (IG steps; SmoothGrad with fixed noise)."""
+    from robust_train.explain import get_explainer
+
+    if name == "integrated_gradients":
+        return get_explainer(name, n_steps=s.ig_steps)
+    if name == "smoothgrad":
+        return get_explainer(name, seed=s.seed)
+    return get_explainer(name)
 
 
 def _attack_summary(res: Any) -> dict[str, Any]:
@@ -188,9 +206,9 @@ def _attack_summary(res: Any) -> dict[str, Any]:
 
 def _fidelity(model: nn.Module, x: Tensor, pred: Tensor, name: str, s: EvaluationSettings, curves_fn: Any,
               estimate_fn: Any) -> dict[str, Any]:
-    from robust_train.explain import get_explainer, importance_map
+    from robust_train.explain import importance_map
 
-    explanation = get_explainer(name)(model, x, pred)
+    explanation = _explainer(name, s)(model, x, pred)
     curves = curves_fn(model, x, pred, importance_map(explanation).detach(), n_steps=s.fidelity_steps,
                        perturbation=s.fidelity_perturbation, seed=s.seed)
     fractions = curves.fractions

@@ -19,7 +19,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 ROWS: tuple[tuple[str, tuple[str, ...], str], ...] = (
-    ("test accuracy", ("accuracy",), "{:.3f}"),
+    ("test accuracy (whole split)", ("accuracy",), "{:.3f}"),
+    ("images attacked (correctly classified)", ("n_attacked",), "{:d}"),
     ("random_sign: top-k intersection", ("attacks", "random_sign", "topk_intersection"), "{:.3f}"),
     ("random_sign: Spearman", ("attacks", "random_sign", "spearman"), "{:.3f}"),
     ("random_sign: center shift (px)", ("attacks", "random_sign", "center_shift"), "{:.3f}"),
@@ -53,7 +54,7 @@ def summary_table(results: Mapping[str, Mapping[str, Any]]) -> str:
 
     Example:
         >>> print(summary_table({"a": {"accuracy": 0.5}}).splitlines()[2])
-        | test accuracy | 0.500 |
+        | test accuracy (whole split) | 0.500 |
     """
     names = list(results)
     lines = ["| metric | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]

@@ -73,7 +73,7 @@ def test_report_writes_markdown_json_and_plots(suite, tmp_path):
 def test_summary_table_has_a_column_per_model(suite):
     lines = summary_table({"x": suite, "y": {"accuracy": 0.25}}).splitlines()
     assert lines[0] == "| metric | x | y |"
-    assert lines[2].endswith("| 0.250 |")
+    assert lines[2].endswith("| 0.250 |")  # accuracy row
 
 
 def test_helpers():

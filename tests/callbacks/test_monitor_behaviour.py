@@ -156,7 +156,7 @@ def test_values_equal_direct_metric_calls_on_correct_images(module, data):
     assert logged["robustness/n_attacked"] == int(correct.sum())
     for attack in ("topk", "mass_center"):
         ref = fragility_attack(model, x[correct], y[correct], objective=attack, epsilon=0.1,
-                               n_steps=2, k=8, seed=0)
+                               n_steps=2, step_size=0.1, k=8, seed=0)  # 2 * epsilon / n_steps
         for name in ("topk_intersection", "center_shift"):
             expected = getattr(ref, name)
             assert logged[f"robustness/{attack}/{name}"] == pytest.approx(float(expected.mean()), abs=1e-5)

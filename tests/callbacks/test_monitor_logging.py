@@ -83,7 +83,7 @@ def test_csv_logger_gets_every_scalar_each_epoch_and_pngs(tmp_path, module, data
 
 
 def test_robustness_monitor_runs_parts_on_one_subset_and_times_them(tmp_path, module, data):
-    monitor = RobustnessMonitor(attacks=["topk"], n_steps=2, lipschitz_samples=2, fidelity_steps=4,
+    monitor = RobustnessMonitor(attacks=["topk", "targeted"], n_steps=2, lipschitz_samples=2, fidelity_steps=4,
                                 log_images=False, **CHEAP)
     logger = CSVLogger(tmp_path)
     trainer = pl.Trainer(max_epochs=1, logger=logger, callbacks=[monitor], enable_checkpointing=False,
@@ -96,6 +96,7 @@ def test_robustness_monitor_runs_parts_on_one_subset_and_times_them(tmp_path, mo
                 + ["robustness/seconds/total"])
     check_ranges({k: metrics[k] for k in expected})
     assert "robustness/random_sign/spearman" not in metrics
+    assert 0 <= metrics["robustness/targeted/topk_intersection"] <= 1
     parts = sum(metrics[k] for k in SECONDS_KEYS)
     assert parts <= metrics["robustness/seconds/total"]
     assert not (Path(logger.log_dir) / "robustness").exists()  # log_images=False: no files
@@ -145,3 +146,21 @@ def test_every_n_epochs_zero_evaluates_once_at_fit_end(tmp_path, module, data):
     assert math.isfinite(float(rows[0]["robustness/seconds/fidelity"]))
     pngs = [p.name for p in (Path(logger.log_dir) / "robustness").glob("*.png")]
     assert pngs == ["epoch_002_fidelity_saliency_curves.png"]
+
+
+def test_defaults_end_to_end_on_digits_datamodule_with_small_cnn(tmp_path):
+    from robust_train import RobustClassifier
+    from robust_train.data import DigitsDataModule
+    from robust_train.models import SmallCNN
+
+    monitor = RobustnessMonitor()  # every default: 16 images, 4 attack steps, 10% cap
+    logger = CSVLogger(tmp_path)
+    trainer = pl.Trainer(max_epochs=2, logger=logger, callbacks=[monitor], enable_checkpointing=False,
+                         **TRAINER)
+    trainer.fit(RobustClassifier(SmallCNN(width=8)), datamodule=DigitsDataModule(batch_size=64))
+    assert monitor.evaluated_epochs == [0, 1]  # the first and the last always run
+    assert monitor.held_out(trainer)[0].shape == (16, 1, 8, 8)
+    rows = read_csv(logger)
+    for key in ATTACK_KEYS + ["robustness/lipschitz/saliency"] + FIDELITY_KEYS:
+        assert sorted(per_epoch(rows, key)) == [0, 1], key
+    assert 0 < float(trainer.callback_metrics["robustness/share/total"]) < 1

@@ -14,6 +14,7 @@ from pytorch_lightning.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from robust_train._precision import check_precision, penalty_value
 from robust_train._validation import check_choice, check_images, check_non_negative, check_positive
 from robust_train.models.softplus import softplus
 from robust_train.regularizers.terms import PenaltyTerm
@@ -128,7 +129,7 @@ class RobustClassifier(pl.LightningModule):
         parts = {"ce": ce}
         loss = ce
         for term in active:
-            value = term(self.model, x, y, logits).mean()
+            value = penalty_value(term, self.model, x, y, logits).mean()  # see robust_train._precision
             parts[f"penalty/{term.name}"] = value
             loss = loss + term.weight * scale * value
         bad = {k: float(v.detach()) for k, v in parts.items() if not torch.isfinite(v.detach())}
@@ -143,10 +144,12 @@ class RobustClassifier(pl.LightningModule):
         self.train_acc(logits.detach(), y)
         batch_size = x.shape[0]
         for key, value in parts.items():
-            self.log(f"train/{key}", value.detach(), on_step=True, on_epoch=True, batch_size=batch_size)
+            self.log(f"train/{key}", value.detach(), on_step=True, on_epoch=True, batch_size=batch_size,
+                     sync_dist=True)
         if self.hparams.penalty_warmup_epochs:
             self.log("train/penalty_scale", scale, on_step=True, on_epoch=False, batch_size=batch_size)
-        self.log("train/loss", loss.detach(), on_step=True, on_epoch=True, prog_bar=True, batch_size=batch_size)
+        self.log("train/loss", loss.detach(), on_step=True, on_epoch=True, prog_bar=True, batch_size=batch_size,
+                 sync_dist=True)
         self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=batch_size)
         return loss
 
@@ -187,6 +190,7 @@ class RobustClassifier(pl.LightningModule):
 
     # ------------------------------------------------------------------------------- checkpoints
     def on_fit_start(self) -> None:
+        check_precision(self.trainer, self, list(self.penalties))  # 16-mixed / torch.compile refusals
         self._fit_start = time.perf_counter()
 
     @property

@@ -1,0 +1,214 @@
+"""Evaluation metrics side by side with their peers and with the model calls they need.
+
+(a) fidelity_curves (MIF and LIF, fill 0, softmax probability, n_steps steps) vs Quantus
+    PixelFlipping run on the map and on the negated map (LIF), same model, images, map (the
+    saliency map's ranks, so that both sort pixels alike), and vs the bare forwards the curves
+    need (the clean batch and 2 * n_steps perturbed copies).
+(b) local_lipschitz_estimate vs Quantus LocalLipschitzEstimate (Gaussian samples, per-image max
+    normalisation) and Captum sensitivity_max (uniform L_inf samples, relative to ||E(x)||), at
+    the same sample count and radius; timed with each library's own sampling, values compared
+    on the same perturbed inputs (sample_perturbations replayed into the peers).
+(c) fragility_attack (top-k, saliency, softplus surrogate) vs a bare loop of the same number of
+    double-backprop steps (benchmarks/eval_peers.bare_attack), with and without the per-step
+    map of the model that ranks iterates.
+Model: SmallCNN trained for two epochs on 8x8 digits, and on 32x32 one-channel synthetic images
+(Quantus PixelFlipping requires features_in_step to divide H*W, so it cannot remove whole RGB
+pixels in equal steps: 3 * pixels per step never divides 1024).
+
+    python benchmarks/bench_eval.py [--quick] [--no-write] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_utils as bu  # noqa: E402
+import eval_peers as peers  # noqa: E402
+
+from robust_train.attacks import fragility_attack  # noqa: E402
+from robust_train.explain import importance_map, saliency  # noqa: E402
+from robust_train.metrics.functional import (  # noqa: E402
+    fidelity_curves,
+    local_lipschitz_estimate,
+    sample_perturbations,
+)
+from robust_train.models import SmallCNN  # noqa: E402
+
+FLOOR_LIMIT = 1.3
+# "No slower than the peer": equal compute measures 0.92-1.12 round to round on a loaded machine,
+# so a median up to 5 % above 1 is reported as met within noise.
+PEER_TOLERANCE = 0.05
+
+
+def setting(name: str, n_images: int) -> tuple[str, nn.Module, Tensor, Tensor, float]:
+    """(label, trained eval-mode SmallCNN, images, labels, attack epsilon)."""
+    torch.manual_seed(0)
+    if name == "digits":
+        from robust_train.data import load_digits_tensors
+
+        x, y = load_digits_tensors()
+        model, eps, label = SmallCNN(), 0.1, "SmallCNN, 8x8 digits"
+    else:
+        from robust_train.data import SyntheticDataModule
+
+        dm = SyntheticDataModule(num_samples=512 + n_images, image_size=32, in_channels=1, seed=0)
+        dm.setup("fit")
+        x, y = dm.train_set[:]
+        model, eps, label = SmallCNN(input_size=32), 8 / 255, "SmallCNN, 32x32 grey"
+    train_x, train_y, x, y = x[n_images:], y[n_images:], x[:n_images], y[:n_images]
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for _ in range(2):
+        for i in range(0, train_x.shape[0], 64):
+            loss = F.cross_entropy(model(train_x[i:i + 64]), train_y[i:i + 64])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    return label, model.eval(), x, y, eps
+
+
+def fidelity_part(label, model, x, y, n_steps, args, device) -> list[str]:
+    ranks = peers.rank_map(importance_map(saliency(model, x, y)))
+    ours = fidelity_curves(model, x, y, ranks.float(), n_steps=n_steps, perturbation="zero",
+                           score="probability")
+    q_mif, q_lif = peers.quantus_pixel_flipping(model, x, y, ranks, n_steps)
+    diff = max(np.abs(q_mif - ours.mif[:, 1:].numpy()).max(),
+               np.abs(q_lif - ours.lif[:, 1:].numpy()).max())
+    variants = {
+        "fidelity_curves (MIF+LIF)": lambda: fidelity_curves(
+            model, x, y, ranks.float(), n_steps=n_steps, perturbation="zero", score="probability"),
+        "Quantus PixelFlipping (MIF, LIF)": lambda: peers.quantus_pixel_flipping(
+            model, x, y, ranks, n_steps),
+        "bare forwards": peers.bare_curve_forwards(model, x, n_steps),
+    }
+    t = bu.time_interleaved(variants, "fidelity_curves (MIF+LIF)", rounds=args.rounds,
+                            device=device, min_sample_seconds=args.min_sample)
+    ours_name, q_name, bare_name = variants
+    vs_peer, peer_range = bu.pair_ratio(t, ours_name, q_name)
+    vs_bare, bare_range = bu.pair_ratio(t, ours_name, bare_name)
+    rows = [[name, t[name].median * 1e3, t[name].median_wall * 1e3] for name in variants]
+    title = f"(a) fidelity curves, {label}, {x.shape[0]} images, {n_steps} steps"
+    return _emit(args, title, rows, [
+        f"ours / Quantus: {vs_peer:.2f} ({peer_range}); max |difference| of the curves: {diff:.2g}",
+        f"ours / bare forwards: {vs_bare:.2f} ({bare_range})",
+    ], [("fidelity_curves no slower than Quantus", vs_peer, 1.0, diff),
+        ("fidelity_curves within 1.3x of its bare forwards", vs_bare, FLOOR_LIMIT, None)], label)
+
+
+def lipschitz_part(label, model, x, y, n_samples, args, device) -> list[str]:
+    radius = 0.1
+    q_kw = dict(explainer=saliency, radius=radius, n_samples=n_samples, sampling="gaussian",
+                clamp=False, normalize_maps="max")
+    c_kw = dict(explainer=saliency, radius=radius, n_samples=n_samples, clamp=False,
+                divide_by_distance=False)
+    # values on the same perturbed inputs
+    q_points = sample_perturbations(x, n_samples, radius=radius, sampling="gaussian", clamp=False,
+                                    seed=1)
+    q_diff = np.abs(local_lipschitz_estimate(model, x, y, seed=1, **q_kw).numpy()
+                    - peers.quantus_lipschitz(model, x, y, n_samples, radius, q_points))
+    c_points = sample_perturbations(x, n_samples, radius=radius, clamp=False, seed=2)
+    clean_norm = saliency(model, x, y).flatten(1).norm(dim=1)
+    ours_c = local_lipschitz_estimate(model, x, y, seed=2, **c_kw) / clean_norm
+    c_diff = (ours_c - peers.captum_sensitivity(model, x, y, n_samples, radius, c_points)).abs()
+    q_scale = max(float(np.abs(q_diff).max()), 0.0)
+    variants = {
+        "ours, Quantus settings": lambda: local_lipschitz_estimate(model, x, y, **q_kw),
+        "Quantus LocalLipschitzEstimate": lambda: peers.quantus_lipschitz(
+            model, x, y, n_samples, radius),
+        "ours, Captum settings": lambda: local_lipschitz_estimate(model, x, y, **c_kw),
+        "Captum sensitivity_max": lambda: peers.captum_sensitivity(model, x, y, n_samples, radius),
+    }
+    t = bu.time_interleaved(variants, "ours, Quantus settings", rounds=args.rounds, device=device,
+                            min_sample_seconds=args.min_sample)
+    names = list(variants)
+    vs_q, q_range = bu.pair_ratio(t, names[0], names[1])
+    vs_c, c_range = bu.pair_ratio(t, names[2], names[3])
+    fastest = min(names[1], names[3], key=lambda n: t[n].median)
+    vs_fast = min(t[names[0]].median, t[names[2]].median) / t[fastest].median
+    rows = [[name, t[name].median * 1e3, t[name].median_wall * 1e3] for name in variants]
+    return _emit(args, f"(b) local Lipschitz estimate, {label}, {x.shape[0]} images, "
+                 f"{n_samples} samples, radius {radius}", rows, [
+        f"ours / Quantus: {vs_q:.2f} ({q_range}); max |difference|: {q_scale:.2g} "
+        "(same perturbed inputs)",
+        f"ours / Captum: {vs_c:.2f} ({c_range}); max |difference|: {float(c_diff.max()):.2g} "
+        "(same perturbed inputs, ours divided by ||E(x)||)",
+        f"faster of ours / fastest peer ({fastest}): {vs_fast:.2f}",
+    ], [("local_lipschitz_estimate no slower than Quantus", vs_q, 1.0, q_scale),
+        ("local_lipschitz_estimate no slower than Captum", vs_c, 1.0, float(c_diff.max()))], label)
+
+
+def attack_part(label, model, x, y, eps, n_steps, args, device) -> list[str]:
+    k = max(1, x.shape[-1] * x.shape[-2] // 8)
+    target = model(x).argmax(1).detach()
+    variants = {
+        "fragility_attack (topk)": lambda: fragility_attack(
+            model, x, target, epsilon=eps, n_steps=n_steps, k=k, seed=0),
+        "bare loop (floor)": lambda: peers.bare_attack(model, x, target, epsilon=eps,
+                                                       n_steps=n_steps, k=k),
+        "bare loop + ranking map": lambda: peers.bare_attack(
+            model, x, target, epsilon=eps, n_steps=n_steps, k=k, ranking=True),
+    }
+    t = bu.time_interleaved(variants, "bare loop (floor)", rounds=args.rounds, device=device,
+                            min_sample_seconds=args.min_sample)
+    names = list(variants)
+    vs_floor, floor_range = bu.pair_ratio(t, names[0], names[1])
+    vs_rank, rank_range = bu.pair_ratio(t, names[0], names[2])
+    rows = [[name, t[name].median * 1e3, t[name].median_wall * 1e3] for name in variants]
+    return _emit(args, f"(c) fragility attack, {label}, {x.shape[0]} images, {n_steps} steps, "
+                 f"epsilon {eps:.3g}, k {k}", rows, [
+        f"attack / bare loop: {vs_floor:.2f} ({floor_range})",
+        f"attack / bare loop + ranking map: {vs_rank:.2f} ({rank_range})",
+    ], [("fragility_attack within 1.3x of its bare loop", vs_floor, FLOOR_LIMIT, None)], label)
+
+
+def _emit(args, title, rows, notes, targets, label) -> list[str]:
+    args.record.add(f"### {title}, {args.rounds} round(s)\n\n"
+                    f"ms/call and ratios: {bu.clock_name(args.device)}, median over rounds.\n\n"
+                    + bu.table(["variant", "ms/call", "wall ms/call"], rows) + "\n\n"
+                    + "\n".join(f"- {n}" for n in notes))
+    out = []
+    for name, value, limit, diff in targets:
+        equal = "" if diff is None else f", values {'equal' if diff < 1e-4 else 'DIFFER'}"
+        tolerance = PEER_TOLERANCE if diff is not None else 0.0
+        out.append(f"- {label}: {name}: {bu.verdict(value, limit, tolerance)}{equal}")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> str:
+    parser = bu.base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--settings", nargs="+", default=["digits", "grey32"],
+                        choices=["digits", "grey32"])
+    parser.add_argument("--parts", nargs="+", default=["fidelity", "lipschitz", "attack"],
+                        choices=["fidelity", "lipschitz", "attack"])
+    args = parser.parse_args(argv)
+    device = args.device = bu.setup_torch(args)
+    if device.type != "cpu":
+        raise SystemExit("bench_eval compares with Quantus and Captum on the CPU: use --device cpu")
+    args.rounds = args.repeats or (1 if args.quick else 7)
+    warnings.filterwarnings("ignore", module="quantus")  # "perturbation caused no change": 0 fill
+    args.min_sample = 0.02 if args.quick else 0.3
+    args.record = bu.Record("bench_eval", args, device, argv)
+    n_images = 8 if args.quick else 64
+    verdicts: list[str] = []
+    for name in args.settings:
+        label, model, x, y, eps = setting(name, n_images)
+        if "fidelity" in args.parts:
+            verdicts += fidelity_part(label, model, x, y, 4 if args.quick else 16, args, device)
+        if "lipschitz" in args.parts:
+            verdicts += lipschitz_part(label, model, x, y, 4 if args.quick else 32, args, device)
+        if "attack" in args.parts:
+            verdicts += attack_part(label, model, x, y, eps, 3 if args.quick else 20, args, device)
+    args.record.add("Targets:\n\n" + "\n".join(verdicts))
+    return args.record.finish()
+
+
+if __name__ == "__main__":
+    main()

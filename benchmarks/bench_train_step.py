@@ -1,0 +1,168 @@
+"""Time and peak memory of one optimisation step, plain cross-entropy vs each explanation penalty.
+
+One step = RobustClassifier.training_step (forward, cross-entropy, penalty, the logging calls that
+need no Trainer) + loss.backward() + Adam step + zero_grad, on a batch of 64: SmallCNN on 8x8
+digits and ResNet18CIFAR on 32x32 synthetic images, both in train mode. All variants of a model
+are timed in one process, interleaved round by round; ratios are to the plain step of the same
+round. Peak memory: bench_utils.peak_memory, one step after a warm-up step (so Adam's state
+already exists and is not counted).
+
+    python benchmarks/bench_train_step.py            # full run, appends to benchmarks/RESULTS.md
+    python benchmarks/bench_train_step.py --quick --no-write
+    python benchmarks/bench_train_step.py --device cuda --precision bf16 --models resnet18
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_utils as bu  # noqa: E402
+
+from robust_train import RobustClassifier  # noqa: E402
+from robust_train.regularizers import (  # noqa: E402
+    Curvature,
+    ExplanationSmoothness,
+    InputGradientNorm,
+    LocalLipschitzPenalty,
+    PenaltyTerm,
+)
+
+PLAIN = "plain CE"
+PLAIN_3X = "plain CE, 3x batch"
+VARIANTS: dict[str, Callable[[], PenaltyTerm | None]] = {
+    PLAIN: lambda: None,
+    "smoothness (1 sample)": lambda: ExplanationSmoothness(n_samples=1, seed=0),
+    "lipschitz (1 ascent step)": lambda: LocalLipschitzPenalty(seed=0),
+    "gradnorm double_backprop": lambda: InputGradientNorm(method="double_backprop"),
+    "gradnorm finite_difference": lambda: InputGradientNorm(method="finite_difference"),
+    "curvature gradient_difference": lambda: Curvature(method="gradient_difference"),
+    "curvature zero_order": lambda: Curvature(method="zero_order", seed=0),
+}
+# (variant, model key or None for every model, limit on the time ratio)
+TIME_TARGETS = [
+    ("curvature zero_order", None, 3.0),
+    ("gradnorm double_backprop", None, 3.0),
+    ("smoothness (1 sample)", "resnet18", 5.0),
+]
+MEMORY_LIMIT = 3.0
+
+
+def make_setup(key: str, quick: bool, batch: int) -> tuple[str, nn.Module, Tensor, Tensor]:
+    """(label, model, images, labels) for "smallcnn" (8x8 digits) or "resnet18" (32x32)."""
+    torch.manual_seed(0)
+    if key == "smallcnn":
+        from robust_train.data import load_digits_tensors
+        from robust_train.models import SmallCNN
+
+        x, y = load_digits_tensors()
+        model = SmallCNN(width=8 if quick else 32)
+        return f"SmallCNN{'(width=8)' if quick else ''}, 8x8 digits", model, x[:batch], y[:batch]
+    from robust_train.data import SyntheticDataModule
+    from robust_train.models import ResNet18CIFAR
+
+    dm = SyntheticDataModule(num_samples=batch, image_size=32, seed=0)
+    dm.setup("fit")
+    x, y = dm.train_set[:batch]
+    model = ResNet18CIFAR(width=4 if quick else 64)
+    return f"ResNet18CIFAR{'(width=4)' if quick else ''}, 32x32", model, x, y
+
+
+def make_step(base: nn.Module, term: PenaltyTerm | None, x: Tensor, y: Tensor,
+              device: torch.device, bf16: bool) -> Callable[[], None]:
+    """One optimisation step of a fresh copy of `base` with the penalty `term`."""
+    module = RobustClassifier(copy.deepcopy(base), penalties=[term] if term else None).to(device)
+    module.train()
+    optimizer = torch.optim.Adam(module.parameters(), lr=1e-3)
+    batch = (x.to(device), y.to(device))
+
+    def step() -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = module.training_step(batch, 0)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def profile_step(step: Callable[[], None], rows: int = 12) -> str:
+    """Top ops by self CPU time of one step (torch.profiler), for the variants that miss."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
+
+
+def run_model(key: str, args, device: torch.device, record: bu.Record) -> list[str]:
+    label, base, x, y = make_setup(key, args.quick, args.batch)
+    bf16 = args.precision == "bf16"
+    steps = {name: make_step(base, factory(), x, y, device, bf16)
+             for name, factory in VARIANTS.items()}
+    steps[PLAIN_3X] = make_step(base, None, x.repeat(3, 1, 1, 1), y.repeat(3), device, bf16)
+    for step in steps.values():  # warm-up: Adam state, lazy initialisation
+        step()
+    memory = {name: bu.peak_memory(step, device) for name, step in steps.items()}
+    rounds = args.repeats or (1 if args.quick else (3 if key == "resnet18" else 7))
+    timings = bu.time_interleaved(steps, PLAIN, rounds=rounds, device=device, warmup=False,
+                                  min_sample_seconds=0.05 if args.quick else 0.5)
+    rows = []
+    for name, t in timings.items():
+        rows.append([name, t.median * 1e3, t.median_wall * 1e3, t.ratio, t.spread(),
+                     memory[name] / 2**20, memory[name] / max(memory[PLAIN], 1)])
+    header = ["variant", "ms/step", "wall ms/step", "time ratio", "ratio range", "peak MB",
+              "memory ratio"]
+    record.add(f"### {label}, batch {x.shape[0]}, {args.precision}, {rounds} round(s)\n\n"
+               f"ms/step and ratios: {bu.clock_name(device)}, median over rounds. "
+               f"`{PLAIN_3X}` is the plain step on a batch three times as large: the compute "
+               "of the zero-order curvature (x, x + hu, x - hu), without its overhead.\n\n"
+               + bu.table(header, rows))
+    verdicts, misses = [], []
+    for name, model_key, limit in TIME_TARGETS:
+        if model_key in (None, key):
+            verdicts.append(f"- {label}: {name} time <= {limit:g}x plain: "
+                            f"{bu.verdict(timings[name].ratio, limit)}")
+            if timings[name].ratio > limit:
+                misses.append(name)
+    for name in VARIANTS:
+        if name not in (PLAIN, PLAIN_3X):
+            ratio = memory[name] / max(memory[PLAIN], 1)
+            verdicts.append(f"- {label}: {name} peak memory <= {MEMORY_LIMIT:g}x plain: "
+                            f"{bu.verdict(ratio, MEMORY_LIMIT)}")
+    if args.profile:
+        for name in dict.fromkeys(misses + [PLAIN]):
+            print(f"profile of one step, {label}, {name}:\n{profile_step(steps[name])}")
+    return verdicts
+
+
+def main(argv: Sequence[str] | None = None) -> str:
+    parser = bu.base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["smallcnn", "resnet18"],
+                        choices=["smallcnn", "resnet18"])
+    parser.add_argument("--batch", type=int, default=None, help="batch size (default 64; 8 quick)")
+    parser.add_argument("--precision", default="32", choices=["32", "bf16"],
+                        help="bf16: the step runs under torch.autocast(bfloat16)")
+    parser.add_argument("--profile", action="store_true",
+                        help="print torch.profiler top ops of the plain step and of every miss")
+    args = parser.parse_args(argv)
+    args.batch = args.batch or (8 if args.quick else 64)
+    device = bu.setup_torch(args)
+    warnings.filterwarnings("ignore", message=".*self.log.*")
+    record = bu.Record("bench_train_step", args, device, argv)
+    verdicts: list[str] = []
+    for key in args.models:
+        verdicts += run_model(key, args, device, record)
+    record.add("Targets:\n\n" + "\n".join(verdicts))
+    return record.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""The benchmark scripts still run (--quick, results written to a temporary file), and the two
+measuring tools they share count what they claim to count."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        yield lambda name: importlib.import_module(name)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_peak_memory_is_the_most_bytes_alive_at_once(bench):
+    bu = bench("bench_utils")
+
+    def allocate():
+        a = torch.ones(1_000_000)  # 4 MB
+        b = torch.ones(2_000_000)  # 8 MB: 12 MB alive
+        del a
+        c = torch.ones(500_000)  # 2 MB: 10 MB alive
+        return float(b[0] + c[0])
+
+    peak = bu.peak_memory(allocate, torch.device("cpu"))
+    assert abs(peak - 12_000_000) <= 12_000, peak
+
+
+def test_interleaving_alternates_the_order_and_ratios_are_per_round(bench):
+    bu = bench("bench_utils")
+    calls = []
+    variants = {name: (lambda n=name: calls.append(n)) for name in "ABC"}
+    timings = bu.time_interleaved(variants, "A", rounds=3, device=torch.device("cpu"),
+                                  min_sample_seconds=0.0, warmup=False)
+    assert calls == list("ABCCBAABC")
+    assert timings["A"].ratios == [1.0, 1.0, 1.0]
+    ratio, _ = bu.pair_ratio(timings, "B", "C")
+    b_over_c = zip(timings["B"].seconds, timings["C"].seconds, strict=True)
+    expected = sorted(b / c for b, c in b_over_c)[1]
+    assert ratio == expected
+
+
+def _check_record(text: str, path: Path, title: str) -> None:
+    written = path.read_text()
+    assert f"## {title} (quick)" in written and text in written
+    assert "- command: `python benchmarks/" in written and "load average" in written
+    assert "Targets:" in written and ("met (" in written or "MISSED (" in written)
+
+
+@pytest.mark.slow
+def test_bench_train_step_quick(bench, tmp_path):
+    results = tmp_path / "RESULTS.md"
+    text = bench("bench_train_step").main(["--quick", "--results", str(results)])
+    _check_record(text, results, "bench_train_step")
+    assert "curvature zero_order" in text and "ResNet18CIFAR" in text
+
+
+@pytest.mark.slow
+def test_bench_eval_quick(bench, tmp_path):
+    results = tmp_path / "RESULTS.md"
+    text = bench("bench_eval").main(["--quick", "--settings", "digits", "--results", str(results)])
+    _check_record(text, results, "bench_eval")
+    assert "max |difference| of the curves: 0" in text  # aligned with Quantus exactly
+
+
+@pytest.mark.slow
+def test_bench_monitor_quick(bench, tmp_path):
+    results = tmp_path / "RESULTS.md"
+    config = str(BENCHMARKS.parent / "configs" / "digits_baseline.yaml")
+    text = bench("bench_monitor").main(["--quick", "--configs", config, "--results", str(results)])
+    _check_record(text, results, "bench_monitor")
+    assert "| digits_baseline.yaml | default | 1 |" in text

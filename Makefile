@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint install clean
+.PHONY: demo test test-fast lint install clean checkpoints
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,3 +28,11 @@ lint: $(STAMP)
 
 clean:
 	rm -rf runs lightning_logs .pytest_cache
+
+# Rebuild the shipped checkpoints from their configs (about a minute on 2 CPU cores).
+checkpoints: $(STAMP)
+	for name in digits_baseline digits_robust; do \
+	  OMP_NUM_THREADS=1 $(BIN)/robust-train fit --config configs/$$name.yaml --trainer.logger=false \
+	    --trainer.enable_progress_bar=false --checkpoint_root runs/ship && \
+	  $(BIN)/robust-train export runs/ship/$$name/best.ckpt checkpoints/$$name.ckpt || exit 1; \
+	done

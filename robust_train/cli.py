@@ -106,7 +106,15 @@ def _compare(argv: list[str]) -> int:
     return compare_main(argv)
 
 
-EXTRA_COMMANDS: dict[str, Callable[[list[str]], int]] = {"demo": _demo, "evaluate": _evaluate, "compare": _compare}
+def _export(argv: list[str]) -> int:
+    from robust_train.commands import export_main
+
+    return export_main(argv)
+
+
+EXTRA_COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "demo": _demo, "evaluate": _evaluate, "compare": _compare, "export": _export,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

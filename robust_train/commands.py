@@ -90,6 +90,9 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ig-steps", type=int, default=d.ig_steps, help="integration steps of integrated gradients")
     parser.add_argument("--seed", type=int, default=d.seed)
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: 1 for models under a million parameters, where one "
+                             "thread is fastest, else torch's default)")
 
 
 def settings_from(args: argparse.Namespace) -> EvaluationSettings:
@@ -102,9 +105,13 @@ def settings_from(args: argparse.Namespace) -> EvaluationSettings:
 
 
 def evaluate_checkpoint(ckpt: str | Path, settings: EvaluationSettings, *, data_config: str | None = None,
-                        split: str = "test", progress: bool = True) -> dict[str, Any]:
+                        split: str = "test", progress: bool = True, threads: int | None = None) -> dict[str, Any]:
     """Load a checkpoint and its held-out data, run the suite, add the checkpoint's training time."""
     model, stored = load_checkpoint(ckpt)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    elif sum(p.numel() for p in model.parameters()) < 1_000_000:
+        torch.set_num_threads(1)
     config = data_config_from_yaml(data_config) if data_config else stored
     if config is None:
         raise ValueError(f"checkpoint {str(ckpt)!r} records no datamodule; pass --data-config CONFIG.yaml")
@@ -129,7 +136,7 @@ def evaluate_main(argv: list[str]) -> int:
     add_settings_arguments(parser)
     args = parser.parse_args(argv)
     result = evaluate_checkpoint(args.ckpt, settings_from(args), data_config=args.data_config, split=args.split,
-                                 progress=not args.no_progress)
+                                 progress=not args.no_progress, threads=args.threads)
     out = Path(args.out or Path("runs/eval") / Path(args.ckpt).stem)
     out.mkdir(parents=True, exist_ok=True)
     name = Path(args.ckpt).stem
@@ -156,8 +163,39 @@ def compare_main(argv: list[str]) -> int:
         raise SystemExit(f"--names has {len(names)} entries for {len(args.ckpts)} checkpoints")
     settings = settings_from(args)
     results = {n: evaluate_checkpoint(c, settings, data_config=args.data_config, split=args.split,
-                                      progress=not args.no_progress) for n, c in zip(names, args.ckpts, strict=True)}
+                                      progress=not args.no_progress, threads=args.threads) for n, c in zip(names, args.ckpts, strict=True)}
     path = write_report(results, args.out)
     print(summary_table(results))
     print(f"\nreport: {path}")
+    return 0
+
+
+KEEP_KEYS = ("state_dict", "robust_train", "hyper_parameters", "epoch", "global_step", "pytorch-lightning_version")
+
+
+def export_checkpoint(src: str | Path, dst: str | Path) -> Path:
+    """Write a small copy of a fit checkpoint: weights and rebuild metadata, no optimizer/loop state.
+
+    The copy loads with `load_classifier`, `robust-train evaluate` and `compare`, and as
+    `init_checkpoint` for fine-tuning; it cannot resume training.
+    """
+    ckpt = torch.load(src, map_location="cpu", weights_only=False)
+    if "state_dict" not in ckpt or "robust_train" not in ckpt:
+        raise ValueError(f"`src` {str(src)!r} is not a checkpoint written by `robust-train fit`")
+    small = {k: ckpt[k] for k in KEEP_KEYS if k in ckpt}
+    small["state_dict"] = {k: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+    dst = Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(small, dst)
+    return dst
+
+
+def export_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="robust-train export",
+                                     description="Strip a fit checkpoint to weights + metadata for sharing.")
+    parser.add_argument("src")
+    parser.add_argument("dst")
+    args = parser.parse_args(argv)
+    path = export_checkpoint(args.src, args.dst)
+    print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
     return 0

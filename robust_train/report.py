@@ -66,7 +66,7 @@ def summary_table(results: Mapping[str, Mapping[str, Any]]) -> str:
         rows.append((f"Lipschitz estimate: {e}", ("lipschitz", e, "mean"), "{:.3f}"))
     for e in explainers:
         rows.append((f"fidelity estimate: {e}", ("fidelity", e, "estimate", "mean"), "{:.3f}"))
-    rows.append(("training seconds", ("training_seconds",), "{:.1f}"))
+    rows.append(("training seconds (until this checkpoint)", ("training_seconds",), "{:.1f}"))
     for label, path, fmt in rows:
         cells = [_fmt(_get(r, path), fmt) for r in results.values()]
         if all(c == "-" for c in cells):

@@ -61,12 +61,12 @@ def read_records(path: str | Path) -> list[bytes]:
             continue
         if pos + _CHUNK_HEADER > len(data):
             break
-        checksum, length, kind = struct.unpack("<IHB", data[pos:pos + _CHUNK_HEADER])
+        checksum, length, kind = struct.unpack("<IHB", data[pos : pos + _CHUNK_HEADER])
         if checksum == 0 and length == 0 and kind == 0:
             pos += left_in_block  # zeroed tail of a block (a writer that padded the block)
             continue
         start = pos + _CHUNK_HEADER
-        chunk = data[start:start + length]
+        chunk = data[start : start + length]
         if len(chunk) < length:
             break  # truncated last record (a run still writing)
         expected = zlib.crc32(chunk, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF

@@ -1,4 +1,4 @@
-"""RobustnessCallback: the schedule, held-out subset, mode handling and logging every monitor shares."""
+"""RobustnessCallback: the schedule, held-out subset, modes and logging all monitors share."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ DEFAULT_N_SAMPLES = 16
 INFERENCE_MODE_ERROR = (
     "{name}(stage='validation') computes input gradients, which torch.inference_mode forbids, and "
     "this Trainer runs validation under inference mode: build the Trainer with "
-    "`inference_mode=False`, or use stage='train' (runs in on_train_epoch_end, after validation)")
+    "`inference_mode=False`, or use stage='train' (runs in on_train_epoch_end, after validation)"
+)
 
 
 class RobustnessCallback(Callback):
@@ -34,13 +35,16 @@ class RobustnessCallback(Callback):
 
     Schedule: after training epoch `e` when `(e + 1) % every_n_epochs == 0` (0: once, when fit
     ends), unless that would take the monitor over `max_overhead` of the fit's wall time (see
-    `OverheadBudget`: the first and the last epoch always run; a skipped epoch is logged once as
-    info). On 8x8 digits an epoch takes well under a second, so the default cap of 10 %
-    spaces evaluations a few epochs apart; on larger datasets every epoch fits. With `stage="train"` (default) it runs in `on_train_epoch_end`, where gradients exist
-    and that epoch's validation has already run; with `stage="validation"` in
-    `on_validation_epoch_end` of the scheduled epochs (Lightning validates under no_grad during
-    fit, which the callback lifts; a loop under `torch.inference_mode`, e.g. `trainer.validate()`
-    of a default Trainer, is refused in `setup`). Never during the sanity check.
+    `OverheadBudget`: the first and the last epoch always run; the first skip is logged as
+    info). One evaluation at the defaults costs about one epoch of 8x8 digits (a fraction of a
+    second), so a 20-epoch digits fit is evaluated at its first and last epoch under the default
+    10 % cap, and longer fits or larger datasets at more (or all) epochs; pass
+    `max_overhead=None` for every scheduled epoch. With `stage="train"` (default) it runs in
+    `on_train_epoch_end`, where gradients exist and that epoch's validation has already run;
+    with `stage="validation"` in `on_validation_epoch_end` of the scheduled epochs (Lightning
+    validates under no_grad during fit, which the callback lifts; it also runs on every
+    `trainer.validate()`, where a loop under `torch.inference_mode`, the Trainer default, is
+    refused in `setup`). Never during the sanity check.
 
     Images: a subset of `n_samples` images drawn once with `seed` from `trainer.datamodule`'s
     `val`/`test` dataloader (else the LightningModule's or the Trainer's), or from `inputs` and
@@ -51,8 +55,8 @@ class RobustnessCallback(Callback):
     takes gradients with `torch.autograd.grad` w.r.t. inputs only (parameter `.grad` is never
     touched), logs its scalars with `LightningModule.log` (any logger, `trainer.callback_metrics`)
     and `robustness/seconds/<name>`, and its figures through `MediaWriter` (never fatal).
-    `state_dict` keeps the epochs already evaluated and the subset seed, so a resumed run keeps
-    the same images, schedule and budget.
+    `state_dict` keeps the epochs already evaluated, the subset seed and the time budget, so a
+    resumed run keeps the same images, schedule and budget.
 
     Args:
         every_n_epochs: evaluate every n-th epoch; 0 evaluates once, at the end of fit.
@@ -73,10 +77,19 @@ class RobustnessCallback(Callback):
     name = "robustness"
 
     def __init__(
-        self, *, every_n_epochs: int = 1, n_samples: int = DEFAULT_N_SAMPLES, split: str = "val",
-        stage: str = "train", inputs: Tensor | None = None, targets: Tensor | None = None,
-        seed: int | None = 0, log_images: bool = True, n_images: int = 4,
-        internal_batch_size: int | None = None, max_overhead: float | None = 0.1,
+        self,
+        *,
+        every_n_epochs: int = 1,
+        n_samples: int = DEFAULT_N_SAMPLES,
+        split: str = "val",
+        stage: str = "train",
+        inputs: Tensor | None = None,
+        targets: Tensor | None = None,
+        seed: int | None = 0,
+        log_images: bool = True,
+        n_images: int = 4,
+        internal_batch_size: int | None = None,
+        max_overhead: float | None = 0.1,
     ) -> None:
         super().__init__()
         check_non_negative(every_n_epochs, "every_n_epochs", integer=True)
@@ -89,11 +102,15 @@ class RobustnessCallback(Callback):
         if internal_batch_size is not None:
             check_positive(internal_batch_size, "internal_batch_size", integer=True)
         if (inputs is None) != (targets is None):
-            raise ValueError("pass both `inputs` and `targets`, or neither (then the datamodule's "
-                             f"{split} dataloader gives the images)")
-        self.every_n_epochs, self.n_samples, self.split, self.stage = every_n_epochs, n_samples, split, stage
+            raise ValueError(
+                "pass both `inputs` and `targets`, or neither (then the datamodule's "
+                f"{split} dataloader gives the images)"
+            )
+        self.every_n_epochs, self.n_samples = every_n_epochs, n_samples
+        self.split, self.stage = split, stage
         self.seed = int.from_bytes(os.urandom(4), "little") >> 1 if seed is None else seed
-        self.log_images, self.n_images, self.internal_batch_size = log_images, n_images, internal_batch_size
+        self.log_images, self.n_images = log_images, n_images
+        self.internal_batch_size = internal_batch_size
         self._tensors = None if inputs is None else from_tensors(inputs, targets)
         self._subset: tuple[Tensor, Tensor] | None = None
         self._resolved_size: tuple[int, int] | None = None
@@ -107,8 +124,10 @@ class RobustnessCallback(Callback):
     def resolve(self, height: int, width: int) -> None:
         """Fix size-dependent settings (epsilon, k, ...) before the first evaluation."""
 
-    def evaluate(self, model: nn.Module, inputs: Tensor, targets: Tensor, predictions: Tensor) -> Report:
-        """Evaluate this rank's images (model in eval mode, gradients enabled); return the report."""
+    def evaluate(
+        self, model: nn.Module, inputs: Tensor, targets: Tensor, predictions: Tensor
+    ) -> Report:
+        """Evaluate this rank's images (model in eval mode, gradients on); return the report."""
         raise NotImplementedError
 
     @property
@@ -119,8 +138,13 @@ class RobustnessCallback(Callback):
     @property
     @override
     def state_key(self) -> str:
-        return self._generate_state_key(name=self.name, every_n_epochs=self.every_n_epochs,
-                                        split=self.split, stage=self.stage, n_samples=self.n_samples)
+        return self._generate_state_key(
+            name=self.name,
+            every_n_epochs=self.every_n_epochs,
+            split=self.split,
+            stage=self.stage,
+            n_samples=self.n_samples,
+        )
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -156,8 +180,11 @@ class RobustnessCallback(Callback):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        return {"evaluated_epochs": list(self.evaluated_epochs), "seed": self.seed,
-                "budget": self.budget.state_dict()}
+        return {
+            "evaluated_epochs": list(self.evaluated_epochs),
+            "seed": self.seed,
+            "budget": self.budget.state_dict(),
+        }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -169,8 +196,11 @@ class RobustnessCallback(Callback):
     # ------------------------------------------------------------------------------ running
     def due(self, epoch: int) -> bool:
         """Whether the schedule evaluates after epoch `epoch` (0-based) and it was not done yet."""
-        return (self.every_n_epochs > 0 and (epoch + 1) % self.every_n_epochs == 0
-                and epoch not in self.evaluated_epochs)
+        return (
+            self.every_n_epochs > 0
+            and (epoch + 1) % self.every_n_epochs == 0
+            and epoch not in self.evaluated_epochs
+        )
 
     def should_run(self, trainer: pl.Trainer, epoch: int) -> bool:
         """`due(epoch)` and within the overhead budget (rank 0 decides for all ranks under DDP)."""
@@ -186,10 +216,12 @@ class RobustnessCallback(Callback):
         if not allowed and not self._skip_noted:
             self._skip_noted = True
             rank_zero_info(
-                f"{type(self).__name__}: skipping epoch {epoch} (and later ones when needed) to keep "
+                f"{type(self).__name__}: skipping epoch {epoch} (and later ones when needed) "
+                "to keep "
                 f"its share of the fit's time under max_overhead={self.budget.max_overhead} (last "
                 f"evaluation {self.budget.last_cost:.2f}s); pass max_overhead=None to run every "
-                "scheduled epoch")
+                "scheduled epoch"
+            )
         return allowed
 
     def held_out(self, trainer: pl.Trainer | None) -> tuple[Tensor, Tensor]:
@@ -203,8 +235,15 @@ class RobustnessCallback(Callback):
                 self._subset = from_trainer(trainer, self.split, self.n_samples, self.seed)
         return self._subset
 
-    def run(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *, epoch: int | None = None,
-            via_module: bool = True, record: bool = True) -> Report:
+    def run(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        *,
+        epoch: int | None = None,
+        via_module: bool = True,
+        record: bool = True,
+    ) -> Report:
         """Evaluate now on this rank's shard and log; returns the report (also `last_report`)."""
         start = time.perf_counter()
         epoch = trainer.current_epoch if epoch is None else epoch
@@ -219,7 +258,9 @@ class RobustnessCallback(Callback):
             if torch.is_inference_mode_enabled():
                 raise RuntimeError(INFERENCE_MODE_ERROR.format(name=type(self).__name__))
             pl_module.eval()
-            report = self.evaluate(model, inputs, targets, predict(model, inputs, self.internal_batch_size))
+            report = self.evaluate(
+                model, inputs, targets, predict(model, inputs, self.internal_batch_size)
+            )
         if self.log_images:
             self.media.write_media(trainer, report, epoch)
         seconds = time.perf_counter() - start
@@ -230,7 +271,9 @@ class RobustnessCallback(Callback):
         if via_module:
             sync = trainer.world_size > 1
             for key, value in report.scalars.items():
-                pl_module.log(key, float(value), on_step=False, on_epoch=True, sync_dist=sync, batch_size=1)
+                pl_module.log(
+                    key, float(value), on_step=False, on_epoch=True, sync_dist=sync, batch_size=1
+                )
         else:
             self.media.write_scalars(trainer, report.scalars)
         if record:
@@ -240,7 +283,7 @@ class RobustnessCallback(Callback):
 
 
 def evaluated_model(pl_module: pl.LightningModule) -> nn.Module:
-    """The classifier a monitor explains: `pl_module.model` when it is a module, else `pl_module`."""
+    """The classifier a monitor explains: `pl_module.model` if it is a module, else `pl_module`."""
     model = getattr(pl_module, "model", None)
     return model if isinstance(model, nn.Module) else pl_module
 
@@ -251,7 +294,9 @@ def predict(model: nn.Module, inputs: Tensor, batch_size: int | None) -> Tensor:
         return torch.zeros(0, dtype=torch.long, device=inputs.device)
     step = batch_size or inputs.shape[0]
     with torch.no_grad():
-        return torch.cat([model(inputs[i:i + step]).argmax(1) for i in range(0, inputs.shape[0], step)])
+        return torch.cat(
+            [model(inputs[i : i + step]).argmax(1) for i in range(0, inputs.shape[0], step)]
+        )
 
 
 @contextmanager

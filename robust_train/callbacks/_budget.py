@@ -1,4 +1,4 @@
-"""OverheadBudget: keep a monitor's share of the fit's wall time under a cap by skipping evaluations."""
+"""OverheadBudget: keep a monitor's share of the fit's wall time under a cap by skipping runs."""
 
 from __future__ import annotations
 
@@ -90,8 +90,12 @@ class OverheadBudget:
         return self.spent_seconds / total if total > 0 else 0.0
 
     def state_dict(self) -> dict[str, Any]:
-        return {"other_seconds": self.other_seconds, "spent_seconds": self.spent_seconds,
-                "last_cost": self.last_cost, "max_cost": self.max_cost}
+        return {
+            "other_seconds": self.other_seconds,
+            "spent_seconds": self.spent_seconds,
+            "last_cost": self.last_cost,
+            "max_cost": self.max_cost,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.other_seconds = float(state.get("other_seconds", 0.0))

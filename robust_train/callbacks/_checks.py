@@ -13,7 +13,9 @@ from robust_train._validation import check_choice, check_positive
 NameOrCallable = str | Callable[..., Any]
 
 
-def check_explainer(explainer: object, name: str, *, differentiable: bool = False) -> NameOrCallable:
+def check_explainer(
+    explainer: object, name: str, *, differentiable: bool = False
+) -> NameOrCallable:
     """Check an explainer name (one of `robust_train.explain.EXPLAINERS`) or callable.
 
     Example:
@@ -28,19 +30,25 @@ def check_explainer(explainer: object, name: str, *, differentiable: bool = Fals
 
     if isinstance(explainer, str):
         if explainer not in EXPLAINERS:
-            raise ValueError(f"Unknown `{name}` {explainer!r}; expected one of {list(EXPLAINERS)} "
-                             "or a callable")
+            raise ValueError(
+                f"Unknown `{name}` {explainer!r}; expected one of {list(EXPLAINERS)} or a callable"
+            )
     elif not callable(explainer):
-        raise TypeError(f"`{name}` must be an explainer name or a callable "
-                        f"explainer(model, inputs, target, *, create_graph=False), got {explainer!r}")
+        raise TypeError(
+            f"`{name}` must be an explainer name or a callable "
+            f"explainer(model, inputs, target, *, create_graph=False), got {explainer!r}"
+        )
     if differentiable and not is_differentiable(explainer):  # type: ignore[arg-type]
-        raise ValueError(f"`{name}` {explainer_name(explainer)!r} is not differentiable, so gradient "
-                         "attacks cannot target it; use a gradient explainer such as 'saliency'")
+        raise ValueError(
+            f"`{name}` {explainer_name(explainer)!r} is not differentiable, so gradient "
+            "attacks cannot target it; use a gradient explainer such as 'saliency'"
+        )
     return explainer  # type: ignore[return-value]
 
 
-def check_names(values: object, name: str, choices: Sequence[str] | None = None, *,
-                differentiable: bool = False) -> tuple[Any, ...]:
+def check_names(
+    values: object, name: str, choices: Sequence[str] | None = None, *, differentiable: bool = False
+) -> tuple[Any, ...]:
     """A non-empty tuple of distinct choices (a single value is accepted); explainers when
     `choices` is None.
 
@@ -48,7 +56,8 @@ def check_names(values: object, name: str, choices: Sequence[str] | None = None,
         >>> check_names("topk", "attacks", ("topk", "random_sign"))
         ('topk',)
     """
-    items = (values,) if isinstance(values, str) or callable(values) else tuple(values)  # type: ignore[arg-type]
+    single = isinstance(values, str) or callable(values)
+    items = (values,) if single else tuple(values)  # type: ignore[arg-type]
     if not items:
         raise ValueError(f"`{name}` is empty: give at least one")
     for item in items:

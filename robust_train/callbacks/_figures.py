@@ -28,8 +28,10 @@ class AttackExamples:
     def caption(self) -> str:
         """The title, the column order and each row's top-k intersection."""
         scores = ", ".join(f"{float(v):.2f}" for v in self.scores)
-        return (f"{self.title}; columns: input | clean map | attacked input | attacked map; "
-                f"top-k intersection per row: {scores}")
+        return (
+            f"{self.title}; columns: input | clean map | attacked input | attacked map; "
+            f"top-k intersection per row: {scores}"
+        )
 
 
 @dataclass
@@ -93,12 +95,16 @@ def render_examples(ex: AttackExamples, *, border: int = 2) -> np.ndarray:
     ph, pw = height * scale, width * scale
     grid = np.full((rows * (ph + border) + border, 4 * (pw + border) + border, 3), 255, np.uint8)
     for i in range(rows):
-        panels = (_panel(ex.inputs[i], scale), _heat(ex.clean_maps[i], scale),
-                  _panel(ex.adversarial[i], scale), _heat(ex.attacked_maps[i], scale))
+        panels = (
+            _panel(ex.inputs[i], scale),
+            _heat(ex.clean_maps[i], scale),
+            _panel(ex.adversarial[i], scale),
+            _heat(ex.attacked_maps[i], scale),
+        )
         top = border + i * (ph + border)
         for j, panel in enumerate(panels):
             left = border + j * (pw + border)
-            grid[top:top + ph, left:left + pw] = panel
+            grid[top : top + ph, left : left + pw] = panel
     return grid
 
 
@@ -140,5 +146,12 @@ def first_rows(t: Tensor, n: int) -> Tensor:
     return t[:n].detach().cpu().clone() if n > 0 else t[:0].detach().cpu()
 
 
-__all__ = ["AttackExamples", "Curves", "Report", "render_examples", "render_curves", "save_png",
-           "first_rows"]
+__all__ = [
+    "AttackExamples",
+    "Curves",
+    "Report",
+    "render_examples",
+    "render_curves",
+    "save_png",
+    "first_rows",
+]

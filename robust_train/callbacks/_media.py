@@ -57,7 +57,7 @@ class MediaWriter:
                 self._fail(logger, "media", err)
 
     def write_scalars(self, trainer: pl.Trainer, scalars: dict[str, float]) -> None:
-        """Log scalars straight to the loggers (hooks where `LightningModule.log` is not allowed)."""
+        """Log scalars straight to the loggers (where `LightningModule.log` is not allowed)."""
         if not trainer.is_global_zero:
             return
         for logger in trainer.loggers:
@@ -73,11 +73,15 @@ class MediaWriter:
         self._failed_ids.add(id(logger))
         message = f"{type(logger).__name__}: {type(err).__name__}: {err}"
         self.failed.append(message)
-        rank_zero_warn(f"{self.owner}: logging {what} failed ({message}); this logger gets no more "
-                       "robustness media for the rest of the run, training continues.")
+        rank_zero_warn(
+            f"{self.owner}: logging {what} failed ({message}); this logger gets no more "
+            "robustness media for the rest of the run, training continues."
+        )
 
     @staticmethod
-    def _to_wandb(logger: WandbLogger, report: Report, step: int, cache: dict[str, np.ndarray]) -> None:
+    def _to_wandb(
+        logger: WandbLogger, report: Report, step: int, cache: dict[str, np.ndarray]
+    ) -> None:
         for key, ex in report.examples.items():
             image = cache.setdefault(key, render_examples(ex))
             logger.log_image(key=key, images=[image], step=step, caption=[ex.caption])
@@ -87,7 +91,12 @@ class MediaWriter:
             charts: dict[str, Any] = {}
             for key, c in report.curves.items():
                 charts[key] = wandb.plot.line_series(
-                    xs=c.xs, ys=list(c.lines.values()), keys=list(c.lines), title=c.title, xname=c.xname)
+                    xs=c.xs,
+                    ys=list(c.lines.values()),
+                    keys=list(c.lines),
+                    title=c.title,
+                    xname=c.xname,
+                )
             logger.log_metrics(charts, step=step)
 
     @staticmethod

@@ -1,4 +1,4 @@
-"""The fixed held-out images a robustness callback evaluates, taken once and sharded across ranks."""
+"""The fixed held-out images a monitor evaluates, taken once and sharded across ranks."""
 
 from __future__ import annotations
 
@@ -41,11 +41,17 @@ def shard(inputs: Tensor, targets: Tensor, rank: int, world_size: int) -> tuple[
     return inputs[rank::world_size], targets[rank::world_size]
 
 
-def from_dataloader(loader: DataLoader, n_samples: int, seed: int, what: str) -> tuple[Tensor, Tensor]:
+def from_dataloader(
+    loader: DataLoader, n_samples: int, seed: int, what: str
+) -> tuple[Tensor, Tensor]:
     """A seeded subset of a loader's dataset (map-style: only the chosen items are loaded and
     collated with the loader's collate_fn; iterable: the first `n_samples` items)."""
     dataset = getattr(loader, "dataset", None)
-    if dataset is not None and isinstance(dataset, Sized) and not isinstance(dataset, IterableDataset):
+    if (
+        dataset is not None
+        and isinstance(dataset, Sized)
+        and not isinstance(dataset, IterableDataset)
+    ):
         size = len(dataset)
         if size == 0:
             raise ValueError(f"the {what} is empty: no held-out images to evaluate")
@@ -69,17 +75,20 @@ def from_dataloader(loader: DataLoader, n_samples: int, seed: int, what: str) ->
     return _checked(inputs, targets, what)
 
 
-def from_trainer(trainer: pl.Trainer, split: str, n_samples: int, seed: int) -> tuple[Tensor, Tensor]:
+def from_trainer(
+    trainer: pl.Trainer, split: str, n_samples: int, seed: int
+) -> tuple[Tensor, Tensor]:
     """The subset from `trainer.datamodule`'s (else the LightningModule's, else the Trainer's)
     val/test dataloader."""
     loader = _find_loader(trainer, split)
     if isinstance(loader, Iterable) and not isinstance(loader, DataLoader):
-        loaders = list(loader.values()) if isinstance(loader, dict) else list(loader)  # type: ignore[union-attr]
+        loaders = list(loader.values() if isinstance(loader, dict) else loader)
         loader = loaders[0] if loaders else None
     if loader is None:
         raise ValueError(
             f"no {split} dataloader to take held-out images from: fit with a datamodule that has "
-            f"a {split}_dataloader(), or pass `inputs` and `targets` to the callback")
+            f"a {split}_dataloader(), or pass `inputs` and `targets` to the callback"
+        )
     return from_dataloader(loader, n_samples, seed, f"{split} dataloader")
 
 
@@ -113,7 +122,9 @@ def _split_batch(batch: Any, what: str) -> tuple[Tensor, Tensor]:
     if isinstance(batch, dict):
         batch = (batch.get("image", batch.get("inputs")), batch.get("label", batch.get("target")))
     if not isinstance(batch, (tuple, list)) or len(batch) < 2:
-        raise ValueError(f"the {what} must yield (images, labels) batches, got {type(batch).__name__}")
+        raise ValueError(
+            f"the {what} must yield (images, labels) batches, got {type(batch).__name__}"
+        )
     return batch[0], batch[1]
 
 
@@ -122,6 +133,7 @@ def _checked(inputs: Any, targets: Any, what: str | None) -> tuple[Tensor, Tenso
     inputs = check_images(inputs, "inputs" if what is None else f"held-out images of the {what}")
     if what is not None and not isinstance(targets, Tensor):
         targets = torch.as_tensor(targets)
-    targets = check_target(targets, inputs.shape[0],
-                           "targets" if what is None else f"held-out labels of the {what}")
+    targets = check_target(
+        targets, inputs.shape[0], "targets" if what is None else f"held-out labels of the {what}"
+    )
     return inputs.detach().cpu().float(), targets.detach().cpu()

@@ -45,8 +45,12 @@ class FidelityMonitor(RobustnessCallback):
     name = "fidelity"
 
     def __init__(
-        self, explainers: Sequence[str | Callable[..., Any]] = ("saliency",), *,
-        fidelity_steps: int = DEFAULT_FIDELITY_STEPS, perturbation: str = "mean", **kwargs: Any,
+        self,
+        explainers: Sequence[str | Callable[..., Any]] = ("saliency",),
+        *,
+        fidelity_steps: int = DEFAULT_FIDELITY_STEPS,
+        perturbation: str = "mean",
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.explainers = check_names(explainers, "explainers")
@@ -54,14 +58,20 @@ class FidelityMonitor(RobustnessCallback):
         check_choice(perturbation, "perturbation", PERTURBATIONS)
         self.fidelity_steps, self.perturbation = fidelity_steps, perturbation
 
-    def evaluate(self, model: nn.Module, inputs: Tensor, targets: Tensor, predictions: Tensor) -> Report:
+    def evaluate(
+        self, model: nn.Module, inputs: Tensor, targets: Tensor, predictions: Tensor
+    ) -> Report:
         """Curves of this rank's images, explaining their predicted class."""
         report = Report()
         for explainer in self.explainers:
             name = explainer_name(explainer)
-            metric = Fidelity(self.fidelity_steps, explainer=explainer, seed=self.seed,
-                              perturbation=self.perturbation,
-                              internal_batch_size=self.internal_batch_size).to(inputs.device)
+            metric = Fidelity(
+                self.fidelity_steps,
+                explainer=explainer,
+                seed=self.seed,
+                perturbation=self.perturbation,
+                internal_batch_size=self.internal_batch_size,
+            ).to(inputs.device)
             if inputs.shape[0]:
                 metric.update(model, inputs, predictions)
             values = compute_quietly(metric)
@@ -71,6 +81,11 @@ class FidelityMonitor(RobustnessCallback):
             if self.log_images:
                 report.curves[f"fidelity/{name}/curves"] = Curves(
                     title=f"{name}: fidelity {float(values['fidelity']):.3f}",
-                    xs=values["fractions"].tolist(), xname="fraction of pixels removed",
-                    lines={"MIF": values["mif_curve"].tolist(), "LIF": values["lif_curve"].tolist()})
+                    xs=values["fractions"].tolist(),
+                    xname="fraction of pixels removed",
+                    lines={
+                        "MIF": values["mif_curve"].tolist(),
+                        "LIF": values["lif_curve"].tolist(),
+                    },
+                )
         return report

@@ -25,7 +25,7 @@ SEARCHES = ("random", "gradient")
 
 
 class LipschitzMonitor(RobustnessCallback):
-    """Local Lipschitz estimate of each explainer on held-out images (Alvarez-Melis & Jaakkola 2018).
+    """Local Lipschitz estimate of explainers on held-out images (Alvarez-Melis & Jaakkola 2018).
 
     L(x) = max_{x' in B(x, radius)} ||E(x) - E(x')||_2 / ||x - x'||_2, estimated from below with
     `lipschitz_samples` explainer calls per image (`robust_train.metrics.functional.
@@ -52,32 +52,48 @@ class LipschitzMonitor(RobustnessCallback):
     name = "lipschitz"
 
     def __init__(
-        self, explainers: Sequence[str | Callable[..., Any]] = ("saliency",), *, radius: float | None = None,
-        lipschitz_samples: int = DEFAULT_LIPSCHITZ_SAMPLES, search: str = "random", **kwargs: Any,
+        self,
+        explainers: Sequence[str | Callable[..., Any]] = ("saliency",),
+        *,
+        radius: float | None = None,
+        lipschitz_samples: int = DEFAULT_LIPSCHITZ_SAMPLES,
+        search: str = "random",
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.explainers = check_names(explainers, "explainers")
         check_optional_positive(radius, "radius")
         check_positive(lipschitz_samples, "lipschitz_samples", integer=True)
         check_choice(search, "search", SEARCHES)
-        self.settings = EvaluationSettings(lipschitz_radius=radius, lipschitz_samples=lipschitz_samples)
+        self.settings = EvaluationSettings(
+            lipschitz_radius=radius, lipschitz_samples=lipschitz_samples
+        )
         self.search = search
         self.radius: float | None = None
 
     def resolve(self, height: int, width: int) -> None:
         """Size-dependent radius, from `EvaluationSettings.resolved`."""
-        resolved = dataclasses.replace(self.settings, n_samples=self.n_samples).resolved((height, width))
+        resolved = dataclasses.replace(self.settings, n_samples=self.n_samples).resolved(
+            (height, width)
+        )
         self.radius = float(resolved.lipschitz_radius)  # type: ignore[arg-type]
 
-    def evaluate(self, model: nn.Module, inputs: Tensor, targets: Tensor, predictions: Tensor) -> Report:
+    def evaluate(
+        self, model: nn.Module, inputs: Tensor, targets: Tensor, predictions: Tensor
+    ) -> Report:
         """Estimate on this rank's images, explaining their predicted class."""
         if self.radius is None:
             self.resolve(inputs.shape[-2], inputs.shape[-1])
         report = Report()
         for explainer in self.explainers:
-            metric = LocalLipschitz(explainer=explainer, seed=self.seed, radius=self.radius,
-                                    n_samples=self.settings.lipschitz_samples, search=self.search,
-                                    internal_batch_size=self.internal_batch_size).to(inputs.device)
+            metric = LocalLipschitz(
+                explainer=explainer,
+                seed=self.seed,
+                radius=self.radius,
+                n_samples=self.settings.lipschitz_samples,
+                search=self.search,
+                internal_batch_size=self.internal_batch_size,
+            ).to(inputs.device)
             if inputs.shape[0]:
                 metric.update(model, inputs, predictions)
             mean = compute_quietly(metric)["mean"]

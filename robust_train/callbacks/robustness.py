@@ -1,4 +1,4 @@
-"""RobustnessMonitor: fragility, Lipschitz and fidelity monitoring in one callback, on shared images."""
+"""RobustnessMonitor: fragility, Lipschitz and fidelity monitoring in one callback."""
 
 from __future__ import annotations
 
@@ -46,32 +46,55 @@ class RobustnessMonitor(RobustnessCallback):
     name = "robustness"
 
     def __init__(
-        self, include: Sequence[str] = PARTS, *, attacks: Sequence[str] = DEFAULT_ATTACKS,
+        self,
+        include: Sequence[str] = PARTS,
+        *,
+        attacks: Sequence[str] = DEFAULT_ATTACKS,
         attack_explainer: str | Callable[..., Any] = "saliency",
-        explainers: Sequence[str | Callable[..., Any]] = ("saliency",), epsilon: float | None = None,
-        n_steps: int = DEFAULT_ATTACK_STEPS, k: int | None = None, lipschitz_radius: float | None = None,
-        lipschitz_samples: int = DEFAULT_LIPSCHITZ_SAMPLES, fidelity_steps: int = DEFAULT_FIDELITY_STEPS,
-        fidelity_perturbation: str = "mean", **kwargs: Any,
+        explainers: Sequence[str | Callable[..., Any]] = ("saliency",),
+        epsilon: float | None = None,
+        n_steps: int = DEFAULT_ATTACK_STEPS,
+        k: int | None = None,
+        lipschitz_radius: float | None = None,
+        lipschitz_samples: int = DEFAULT_LIPSCHITZ_SAMPLES,
+        fidelity_steps: int = DEFAULT_FIDELITY_STEPS,
+        fidelity_perturbation: str = "mean",
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         parts = check_names(include, "include", PARTS)
-        shared: dict[str, Any] = dict(n_samples=self.n_samples, seed=self.seed, n_images=self.n_images,
-                                      log_images=self.log_images,
-                                      internal_batch_size=self.internal_batch_size)
+        shared: dict[str, Any] = dict(
+            n_samples=self.n_samples,
+            seed=self.seed,
+            n_images=self.n_images,
+            log_images=self.log_images,
+            internal_batch_size=self.internal_batch_size,
+        )
         self.monitors: dict[str, RobustnessCallback] = {}
         for part in PARTS:  # fixed order, whatever the order of `include`
             if part not in parts:
                 continue
             if part == "fragility":
                 self.monitors[part] = FragilityMonitor(
-                    attacks, explainer=attack_explainer, epsilon=epsilon, n_steps=n_steps, k=k, **shared)
+                    attacks,
+                    explainer=attack_explainer,
+                    epsilon=epsilon,
+                    n_steps=n_steps,
+                    k=k,
+                    **shared,
+                )
             elif part == "lipschitz":
                 radius = lipschitz_radius if lipschitz_radius is not None else epsilon
                 self.monitors[part] = LipschitzMonitor(
-                    explainers, radius=radius, lipschitz_samples=lipschitz_samples, **shared)
+                    explainers, radius=radius, lipschitz_samples=lipschitz_samples, **shared
+                )
             else:
                 self.monitors[part] = FidelityMonitor(
-                    explainers, fidelity_steps=fidelity_steps, perturbation=fidelity_perturbation, **shared)
+                    explainers,
+                    fidelity_steps=fidelity_steps,
+                    perturbation=fidelity_perturbation,
+                    **shared,
+                )
 
     @property
     def seconds_key(self) -> str:
@@ -81,7 +104,9 @@ class RobustnessMonitor(RobustnessCallback):
         for monitor in self.monitors.values():
             monitor.resolve(height, width)
 
-    def evaluate(self, model: nn.Module, inputs: Tensor, targets: Tensor, predictions: Tensor) -> Report:
+    def evaluate(
+        self, model: nn.Module, inputs: Tensor, targets: Tensor, predictions: Tensor
+    ) -> Report:
         """Each part in turn on the same images and predictions, timed."""
         report = Report()
         for monitor in self.monitors.values():

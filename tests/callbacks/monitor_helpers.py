@@ -11,8 +11,14 @@ CHEAP = dict(n_samples=8, n_images=2, max_overhead=None)
 CHEAP_FRAGILITY = dict(CHEAP, n_steps=2)
 CHEAP_LIPSCHITZ = dict(CHEAP, lipschitz_samples=2)
 CHEAP_FIDELITY = dict(CHEAP, fidelity_steps=4)
-TRAINER = dict(enable_progress_bar=False, enable_model_summary=False, limit_train_batches=4,
-               limit_val_batches=1, num_sanity_val_steps=0, log_every_n_steps=1)
+TRAINER = dict(
+    enable_progress_bar=False,
+    enable_model_summary=False,
+    limit_train_batches=4,
+    limit_val_batches=1,
+    num_sanity_val_steps=0,
+    log_every_n_steps=1,
+)
 
 
 class DigitsData(pl.LightningDataModule):

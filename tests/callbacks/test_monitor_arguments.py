@@ -1,4 +1,4 @@
-"""Bad arguments are refused where they enter, naming the argument; subset selection and sharding."""
+"""Bad arguments are refused where they enter, naming the argument; subset selection, sharding."""
 
 from __future__ import annotations
 
@@ -47,15 +47,26 @@ BAD = [
     (LipschitzMonitor, dict(n_images=-1), ValueError, "n_images"),
     (LipschitzMonitor, dict(internal_batch_size=0), ValueError, "internal_batch_size"),
     (LipschitzMonitor, dict(inputs=torch.rand(4, 1, 8, 8)), ValueError, "targets"),
-    (LipschitzMonitor, dict(inputs=torch.rand(4, 1, 8, 8) * 3, targets=torch.zeros(4, dtype=torch.long)),
-     ValueError, "inputs"),
-    (LipschitzMonitor, dict(inputs=torch.rand(4, 1, 8, 8), targets=torch.zeros(3, dtype=torch.long)),
-     ValueError, "targets"),
+    (
+        LipschitzMonitor,
+        dict(inputs=torch.rand(4, 1, 8, 8) * 3, targets=torch.zeros(4, dtype=torch.long)),
+        ValueError,
+        "inputs",
+    ),
+    (
+        LipschitzMonitor,
+        dict(inputs=torch.rand(4, 1, 8, 8), targets=torch.zeros(3, dtype=torch.long)),
+        ValueError,
+        "targets",
+    ),
 ]
 
 
-@pytest.mark.parametrize("cls, kwargs, error, name", BAD,
-                         ids=[f"{c.__name__}-{next(iter(k))}-{i}" for i, (c, k, _, _) in enumerate(BAD)])
+@pytest.mark.parametrize(
+    "cls, kwargs, error, name",
+    BAD,
+    ids=[f"{c.__name__}-{next(iter(k))}-{i}" for i, (c, k, _, _) in enumerate(BAD)],
+)
 def test_bad_arguments_name_the_argument(cls, kwargs, error, name):
     with pytest.raises(error, match=rf"`{name}`"):
         cls(**kwargs)
@@ -63,8 +74,9 @@ def test_bad_arguments_name_the_argument(cls, kwargs, error, name):
 
 def test_k_larger_than_the_image_is_refused_at_the_first_evaluation(module, data):
     monitor = FragilityMonitor(k=65, **CHEAP_FRAGILITY)
-    trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, callbacks=[monitor],
-                         **TRAINER)
+    trainer = pl.Trainer(
+        max_epochs=1, logger=False, enable_checkpointing=False, callbacks=[monitor], **TRAINER
+    )
     with pytest.raises(ValueError, match=r"`k` must lie in \[1, 64\]"):
         trainer.fit(module, datamodule=data)
 
@@ -99,21 +111,30 @@ class Stream(IterableDataset):
 def test_subset_from_map_style_and_iterable_loaders():
     x, y = digits_tensors()
     x, y = x[:100], y[:100]
-    mx, my = from_dataloader(DataLoader(TensorDataset(x, y), batch_size=16), 12, 3, "val dataloader")
+    mx, my = from_dataloader(
+        DataLoader(TensorDataset(x, y), batch_size=16), 12, 3, "val dataloader"
+    )
     rows = select(x, y, 12, 3)
     assert torch.equal(mx, rows[0]) and torch.equal(my, rows[1])  # same rows as select()
     ix, iy = from_dataloader(DataLoader(Stream(x, y), batch_size=5), 12, 3, "val dataloader")
     assert torch.equal(ix, x[:12]) and torch.equal(iy, y[:12])  # iterable: the first ones
     with pytest.raises(ValueError, match="held-out images of the val dataloader"):
-        from_dataloader(DataLoader(TensorDataset(x * 16, y), batch_size=16), 12, 3, "val dataloader")
+        from_dataloader(
+            DataLoader(TensorDataset(x * 16, y), batch_size=16), 12, 3, "val dataloader"
+        )
 
 
 def test_constructor_tensors_and_test_split_are_used(module, data):
     x, y = digits_tensors()
     given = LipschitzMonitor(inputs=x[:40], targets=y[:40], log_images=False, **CHEAP_LIPSCHITZ)
     from_test = LipschitzMonitor(split="test", log_images=False, **CHEAP_LIPSCHITZ)
-    trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
-                         callbacks=[given, from_test], **TRAINER)
+    trainer = pl.Trainer(
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        callbacks=[given, from_test],
+        **TRAINER,
+    )
     trainer.fit(module, datamodule=data)
     gx, _ = given.held_out(trainer)
     assert gx.shape[0] == CHEAP_LIPSCHITZ["n_samples"]
@@ -124,8 +145,9 @@ def test_constructor_tensors_and_test_split_are_used(module, data):
     assert from_test.held_out(trainer)[0] is tx  # taken once, then kept
 
 
-@pytest.mark.parametrize("size, epsilon, k", [((8, 8), 0.1, 8), ((28, 28), 0.1, 98),
-                                              ((32, 32), 8 / 255, 128)])
+@pytest.mark.parametrize(
+    "size, epsilon, k", [((8, 8), 0.1, 8), ((28, 28), 0.1, 98), ((32, 32), 8 / 255, 128)]
+)
 def test_size_defaults_come_from_the_evaluation_settings(size, epsilon, k):
     fragility, lipschitz = FragilityMonitor(), LipschitzMonitor()
     fragility.resolve(*size)

@@ -40,8 +40,9 @@ class Snapshot(Callback):
             for p in pl_module.parameters():
                 p.grad = torch.randn_like(p)
         self.modes.append({n: m.training for n, m in pl_module.named_modules()})
-        self.grads.append({n: None if p.grad is None else p.grad.clone()
-                           for n, p in pl_module.named_parameters()})
+        self.grads.append(
+            {n: None if p.grad is None else p.grad.clone() for n, p in pl_module.named_parameters()}
+        )
 
 
 class FreezeBatchNorm(Callback):
@@ -76,10 +77,17 @@ class Spy(LipschitzMonitor):
 def test_modes_restored_per_module_and_grads_untouched(bn_module, data):
     before, after = Snapshot(fill_grads=True), Snapshot()
     probe = ModeProbe(attacks=["topk"], log_images=False, **CHEAP_FRAGILITY)
-    callbacks = [FreezeBatchNorm(), before, probe, LipschitzMonitor(**CHEAP_LIPSCHITZ),
-                 FidelityMonitor(**CHEAP_FIDELITY), after]
-    trainer = pl.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, callbacks=callbacks,
-                         **TRAINER)
+    callbacks = [
+        FreezeBatchNorm(),
+        before,
+        probe,
+        LipschitzMonitor(**CHEAP_LIPSCHITZ),
+        FidelityMonitor(**CHEAP_FIDELITY),
+        after,
+    ]
+    trainer = pl.Trainer(
+        max_epochs=2, logger=False, enable_checkpointing=False, callbacks=callbacks, **TRAINER
+    )
     trainer.fit(bn_module, datamodule=data)
     assert probe.evaluated_epochs == [0, 1]
     assert not any(probe.seen)  # evaluated in eval mode
@@ -95,8 +103,9 @@ def test_modes_restored_per_module_and_grads_untouched(bn_module, data):
 
 def test_resume_keeps_schedule_and_subset(tmp_path, module, data, trained_digits):
     first = Spy(every_n_epochs=2, seed=None, **CHEAP_LIPSCHITZ)
-    trainer = pl.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, callbacks=[first],
-                         **TRAINER)
+    trainer = pl.Trainer(
+        max_epochs=2, logger=False, enable_checkpointing=False, callbacks=[first], **TRAINER
+    )
     trainer.fit(module, datamodule=data)
     checkpoint = tmp_path / "epoch2.ckpt"
     trainer.save_checkpoint(checkpoint)
@@ -105,23 +114,35 @@ def test_resume_keeps_schedule_and_subset(tmp_path, module, data, trained_digits
     second = Spy(every_n_epochs=2, seed=None, **CHEAP_LIPSCHITZ)
     assert second.seed != first.seed  # a fresh draw: only the checkpoint can bring it back
     logger = CSVLogger(tmp_path)
-    resumed = pl.Trainer(max_epochs=4, logger=logger, enable_checkpointing=False, callbacks=[second],
-                         **TRAINER)
-    resumed.fit(RobustClassifier(type(trained_digits[0])()), datamodule=data, ckpt_path=checkpoint,
-                weights_only=False)  # RobustClassifier hparams hold a function
+    resumed = pl.Trainer(
+        max_epochs=4, logger=logger, enable_checkpointing=False, callbacks=[second], **TRAINER
+    )
+    resumed.fit(
+        RobustClassifier(type(trained_digits[0])()),
+        datamodule=data,
+        ckpt_path=checkpoint,
+        weights_only=False,
+    )  # RobustClassifier hparams hold a function
     assert second.calls == [(3, False)]
     assert second.evaluated_epochs == [1, 3]
     assert second.seed == first.seed
     assert torch.equal(second.held_out(resumed)[0], first.held_out(trainer)[0])
     with open(Path(logger.log_dir) / "metrics.csv") as f:
-        logged = [int(r["epoch"]) for r in csv.DictReader(f) if r.get("robustness/lipschitz/saliency")]
+        logged = [
+            int(r["epoch"]) for r in csv.DictReader(f) if r.get("robustness/lipschitz/saliency")
+        ]
     assert logged == [3]
 
 
 def test_validation_stage_runs_in_fit_validation_but_not_in_sanity_check(module, data):
     spy = Spy(stage="validation", **CHEAP_LIPSCHITZ)
-    trainer = pl.Trainer(max_epochs=2, logger=False, enable_checkpointing=False, callbacks=[spy],
-                         **{**TRAINER, "num_sanity_val_steps": 1})
+    trainer = pl.Trainer(
+        max_epochs=2,
+        logger=False,
+        enable_checkpointing=False,
+        callbacks=[spy],
+        **{**TRAINER, "num_sanity_val_steps": 1},
+    )
     trainer.fit(module, datamodule=data)
     assert spy.calls == [(0, False), (1, False)]
     assert math.isfinite(float(trainer.callback_metrics["robustness/lipschitz/saliency"]))
@@ -130,7 +151,9 @@ def test_validation_stage_runs_in_fit_validation_but_not_in_sanity_check(module,
 def test_validation_stage_under_inference_mode_is_refused_in_setup(module, data):
     monitor = LipschitzMonitor(stage="validation", **CHEAP_LIPSCHITZ)
     refused = pl.Trainer(logger=False, inference_mode=True, callbacks=[monitor], **TRAINER)
-    with pytest.raises(RuntimeError, match=r"LipschitzMonitor.*Trainer with `inference_mode=False`"):
+    with pytest.raises(
+        RuntimeError, match=r"LipschitzMonitor.*Trainer with `inference_mode=False`"
+    ):
         refused.validate(module, datamodule=data, verbose=False)
     ok = pl.Trainer(logger=False, inference_mode=False, callbacks=[monitor], **TRAINER)
     (metrics,) = ok.validate(module, datamodule=data, verbose=False)
@@ -139,11 +162,18 @@ def test_validation_stage_under_inference_mode_is_refused_in_setup(module, data)
 
 
 def test_values_equal_direct_metric_calls_on_correct_images(module, data):
-    fragility = FragilityMonitor(attacks=["topk", "mass_center"], log_images=False, **CHEAP_FRAGILITY)
+    fragility = FragilityMonitor(
+        attacks=["topk", "mass_center"], log_images=False, **CHEAP_FRAGILITY
+    )
     lipschitz = LipschitzMonitor(**CHEAP_LIPSCHITZ)
     fidelity = FidelityMonitor(log_images=False, **CHEAP_FIDELITY)
-    trainer = pl.Trainer(max_epochs=1, logger=False, enable_checkpointing=False,
-                         callbacks=[fragility, lipschitz, fidelity], **TRAINER)
+    trainer = pl.Trainer(
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        callbacks=[fragility, lipschitz, fidelity],
+        **TRAINER,
+    )
     trainer.fit(module, datamodule=data)  # evaluated after the last step: the final weights
     logged = {k: float(v) for k, v in trainer.callback_metrics.items()}
     model = module.model.eval()
@@ -155,15 +185,31 @@ def test_values_equal_direct_metric_calls_on_correct_images(module, data):
     assert int(correct.sum()) > 0
     assert logged["robustness/n_attacked"] == int(correct.sum())
     for attack in ("topk", "mass_center"):
-        ref = fragility_attack(model, x[correct], y[correct], objective=attack, epsilon=0.1,
-                               n_steps=2, step_size=0.1, k=8, seed=0)  # 2 * epsilon / n_steps
+        ref = fragility_attack(
+            model,
+            x[correct],
+            y[correct],
+            objective=attack,
+            epsilon=0.1,
+            n_steps=2,
+            step_size=0.1,
+            k=8,
+            seed=0,
+        )  # 2 * epsilon / n_steps
         for name in ("topk_intersection", "center_shift"):
             expected = getattr(ref, name)
-            assert logged[f"robustness/{attack}/{name}"] == pytest.approx(float(expected.mean()), abs=1e-5)
-    lip = local_lipschitz_estimate(model, x, pred, explainer="saliency", radius=0.1, n_samples=2, seed=0)
+            assert logged[f"robustness/{attack}/{name}"] == pytest.approx(
+                float(expected.mean()), abs=1e-5
+            )
+    lip = local_lipschitz_estimate(
+        model, x, pred, explainer="saliency", radius=0.1, n_samples=2, seed=0
+    )
     assert logged["robustness/lipschitz/saliency"] == pytest.approx(float(lip.mean()), rel=1e-5)
-    curves = fidelity_curves(model, x, pred, importance_map(saliency(model, x, pred)), n_steps=4, seed=0)
+    curves = fidelity_curves(
+        model, x, pred, importance_map(saliency(model, x, pred)), n_steps=4, seed=0
+    )
     assert logged["fidelity/saliency/estimate"] == pytest.approx(
-        float(fidelity_estimate(curves).mean()), abs=1e-5)
+        float(fidelity_estimate(curves).mean()), abs=1e-5
+    )
     auc_mif = torch.trapezoid(curves.mif, curves.fractions, dim=1).mean()
     assert logged["fidelity/saliency/mif_auc"] == pytest.approx(float(auc_mif), abs=1e-5)

@@ -16,8 +16,9 @@ TINY = {**CHEAP_LIPSCHITZ, "max_overhead": 1e-9, "log_images": False}
 
 
 def fit(module, data, monitor, epochs, **kwargs) -> pl.Trainer:
-    trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False,
-                         callbacks=[monitor], **TRAINER)
+    trainer = pl.Trainer(
+        max_epochs=epochs, logger=False, enable_checkpointing=False, callbacks=[monitor], **TRAINER
+    )
     trainer.fit(module, datamodule=data, **kwargs)
     return trainer
 
@@ -42,7 +43,9 @@ def test_budget_arithmetic():
         OverheadBudget(0.0)
 
 
-@pytest.mark.parametrize("max_overhead, expected", [(1e-9, [0, 3]), (1e9, [0, 1, 2, 3]), (None, [0, 1, 2, 3])])
+@pytest.mark.parametrize(
+    "max_overhead, expected", [(1e-9, [0, 3]), (1e9, [0, 1, 2, 3]), (None, [0, 1, 2, 3])]
+)
 def test_cap_skips_middle_epochs_only(module, data, caplog, max_overhead, expected):
     monitor = LipschitzMonitor(**{**TINY, "max_overhead": max_overhead})
     with caplog.at_level(logging.INFO):
@@ -62,8 +65,14 @@ def test_resumed_run_keeps_its_budget(tmp_path, module, data, trained_digits):
     checkpoint = tmp_path / "last.ckpt"
     trainer.save_checkpoint(checkpoint)
     second = LipschitzMonitor(**TINY)
-    fit(RobustClassifier(type(trained_digits[0])()), data, second, 4, ckpt_path=checkpoint,
-        weights_only=False)
+    fit(
+        RobustClassifier(type(trained_digits[0])()),
+        data,
+        second,
+        4,
+        ckpt_path=checkpoint,
+        weights_only=False,
+    )
     # The restored cost says epoch 2 would break the cap; without the state it would run there.
     assert second.evaluated_epochs == [0, 1, 3]
     assert second.budget.spent_seconds > first.budget.spent_seconds > 0

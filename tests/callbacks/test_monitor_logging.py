@@ -25,8 +25,11 @@ from robust_train.callbacks import (
     RobustnessMonitor,
 )
 
-ATTACK_KEYS = [f"robustness/{a}/{m}" for a in ("random_sign", "topk", "mass_center")
-               for m in ("topk_intersection", "spearman", "kendall", "center_shift")]
+ATTACK_KEYS = [
+    f"robustness/{a}/{m}"
+    for a in ("random_sign", "topk", "mass_center")
+    for m in ("topk_intersection", "spearman", "kendall", "center_shift")
+]
 LIPSCHITZ_KEYS = ["robustness/lipschitz/saliency", "robustness/lipschitz/input_x_gradient"]
 FIDELITY_KEYS = [f"fidelity/saliency/{m}" for m in ("mif_auc", "lif_auc", "estimate")]
 SECONDS_KEYS = [f"robustness/seconds/{m}" for m in ("fragility", "lipschitz", "fidelity")]
@@ -59,12 +62,20 @@ def check_ranges(values: dict[str, float]) -> None:
 
 
 def test_csv_logger_gets_every_scalar_each_epoch_and_pngs(tmp_path, module, data):
-    monitors = [FragilityMonitor(**CHEAP_FRAGILITY),
-                LipschitzMonitor(["saliency", "input_x_gradient"], **CHEAP_LIPSCHITZ),
-                FidelityMonitor(**CHEAP_FIDELITY)]
+    monitors = [
+        FragilityMonitor(**CHEAP_FRAGILITY),
+        LipschitzMonitor(["saliency", "input_x_gradient"], **CHEAP_LIPSCHITZ),
+        FidelityMonitor(**CHEAP_FIDELITY),
+    ]
     logger = CSVLogger(tmp_path)
-    trainer = pl.Trainer(max_epochs=2, logger=logger, callbacks=monitors, default_root_dir=tmp_path,
-                         enable_checkpointing=False, **TRAINER)
+    trainer = pl.Trainer(
+        max_epochs=2,
+        logger=logger,
+        callbacks=monitors,
+        default_root_dir=tmp_path,
+        enable_checkpointing=False,
+        **TRAINER,
+    )
     trainer.fit(module, datamodule=data)
     rows = read_csv(logger)
     keys = ATTACK_KEYS + LIPSCHITZ_KEYS + FIDELITY_KEYS + SECONDS_KEYS + ["robustness/n_attacked"]
@@ -76,24 +87,44 @@ def test_csv_logger_gets_every_scalar_each_epoch_and_pngs(tmp_path, module, data
             check_ranges({key: values[0]})
     assert per_epoch(rows, "robustness/n_attacked")[1][0] >= 1  # the trained model gets some right
     pngs = sorted(p.name for p in (Path(logger.log_dir) / "robustness").glob("*.png"))
-    expected = sorted(f"epoch_{e:03d}_{name}.png" for e in (0, 1)
-                      for name in ("random_sign_examples", "topk_examples", "mass_center_examples",
-                                   "fidelity_saliency_curves"))
+    expected = sorted(
+        f"epoch_{e:03d}_{name}.png"
+        for e in (0, 1)
+        for name in (
+            "random_sign_examples",
+            "topk_examples",
+            "mass_center_examples",
+            "fidelity_saliency_curves",
+        )
+    )
     assert pngs == expected
 
 
 def test_robustness_monitor_runs_parts_on_one_subset_and_times_them(tmp_path, module, data):
-    monitor = RobustnessMonitor(attacks=["topk", "targeted"], n_steps=2, lipschitz_samples=2, fidelity_steps=4,
-                                log_images=False, **CHEAP)
+    monitor = RobustnessMonitor(
+        attacks=["topk", "targeted"],
+        n_steps=2,
+        lipschitz_samples=2,
+        fidelity_steps=4,
+        log_images=False,
+        **CHEAP,
+    )
     logger = CSVLogger(tmp_path)
-    trainer = pl.Trainer(max_epochs=1, logger=logger, callbacks=[monitor], enable_checkpointing=False,
-                         **TRAINER)
+    trainer = pl.Trainer(
+        max_epochs=1, logger=logger, callbacks=[monitor], enable_checkpointing=False, **TRAINER
+    )
     trainer.fit(module, datamodule=data)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    expected = ([f"robustness/topk/{m}" for m in ("topk_intersection", "spearman", "kendall",
-                                                  "center_shift")]
-                + ["robustness/lipschitz/saliency"] + FIDELITY_KEYS + SECONDS_KEYS
-                + ["robustness/seconds/total"])
+    expected = (
+        [
+            f"robustness/topk/{m}"
+            for m in ("topk_intersection", "spearman", "kendall", "center_shift")
+        ]
+        + ["robustness/lipschitz/saliency"]
+        + FIDELITY_KEYS
+        + SECONDS_KEYS
+        + ["robustness/seconds/total"]
+    )
     check_ranges({k: metrics[k] for k in expected})
     assert "robustness/random_sign/spearman" not in metrics
     assert 0 <= metrics["robustness/targeted/topk_intersection"] <= 1
@@ -110,8 +141,9 @@ def test_failing_image_writing_warns_once_and_training_goes_on(tmp_path, module,
     Path(logger.log_dir).mkdir(parents=True)
     (Path(logger.log_dir) / "robustness").write_text("a file where the PNG folder should be")
     monitor = FragilityMonitor(attacks=["topk"], **CHEAP_FRAGILITY)
-    trainer = pl.Trainer(max_epochs=2, logger=logger, callbacks=[monitor], enable_checkpointing=False,
-                         **TRAINER)
+    trainer = pl.Trainer(
+        max_epochs=2, logger=logger, callbacks=[monitor], enable_checkpointing=False, **TRAINER
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer.fit(module, datamodule=data)
@@ -127,8 +159,9 @@ def test_failing_image_writing_warns_once_and_training_goes_on(tmp_path, module,
 def test_schedule_every_n_epochs(tmp_path, module, data, every_n_epochs, expected):
     monitor = LipschitzMonitor(every_n_epochs=every_n_epochs, log_images=False, **CHEAP_LIPSCHITZ)
     logger = CSVLogger(tmp_path)
-    trainer = pl.Trainer(max_epochs=3, logger=logger, callbacks=[monitor], enable_checkpointing=False,
-                         **TRAINER)
+    trainer = pl.Trainer(
+        max_epochs=3, logger=logger, callbacks=[monitor], enable_checkpointing=False, **TRAINER
+    )
     trainer.fit(module, datamodule=data)
     assert monitor.evaluated_epochs == expected
     assert sorted(per_epoch(read_csv(logger), "robustness/lipschitz/saliency")) == expected
@@ -137,8 +170,9 @@ def test_schedule_every_n_epochs(tmp_path, module, data, every_n_epochs, expecte
 def test_every_n_epochs_zero_evaluates_once_at_fit_end(tmp_path, module, data):
     monitor = FidelityMonitor(every_n_epochs=0, **CHEAP_FIDELITY)
     logger = CSVLogger(tmp_path)
-    trainer = pl.Trainer(max_epochs=3, logger=logger, callbacks=[monitor], enable_checkpointing=False,
-                         **TRAINER)
+    trainer = pl.Trainer(
+        max_epochs=3, logger=logger, callbacks=[monitor], enable_checkpointing=False, **TRAINER
+    )
     trainer.fit(module, datamodule=data)
     assert monitor.evaluated_epochs == [2]
     rows = [r for r in read_csv(logger) if r.get("fidelity/saliency/estimate")]
@@ -153,10 +187,11 @@ def test_defaults_end_to_end_on_digits_datamodule_with_small_cnn(tmp_path):
     from robust_train.data import DigitsDataModule
     from robust_train.models import SmallCNN
 
-    monitor = RobustnessMonitor()  # every default: 16 images, 4 attack steps, 10% cap
+    monitor = RobustnessMonitor()  # every default: 16 images, 3 attack steps, 10% cap
     logger = CSVLogger(tmp_path)
-    trainer = pl.Trainer(max_epochs=2, logger=logger, callbacks=[monitor], enable_checkpointing=False,
-                         **TRAINER)
+    trainer = pl.Trainer(
+        max_epochs=2, logger=logger, callbacks=[monitor], enable_checkpointing=False, **TRAINER
+    )
     trainer.fit(RobustClassifier(SmallCNN(width=8)), datamodule=DigitsDataModule(batch_size=64))
     assert monitor.evaluated_epochs == [0, 1]  # the first and the last always run
     assert monitor.held_out(trainer)[0].shape == (16, 1, 8, 8)

@@ -14,12 +14,20 @@ from wandb_reader import read_run
 from robust_train.callbacks import RobustnessMonitor
 from robust_train.loggers import SafeWandbLogger
 
-SCALARS = ([f"robustness/{a}/{m}" for a in ("random_sign", "topk", "mass_center")
-            for m in ("topk_intersection", "spearman", "kendall", "center_shift")]
-           + ["robustness/lipschitz/saliency", "robustness/lipschitz/input_x_gradient"]
-           + [f"fidelity/{e}/{m}" for e in ("saliency", "input_x_gradient")
-              for m in ("mif_auc", "lif_auc", "estimate")]
-           + [f"robustness/seconds/{m}" for m in ("fragility", "lipschitz", "fidelity", "total")])
+SCALARS = (
+    [
+        f"robustness/{a}/{m}"
+        for a in ("random_sign", "topk", "mass_center")
+        for m in ("topk_intersection", "spearman", "kendall", "center_shift")
+    ]
+    + ["robustness/lipschitz/saliency", "robustness/lipschitz/input_x_gradient"]
+    + [
+        f"fidelity/{e}/{m}"
+        for e in ("saliency", "input_x_gradient")
+        for m in ("mif_auc", "lif_auc", "estimate")
+    ]
+    + [f"robustness/seconds/{m}" for m in ("fragility", "lipschitz", "fidelity", "total")]
+)
 
 
 @pytest.fixture
@@ -34,13 +42,19 @@ def offline(tmp_path, monkeypatch):
 
 
 def monitor() -> RobustnessMonitor:
-    return RobustnessMonitor(explainers=["saliency", "input_x_gradient"], n_steps=2,
-                             lipschitz_samples=2, fidelity_steps=4, **CHEAP)
+    return RobustnessMonitor(
+        explainers=["saliency", "input_x_gradient"],
+        n_steps=2,
+        lipschitz_samples=2,
+        fidelity_steps=4,
+        **CHEAP,
+    )
 
 
 def fit(module, data, logger) -> pl.Trainer:
-    trainer = pl.Trainer(max_epochs=2, logger=logger, callbacks=[monitor()], enable_checkpointing=False,
-                         **TRAINER)
+    trainer = pl.Trainer(
+        max_epochs=2, logger=logger, callbacks=[monitor()], enable_checkpointing=False, **TRAINER
+    )
     trainer.fit(module, datamodule=data)
     logger.experiment.finish()  # flush the run file (Lightning leaves the run open)
     return trainer

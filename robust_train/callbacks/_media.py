@@ -74,8 +74,8 @@ class MediaWriter:
         message = f"{type(logger).__name__}: {type(err).__name__}: {err}"
         self.failed.append(message)
         rank_zero_warn(
-            f"{self.owner}: logging {what} failed ({message}); this logger gets no more "
-            "robustness media for the rest of the run, training continues."
+            f"{self.owner}: logging {what} failed ({message}); this monitor sends nothing more "
+            "to this logger for the rest of the run, training continues."
         )
 
     @staticmethod

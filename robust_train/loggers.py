@@ -4,7 +4,8 @@ W&B is the default logger of `robust-train fit`. Runs are written under `runs/` 
 (sync later with `wandb sync runs/wandb/offline-run-*`); a run goes online only when the user asks
 (`--trainer.logger.init_args.offline=false` or WANDB_MODE=online, with a key from `wandb login`).
 If W&B cannot start or a log call fails (no server, no key, a full disk), training goes on: the
-failure is reported once as a warning and later calls are dropped.
+failure is reported once as a warning. A run that cannot start drops every later call; a failing
+kind of call (say, images) drops later calls of that kind only, so scalars keep arriving.
 """
 
 from __future__ import annotations
@@ -40,17 +41,21 @@ class SafeWandbLogger(WandbLogger):
         kwargs.setdefault("log_model", False)
         super().__init__(save_dir=save_dir, project=project, offline=offline, **kwargs)
         self.is_offline = offline
-        self.failed: str | None = None
+        self.failed: str | None = None  # set when the run itself could not start
+        self.failures: dict[str, str] = {}  # kind of call -> first error
 
     def _guard(self, what: str, fn: Callable[[], Any]) -> Any:
-        if self.failed is not None:
+        if self.failed is not None or what in self.failures:
             return None
         try:
             return fn()
         except Exception as err:  # noqa: BLE001 - any logging failure must not kill training
-            self.failed = f"{what}: {type(err).__name__}: {err}"
-            rank_zero_warn(f"W&B logging disabled for the rest of this run ({self.failed}); training continues "
-                           "and checkpoints are still written.")
+            self.failures[what] = f"{type(err).__name__}: {err}"
+            scope = "all W&B logging" if what == "starting the run" else f"W&B {what} calls"
+            rank_zero_warn(f"W&B {what} failed ({self.failures[what]}); {scope} skipped for the rest of this run. "
+                           "Training continues and checkpoints are still written.")
+            if what == "starting the run":
+                self.failed = self.failures[what]
             return None
 
     @property

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,8 @@ class OfflineRun:
 def read_records(path: str | Path) -> list[bytes]:
     """The raw records of a .wandb file, checking the header and every chunk's CRC."""
     data = Path(path).read_bytes()
+    if len(data) < len(_HEADER):
+        return []  # created, header not written yet
     if data[: len(_HEADER)] != _HEADER:
         raise ValueError(f"{path}: not a W&B log (header {data[:7]!r})")
     records: list[bytes] = []
@@ -96,9 +99,28 @@ def _items(items: Any) -> dict[str, Any]:
     return out
 
 
-def read_run(run_dir_or_file: str | Path) -> OfflineRun:
+def read_run(run_dir_or_file: str | Path, *, timeout: float = 30.0) -> OfflineRun:
     """Parse an offline run: a `run-*.wandb` file, an `offline-run-*` folder, or a save_dir
-    holding exactly one run (searched recursively)."""
+    holding exactly one run (searched recursively).
+
+    wandb's core process may still be writing the file when `finish()` returns, so this waits
+    (up to `timeout` seconds) for the run's closing `exit` record; a run still open after that
+    is returned as far as it was written.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            run = _parse_run(run_dir_or_file)
+        except FileNotFoundError:
+            if time.monotonic() > deadline:
+                raise
+        else:
+            if "exit" in run.record_types or time.monotonic() > deadline:
+                return run
+        time.sleep(0.2)
+
+
+def _parse_run(run_dir_or_file: str | Path) -> OfflineRun:
     path = Path(run_dir_or_file)
     if path.is_dir():
         found = sorted(path.rglob("run-*.wandb"))

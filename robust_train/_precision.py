@@ -23,17 +23,18 @@ A custom `PenaltyTerm` can state its kind with boolean class attributes `double_
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from robust_train.regularizers.terms import Curvature, InputGradientNorm, PenaltyTerm
+from robust_train.regularizers.terms import Curvature, InputGradientNorm
 
 HALF_TRUE = ("16-true", "bf16-true")
 
 
-def needs_double_backprop(term: PenaltyTerm) -> bool:
+def needs_double_backprop(term: nn.Module) -> bool:
     """Whether the term differentiates through an input gradient (create_graph=True).
 
     Example:
@@ -48,10 +49,10 @@ def needs_double_backprop(term: PenaltyTerm) -> bool:
         return term.method == "gradient_difference"
     if isinstance(term, InputGradientNorm):
         return term.method == "double_backprop"
-    return bool(term.needs_input_grad)
+    return bool(getattr(term, "needs_input_grad", False))
 
 
-def needs_full_precision(term: PenaltyTerm) -> bool:
+def needs_full_precision(term: nn.Module) -> bool:
     """Whether the term is a finite difference that must be computed in float32.
 
     Example:
@@ -69,7 +70,7 @@ def needs_full_precision(term: PenaltyTerm) -> bool:
     return False
 
 
-def penalty_value(term: PenaltyTerm, model: nn.Module, inputs: Tensor, target: Tensor,
+def penalty_value(term: nn.Module, model: nn.Module, inputs: Tensor, target: Tensor,
                   logits: Tensor | None) -> Tensor:
     """The term's per-sample penalty (B,) as float32.
 
@@ -101,7 +102,7 @@ def is_compiled(module: nn.Module) -> bool:
     return any(hasattr(m, "_orig_mod") for m in module.modules())
 
 
-def check_precision(trainer: Any, module: nn.Module, penalties: list[PenaltyTerm]) -> None:
+def check_precision(trainer: Any, module: nn.Module, penalties: Iterable[nn.Module]) -> None:
     """Refuse, before training, combinations that would train on wrong penalty gradients.
 
     Raises ValueError for: a double-backprop term at low precision under "16-mixed" (or any
@@ -109,11 +110,11 @@ def check_precision(trainer: Any, module: nn.Module, penalties: list[PenaltyTerm
     (no float32 to fall back to); a double-backprop term with a compiled model. Terms of weight
     0 are never active and pass.
     """
-    active = [t for t in penalties if t.weight > 0]
+    active = [t for t in penalties if float(getattr(t, "weight", 1.0)) > 0]
     precision = str(getattr(trainer, "precision", "32-true"))
     plugin = getattr(trainer, "precision_plugin", None)
     scaled = precision == "16-mixed" or getattr(plugin, "scaler", None) is not None
-    refused = [t.name for t in active if needs_double_backprop(t) and not needs_full_precision(t)]
+    refused = [_name(t) for t in active if needs_double_backprop(t) and not needs_full_precision(t)]
     if scaled and refused:
         raise ValueError(
             f"precision={precision!r} trains with a GradScaler, which does not scale the inner "
@@ -121,16 +122,20 @@ def check_precision(trainer: Any, module: nn.Module, penalties: list[PenaltyTerm
             "backprop); float16 can underflow there. Use precision='bf16-mixed' (no scaler) or "
             "'32-true'; the zero-order curvature and finite-difference gradient norm run in "
             "float32 and are fine with 16-mixed.")
-    refused = [t.name for t in active if needs_full_precision(t)]
+    refused = [_name(t) for t in active if needs_full_precision(t)]
     if precision in HALF_TRUE and refused:
         raise ValueError(
             f"precision={precision!r} holds the model in half precision, where the finite "
             f"differences of the penalties {refused} lose every significant digit; use "
             "precision='bf16-mixed' (they then run in float32) or '32-true'.")
-    refused = [t.name for t in active if needs_double_backprop(t)]
+    refused = [_name(t) for t in active if needs_double_backprop(t)]
     if refused and is_compiled(module):
         raise ValueError(
             f"the model is compiled with torch.compile, whose AOTAutograd does not support double "
             f"backward, which the penalties {refused} need; train without torch.compile, or use "
             "a first-order penalty (Curvature(method='zero_order'), "
             "InputGradientNorm(method='finite_difference')).")
+
+
+def _name(term: nn.Module) -> str:
+    return str(getattr(term, "name", type(term).__name__))

@@ -48,7 +48,7 @@ class RobustClassifier(pl.LightningModule):
         init_checkpoint: weights to start from: a .ckpt written by `robust-train fit` or a
             state_dict file (fine-tuning a user checkpoint).
         on_nonfinite: "raise" stops with an error naming the term when a loss part is NaN/inf;
-            "skip" skips that optimisation step with a warning.
+            "skip" skips that optimisation step with a warning (one process only: refused under DDP).
         label_smoothing: passed to the cross-entropy.
 
     Example:
@@ -190,7 +190,10 @@ class RobustClassifier(pl.LightningModule):
 
     # ------------------------------------------------------------------------------- checkpoints
     def on_fit_start(self) -> None:
-        check_precision(self.trainer, self, list(self.penalties))  # 16-mixed / torch.compile refusals
+        check_precision(self.trainer, self, self.penalties)  # 16-mixed / torch.compile refusals
+        if self.hparams["on_nonfinite"] == "skip" and self.trainer.world_size > 1:
+            raise ValueError("`on_nonfinite` 'skip' cannot work under distributed training: Lightning stops a "
+                             "training_step that returns None on any rank; use on_nonfinite='raise'")
         self._fit_start = time.perf_counter()
 
     @property

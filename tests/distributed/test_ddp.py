@@ -26,12 +26,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 import yaml
 from torch import Tensor, nn
 from torch.utils.data import Dataset, DistributedSampler
 
+from robust_train import RobustClassifier
 from robust_train._precision import penalty_value
 from robust_train.callbacks import RobustnessMonitor
 from robust_train.callbacks._base import predict
@@ -227,3 +229,19 @@ def test_ddp_monitor_values_equal_one_process(ddp_run):
     rank0 = evaluate(*shard(inputs, targets, 0, WORLD))
     assert rank0["robustness/n_attacked"] < ddp["robustness/n_attacked"]
     assert any(abs(rank0[k] - ddp[k]) > 1e-4 for k in DETERMINISTIC if k != "robustness/n_attacked")
+
+
+def test_skip_on_nonfinite_is_refused_under_ddp():
+    """Lightning raises on a rank whose training_step returns None under DDP, so
+    on_nonfinite='skip' is refused when fit starts; 'raise' works (every rank stops)."""
+    trainer = pl.Trainer(strategy="ddp", accelerator="cpu", devices=WORLD, logger=False,
+                         enable_checkpointing=False)  # built, not launched
+    assert trainer.world_size == WORLD
+    skipping = RobustClassifier(SmallCNN(width=8), on_nonfinite="skip")
+    skipping.trainer = trainer
+    with pytest.raises(ValueError, match="on_nonfinite.*'skip'.*distributed.*'raise'"):
+        skipping.on_fit_start()
+    raising = RobustClassifier(SmallCNN(width=8), on_nonfinite="raise")
+    raising.trainer = trainer
+    raising.on_fit_start()
+    assert raising.training_seconds >= 0

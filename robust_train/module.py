@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from typing import Any
@@ -75,7 +76,8 @@ class RobustClassifier(pl.LightningModule):
         super().__init__()
         if not isinstance(model, nn.Module):
             raise TypeError(f"`model` must be an nn.Module, got {type(model).__name__}")
-        self.save_hyperparameters(ignore=["model", "penalties"])
+        # Factories and modules stay out of hparams: checkpoints then load with torch.load(weights_only=True).
+        self.save_hyperparameters(ignore=["model", "penalties", "optimizer", "lr_scheduler"])
         check_non_negative(penalty_warmup_epochs, "penalty_warmup_epochs")
         check_non_negative(freeze_backbone_epochs, "freeze_backbone_epochs", integer=True)
         check_choice(on_nonfinite, "on_nonfinite", ("raise", "skip"))
@@ -94,6 +96,10 @@ class RobustClassifier(pl.LightningModule):
             model = load_classifier(init_checkpoint, model=model).train()
         self.model = softplus(model, softplus_beta, inplace=True) if softplus_beta is not None else model
         self.penalties = nn.ModuleList(penalties)
+        # Readable descriptions in the logged hyper-parameters (the modules themselves are not hparams).
+        self.hparams["penalty_terms"] = [repr(t) for t in penalties]
+        self.hparams["model_class"] = type(model).__name__
+        self._hparams_initial = copy.deepcopy(self._hparams)  # what loggers receive as the run config
         self.num_classes = num_classes or _infer_num_classes(model)
         self.optimizer_factory = optimizer
         self.scheduler_factory = lr_scheduler

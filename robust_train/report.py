@@ -67,6 +67,7 @@ def summary_table(results: Mapping[str, Mapping[str, Any]]) -> str:
     for e in explainers:
         rows.append((f"fidelity estimate: {e}", ("fidelity", e, "estimate", "mean"), "{:.3f}"))
     rows.append(("training seconds (until this checkpoint)", ("training_seconds",), "{:.1f}"))
+    rows.append(("share of training time in the monitors", ("monitor_share",), "{:.1%}"))
     for label, path, fmt in rows:
         cells = [_fmt(_get(r, path), fmt) for r in results.values()]
         if all(c == "-" for c in cells):
@@ -129,7 +130,7 @@ def plot_examples(results: Mapping[str, Mapping[str, Any]], path: Path) -> Path 
 
 def plot_history(histories: Mapping[str, Mapping[str, list[tuple[int, float]]]], path: Path) -> Path | None:
     """Robustness metrics per epoch (one panel per metric, one line per model)."""
-    keys = sorted({k for h in histories.values() for k in h})
+    keys = sorted({k for h in histories.values() for k in h if not k.startswith("robustness/seconds")})
     if not keys:
         return None
     fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4), squeeze=False)

@@ -92,6 +92,7 @@ class LipschitzMonitor(RobustnessCallback):
                 radius=self.radius,
                 n_samples=self.settings.lipschitz_samples,
                 search=self.search,
+                normalize_maps=self.settings.lipschitz_normalize,
                 internal_batch_size=self.internal_batch_size,
             ).to(inputs.device)
             if inputs.shape[0]:

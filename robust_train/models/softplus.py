@@ -13,7 +13,6 @@ from torch import nn
 
 from robust_train._validation import check_positive
 
-
 _RELU_TYPES: tuple[type[nn.Module], ...] = (nn.ReLU, nn.ReLU6)
 
 

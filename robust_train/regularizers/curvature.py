@@ -15,7 +15,12 @@ import torch
 from torch import Tensor, nn
 
 from robust_train._validation import check_choice, check_positive
-from robust_train.regularizers._common import ce_input_gradient, expand_like, forward_logits, per_sample_norm
+from robust_train.regularizers._common import (
+    ce_input_gradient,
+    expand_like,
+    forward_logits,
+    per_sample_norm,
+)
 
 CURVATURE_METHODS = ("gradient_difference", "zero_order")
 

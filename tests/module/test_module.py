@@ -12,7 +12,12 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from robust_train import RobustClassifier
-from robust_train.regularizers import Curvature, ExplanationSmoothness, InputGradientNorm, PenaltyTerm
+from robust_train.regularizers import (
+    Curvature,
+    ExplanationSmoothness,
+    InputGradientNorm,
+    PenaltyTerm,
+)
 
 
 def _loaders(n_train: int = 256, n_val: int = 128):

@@ -63,9 +63,19 @@ def train(config: str | Path, name: str, out_dir: Path, extra: list[str], monito
     cli.trainer.callbacks.append(history)
     start = time.perf_counter()
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    _finish_wandb_run()
     return {"checkpoint": cli.trainer.checkpoint_callback.best_model_path,
             "seconds": time.perf_counter() - start,
             "history": {k: v for k, v in history.history.items() if v}}
+
+
+def _finish_wandb_run() -> None:
+    """Close the W&B run of one fit so the next fit in this process gets a run of its own."""
+    import sys
+
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and wandb.run is not None:
+        wandb.finish()
 
 
 def main(argv: list[str]) -> int:

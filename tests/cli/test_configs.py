@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import wandb
 import yaml
 from wandb_reader import read_run
 
@@ -71,6 +72,7 @@ def test_fit_subcommand_with_default_offline_wandb_logger(tmp_path: Path, monkey
     monkeypatch.chdir(tmp_path)
     config = next(c for c in CONFIGS if c.stem == "digits_curvature")
     assert main(["fit", "--config", str(config), *SHORT]) == 0
+    wandb.finish()  # the console script's process exit would do this
     assert (tmp_path / "checkpoints" / "digits_curvature" / "last.ckpt").is_file()
     runs = list((tmp_path / "runs" / "wandb").glob("offline-run-*"))
     assert len(runs) == 1

@@ -1,0 +1,25 @@
+"""`robust-train demo` end to end, shortened: two fits, two W&B runs, the table and the report."""
+
+from __future__ import annotations
+
+import pytest
+from wandb_reader import read_run
+
+from robust_train.cli import main
+
+
+@pytest.mark.slow
+def test_demo_trains_both_models_and_writes_the_report(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path), "--epochs", "2", "--n-samples", "24", "--monitor-every", "1",
+                 "--trainer.enable_progress_bar=false"]) == 0
+    out = capsys.readouterr().out
+    assert "| metric | baseline | robust |" in out and "| topk: top-k intersection |" in out
+    report = (tmp_path / "report.md").read_text()
+    for png in ("robustness_per_epoch.png", "fidelity_curves.png", "attack_examples.png"):
+        assert (tmp_path / png).stat().st_size > 1000 and png in report
+    runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2, "each fit gets its own W&B run"
+    for run_dir in runs:
+        run = read_run(run_dir)
+        values = run.column("robustness/topk/topk_intersection")
+        assert len(values) == 2 and all(0 <= v <= 1 for v in values)

@@ -31,8 +31,6 @@ Explainer = Callable[..., Tensor]
 
 def resolve_explainer(explainer: str | Explainer) -> Explainer:
     """A name from robust_train.explain.EXPLAINERS, or a callable explainer, as a callable."""
-    if callable(explainer):
-        return explainer
     from robust_train.explain import get_explainer
 
     return get_explainer(explainer)

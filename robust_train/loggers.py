@@ -37,6 +37,8 @@ class SafeWandbLogger(WandbLogger):
                  **kwargs: Any) -> None:
         if offline is None:
             offline = os.environ.get("WANDB_MODE", "offline").lower() != "online"
+        # Absolute: W&B's writer is a separate long-lived process with a working directory of its own.
+        save_dir = os.path.abspath(save_dir)
         os.makedirs(save_dir, exist_ok=True)
         kwargs.setdefault("log_model", False)
         super().__init__(save_dir=save_dir, project=project, offline=offline, **kwargs)

@@ -2,7 +2,8 @@
 
 For each config (default: configs/digits_baseline.yaml and configs/digits_smoothness.yaml) the
 Trainer is built by robust_train.cli.lightning_main(..., run=False) with no logger, no progress
-bar and checkpoints in a temporary folder, and fitted side by side: as configured, with a default
+bar and checkpoints in a temporary folder; the robustness monitors the config lists are removed
+from trainer.callbacks. It is fitted side by side: without a monitor, with a default
 RobustnessMonitor() appended to trainer.callbacks, and (when the monitor has an overhead cap that
 skips scheduled epochs) with RobustnessMonitor(max_overhead=None), which runs every epoch.
 Reported:
@@ -11,7 +12,9 @@ Reported:
 - hook share: the same with the wall time of every RobustnessMonitor.run call measured around it
   (adds the logging calls);
 - CPU share: the hook share in process CPU time (insensitive to other processes' load);
-- extra share: (fit with monitor - fit without) / fit with monitor, the cross-check;
+- extra share: (fit with monitor - fit without) / fit with monitor in process CPU time, a
+  cross-check from two separate fits: on a shared machine identical fits differ by up to +-12 %,
+  so it is only meaningful with several rounds (--repeats);
 and the logged seconds of each part (fragility, Lipschitz, fidelity).
 
     python benchmarks/bench_monitor.py [--quick] [--no-write] [--max-epochs 20] [--profile]
@@ -81,8 +84,10 @@ def fit_seconds(config: Path, folder: str, args, monitor: TimedMonitor | None,
                           "--trainer.enable_model_summary=false",
                           f"--checkpoint_root={folder}", f"--trainer.default_root_dir={folder}",
                           *extra], run=False)
+    callbacks = cli.trainer.callbacks  # the configs' own monitors are replaced by `monitor`
+    callbacks[:] = [c for c in callbacks if not isinstance(c, RobustnessCallback)]
     if monitor is not None:
-        cli.trainer.callbacks.append(monitor)
+        callbacks.append(monitor)
     start, cpu = time.perf_counter(), time.process_time()
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     return time.perf_counter() - start, time.process_time() - cpu
@@ -114,14 +119,14 @@ def run_config(config: Path, args) -> tuple[list[list[object]], list[str]]:
     for mode, results in fits.items():
         best = min(range(args.rounds), key=lambda i: results[i][0][0])  # least disturbed round
         (fit_with, cpu_with), monitor = results[best]
-        fit_without = without[best][0]
+        fit_without, cpu_without = without[best]
         logged = sum(h["robustness/seconds/total"] for h in monitor.history)
         parts = [sum(h.get(f"robustness/seconds/{p}", 0.0) for h in monitor.history)
                  for p in PARTS]
         rows.append([config.name, mode, len(monitor.history), fit_without, fit_with, logged,
                      *parts, logged / fit_with, sum(monitor.run_seconds) / fit_with,
                      sum(monitor.run_cpu_seconds) / cpu_with,
-                     (fit_with - fit_without) / fit_with])
+                     (cpu_with - cpu_without) / cpu_with])
         if monitor.profile_text:
             print(f"cProfile of the first monitor run, {config.name}:\n{monitor.profile_text}")
         if mode == "default":

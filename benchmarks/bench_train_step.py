@@ -128,8 +128,13 @@ def run_model(key: str, args, device: torch.device, record: bu.Record) -> list[s
     verdicts, misses = [], []
     for name, model_key, limit in TIME_TARGETS:
         if model_key in (None, key):
-            verdicts.append(f"- {label}: {name} time <= {limit:g}x plain: "
-                            f"{bu.verdict(timings[name].ratio, limit)}")
+            line = f"- {label}: {name} time <= {limit:g}x plain: " + bu.verdict(
+                timings[name].ratio, limit)
+            if name == "curvature zero_order":
+                floor, spread = bu.pair_ratio(timings, name, PLAIN_3X)
+                line += (f"; its compute floor ({PLAIN_3X}) costs {timings[PLAIN_3X].ratio:.2f}x "
+                         f"plain, zero_order / floor = {floor:.2f} ({spread})")
+            verdicts.append(line)
             if timings[name].ratio > limit:
                 misses.append(name)
     for name in VARIANTS:

@@ -222,6 +222,7 @@ class Record:
         self.load_start = load_average()
         self.machine = machine(args, device)
         self.sections: list[str] = []
+        print(f"{title}: {self.machine}; load average {self.load_start}\n", flush=True)
 
     def add(self, text: str) -> None:
         """Add a section (a table, a list of targets); it is printed at once."""
@@ -241,7 +242,7 @@ class Record:
             f"run took {elapsed:.0f} s",
             "",
         ]
-        text = "\n".join(head) + "\n\n".join(self.sections) + "\n"
+        text = "\n".join(head) + "\n" + "\n\n".join(self.sections) + "\n"
         if not self.args.no_write:
             self.args.results.parent.mkdir(parents=True, exist_ok=True)
             new = not self.args.results.exists()

@@ -51,15 +51,19 @@ def quantus_pixel_flipping(model: nn.Module, x: Tensor, y: Tensor, ranks: Tensor
     return curves[0], curves[1]
 
 
-def bare_curve_forwards(model: nn.Module, x: Tensor, n_steps: int) -> Callable[[], None]:
+def bare_curve_forwards(model: nn.Module, x: Tensor, n_steps: int,
+                        chunk: int | None = None) -> Callable[[], None]:
     """The forwards fidelity_curves needs: the clean batch and 2 * n_steps perturbed copies of it
-    (pixel values do not change the cost of a dense forward), in one batch, without grad."""
+    (pixel values do not change the cost of a dense forward), `chunk` rows per forward."""
     rows = x.repeat(2 * n_steps, 1, 1, 1)
+    size = chunk or rows.shape[0]
 
     def run() -> None:
         with torch.no_grad():
-            model(x)
-            model(rows)
+            for start in range(0, x.shape[0], size):
+                model(x[start:start + size])
+            for start in range(0, rows.shape[0], size):
+                model(rows[start:start + size])
 
     return run
 
@@ -91,9 +95,10 @@ def quantus_lipschitz(model: nn.Module, x: Tensor, y: Tensor, n_samples: int, st
 
 
 def captum_sensitivity(model: nn.Module, x: Tensor, y: Tensor, n_samples: int, radius: float,
-                       points: Tensor | None = None) -> Tensor:
+                       points: Tensor | None = None, chunk: int | None = None) -> Tensor:
     """Captum sensitivity_max (uniform L_inf samples of `radius`); with `points` (N, B, ...)
-    its perturbation function returns them, sample-minor as Captum repeats its inputs."""
+    its perturbation function returns them, sample-minor as Captum repeats its inputs.
+    `chunk` is its max_examples_per_batch (None: all samples of all images at once)."""
     from captum.metrics import sensitivity_max
 
     def explain(inputs, target):
@@ -104,7 +109,7 @@ def captum_sensitivity(model: nn.Module, x: Tensor, y: Tensor, n_samples: int, r
         flat = points.transpose(0, 1).reshape(-1, *x.shape[1:])
         kwargs["perturb_func"] = lambda inputs, *_, **__: flat
     return sensitivity_max(explain, x, perturb_radius=radius, n_perturb_samples=n_samples,
-                           target=y, **kwargs)
+                           target=y, max_examples_per_batch=chunk, **kwargs)
 
 
 # --------------------------------------------------------------------------- fragility attack

@@ -133,7 +133,10 @@ class RobustClassifier(pl.LightningModule):
         logits = self.model(x)
         ce = F.cross_entropy(logits, y, label_smoothing=self.hparams.label_smoothing)
         parts = {"ce": ce}
-        loss = ce
+        # A term that replaces the task loss (adversarial training, IG-SUM-NORM) carries its own
+        # cross-entropy: the natural CE is then logged but not optimised.
+        replaced = any(t.replaces_task_loss for t in active)
+        loss = ce * 0.0 if replaced else ce
         for term in active:
             value = penalty_value(term, self.model, x, y, logits).mean()  # see robust_train._precision
             parts[f"penalty/{term.name}"] = value

@@ -28,6 +28,9 @@ class PenaltyTerm(nn.Module):
 
     needs_input_grad: bool = False
     default_name: str = "penalty"
+    # True for terms whose value already holds the task loss (e.g. CE at an adversarial example):
+    # RobustClassifier then drops the natural cross-entropy from the optimised loss.
+    replaces_task_loss: bool = False
 
     def __init__(self, weight: float = 1.0, name: str | None = None, seed: int | None = None) -> None:
         super().__init__()

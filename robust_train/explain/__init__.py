@@ -14,11 +14,14 @@ from robust_train.explain.integrated import (
 )
 from robust_train.explain.maps import flat_importance, importance_map, normalize_map
 from robust_train.explain.perturbation import NotDifferentiableError, meaningful_perturbation
+from robust_train.explain.protocol import Explainer
 from robust_train.explain.registry import (
     EXPLAINERS,
     BoundExplainer,
+    explainer_name,
     get_explainer,
     is_differentiable,
+    resolve_explainer,
 )
 from robust_train.explain.smooth import smoothgrad
 
@@ -26,7 +29,9 @@ __all__ = [
     "EXPLAINERS",
     "INTEGRATION_METHODS",
     "BoundExplainer",
+    "Explainer",
     "NotDifferentiableError",
+    "explainer_name",
     "flat_importance",
     "get_explainer",
     "importance_map",
@@ -36,6 +41,7 @@ __all__ = [
     "is_differentiable",
     "meaningful_perturbation",
     "normalize_map",
+    "resolve_explainer",
     "saliency",
     "smoothgrad",
 ]

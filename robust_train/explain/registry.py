@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from robust_train.explain.gradient import input_x_gradient, saliency
 from robust_train.explain.integrated import integrated_gradients
 from robust_train.explain.perturbation import meaningful_perturbation
+from robust_train.explain.protocol import Explainer
 from robust_train.explain.smooth import smoothgrad
 
 EXPLAINERS = (
@@ -109,6 +110,69 @@ def is_differentiable(explainer: str | Callable[..., Any]) -> bool:
     return True
 
 
+def explainer_name(explainer: str | Callable[..., Any]) -> str:
+    """The name of an explainer: the string itself, or the callable's (or partial's) `__name__`.
+
+    Example:
+        >>> explainer_name("saliency"), explainer_name(get_explainer("smoothgrad", n_samples=2))
+        ('saliency', 'smoothgrad')
+    """
+    if isinstance(explainer, str):
+        return explainer
+    name = getattr(explainer, "__name__", None) or getattr(
+        getattr(explainer, "func", None), "__name__", None
+    )
+    return str(name or type(explainer).__name__)
+
+
+def resolve_explainer(
+    explainer: object, *, differentiable: bool, name: str = "explainer"
+) -> tuple[Explainer, str]:
+    """The one explainer resolver: `(callable, name)` for a registered name or a callable.
+
+    Every caller that takes an explainer (attacks, metrics, penalties, monitors, evaluation)
+    resolves it here, so that bad values fail the same way, at construction, naming the argument
+    `name`: a value that is neither a name nor a callable raises TypeError, an unknown name
+    ValueError listing `EXPLAINERS`, and with `differentiable=True` an explainer that cannot keep
+    a graph (`is_differentiable` False: meaningful perturbation optimises a mask) ValueError.
+
+    Args:
+        explainer: a name in `EXPLAINERS` or a callable following the `Explainer` protocol.
+        differentiable: the caller differentiates through the map (an attack direction, a
+            training penalty, a gradient Lipschitz search).
+        name: the caller's argument name, used in errors.
+
+    Example:
+        >>> resolve_explainer("saliency", differentiable=True) == (saliency, "saliency")
+        True
+        >>> resolve_explainer("meaningful_perturbation", differentiable=True)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: `explainer` 'meaningful_perturbation' is not differentiable ...
+    """
+    if isinstance(explainer, str):
+        if explainer not in _FUNCTIONS:
+            raise ValueError(
+                f"Unknown `{name}` {explainer!r}; expected one of {list(EXPLAINERS)} or a callable"
+            )
+        func: Callable[..., Any] = _FUNCTIONS[explainer]
+    elif callable(explainer):
+        func = explainer
+    else:
+        raise TypeError(
+            f"`{name}` must be a name or a callable explainer(model, inputs, target, *, "
+            f"create_graph=False), got {explainer!r}"
+        )
+    label = explainer_name(explainer)  # type: ignore[arg-type]
+    if differentiable and not is_differentiable(func):
+        raise ValueError(
+            f"`{name}` {label!r} is not differentiable with respect to the input (it optimises "
+            "a mask), so it cannot be differentiated through (gradient attacks, penalties); use "
+            "a gradient explainer such as 'saliency' (or objective='random_sign' in an attack)"
+        )
+    return func, label  # type: ignore[return-value]
+
+
 def _check_keywords(func: Callable[..., Any], kwargs: dict[str, Any]) -> None:
     try:
         signature = inspect.signature(func)
@@ -128,4 +192,12 @@ def _short(value: Any) -> str:
     return getattr(value, "__name__", None) if callable(value) else repr(value)  # type: ignore[return-value]
 
 
-__all__ = ["get_explainer", "is_differentiable", "BoundExplainer", "EXPLAINERS"]
+__all__ = [
+    "EXPLAINERS",
+    "BoundExplainer",
+    "Explainer",
+    "explainer_name",
+    "get_explainer",
+    "is_differentiable",
+    "resolve_explainer",
+]

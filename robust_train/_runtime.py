@@ -1,0 +1,168 @@
+"""The shared runtime plumbing, defined once: model modes, gradient guard, chunks, generators.
+
+Every explainer, attack, metric, penalty and monitor uses these helpers instead of its own copy:
+
+- `eval_mode(model)`: eval mode for the duration of a block; on exit EVERY submodule gets its
+  own train/eval flag back (a frozen BatchNorm inside a training model stays frozen), which
+  `model.train(was_training)` does not do.
+- `require_grad_mode(caller)`: the clear error for `torch.inference_mode` (Lightning's validation
+  and test loops), under which no input gradient can be taken and `torch.enable_grad()` does not
+  help (PAPERS.md, pitfalls).
+- `row_chunks(n, size)`: `(start, stop)` ranges; `size` None is one chunk, 0 is refused.
+- `make_generator(generator, seed, device)`: the given generator, a fresh one from `seed`, or None.
+- `predict(model, inputs, batch_size)`: predicted labels without gradients, in chunks.
+- `check_optional_positive(value, name)`: None, or a number > 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor, nn
+
+from robust_train._validation import check_positive
+
+__all__ = [
+    "INFERENCE_MODE_ERROR",
+    "check_optional_positive",
+    "eval_mode",
+    "make_generator",
+    "modes_restored",
+    "predict",
+    "require_grad_mode",
+    "row_chunks",
+]
+
+INFERENCE_MODE_ERROR = (
+    "`{caller}` needs gradients but was called under torch.inference_mode (Lightning runs the "
+    "validation and test loops under it, and torch.enable_grad() does not undo it); call it "
+    "from a training hook or use Trainer(inference_mode=False)"
+)
+
+
+@contextmanager
+def modes_restored(model: nn.Module) -> Iterator[None]:
+    """Restore every submodule's own train/eval flag on exit; change nothing on entry.
+
+    Example:
+        >>> net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout())
+        >>> with modes_restored(net):
+        ...     _ = net.eval()
+        >>> net.training
+        True
+    """
+    modes = [(module, module.training) for module in model.modules()]
+    try:
+        yield
+    finally:
+        for module, mode in modes:
+            module.training = mode
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """Put `model` in eval mode inside the block; restore each submodule's own flag on exit.
+
+    Example:
+        >>> net = torch.nn.Sequential(torch.nn.BatchNorm1d(2), torch.nn.Dropout())
+        >>> _ = net[0].eval()  # a frozen BatchNorm inside a training model
+        >>> with eval_mode(net):
+        ...     net.training, net[1].training
+        (False, False)
+        >>> net.training, net[0].training, net[1].training
+        (True, False, True)
+    """
+    with modes_restored(model):
+        model.eval()
+        yield model
+
+
+def require_grad_mode(caller: str) -> None:
+    """Raise a RuntimeError naming `caller` when gradients cannot be taken (inference mode).
+
+    Example:
+        >>> require_grad_mode("saliency")  # fine outside inference mode
+        >>> with torch.inference_mode():
+        ...     require_grad_mode("saliency")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        RuntimeError: `saliency` needs gradients but was called under torch.inference_mode ...
+    """
+    if torch.is_inference_mode_enabled():
+        raise RuntimeError(INFERENCE_MODE_ERROR.format(caller=caller))
+
+
+def check_optional_positive(value: object, name: str, *, integer: bool = False) -> None:
+    """Raise unless `value` is None or a finite number > 0 (an int when `integer`).
+
+    Example:
+        >>> check_optional_positive(None, "k"); check_optional_positive(3, "k", integer=True)
+        >>> check_optional_positive(0, "k")
+        Traceback (most recent call last):
+        ...
+        ValueError: `k` must be > 0, got 0
+    """
+    if value is not None:
+        check_positive(value, name, integer=integer)
+
+
+def row_chunks(n_rows: int, size: int | None) -> Iterator[tuple[int, int]]:
+    """Yield `(start, stop)` ranges covering `range(n_rows)` in chunks of at most `size` rows.
+
+    `size` None gives one chunk; a size that is not a positive int raises (it names the value).
+
+    Example:
+        >>> list(row_chunks(5, 2)), list(row_chunks(5, None)), list(row_chunks(0, 4))
+        ([(0, 2), (2, 4), (4, 5)], [(0, 5)], [])
+    """
+    check_optional_positive(size, "internal_batch_size", integer=True)
+    step = max(n_rows, 1) if size is None else size
+    for start in range(0, n_rows, step):
+        yield start, min(start + step, n_rows)
+
+
+def make_generator(
+    generator: torch.Generator | None, seed: int | None, device: torch.device | str
+) -> torch.Generator | None:
+    """The random generator to draw from: `generator`, a fresh one from `seed`, or None (global).
+
+    A `seed` gives a new generator at every call, so the same call always draws the same numbers
+    (the fixed noise that makes a stochastic explainer a deterministic function of its input).
+
+    Example:
+        >>> g = make_generator(None, 3, torch.device("cpu"))
+        >>> torch.equal(torch.rand(2, generator=g), torch.rand(2, generator=torch.manual_seed(3)))
+        True
+    """
+    if generator is not None and seed is not None:
+        raise ValueError("pass either `generator` or `seed`, not both")
+    if generator is not None:
+        if not isinstance(generator, torch.Generator):
+            raise TypeError(
+                f"`generator` must be a torch.Generator, got {type(generator).__name__}"
+            )
+        return generator
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"`seed` must be an int, got {seed!r}")
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def predict(model: nn.Module, inputs: Tensor, batch_size: int | None = None) -> Tensor:
+    """Predicted labels (B,) of `model` on `inputs`, without gradients, `batch_size` at a time.
+
+    The model's mode is not changed (wrap the call in `eval_mode` for eval-mode predictions).
+
+    Example:
+        >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
+        >>> predict(net, torch.rand(5, 1, 2, 2), batch_size=2).shape
+        torch.Size([5])
+    """
+    if inputs.shape[0] == 0:
+        return torch.zeros(0, dtype=torch.long, device=inputs.device)
+    with torch.no_grad():
+        labels = [model(inputs[a:b]).argmax(1) for a, b in row_chunks(inputs.shape[0], batch_size)]
+    return torch.cat(labels)

@@ -28,6 +28,7 @@ __all__ = [
     "INFERENCE_MODE_ERROR",
     "check_optional_positive",
     "eval_mode",
+    "generator_device",
     "make_generator",
     "modes_restored",
     "predict",
@@ -149,6 +150,18 @@ def make_generator(
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"`seed` must be an int, got {seed!r}")
     return torch.Generator(device=device).manual_seed(seed)
+
+
+def generator_device(
+    generator: torch.Generator | None, fallback: torch.device
+) -> torch.device:
+    """Device on which random numbers must be drawn for `generator` (`fallback` for None).
+
+    Example:
+        >>> generator_device(None, torch.device("cpu")), generator_device(torch.Generator(), "x")
+        (device(type='cpu'), device(type='cpu'))
+    """
+    return fallback if generator is None else torch.device(generator.device)
 
 
 def predict(model: nn.Module, inputs: Tensor, batch_size: int | None = None) -> Tensor:

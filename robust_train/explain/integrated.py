@@ -6,13 +6,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from robust_train._runtime import check_optional_positive, require_grad_mode, row_chunks
 from robust_train._validation import check_choice, check_finite, check_positive
 from robust_train.explain._autograd import input_gradient, prepare_inputs
-from robust_train.explain._common import (
-    check_grad_available,
-    check_internal_batch_size,
-    row_chunks,
-)
 
 INTEGRATION_METHODS = (
     "riemann_trapezoid",
@@ -98,8 +94,8 @@ def integrated_gradients(
         >>> torch.allclose(attr.sum(dim=(1, 2, 3)), gap.squeeze(1), atol=1e-5)
         True
     """
-    check_grad_available("integrated_gradients")
-    check_internal_batch_size(internal_batch_size)
+    require_grad_mode("integrated_gradients")
+    check_optional_positive(internal_batch_size, "internal_batch_size", integer=True)
     alphas_np, weights_np = integration_rule(method, n_steps)
     with torch.enable_grad():
         x, target = prepare_inputs(inputs, target)

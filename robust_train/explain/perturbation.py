@@ -8,6 +8,7 @@ import math
 import torch
 from torch import Tensor, nn
 
+from robust_train._runtime import make_generator, require_grad_mode
 from robust_train._validation import (
     check_choice,
     check_images,
@@ -17,12 +18,7 @@ from robust_train._validation import (
     check_target,
 )
 from robust_train.explain._autograd import target_scores
-from robust_train.explain._common import (
-    check_grad_available,
-    make_generator,
-    randint_pair,
-    randn_like_rows,
-)
+from robust_train.explain._common import randint_pair, randn_like_rows
 from robust_train.explain._masks import gaussian_blur, mask_size, shift, total_variation, upsample
 
 GAMES = ("deletion", "preservation")
@@ -117,7 +113,7 @@ def meaningful_perturbation(
             "the result of an optimisation), so it cannot be an attack target or a training "
             "penalty; use it with create_graph=False (evaluation only)"
         )
-    check_grad_available("meaningful_perturbation")
+    require_grad_mode("meaningful_perturbation")
     check_images(inputs, "inputs", check_range=False)
     target = check_target(target, inputs.shape[0]).to(inputs.device)
     check_choice(game, "game", GAMES)

@@ -8,15 +8,15 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from robust_train._validation import check_choice, check_non_negative, check_positive
-from robust_train.explain._autograd import prepare_inputs
-from robust_train.explain._common import (
-    check_grad_available,
-    check_internal_batch_size,
+from robust_train._runtime import (
+    check_optional_positive,
     make_generator,
-    randn_like_rows,
+    require_grad_mode,
     row_chunks,
 )
+from robust_train._validation import check_choice, check_non_negative, check_positive
+from robust_train.explain._autograd import prepare_inputs
+from robust_train.explain._common import randn_like_rows
 from robust_train.explain.gradient import saliency
 
 NOISE_SCALES = ("relative", "absolute")
@@ -77,7 +77,7 @@ def smoothgrad(
         >>> torch.allclose(smooth, saliency(model, x, t))  # a linear model has a constant gradient
         True
     """
-    check_grad_available("smoothgrad")
+    require_grad_mode("smoothgrad")
     if not callable(explainer):
         raise TypeError(
             f"`explainer` must be a callable explainer, got {explainer!r} (look one up by name "
@@ -86,7 +86,7 @@ def smoothgrad(
     check_positive(n_samples, "n_samples", integer=True)
     check_non_negative(noise_level, "noise_level")
     check_choice(noise_scale, "noise_scale", NOISE_SCALES)
-    check_internal_batch_size(internal_batch_size)
+    check_optional_positive(internal_batch_size, "internal_batch_size", integer=True)
     with torch.enable_grad():
         x, target = prepare_inputs(inputs, target)
         if not create_graph:

@@ -8,7 +8,8 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import Metric
 
-from robust_train.metrics.functional._metric_utils import make_generator, resolve_explainer
+from robust_train._runtime import make_generator, predict
+from robust_train.explain.registry import resolve_explainer
 from robust_train.metrics.functional.confidence import interval_from_moments
 from robust_train.metrics.functional.fidelity import (
     FidelityCurves,
@@ -76,7 +77,9 @@ class Fidelity(Metric):
         if isinstance(n_steps, bool) or not isinstance(n_steps, int) or n_steps <= 0:
             raise ValueError(f"`n_steps` must be a positive int, got {n_steps!r}")
         self.n_steps, self.include_end, self.level = n_steps, include_end, level
-        self.explainer = None if explainer is None else resolve_explainer(explainer)
+        self.explainer = (
+            None if explainer is None else resolve_explainer(explainer, differentiable=False)[0]
+        )
         self.curve_kwargs = curve_kwargs
         self._generator = make_generator(None, seed, torch.device("cpu"))
         n_points = n_steps + 1 if include_end else n_steps
@@ -161,6 +164,5 @@ class Fidelity(Metric):
         if self.explainer is None:
             raise ValueError("`importance` is None and the metric has no `explainer`: pass one")
         if target is None:
-            with torch.no_grad():
-                target = model(inputs).argmax(1)
+            target = predict(model, inputs)
         return self.explainer(model, inputs, target).detach()

@@ -8,8 +8,8 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import Metric
 
+from robust_train._runtime import make_generator
 from robust_train._validation import check_finite
-from robust_train.metrics.functional._metric_utils import make_generator
 from robust_train.metrics.functional.lipschitz import local_lipschitz_estimate
 
 __all__ = ["LocalLipschitz"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from robust_train._runtime import generator_device, make_generator
 from robust_train._validation import check_choice, check_images, check_positive
 from robust_train.explain.maps import importance_map
-from robust_train.metrics.functional._metric_utils import generator_device, make_generator
 
 NORMS = ("linf", "l2")
 SAMPLINGS = ("uniform", "gaussian")

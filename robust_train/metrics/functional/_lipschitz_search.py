@@ -14,13 +14,14 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from robust_train._runtime import row_chunks
+from robust_train.explain.protocol import Explainer
 from robust_train.metrics.functional._lipschitz_parts import (
     draw_offsets,
     explanation_vectors,
     project,
     ratio,
 )
-from robust_train.metrics.functional._metric_utils import Explainer, row_chunks
 
 __all__ = ["Ball", "Problem", "random_search", "gradient_search"]
 

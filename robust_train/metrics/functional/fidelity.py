@@ -26,6 +26,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from robust_train._runtime import check_optional_positive, make_generator, row_chunks
 from robust_train._validation import (
     check_choice,
     check_finite,
@@ -38,11 +39,6 @@ from robust_train._validation import (
 from robust_train.explain.maps import importance_map
 from robust_train.metrics.functional._fidelity_fill import constant_fill, linear_imputation
 from robust_train.metrics.functional._fidelity_rows import forward_chunks, removal_masks, scores_of
-from robust_train.metrics.functional._metric_utils import (
-    check_batch_size,
-    make_generator,
-    row_chunks,
-)
 
 PERTURBATIONS = ("mean", "zero", "blur", "noise", "imputation")
 SCORES = ("normalized_probability", "probability", "logit", "accuracy")
@@ -117,7 +113,7 @@ def fidelity_curves(
     check_positive(blur_sigma, "blur_sigma")
     check_non_negative(imputation_noise, "imputation_noise")
     mean = _check_mean(mean, perturbation, inputs)
-    check_batch_size(internal_batch_size)
+    check_optional_positive(internal_batch_size, "internal_batch_size", integer=True)
     if not isinstance(include_end, bool):
         raise TypeError(f"`include_end` must be a bool, got {include_end!r}")
     gen = make_generator(generator, seed, inputs.device)

@@ -22,7 +22,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from robust_train._runtime import check_optional_positive, make_generator, require_grad_mode
 from robust_train._validation import check_choice, check_images, check_positive, check_target
+from robust_train.explain.registry import resolve_explainer
 from robust_train.metrics.functional._lipschitz_parts import (
     MAP_NORMS,
     MAPS,
@@ -36,11 +38,6 @@ from robust_train.metrics.functional._lipschitz_search import (
     Problem,
     gradient_search,
     random_search,
-)
-from robust_train.metrics.functional._metric_utils import (
-    check_batch_size,
-    make_generator,
-    resolve_explainer,
 )
 
 __all__ = ["local_lipschitz_estimate", "lipschitz_ratios", "sample_perturbations"]
@@ -120,11 +117,10 @@ def local_lipschitz_estimate(
     check_choice(sampling, "sampling", SAMPLINGS)
     settings = _compare_settings(normalize_maps, map, map_norm, divide_by_distance)
     check_positive(n_steps, "n_steps", integer=True)
-    if step_size is not None:
-        check_positive(step_size, "step_size")
-    check_batch_size(internal_batch_size)
-    _check_gradients_available()
-    explain = resolve_explainer(explainer)
+    check_optional_positive(step_size, "step_size")
+    check_optional_positive(internal_batch_size, "internal_batch_size", integer=True)
+    require_grad_mode("local_lipschitz_estimate")
+    explain, _ = resolve_explainer(explainer, differentiable=search == "gradient")
     gen = make_generator(generator, seed, inputs.device)
     step = 2.5 * radius / n_steps if step_size is None else float(step_size)
 
@@ -180,9 +176,9 @@ def lipschitz_ratios(
         )
     check_images(perturbed.flatten(0, 1), "perturbed", check_range=False)
     settings = _compare_settings(normalize_maps, map, map_norm, divide_by_distance)
-    check_batch_size(internal_batch_size)
-    _check_gradients_available()
-    explain = resolve_explainer(explainer)
+    check_optional_positive(internal_batch_size, "internal_batch_size", integer=True)
+    require_grad_mode("lipschitz_ratios")
+    explain, _ = resolve_explainer(explainer, differentiable=False)
     problem = Problem(model, explain, inputs, target, settings, internal_batch_size)
     return problem.ratios(perturbed.flatten(0, 1)).view(perturbed.shape[0], inputs.shape[0])
 
@@ -195,11 +191,3 @@ def _compare_settings(normalize_maps: str, map: str, map_norm: str, divide: bool
         raise TypeError(f"`divide_by_distance` must be a bool, got {divide!r}")
     return {"normalize": normalize_maps, "map": map, "map_norm": map_norm, "divide": divide}
 
-
-def _check_gradients_available() -> None:
-    if torch.is_inference_mode_enabled():
-        raise RuntimeError(
-            "the local Lipschitz estimate needs gradients of the explainer, but it "
-            "was called under torch.inference_mode (Lightning validation/test "
-            "loops); call it from a training hook or a Trainer(inference_mode=False)"
-        )

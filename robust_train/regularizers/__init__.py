@@ -1,29 +1,44 @@
-"""Penalties on explanations: pure per-sample functions and weighted nn.Module loss terms."""
+"""Penalties on explanations: one file per penalty, holding its pure per-sample function and its
+weighted `PenaltyTerm`, registered by name (`get_penalty(name, **kwargs)`, `PENALTIES`)."""
 
-from robust_train.regularizers.curvature import CURVATURE_METHODS, curvature
-from robust_train.regularizers.gradient_norm import GRADIENT_NORM_METHODS, input_gradient_norm
-from robust_train.regularizers.smoothness import explanation_smoothness
-from robust_train.regularizers.terms import (
-    PENALTIES,
-    Curvature,
-    ExplanationSmoothness,
+from robust_train.regularizers.adversarial import AdversarialTraining, adversarial_loss
+from robust_train.regularizers.base import PENALTIES, PenaltyTerm, get_penalty, register_penalty
+from robust_train.regularizers.curvature import CURVATURE_METHODS, Curvature, curvature
+from robust_train.regularizers.gradient_norm import (
+    GRADIENT_NORM_METHODS,
     InputGradientNorm,
-    LocalLipschitzPenalty,
-    PenaltyTerm,
-    get_penalty,
+    input_gradient_norm,
 )
+from robust_train.regularizers.ig_norm import IGNorm, IGSumNorm, ig_norm, ig_sum_norm
+from robust_train.regularizers.igr import IGRPenalty
+from robust_train.regularizers.smoothness import (
+    ExplanationSmoothness,
+    LocalLipschitzPenalty,
+    explanation_smoothness,
+)
+from robust_train.regularizers.ssr import SmoothedGeometry, ssr_eigenvalue
 
 __all__ = [
     "CURVATURE_METHODS",
     "GRADIENT_NORM_METHODS",
     "PENALTIES",
+    "AdversarialTraining",
     "Curvature",
     "ExplanationSmoothness",
+    "IGNorm",
+    "IGRPenalty",
+    "IGSumNorm",
     "InputGradientNorm",
     "LocalLipschitzPenalty",
     "PenaltyTerm",
+    "SmoothedGeometry",
+    "adversarial_loss",
     "curvature",
     "explanation_smoothness",
     "get_penalty",
+    "ig_norm",
+    "ig_sum_norm",
     "input_gradient_norm",
+    "register_penalty",
+    "ssr_eigenvalue",
 ]

@@ -1,4 +1,4 @@
-"""Pieces shared by the penalties: per-sample cross-entropy gradients, random directions, distances."""
+"""Pieces shared by the penalties: per-sample CE gradients, random directions, distances."""
 
 from __future__ import annotations
 
@@ -18,17 +18,19 @@ def forward_logits(model: nn.Module, inputs: Tensor, logits: Tensor | None) -> T
 
 
 def ce_input_gradient(
-    model: nn.Module, inputs: Tensor, target: Tensor, *, logits: Tensor | None = None, create_graph: bool
+    model: nn.Module, inputs: Tensor, target: Tensor, *, logits: Tensor | None = None,
+    create_graph: bool,
 ) -> tuple[Tensor, Tensor]:
     """Per-sample cross-entropy (B,) and its gradient with respect to `inputs` (which require grad).
 
-    The graph of the shared forward is kept (retain_graph) so the task loss and other penalties can
-    still backpropagate through it.
+    The graph of the shared forward is kept (retain_graph) so the task loss and other penalties
+    can still backpropagate through it.
     """
     with torch.enable_grad():
         out = forward_logits(model, inputs, logits)
         ce = F.cross_entropy(out, target, reduction="none")
-        (grad,) = torch.autograd.grad(ce.sum(), inputs, create_graph=create_graph, retain_graph=True)
+        (grad,) = torch.autograd.grad(ce.sum(), inputs, create_graph=create_graph,
+                                      retain_graph=True)
     return ce, grad
 
 
@@ -43,7 +45,8 @@ def expand_like(v: Tensor, t: Tensor) -> Tensor:
 
 
 def sample_in_ball(
-    inputs: Tensor, radius: float, n_samples: int, ball: str, generator: torch.Generator | None = None
+    inputs: Tensor, radius: float, n_samples: int, ball: str,
+    generator: torch.Generator | None = None,
 ) -> Tensor:
     """`n_samples` uniform perturbations per input in an L_inf or L2 ball, shape (n*B, C, H, W).
 

@@ -21,8 +21,16 @@ from robust_train.regularizers._common import (
     forward_logits,
     per_sample_norm,
 )
+from robust_train.regularizers.base import PenaltyTerm, register_penalty
 
 CURVATURE_METHODS = ("gradient_difference", "zero_order")
+
+
+def check_curvature_args(method: str, h: float, n_directions: int) -> None:
+    """The one argument check of `curvature` and `Curvature`."""
+    check_choice(method, "method", CURVATURE_METHODS)
+    check_positive(h, "h")
+    check_positive(n_directions, "n_directions", integer=True)
 
 
 def curvature(
@@ -55,16 +63,16 @@ def curvature(
         >>> float(curvature(lin, torch.rand(2, 1, 2, 2), torch.tensor([0, 1])).abs().max()) < 1e-3
         True
     """
-    check_choice(method, "method", CURVATURE_METHODS)
-    check_positive(h, "h")
-    check_positive(n_directions, "n_directions", integer=True)
+    check_curvature_args(method, h, n_directions)
     if method == "zero_order":
         return _zero_order(model, inputs, h, n_directions, logits, generator)
     return _gradient_difference(model, inputs, target, h, logits)
 
 
-def _zero_order(model: nn.Module, inputs: Tensor, h: float, n_directions: int, logits: Tensor | None,
-                generator: torch.Generator | None) -> Tensor:
+def _zero_order(
+    model: nn.Module, inputs: Tensor, h: float, n_directions: int, logits: Tensor | None,
+    generator: torch.Generator | None,
+) -> Tensor:
     b = inputs.shape[0]
     x0 = inputs.detach()
     clean = forward_logits(model, x0, logits)
@@ -77,11 +85,38 @@ def _zero_order(model: nn.Module, inputs: Tensor, h: float, n_directions: int, l
     return second.pow(2).sum(1).view(n_directions, b).mean(0)
 
 
-def _gradient_difference(model: nn.Module, inputs: Tensor, target: Tensor, h: float, logits: Tensor | None) -> Tensor:
+def _gradient_difference(
+    model: nn.Module, inputs: Tensor, target: Tensor, h: float, logits: Tensor | None
+) -> Tensor:
     x = inputs if inputs.requires_grad else inputs.detach().requires_grad_(True)
-    _, g = ce_input_gradient(model, x, target, logits=logits if x is inputs else None, create_graph=True)
+    shared = logits if x is inputs else None
+    _, g = ce_input_gradient(model, x, target, logits=shared, create_graph=True)
     z = g.detach().sign()
     z = z / expand_like(per_sample_norm(z).clamp_min(1e-12), z)
     x_step = (x.detach() + h * z).requires_grad_(True)
     _, g_step = ce_input_gradient(model, x_step, target, create_graph=True)
     return (g_step - g).flatten(1).pow(2).sum(1) / h**2
+
+
+@register_penalty("curvature")
+class Curvature(PenaltyTerm):
+    """Zero-order (logit second difference) or CURE-style gradient-difference curvature.
+
+    Example:
+        >>> Curvature(weight=0.01)
+        Curvature(name='curvature', weight=0.01)
+    """
+
+    needs_input_grad = True
+
+    def __init__(self, weight: float = 1.0, method: str = "zero_order", h: float = 0.05,
+                 n_directions: int = 1, name: str | None = None, seed: int | None = None) -> None:
+        super().__init__(weight, name, seed)
+        check_curvature_args(method, h, n_directions)
+        self.method, self.h, self.n_directions = method, h, n_directions
+
+    def penalty(
+        self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
+    ) -> Tensor:
+        return curvature(model, inputs, target, method=self.method, h=self.h,
+                         n_directions=self.n_directions, logits=logits, generator=self.generator)

@@ -13,8 +13,15 @@ from torch import Tensor, nn
 
 from robust_train._validation import check_choice, check_positive
 from robust_train.regularizers._common import ce_input_gradient, expand_like, per_sample_norm
+from robust_train.regularizers.base import PenaltyTerm, register_penalty
 
 GRADIENT_NORM_METHODS = ("double_backprop", "finite_difference")
+
+
+def check_gradient_norm_args(method: str, h: float) -> None:
+    """The one argument check of `input_gradient_norm` and `InputGradientNorm`."""
+    check_choice(method, "method", GRADIENT_NORM_METHODS)
+    check_positive(h, "h")
 
 
 def input_gradient_norm(
@@ -44,13 +51,37 @@ def input_gradient_norm(
         >>> v.shape, bool((v >= 0).all())
         (torch.Size([3]), True)
     """
-    check_choice(method, "method", GRADIENT_NORM_METHODS)
-    check_positive(h, "h")
+    check_gradient_norm_args(method, h)
     x = inputs if inputs.requires_grad else inputs.detach().requires_grad_(True)
+    shared = logits if x is inputs else None
     if method == "double_backprop":
-        _, grad = ce_input_gradient(model, x, target, logits=logits if x is inputs else None, create_graph=True)
+        _, grad = ce_input_gradient(model, x, target, logits=shared, create_graph=True)
         return grad.flatten(1).pow(2).sum(1)
-    ce, grad = ce_input_gradient(model, x, target, logits=logits if x is inputs else None, create_graph=False)
+    ce, grad = ce_input_gradient(model, x, target, logits=shared, create_graph=False)
     d = grad / expand_like(per_sample_norm(grad).clamp_min(1e-12), grad)
     ce_step = F.cross_entropy(model(x.detach() + h * d), target, reduction="none")
     return ((ce_step - ce) / h).pow(2)
+
+
+@register_penalty("gradnorm")
+class InputGradientNorm(PenaltyTerm):
+    """||grad_x CE||^2 by double backprop or by a finite difference (see `input_gradient_norm`).
+
+    Example:
+        >>> InputGradientNorm(method="finite_difference").method
+        'finite_difference'
+    """
+
+    needs_input_grad = True
+
+    def __init__(self, weight: float = 1.0, method: str = "double_backprop", h: float = 0.01,
+                 name: str | None = None) -> None:
+        super().__init__(weight, name)
+        check_gradient_norm_args(method, h)
+        self.method, self.h = method, h
+
+    def penalty(
+        self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
+    ) -> Tensor:
+        return input_gradient_norm(model, inputs, target, method=self.method, h=self.h,
+                                   logits=logits)

@@ -25,6 +25,7 @@ from robust_train.regularizers._common import (
     per_sample_norm,
     sample_in_ball,
 )
+from robust_train.regularizers.base import PenaltyTerm, register_penalty
 
 Explainer = Callable[..., Tensor]
 
@@ -36,8 +37,24 @@ def resolve_explainer(explainer: str | Explainer) -> Explainer:
     return get_explainer(explainer)
 
 
-def _clean_explanation(model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None,
-                       explainer: Explainer) -> Tensor:
+def check_smoothness_args(
+    radius: float, n_samples: int, ball: str, distance: str, n_ascent_steps: int,
+    ascent_step_size: float | None,
+) -> float:
+    """The one argument check of the function and its terms; returns the ascent step size."""
+    check_positive(radius, "radius")
+    check_positive(n_samples, "n_samples", integer=True)
+    check_non_negative(n_ascent_steps, "n_ascent_steps", integer=True)
+    check_choice(ball, "ball", BALLS)
+    check_choice(distance, "distance", DISTANCES)
+    step = radius / 2 if ascent_step_size is None else ascent_step_size
+    check_positive(step, "ascent_step_size")
+    return step
+
+
+def _clean_explanation(
+    model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None, explainer: Explainer
+) -> Tensor:
     """E(x) with create_graph, reusing the task loss's forward for the gradient explainers."""
     if logits is not None and inputs.requires_grad and explainer in (saliency, input_x_gradient):
         grad = gradient_of_target(logits, inputs, target, create_graph=True)
@@ -75,26 +92,21 @@ def explanation_smoothness(
         distance: "l1" (sum-normalised maps), "cosine" (1 - cosine) or "l2" (max-normalised).
         lipschitz: divide each distance by ||x - x'||_2 (local Lipschitz ratio).
         n_ascent_steps: projected sign-ascent steps on the distance before the final evaluation
-            (0 = random samples only).
+            (0 = random samples only). The ascent point x' is detached.
         ascent_step_size: step of the ascent (default radius / 2).
         logits: the clean forward, when the caller already ran it.
         generator: RNG for the samples (CPU generator).
 
     Example:
         >>> import torch
-        >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3), torch.nn.Softplus(),
-        ...                           torch.nn.Linear(3, 2))
+        >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3),
+        ...                           torch.nn.Softplus(), torch.nn.Linear(3, 2))
         >>> x, y = torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 0, 1])
         >>> explanation_smoothness(net, x, y, radius=0.05, n_samples=2).shape
         torch.Size([4])
     """
-    check_positive(radius, "radius")
-    check_positive(n_samples, "n_samples", integer=True)
-    check_non_negative(n_ascent_steps, "n_ascent_steps", integer=True)
-    check_choice(ball, "ball", BALLS)
-    check_choice(distance, "distance", DISTANCES)
-    step = radius / 2 if ascent_step_size is None else ascent_step_size
-    check_positive(step, "ascent_step_size")
+    step = check_smoothness_args(radius, n_samples, ball, distance, n_ascent_steps,
+                                 ascent_step_size)
     explain = resolve_explainer(explainer)
     b = inputs.shape[0]
 
@@ -103,9 +115,10 @@ def explanation_smoothness(
     x0_rep = x0.repeat(n_samples, 1, 1, 1)
     target_rep = target.repeat(n_samples)
     delta = sample_in_ball(x0, radius, n_samples, ball, generator)
+    reference = clean_map.detach().repeat(n_samples, 1, 1)
     for _ in range(n_ascent_steps):
-        delta = _ascent_step(model, explain, x0_rep, target_rep, delta, clean_map.detach().repeat(n_samples, 1, 1),
-                             distance, step, radius, ball)
+        delta = _ascent_step(model, explain, x0_rep, target_rep, delta, reference, distance, step,
+                             radius, ball)
     x_pert = (x0_rep + delta).clamp(0, 1)
     pert_map = importance_map(explain(model, x_pert, target_rep, create_graph=True))
     dist = map_distance(clean_map.repeat(n_samples, 1, 1), pert_map, distance)
@@ -114,8 +127,10 @@ def explanation_smoothness(
     return dist.view(n_samples, b).mean(0)
 
 
-def _ascent_step(model: nn.Module, explain: Explainer, x0: Tensor, target: Tensor, delta: Tensor, clean_map: Tensor,
-                 distance: str, step: float, radius: float, ball: str) -> Tensor:
+def _ascent_step(
+    model: nn.Module, explain: Explainer, x0: Tensor, target: Tensor, delta: Tensor,
+    clean_map: Tensor, distance: str, step: float, radius: float, ball: str,
+) -> Tensor:
     """One projected sign-ascent step on d(I(x), I(x + delta)) with respect to delta only."""
     delta = delta.detach().requires_grad_(True)
     with torch.enable_grad():
@@ -127,3 +142,52 @@ def _ascent_step(model: nn.Module, explain: Explainer, x0: Tensor, target: Tenso
     delta = delta + step * g
     scale = (radius / per_sample_norm(delta).clamp_min(1e-12)).clamp(max=1.0)
     return (delta * expand_like(scale, delta)).detach()
+
+
+@register_penalty("smoothness")
+class ExplanationSmoothness(PenaltyTerm):
+    """Distance between explanations at x and at x' in a ball (see `explanation_smoothness`).
+
+    Example:
+        >>> ExplanationSmoothness(weight=0.5, radius=0.2)
+        ExplanationSmoothness(name='smoothness', weight=0.5)
+    """
+
+    needs_input_grad = True
+
+    def __init__(
+        self, weight: float = 1.0, explainer: str | Explainer = "saliency", radius: float = 0.1,
+        n_samples: int = 1, ball: str = "linf", distance: str = "l1", lipschitz: bool = False,
+        n_ascent_steps: int = 0, ascent_step_size: float | None = None, name: str | None = None,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(weight, name, seed)
+        check_smoothness_args(radius, n_samples, ball, distance, n_ascent_steps, ascent_step_size)
+        resolve_explainer(explainer)
+        self.kwargs = dict(explainer=explainer, radius=radius, n_samples=n_samples, ball=ball,
+                           distance=distance, lipschitz=lipschitz, n_ascent_steps=n_ascent_steps,
+                           ascent_step_size=ascent_step_size)
+
+    def penalty(
+        self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
+    ) -> Tensor:
+        return explanation_smoothness(model, inputs, target, logits=logits,
+                                      generator=self.generator, **self.kwargs)
+
+
+@register_penalty("lipschitz")
+class LocalLipschitzPenalty(ExplanationSmoothness):
+    """Explanation smoothness divided by ||x - x'||: a penalty on the local Lipschitz ratio.
+
+    Example:
+        >>> LocalLipschitzPenalty().kwargs["lipschitz"]
+        True
+    """
+
+    def __init__(
+        self, weight: float = 0.01, explainer: str | Explainer = "saliency", radius: float = 0.1,
+        n_samples: int = 1, ball: str = "linf", distance: str = "l1", n_ascent_steps: int = 1,
+        ascent_step_size: float | None = None, name: str | None = None, seed: int | None = None,
+    ) -> None:
+        super().__init__(weight, explainer, radius, n_samples, ball, distance, True,
+                         n_ascent_steps, ascent_step_size, name, seed)

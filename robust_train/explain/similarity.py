@@ -1,0 +1,221 @@
+"""How alike two importance maps are: top-k intersection, rank correlations, center-of-mass shift.
+
+These are the dissimilarity metrics with which Ghorbani, Abid & Zou, "Interpretation of Neural
+Networks is Fragile" (AAAI 2019, arXiv 1710.10547), compare the explanation of a clean input with
+the explanation of an attacked one; Kendall's tau was added by later work on robust attribution.
+Every function is batched over maps (B, H, W), returns one value per map pair, shape (B,), in the
+dtype of `map_a`, and runs in O(B * N log N) time and O(B * N) memory for N = H * W pixels, so
+224 x 224 maps cost no more than a few sorts.
+
+Undefined values: a rank correlation with a constant map (or a 1-pixel map) is NaN, as in
+`scipy.stats.spearmanr` / `scipy.stats.kendalltau`; the center of mass of an all-zero map is NaN.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from robust_train._validation import check_maps, check_same_shape
+
+__all__ = [
+    "topk_intersection",
+    "spearman_correlation",
+    "kendall_tau",
+    "center_of_mass",
+    "center_of_mass_shift",
+    "topk_mask",
+]
+
+
+def _flat_pair(map_a: Tensor, map_b: Tensor) -> tuple[Tensor, Tensor]:
+    check_maps(map_a, "map_a")
+    check_maps(map_b, "map_b")
+    check_same_shape(map_a, map_b, "map_a", "map_b")
+    return map_a.reshape(map_a.shape[0], -1), map_b.reshape(map_b.shape[0], -1)
+
+
+def topk_mask(maps: Tensor, k: int) -> Tensor:
+    """Boolean mask (B, H, W) of the k largest pixels of each map.
+
+    Ties at the k-th largest value go to the pixel with the lower row-major index (a stable
+    descending sort), so the choice is the same on every device; `torch.topk` leaves it unspecified.
+
+    Example:
+        >>> topk_mask(torch.tensor([[[1.0, 3.0], [3.0, 0.0]]]), 2).tolist()
+        [[[False, True], [True, False]]]
+    """
+    check_maps(maps, "maps")
+    flat = maps.reshape(maps.shape[0], -1)
+    n = flat.shape[1]
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
+        raise ValueError(
+            f"`k` must be an int in [1, H*W] = [1, {n}] for maps of size "
+            f"{maps.shape[1]}x{maps.shape[2]}, got {k!r}"
+        )
+    order = torch.sort(flat.detach(), dim=1, descending=True, stable=True).indices[:, :k]
+    mask = torch.zeros_like(flat, dtype=torch.bool).scatter_(1, order, True)
+    return mask.view_as(maps)
+
+
+def topk_intersection(map_a: Tensor, map_b: Tensor, k: int) -> Tensor:
+    """Fraction of the k most important pixels that two maps share: |top_k(a) ∩ top_k(b)| / k.
+
+    Ghorbani et al. (2019). Ties are broken as in `topk_mask` (lower index first), so identical
+    maps always score 1.
+
+    Args:
+        map_a, map_b: importance maps (B, H, W) of the same shape.
+        k: number of top pixels, an int in [1, H*W].
+
+    Returns:
+        Tensor (B,) with values in [0, 1].
+
+    Example:
+        >>> a = torch.tensor([[[4.0, 3.0], [2.0, 1.0]]])
+        >>> b = torch.tensor([[[4.0, 1.0], [2.0, 3.0]]])
+        >>> topk_intersection(a, b, 2).tolist()
+        [0.5]
+    """
+    _flat_pair(map_a, map_b)
+    shared = topk_mask(map_a, k) & topk_mask(map_b, k)
+    return shared.flatten(1).sum(1).to(map_a.dtype) / k
+
+
+def _average_ranks(flat: Tensor) -> Tensor:
+    """1-based ranks with ties given their average rank (scipy's 'average'), float64 (B, N)."""
+    flat = flat.detach().contiguous()
+    ordered = flat.sort(dim=1).values
+    below = torch.searchsorted(ordered, flat, right=False)
+    up_to = torch.searchsorted(ordered, flat, right=True)
+    return (below + up_to + 1).double() / 2
+
+
+def spearman_correlation(map_a: Tensor, map_b: Tensor) -> Tensor:
+    """Spearman's rank correlation between two maps, pixel by pixel (Ghorbani et al. 2019).
+
+    Tied values get their average rank, so the result equals `scipy.stats.spearmanr` on the
+    flattened maps. A constant map has no ranking: the result is NaN, as in scipy.
+
+    Example:
+        >>> a = torch.tensor([[[1.0, 2.0], [3.0, 4.0]]])
+        >>> spearman_correlation(a, a.flip(-1).flip(-2)).tolist()
+        [-1.0]
+    """
+    a, b = _flat_pair(map_a, map_b)
+    ra, rb = _average_ranks(a), _average_ranks(b)
+    ra = ra - ra.mean(1, keepdim=True)
+    rb = rb - rb.mean(1, keepdim=True)
+    var_a, var_b = (ra * ra).sum(1), (rb * rb).sum(1)
+    rho = (ra * rb).sum(1) / (var_a * var_b).sqrt()
+    rho = torch.where((var_a > 0) & (var_b > 0), rho.clamp(-1.0, 1.0), torch.nan)
+    return rho.to(map_a.dtype)
+
+
+def _min_ranks(flat: Tensor) -> Tensor:
+    """0-based integer ranks, equal values sharing the lowest rank of their group, int64 (B, N)."""
+    flat = flat.detach().contiguous()
+    return torch.searchsorted(flat.sort(dim=1).values, flat, right=False)
+
+
+def _tied_pairs(values: Tensor) -> Tensor:
+    """Number of pairs with equal values per row, sum over groups of t (t - 1) / 2, int64 (B,)."""
+    ordered = values.sort(dim=1).values
+    group = torch.searchsorted(ordered, ordered, right=True) - torch.searchsorted(ordered, ordered)
+    return (group - 1).sum(1) // 2
+
+
+def _count_inversions(seq: Tensor) -> Tensor:
+    """Pairs i < j with seq[i] > seq[j] per row (B,), by a batched bottom-up merge sort.
+
+    At each level adjacent sorted blocks are compared with `searchsorted` (how many elements of the
+    left block exceed each element of the right block), then merged by sorting: O(N log^2 N) time,
+    O(N) memory per row. Rows are padded to a power of two with a value above every element, placed
+    last, which adds no inversion.
+    """
+    rows, n = seq.shape
+    size = 1 << max(0, (n - 1).bit_length())
+    if size > n:
+        pad = seq.new_full((rows, size - n), int(seq.max()) + 1)
+        seq = torch.cat([seq, pad], dim=1)
+    total = torch.zeros(rows, dtype=torch.int64, device=seq.device)
+    width = 1
+    while width < size:
+        blocks = seq.view(rows, size // (2 * width), 2, width)
+        left = blocks[:, :, 0].reshape(-1, width).contiguous()
+        right = blocks[:, :, 1].reshape(-1, width).contiguous()
+        not_above = torch.searchsorted(left, right, right=True)
+        total += (width - not_above).view(rows, -1).sum(1)
+        seq = seq.view(rows, -1, 2 * width).sort(dim=2).values.view(rows, size)
+        width *= 2
+    return total
+
+
+def kendall_tau(map_a: Tensor, map_b: Tensor) -> Tensor:
+    """Kendall's tau-b between two maps, pixel by pixel, with ties; equals `scipy.stats.kendalltau`.
+
+    tau_b = (n0 - n1 - n2 + n3 - 2 S) / sqrt((n0 - n1)(n0 - n2)) with n0 = N (N - 1) / 2 pairs,
+    n1 / n2 pairs tied in a / b, n3 pairs tied in both and S discordant pairs, counted after sorting
+    the pixels by (a, b) (Knight 1966). S is counted by a batched merge sort, so the cost is
+    O(N log^2 N) per map and O(N) memory, not the O(N^2) of all pairs: 224 x 224 maps are fine.
+    A constant map gives NaN, as in scipy.
+
+    Example:
+        >>> a = torch.tensor([[[1.0, 2.0], [3.0, 4.0]]])
+        >>> b = torch.tensor([[[1.0, 3.0], [2.0, 4.0]]])
+        >>> round(kendall_tau(a, b).item(), 4)
+        0.6667
+    """
+    a, b = _flat_pair(map_a, map_b)
+    n = a.shape[1]
+    ra, rb = _min_ranks(a), _min_ranks(b)
+    joint = ra * n + rb  # equal exactly when the pixel pair is tied in both maps
+    order = joint.argsort(dim=1, stable=True)
+    discordant = _count_inversions(rb.gather(1, order))
+    n0 = n * (n - 1) // 2
+    tied_a, tied_b, tied_both = _tied_pairs(ra), _tied_pairs(rb), _tied_pairs(joint)
+    numerator = (n0 - tied_a - tied_b + tied_both - 2 * discordant).double()
+    denominator = ((n0 - tied_a).double() * (n0 - tied_b).double()).sqrt()
+    tau = torch.where(denominator > 0, numerator / denominator, torch.nan).clamp(-1.0, 1.0)
+    return tau.to(map_a.dtype)
+
+
+def center_of_mass(maps: Tensor) -> Tensor:
+    """Center of mass (row, col) in pixels of each non-negative map, shape (B, 2); differentiable.
+
+    C = sum_ij I_ij (i, j) / sum_ij I_ij (Ghorbani et al. 2019), with pixel (0, 0) at the top left.
+    An all-zero map has no center: both coordinates are NaN.
+
+    Example:
+        >>> center_of_mass(torch.tensor([[[0.0, 1.0], [0.0, 3.0]]])).tolist()
+        [[0.75, 1.0]]
+    """
+    check_maps(maps, "maps")
+    height, width = maps.shape[1:]
+    rows = torch.arange(height, dtype=maps.dtype, device=maps.device)
+    cols = torch.arange(width, dtype=maps.dtype, device=maps.device)
+    mass = maps.sum(dim=(1, 2))
+    center = torch.stack([(maps.sum(2) * rows).sum(1), (maps.sum(1) * cols).sum(1)], dim=1)
+    return center / mass[:, None]
+
+
+def center_of_mass_shift(map_a: Tensor, map_b: Tensor) -> Tensor:
+    """L2 distance in pixels between the centers of mass of two maps (Ghorbani et al. 2019).
+
+    Each map is normalised by its sum, so the scale of a map does not matter. Maps must be
+    non-negative (importance maps); a map that is all zero has no center and gives NaN.
+
+    Example:
+        >>> a = torch.zeros(1, 4, 4); a[0, 0, 0] = 1.0
+        >>> b = torch.zeros(1, 4, 4); b[0, 3, 2] = 5.0
+        >>> center_of_mass_shift(a, b).tolist()
+        [3.605551242828369]
+    """
+    _flat_pair(map_a, map_b)
+    for name, maps in (("map_a", map_a), ("map_b", map_b)):
+        if bool((maps < 0).any()):
+            raise ValueError(
+                f"`{name}` must be a non-negative importance map for a center of mass, "
+                f"got a minimum of {float(maps.min()):.4g}"
+            )
+    return (center_of_mass(map_a) - center_of_mass(map_b)).norm(dim=1)

@@ -1,0 +1,97 @@
+"""Pieces of the adversarial-training penalties: the inner L_inf PGD and the loss IG on a path.
+
+Both follow the released MNIST code of RAR (Chen et al. 2019, arXiv 1905.09957) and Madry et al.
+(2018): sign steps projected onto B_inf(x, eps) intersected with [0, 1], optionally from a uniform
+random point of the ball; the result is detached (the outer loss does not differentiate through
+the attack).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from robust_train._validation import check_non_negative, check_positive
+
+
+def check_pgd_args(epsilon: float, step_size: float, n_steps: int) -> None:
+    """The argument check shared by every penalty with an inner PGD."""
+    check_positive(epsilon, "epsilon")
+    check_positive(step_size, "step_size")
+    check_non_negative(n_steps, "n_steps", integer=True)
+
+
+def linf_pgd(
+    objective: Callable[[Tensor], Tensor],
+    inputs: Tensor,
+    *,
+    epsilon: float,
+    step_size: float,
+    n_steps: int,
+    random_start: bool = True,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Maximise a per-sample `objective(x')` (B,) over B_inf(inputs, eps) and [0, 1].
+
+    x'_0 = clip(x + U(-eps, eps)) (or x), x'_{t+1} = clip_ball(x'_t + step_size * sign(grad)).
+    Gradients are taken with respect to x' only; the returned x' is detached.
+
+    Example:
+        >>> x = torch.full((2, 1, 2, 2), 0.5)
+        >>> adv = linf_pgd(lambda z: z.flatten(1).sum(1), x, epsilon=0.1, step_size=0.05,
+        ...                n_steps=3, random_start=False)
+        >>> bool(torch.allclose(adv, torch.full_like(x, 0.6)))
+        True
+    """
+    check_pgd_args(epsilon, step_size, n_steps)
+    x0 = inputs.detach()
+    lower, upper = (x0 - epsilon).clamp(min=0.0), (x0 + epsilon).clamp(max=1.0)
+    adv = x0.clone()
+    if random_start:
+        u = torch.rand(x0.shape, generator=generator, dtype=torch.float32).to(x0)
+        adv = torch.min(torch.max(x0 + (2 * u - 1) * epsilon, lower), upper)
+    for _ in range(n_steps):
+        adv = adv.detach().requires_grad_(True)
+        with torch.enable_grad():
+            (grad,) = torch.autograd.grad(objective(adv).sum(), adv)
+        adv = torch.min(torch.max(adv.detach() + step_size * grad.sign(), lower), upper)
+    return adv.detach()
+
+
+def loss_path_ig(
+    model: nn.Module, inputs: Tensor, endpoints: Tensor, target: Tensor, *, n_points: int,
+    create_graph: bool,
+) -> tuple[Tensor, Tensor]:
+    """IG of the cross-entropy from x to x', and the per-sample CE at x' (both with graph).
+
+    IG(x, x') = (x' - x) * mean_{j=1..m} grad_z CE(z_j, y),  z_j = x + (j / m) (x' - x)
+    (RAR's right Riemann sum: the last point is x' itself, whose CE is returned too). `inputs`
+    is detached; `endpoints` may require grad (inside an attack) or be detached (in the update).
+    All m * B path points go through the model in one batch.
+
+    Returns:
+        (IG (B, C, H, W), CE(x') (B,)).
+
+    Example:
+        >>> net = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
+        >>> x, y = torch.rand(2, 1, 2, 2), torch.tensor([0, 2])
+        >>> ig, ce = loss_path_ig(net, x, x, y, n_points=4, create_graph=False)
+        >>> float(ig.abs().max()), ce.shape
+        (0.0, torch.Size([2]))
+    """
+    check_positive(n_points, "n_points", integer=True)
+    x0 = inputs.detach()
+    b = x0.shape[0]
+    alphas = torch.arange(1, n_points + 1, dtype=x0.dtype, device=x0.device) / n_points
+    alphas = alphas.view(-1, *([1] * x0.dim()))
+    with torch.enable_grad():
+        path = (x0.unsqueeze(0) + alphas * (endpoints - x0).unsqueeze(0)).flatten(0, 1)
+        if not path.requires_grad:
+            path.requires_grad_(True)
+        ce = F.cross_entropy(model(path), target.repeat(n_points), reduction="none")
+        (grad,) = torch.autograd.grad(ce.sum(), path, create_graph=create_graph)
+    mean_grad = grad.view(n_points, b, *x0.shape[1:]).mean(0)
+    return (endpoints - x0) * mean_grad, ce.view(n_points, b)[-1]

@@ -1,7 +1,27 @@
-"""Fragility attacks on explanations (Ghorbani, Abid & Zou, AAAI 2019)."""
+"""Fragility attacks on explanations (Ghorbani, Abid & Zou, AAAI 2019).
 
+Objectives are registered classes (`OBJECTIVES`, `register_objective`); the size-dependent
+defaults (epsilon, k, target region) are in `robust_train.attacks.defaults`.
+"""
+
+from robust_train.attacks.defaults import default_epsilon, default_k, target_region
 from robust_train.attacks.fragility import fragility_attack
-from robust_train.attacks.objectives import OBJECTIVES, FragilityObjective
+from robust_train.attacks.objectives import (
+    OBJECTIVES,
+    FragilityObjective,
+    get_objective,
+    register_objective,
+)
 from robust_train.attacks.result import FragilityResult
 
-__all__ = ["fragility_attack", "FragilityResult", "FragilityObjective", "OBJECTIVES"]
+__all__ = [
+    "OBJECTIVES",
+    "FragilityObjective",
+    "FragilityResult",
+    "default_epsilon",
+    "default_k",
+    "fragility_attack",
+    "get_objective",
+    "register_objective",
+    "target_region",
+]

@@ -13,7 +13,7 @@ from torch import Tensor
 _PER_SAMPLE = (
     "adversarial", "clean_map", "attacked_map", "target", "label_kept", "clean_label", "improved",
     "n_label_changes", "topk_intersection", "spearman", "kendall", "center_shift",
-    "region_mass", "clean_region_mass",
+    "region_mass", "clean_region_mass", "measured",
 )
 
 
@@ -41,6 +41,10 @@ class FragilityResult:
             `measure_k`; rank correlations are NaN for a constant map.
         region_mass, clean_region_mass: (B,) fraction of the (sum-normalised) attacked / clean map
             inside `target_region`; None unless `objective == "targeted"`.
+        measured: (B,) bool, the attack direction was non-zero at some step, the clean map is
+            not constant and the clean logits are finite. False means the sample was NOT attacked (a constant map, a diverged
+            model, a piecewise-linear model without a surrogate): its metrics are NaN, never a
+            perfect score. None in results built by hand.
         objective, epsilon, step_size, n_steps, n_restarts, k, measure_k: the attack settings used.
         surrogate_beta: softplus beta of the surrogate that gave the direction, or None when the
             model itself was used (no ReLU module, or `surrogate_beta=None`).
@@ -70,6 +74,7 @@ class FragilityResult:
     explainer: str
     region_mass: Tensor | None = None
     clean_region_mass: Tensor | None = None
+    measured: Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.adversarial.shape[0])
@@ -101,6 +106,8 @@ class FragilityResult:
         joined: dict[str, Any] = {}
         for name in _PER_SAMPLE:
             parts = [getattr(r, name) for r in results]
+            if any(part is None for part in parts) and not all(p is None for p in parts):
+                raise ValueError(f"cannot concatenate results where only some have `{name}`")
             joined[name] = None if parts[0] is None else torch.cat(parts, dim=0)
         joined.update({name: getattr(first, name) for name in settings})
         return cls(**joined)

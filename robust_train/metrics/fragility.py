@@ -8,8 +8,9 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import Metric
 
-from robust_train._validation import check_choice, check_positive
-from robust_train.attacks.objectives import OBJECTIVES
+from robust_train._validation import check_positive
+from robust_train.attacks.fragility import fragility_attack
+from robust_train.attacks.objectives import get_objective
 from robust_train.attacks.result import FragilityResult
 
 METRICS = ("topk_intersection", "spearman", "kendall", "center_shift")
@@ -24,19 +25,24 @@ class ExplanationFragility(Metric):
     accumulate the same thing. Only samples whose returned input kept the clean label are counted
     (all of them, by construction of the attack), and with `only_correct=True` only samples the
     model classifies as `target` (the protocol of RAR/ART: attack correctly classified images).
-    NaN values (a rank correlation with a constant map) are left out of that metric's mean.
+    NaN values (a rank correlation with a constant map) are left out of that metric's mean;
+    samples the attack could not move (`FragilityResult.measured` False: zero direction, constant
+    map, diverged model) have NaN metrics, are left out of every mean and counted in
+    `n_unmeasured`, so they never count as robust.
 
     State: for each metric a sum and a count, plus the number of samples seen and attacks that
     improved on the clean input; fixed-size tensors reduced with "sum" across processes.
 
     Args:
         explainer, objective, epsilon, step_size, n_steps, k, n_restarts, surrogate_beta,
-        measure_k, seed, internal_batch_size: passed to `fragility_attack` by `update(model, ...)`.
+        measure_k, seed, internal_batch_size, target_region: passed to `fragility_attack` by
+        `update(model, ...)`; `update(result)` refuses a result of another objective.
         only_correct: count only samples whose clean prediction equals `target`.
         **kwargs: torchmetrics Metric options.
 
     `compute()` returns a dict: the four means, `improved_rate` (fraction of counted samples where
-    a label-keeping iterate beat the clean input) and `n_samples` (samples counted).
+    a label-keeping iterate beat the clean input), `n_samples` (samples counted) and
+    `n_unmeasured` (counted samples the attack could not move, left out of the means).
 
     Example:
         >>> model = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.Softplus(), nn.Linear(8, 3))
@@ -58,13 +64,16 @@ class ExplanationFragility(Metric):
         step_size: float | None = None, n_steps: int = 50, k: int | None = None,
         n_restarts: int = 1, surrogate_beta: float | None = 10.0, measure_k: int | None = None,
         seed: int | None = None, internal_batch_size: int | None = None,
-        only_correct: bool = False, **kwargs: Any,
+        target_region: Tensor | None = None, only_correct: bool = False, **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        check_choice(objective, "objective", OBJECTIVES)
-        if objective == "targeted":
-            raise ValueError("objective='targeted' needs a region per batch: run fragility_attack "
-                             "and pass its result to `update(result)`")
+        objective_cls = get_objective(objective)
+        if objective_cls.needs_region and target_region is None:
+            raise ValueError(
+                f"objective={objective!r} needs `target_region` (bool, B or 1, H, W), e.g. "
+                "robust_train.attacks.target_region(H, W)"
+            )
+        self.objective = objective_cls.name
         check_positive(epsilon, "epsilon")
         check_positive(n_steps, "n_steps", integer=True)
         check_positive(n_restarts, "n_restarts", integer=True)
@@ -72,6 +81,7 @@ class ExplanationFragility(Metric):
             explainer=explainer, objective=objective, epsilon=epsilon, step_size=step_size,
             n_steps=n_steps, k=k, n_restarts=n_restarts, surrogate_beta=surrogate_beta,
             measure_k=measure_k, seed=seed, internal_batch_size=internal_batch_size,
+            target_region=target_region,
         )
         self.only_correct = only_correct
         for name in METRICS:
@@ -79,6 +89,7 @@ class ExplanationFragility(Metric):
             self.add_state(f"{name}_count", torch.tensor(0), dist_reduce_fx="sum")
         self.add_state("n_samples", torch.tensor(0), dist_reduce_fx="sum")
         self.add_state("n_improved", torch.tensor(0), dist_reduce_fx="sum")
+        self.add_state("n_unmeasured", torch.tensor(0), dist_reduce_fx="sum")
 
     def update(self, model_or_result: nn.Module | FragilityResult, inputs: Tensor | None = None,
                target: Tensor | None = None) -> None:
@@ -87,11 +98,14 @@ class ExplanationFragility(Metric):
             if inputs is not None or target is not None:
                 raise ValueError("`update(result)` takes no `inputs` or `target`")
             result = model_or_result
+            if result.objective != self.objective:
+                raise ValueError(
+                    f"this metric accumulates objective {self.objective!r}, got a result of "
+                    f"{result.objective!r}: use one ExplanationFragility per objective"
+                )
         elif isinstance(model_or_result, nn.Module):
             if inputs is None or target is None:
                 raise ValueError("`update(model, inputs, target)` needs `inputs` and `target`")
-            from robust_train.attacks.fragility import fragility_attack  # lazy: no import cycle
-
             result = fragility_attack(model_or_result, inputs, target, **self.attack_kwargs)
         else:
             raise TypeError("`update` takes a FragilityResult or (model, inputs, target), got "
@@ -101,6 +115,8 @@ class ExplanationFragility(Metric):
             counted = counted & (result.clean_label == result.target).to(counted.device)
         self.n_samples += counted.sum()
         self.n_improved += (result.improved.to(counted.device) & counted).sum()
+        if result.measured is not None:
+            self.n_unmeasured += (counted & ~result.measured.to(counted.device)).sum()
         for name in METRICS:
             values = getattr(result, name).to(self.n_samples.device)
             valid = counted & ~torch.isnan(values)
@@ -113,4 +129,5 @@ class ExplanationFragility(Metric):
                for name in METRICS}
         out["improved_rate"] = self.n_improved / self.n_samples
         out["n_samples"] = self.n_samples.clone()
+        out["n_unmeasured"] = self.n_unmeasured.clone()
         return out

@@ -154,7 +154,7 @@ def test_other_explainers_can_be_attacked(name, bound) -> None:
 
 
 class _FunctionalReLU(torch.nn.Module):
-    """ReLU called in forward: the softplus swap cannot see it, the net stays piecewise linear."""
+    """ReLU called in forward: no module to swap; the torch.fx rewrite finds the call."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -164,12 +164,15 @@ class _FunctionalReLU(torch.nn.Module):
         return self.out(torch.nn.functional.relu(self.hidden(x.flatten(1))))
 
 
-def test_piecewise_linear_model_warns_that_nothing_moved() -> None:
-    x = torch.rand(2, 1, 8, 8)
-    with pytest.warns(RuntimeWarning, match="direction was zero"):
-        res = fragility_attack(_FunctionalReLU(), x, torch.tensor([0, 1]), epsilon=0.1, n_steps=2)
-    assert res.surrogate_beta is None
-    assert not res.improved.any() and torch.equal(res.adversarial, x)
+def test_functional_relu_is_smoothed_and_attacked() -> None:
+    """Issue 9 item 8: a model calling F.relu used to score a perfect top-k intersection 1.0
+    because the direction was zero; the surrogate now rewrites the call and the attack moves."""
+    torch.manual_seed(0)
+    x = torch.rand(4, 1, 8, 8)
+    model = _FunctionalReLU()
+    res = fragility_attack(model, x, model(x).argmax(1), epsilon=0.1, n_steps=5, k=8)
+    assert res.surrogate_beta == 10.0 and bool(res.measured.all())
+    assert res.improved.any() and bool((res.topk_intersection < 1).any())
 
 
 def test_maps_that_cannot_be_differentiated_raise() -> None:

@@ -1,0 +1,207 @@
+"""The steps of a fragility attack, as module-level functions over one `AttackContext`.
+
+`fragility_attack` checks its arguments into an `AttackContext`, then: `start` (clean labels
+and maps, the objective, the running best), `run_restart` for each restart (start point, then
+`n_steps` of direction, projected step, evaluation on the ORIGINAL model, keep the best
+label-keeping iterate), and `finish` (the `FragilityResult`, with samples whose direction was
+zero at every step, or whose clean map is constant, marked unmeasured and their metrics NaN).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from robust_train._runtime import row_chunks
+from robust_train.attacks._setup import Surrogate, make_surrogate, zero_direction_cause
+from robust_train.attacks.objectives.base import FragilityObjective
+from robust_train.attacks.result import FragilityResult
+from robust_train.explain.maps import importance_map
+from robust_train.explain.protocol import Explainer
+from robust_train.explain.similarity import (
+    center_of_mass_shift,
+    kendall_tau,
+    spearman_correlation,
+    topk_intersection,
+)
+
+
+@dataclass
+class AttackContext:
+    """The checked settings of one attack call (see `fragility_attack` for their meaning)."""
+
+    model: nn.Module
+    inputs: Tensor
+    target: Tensor
+    explain: Explainer
+    explainer_name: str
+    objective_cls: type[FragilityObjective]
+    epsilon: float
+    step_size: float
+    n_steps: int
+    k: int
+    measure_k: int
+    region: Tensor | None
+    seeds: list[int]
+    surrogate_beta: float | None
+    chunk: int | None
+    progress: bool
+    surrogate: Surrogate | None = None
+
+
+@dataclass
+class AttackState:
+    """The running best of an attack: per sample, the best label-keeping iterate so far."""
+
+    x0: Tensor
+    clean_label: Tensor
+    clean_logits: Tensor
+    clean_map: Tensor
+    objective: FragilityObjective
+    best_x: Tensor
+    best_map: Tensor
+    best_score: tuple[Tensor, Tensor]
+    improved: Tensor
+    n_changes: Tensor
+    moved: Tensor
+    bar: Any = field(default=None, repr=False)
+
+
+def forward_and_maps(ctx: AttackContext, x: Tensor) -> tuple[Tensor, Tensor]:
+    """Logits (no graph) and detached importance maps of the ORIGINAL model, in chunks."""
+    logits, maps = [], []
+    for a, b in row_chunks(x.shape[0], ctx.chunk):
+        with torch.no_grad():
+            logits.append(ctx.model(x[a:b]))
+        explanation = ctx.explain(ctx.model, x[a:b].detach(), ctx.target[a:b], create_graph=False)
+        maps.append(torch.nan_to_num(importance_map(explanation).detach(), 0.0, 0.0, 0.0))
+    return torch.cat(logits), torch.cat(maps)
+
+
+def start(ctx: AttackContext) -> AttackState:
+    """Clean predictions and maps, the bound objective and the initial best (the clean input)."""
+    ctx.surrogate = make_surrogate(ctx.model, ctx.surrogate_beta)
+    x0 = ctx.inputs.detach().clone()
+    logits, clean_map = forward_and_maps(ctx, x0)
+    objective = ctx.objective_cls(clean_map, k=ctx.k, measure_k=ctx.measure_k, region=ctx.region)
+    zeros = torch.zeros(x0.shape[0], dtype=torch.bool, device=x0.device)
+    return AttackState(
+        x0=x0, clean_label=logits.argmax(1), clean_logits=logits, clean_map=clean_map,
+        objective=objective, best_x=x0.clone(), best_map=clean_map.clone(),
+        best_score=objective.score(clean_map), improved=zeros.clone(),
+        n_changes=torch.zeros(x0.shape[0], dtype=torch.long, device=x0.device), moved=zeros,
+    )
+
+
+def gradient_direction(ctx: AttackContext, objective: FragilityObjective, x: Tensor) -> Tensor:
+    """sign of d(ascent value)/dx, through the explainer of the surrogate (double backprop)."""
+    assert ctx.surrogate is not None
+    parts = []
+    for a, b in row_chunks(x.shape[0], ctx.chunk):
+        xv = x[a:b].detach().requires_grad_(True)
+        explanation = ctx.explain(ctx.surrogate.model, xv, ctx.target[a:b], create_graph=True)
+        value = objective.ascent_value(importance_map(explanation), slice(a, b))
+        grad = None
+        if value.requires_grad:
+            (grad,) = torch.autograd.grad(value.sum(), xv, allow_unused=True)
+        if grad is None:
+            raise ValueError(
+                f"the map of `explainer` {ctx.explainer_name!r} is not a differentiable "
+                "function of the input: the explainer detaches (e.g. a Captum wrapper) or "
+                "the map does not depend on the input (a linear model), so no gradient "
+                "attack can move it"
+            )
+        parts.append(torch.nan_to_num(grad, nan=0.0).sign())
+    return torch.cat(parts)
+
+
+def take_step(ctx: AttackContext, state: AttackState, x: Tensor, gen: torch.Generator) -> Tensor:
+    """One projected sign step from `x`; records which samples had a non-zero direction."""
+    objective = state.objective
+    if objective.needs_gradient:
+        d = gradient_direction(ctx, objective, x)
+    else:
+        d = objective.direction(x, gen)
+    state.moved |= d.flatten(1).ne(0).any(1)
+    x = x + ctx.step_size * d
+    return (state.x0 + (x - state.x0).clamp(-ctx.epsilon, ctx.epsilon)).clamp(0, 1).detach()
+
+
+def keep_best(ctx: AttackContext, state: AttackState, x: Tensor) -> None:
+    """Score iterate `x` on the original model; keep it where it beats the best and kept the
+    label."""
+    logits, maps = forward_and_maps(ctx, x)
+    kept = logits.argmax(1) == state.clean_label
+    state.n_changes += (~kept).long()
+    score = state.objective.score(maps)
+    better = kept & FragilityObjective.better(score, state.best_score)
+    state.best_x[better], state.best_map[better] = x[better], maps[better]
+    state.best_score = (
+        torch.where(better, score[0], state.best_score[0]),
+        torch.where(better, score[1], state.best_score[1]),
+    )
+    state.improved |= better
+
+
+def run_restart(ctx: AttackContext, state: AttackState, restart: int, seed: int) -> None:
+    """One restart: its own generator, its start point, then `n_steps` steps."""
+    gen = torch.Generator(device=state.x0.device).manual_seed(seed)
+    state.objective.start_restart(restart, gen)
+    x = state.objective.start_point(state.x0, ctx.epsilon, restart, gen)
+    for _ in range(ctx.n_steps):
+        x = take_step(ctx, state, x, gen)
+        keep_best(ctx, state, x)
+        if state.bar is not None:
+            state.bar.update(1)
+
+
+def finish(ctx: AttackContext, state: AttackState) -> FragilityResult:
+    """The result; samples whose direction was zero at every step get NaN metrics."""
+    assert ctx.surrogate is not None
+    flat = state.clean_map.flatten(1)
+    varies = flat.amax(1) > flat.amin(1)  # a constant map has no top-k set and no ranks
+    measured = state.moved & varies & torch.isfinite(state.clean_logits).all(1)
+    if not bool(measured.all()):
+        _warn_unmeasured(ctx, state, measured)
+    clean, best = state.clean_map, state.best_map
+    objective = state.objective
+
+    def masked(values: Tensor) -> Tensor:
+        return torch.where(measured, values, torch.full_like(values, float("nan")))
+
+    with torch.no_grad():
+        label_kept = ctx.model(state.best_x).argmax(1) == state.clean_label
+    return FragilityResult(
+        adversarial=state.best_x, clean_map=clean, attacked_map=best, target=ctx.target,
+        label_kept=label_kept, clean_label=state.clean_label, improved=state.improved & measured,
+        n_label_changes=state.n_changes,
+        topk_intersection=masked(topk_intersection(clean, best, ctx.measure_k)),
+        spearman=masked(spearman_correlation(clean, best)),
+        kendall=masked(kendall_tau(clean, best)),
+        center_shift=masked(center_of_mass_shift(clean.clamp_min(0), best.clamp_min(0))),
+        objective=objective.name, epsilon=ctx.epsilon, step_size=ctx.step_size,
+        n_steps=ctx.n_steps, n_restarts=len(ctx.seeds), k=ctx.k, measure_k=ctx.measure_k,
+        surrogate_beta=ctx.surrogate.beta, explainer=ctx.explainer_name,
+        region_mass=None if ctx.region is None else masked(objective.region_mass(best)),
+        clean_region_mass=None if ctx.region is None else objective.region_mass(clean),
+        measured=measured,
+    )
+
+
+def _warn_unmeasured(ctx: AttackContext, state: AttackState, measured: Tensor) -> None:
+    assert ctx.surrogate is not None
+    rows = ~measured
+    cause = zero_direction_cause(
+        ctx.model, ctx.surrogate, state.clean_logits[rows], state.clean_map[rows]
+    )
+    warnings.warn(
+        f"fragility_attack: {int(rows.sum())} of {rows.numel()} sample(s) were not attacked "
+        f"(the attack direction was zero at every step, or the clean map is constant): {cause}. "
+        "Their metrics are NaN (`FragilityResult.measured` is False), not a robustness score.",
+        RuntimeWarning,
+        stacklevel=3,
+    )

@@ -1,0 +1,31 @@
+"""Fragility objectives, one file each, registered by name in `OBJECTIVES`.
+
+Ghorbani, Abid & Zou, "Interpretation of Neural Networks is Fragile" (AAAI 2019). With I(x) the
+importance map normalised to sum 1:
+- "topk": ascend -sum_{i in B} I(x)_i, B the clean top-k set; ranked by lower top-k intersection.
+- "mass_center": ascend ||C(x) - C(x_0)||_2, C the center of mass; ranked by larger shift.
+- "targeted": ascend sum_i I(x)_i T_i for a binary region T; ranked by larger mass inside T.
+- "random_sign": no gradient, d = sign(N(0, I)); ranked like "topk" (the noise baseline).
+"""
+
+from robust_train.attacks.objectives.base import (
+    OBJECTIVES,
+    FragilityObjective,
+    get_objective,
+    register_objective,
+)
+from robust_train.attacks.objectives.mass_center import MassCenter
+from robust_train.attacks.objectives.random_sign import RandomSign
+from robust_train.attacks.objectives.targeted import Targeted
+from robust_train.attacks.objectives.topk import TopK  # noqa: I001  (registration order)
+
+__all__ = [
+    "OBJECTIVES",
+    "FragilityObjective",
+    "MassCenter",
+    "RandomSign",
+    "Targeted",
+    "TopK",
+    "get_objective",
+    "register_objective",
+]

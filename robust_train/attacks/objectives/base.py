@@ -1,0 +1,147 @@
+"""The base class of fragility objectives and the registry every caller reads.
+
+An objective (Ghorbani, Abid & Zou, "Interpretation of Neural Networks is Fragile", AAAI 2019)
+says what the attack ascends and how its iterates are ranked. A new objective is one file in
+this package: a subclass of `FragilityObjective` decorated with `@register_objective("name")`.
+`fragility_attack`, the evaluation suite, the report, the monitors and `ExplanationFragility`
+all read `OBJECTIVES`, so nothing else has to change (see CONTRIBUTING.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar, TypeVar
+
+import torch
+from torch import Tensor
+
+from robust_train.explain.maps import normalize_map
+from robust_train.explain.similarity import spearman_correlation, topk_intersection, topk_mask
+
+__all__ = ["OBJECTIVES", "FragilityObjective", "get_objective", "register_objective"]
+
+Score = tuple[Tensor, Tensor]
+
+
+class FragilityObjective:
+    """Attack objective bound to one batch of clean maps (from the original model).
+
+    Class attributes declare what the objective needs; the attack reads them:
+
+    - `needs_gradient`: its direction is the sign of the gradient of `ascent_value` (through the
+      explainer, with double backprop); False: `direction` draws it (no explainer gradient).
+    - `needs_region`: it needs a bool target region (B or 1, H, W).
+    - `report_metrics`: the `FragilityResult` fields the report shows for it.
+
+    The default score ranks iterates by lower top-k intersection (`measure_k`), ties broken by
+    lower Spearman correlation; subclasses override `ascent_value` and, if they rank otherwise,
+    `score`.
+
+    Args:
+        clean_map: importance maps (B, H, W) of the clean inputs under the original model.
+        k: size of the top-k set of the clean map (`clean_topk`).
+        measure_k: k of the top-k intersection that ranks iterates.
+        region: bool (B, H, W) target region, or None.
+    """
+
+    name: ClassVar[str] = ""
+    needs_gradient: ClassVar[bool] = True
+    needs_region: ClassVar[bool] = False
+    report_metrics: ClassVar[tuple[str, ...]] = ("topk_intersection", "spearman", "center_shift")
+
+    def __init__(
+        self, clean_map: Tensor, *, k: int, measure_k: int, region: Tensor | None = None
+    ) -> None:
+        self.clean_map = clean_map
+        self.k, self.measure_k, self.region = k, measure_k, region
+        self.clean_topk = topk_mask(clean_map, k)
+
+    def start_restart(self, restart: int, generator: torch.Generator) -> None:
+        """Reset per-restart state (e.g. a random tie-break direction); nothing by default."""
+
+    def start_point(
+        self, x0: Tensor, epsilon: float, restart: int, generator: torch.Generator
+    ) -> Tensor:
+        """Where a restart starts: restart 0 at the clean input, later ones uniformly in the
+        ball."""
+        if restart == 0:
+            return x0
+        u = torch.rand(x0.shape, generator=generator, device=generator.device, dtype=x0.dtype)
+        return (x0 + (2 * u.to(x0.device) - 1) * epsilon).clamp(0, 1)
+
+    def direction(self, x: Tensor, generator: torch.Generator) -> Tensor:
+        """The step direction of an objective that needs no gradient (`needs_gradient` False)."""
+        raise NotImplementedError(f"objective {self.name!r} takes its direction from a gradient")
+
+    def ascent_value(self, maps: Tensor, rows: slice) -> Tensor:
+        """Differentiable per-sample value (b,) to ascend, for the maps of batch rows `rows`."""
+        raise NotImplementedError(f"objective {self.name!r} has no gradient")
+
+    def score(self, maps: Tensor) -> Score:
+        """Rank maps of the original model: (primary, secondary), both lower-is-better, (B,)."""
+        return (
+            topk_intersection(self.clean_map, maps, self.measure_k),
+            spearman_correlation(self.clean_map, maps),
+        )
+
+    def region_mass(self, maps: Tensor) -> Tensor:
+        """Fraction of each (sum-normalised) map inside the target region, (B,)."""
+        if self.region is None:
+            raise ValueError(f"objective {self.name!r} has no target region")
+        return (normalize_map(maps, "sum") * self.region).flatten(1).sum(1)
+
+    @staticmethod
+    def better(new: Score, best: Score) -> Tensor:
+        """(B,) bool: strictly better, lexicographically; NaN never wins."""
+        return (new[0] < best[0]) | ((new[0] == best[0]) & (new[1] < best[1]))
+
+
+class _Registry(dict[str, type[FragilityObjective]]):
+    """name -> objective class; iterating gives the names, in registration order."""
+
+    def __repr__(self) -> str:
+        return f"OBJECTIVES({list(self)})"
+
+
+OBJECTIVES: _Registry = _Registry()
+
+T = TypeVar("T", bound=type[FragilityObjective])
+
+
+def register_objective(name: str) -> Callable[[T], T]:
+    """Class decorator: register a `FragilityObjective` subclass under `name`.
+
+    Example:
+        >>> @register_objective("doc_example")
+        ... class DocExample(FragilityObjective):
+        ...     def ascent_value(self, maps, rows):
+        ...         return maps.flatten(1).std(1)
+        >>> OBJECTIVES["doc_example"].name
+        'doc_example'
+        >>> _ = OBJECTIVES.pop("doc_example")
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"an objective name must be an identifier, got {name!r}")
+
+    def decorate(cls: T) -> T:
+        if not (isinstance(cls, type) and issubclass(cls, FragilityObjective)):
+            raise TypeError(f"`{name}` must be a FragilityObjective subclass, got {cls!r}")
+        if name in OBJECTIVES and OBJECTIVES[name] is not cls:
+            raise ValueError(f"objective {name!r} is already registered ({OBJECTIVES[name]})")
+        cls.name = name
+        OBJECTIVES[name] = cls
+        return cls
+
+    return decorate
+
+
+def get_objective(name: object) -> type[FragilityObjective]:
+    """The objective class registered as `name`; the error lists the registered names.
+
+    Example:
+        >>> get_objective("topk").needs_gradient, get_objective("random_sign").needs_gradient
+        (True, False)
+    """
+    if not isinstance(name, str) or name not in OBJECTIVES:
+        raise ValueError(f"Unknown `objective` {name!r}; expected one of {list(OBJECTIVES)}")
+    return OBJECTIVES[name]

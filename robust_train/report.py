@@ -15,23 +15,58 @@ from typing import Any
 
 import matplotlib
 
+from robust_train.attacks import OBJECTIVES, FragilityObjective
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-ROWS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+Row = tuple[str, tuple[str, ...], str]
+
+HEAD_ROWS: tuple[Row, ...] = (
     ("test accuracy (whole split)", ("accuracy",), "{:.3f}"),
     ("images attacked (correctly classified)", ("n_attacked",), "{:d}"),
-    ("random_sign: top-k intersection", ("attacks", "random_sign", "topk_intersection"), "{:.3f}"),
-    ("random_sign: Spearman", ("attacks", "random_sign", "spearman"), "{:.3f}"),
-    ("random_sign: center shift (px)", ("attacks", "random_sign", "center_shift"), "{:.3f}"),
-    ("topk: top-k intersection", ("attacks", "topk", "topk_intersection"), "{:.3f}"),
-    ("topk: Spearman", ("attacks", "topk", "spearman"), "{:.3f}"),
-    ("topk: center shift (px)", ("attacks", "topk", "center_shift"), "{:.3f}"),
-    ("mass_center: top-k intersection", ("attacks", "mass_center", "topk_intersection"), "{:.3f}"),
-    ("mass_center: Spearman", ("attacks", "mass_center", "spearman"), "{:.3f}"),
-    ("mass_center: center shift (px)", ("attacks", "mass_center", "center_shift"), "{:.3f}"),
-    ("targeted: map mass in target region", ("attacks", "targeted", "region_mass"), "{:.3f}"),
 )
+METRIC_LABELS = {
+    "topk_intersection": ("top-k intersection", "{:.3f}"),
+    "spearman": ("Spearman", "{:.3f}"),
+    "kendall": ("Kendall", "{:.3f}"),
+    "center_shift": ("center shift (px)", "{:.3f}"),
+    "region_mass": ("map mass in target region", "{:.3f}"),
+    "n_unmeasured": ("images not measured (attack could not move them)", "{:d}"),
+}
+
+
+def attack_rows(results: Mapping[str, Mapping[str, Any]]) -> list[Row]:
+    """Rows of every attack in the results, with the metrics its objective class reports.
+
+    The attacks and explainers come from the results (`attacks_by_explainer`, else `attacks`);
+    the metrics of each attack from `robust_train.attacks.OBJECTIVES[attack].report_metrics`.
+    With several attacked explainers each row names its explainer.
+
+    Example:
+        >>> attack_rows({"m": {"attacks": {"topk": {}}}})[0]
+        ('topk: top-k intersection', ('attacks', 'topk', 'topk_intersection'), '{:.3f}')
+    """
+    blocks: dict[str, list[str]] = {}
+    for r in results.values():
+        by_explainer = _get(r, ("attacks_by_explainer",)) or {"": _get(r, ("attacks",)) or {}}
+        for explainer, attacks in by_explainer.items():
+            names = blocks.setdefault(explainer, [])
+            names += [a for a in attacks if a not in names]
+    several = len(blocks) > 1
+    rows: list[Row] = []
+    for explainer, attacks in blocks.items():
+        for attack in attacks:
+            prefix = f"{explainer} / {attack}" if several else attack
+            base = ("attacks_by_explainer", explainer) if several else ("attacks",)
+            for metric in (*_report_metrics(attack), "n_unmeasured"):
+                label, fmt = METRIC_LABELS.get(metric, (metric, "{:.3f}"))
+                rows.append((f"{prefix}: {label}", (*base, attack, metric), fmt))
+    return rows
+
+
+def _report_metrics(attack: str) -> tuple[str, ...]:
+    return OBJECTIVES.get(attack, FragilityObjective).report_metrics
 
 
 def _get(result: Mapping[str, Any], path: tuple[str, ...]) -> Any:
@@ -58,7 +93,7 @@ def summary_table(results: Mapping[str, Mapping[str, Any]]) -> str:
     """
     names = list(results)
     lines = ["| metric | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    rows = list(ROWS)
+    rows = [*HEAD_ROWS, *attack_rows(results)]
     explainers: list[str] = []
     for r in results.values():
         explainers += [e for e in _get(r, ("lipschitz",)) or {} if e not in explainers]
@@ -70,10 +105,14 @@ def summary_table(results: Mapping[str, Mapping[str, Any]]) -> str:
     rows.append(("share of training time in the monitors", ("monitor_share",), "{:.1%}"))
     for label, path, fmt in rows:
         cells = [_fmt(_get(r, path), fmt) for r in results.values()]
-        if all(c == "-" for c in cells):
+        if all(c == "-" for c in cells) or (path[-1] == "n_unmeasured" and _all_zero(cells)):
             continue
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _all_zero(cells: list[str]) -> bool:
+    return all(c in ("-", "0") for c in cells)
 
 
 def plot_fidelity(results: Mapping[str, Mapping[str, Any]], path: Path, explainer: str = "saliency") -> Path | None:

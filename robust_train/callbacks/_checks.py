@@ -8,7 +8,17 @@ from typing import Any
 
 from torchmetrics import Metric
 
-from robust_train._validation import check_choice, check_positive
+from robust_train._runtime import check_optional_positive
+from robust_train._validation import check_choice
+from robust_train.explain.registry import explainer_name, resolve_explainer
+
+__all__ = [
+    "check_explainer",
+    "check_names",
+    "check_optional_positive",
+    "compute_quietly",
+    "explainer_name",
+]
 
 NameOrCallable = str | Callable[..., Any]
 
@@ -16,7 +26,8 @@ NameOrCallable = str | Callable[..., Any]
 def check_explainer(
     explainer: object, name: str, *, differentiable: bool = False
 ) -> NameOrCallable:
-    """Check an explainer name (one of `robust_train.explain.EXPLAINERS`) or callable.
+    """Check an explainer name (one of `robust_train.explain.EXPLAINERS`) or callable, with the
+    package's one resolver (`robust_train.explain.resolve_explainer`); return it unchanged.
 
     Example:
         >>> check_explainer("saliency", "explainer")
@@ -26,23 +37,7 @@ def check_explainer(
         ...
         ValueError: Unknown `explainers` 'nope'; expected one of [...] or a callable
     """
-    from robust_train.explain import EXPLAINERS, is_differentiable
-
-    if isinstance(explainer, str):
-        if explainer not in EXPLAINERS:
-            raise ValueError(
-                f"Unknown `{name}` {explainer!r}; expected one of {list(EXPLAINERS)} or a callable"
-            )
-    elif not callable(explainer):
-        raise TypeError(
-            f"`{name}` must be an explainer name or a callable "
-            f"explainer(model, inputs, target, *, create_graph=False), got {explainer!r}"
-        )
-    if differentiable and not is_differentiable(explainer):  # type: ignore[arg-type]
-        raise ValueError(
-            f"`{name}` {explainer_name(explainer)!r} is not differentiable, so gradient "
-            "attacks cannot target it; use a gradient explainer such as 'saliency'"
-        )
+    resolve_explainer(explainer, differentiable=differentiable, name=name)
     return explainer  # type: ignore[return-value]
 
 
@@ -69,25 +64,6 @@ def check_names(
     if len(set(keys)) != len(keys):
         raise ValueError(f"`{name}` has duplicates: {keys}")
     return items
-
-
-def check_optional_positive(value: object, name: str, *, integer: bool = False) -> None:
-    """None, or a number > 0."""
-    if value is not None:
-        check_positive(value, name, integer=integer)
-
-
-def explainer_name(explainer: object) -> str:
-    """The name used in logged keys: the string itself, or the callable's `__name__`.
-
-    Example:
-        >>> from robust_train.explain import saliency
-        >>> explainer_name(saliency), explainer_name("input_x_gradient")
-        ('saliency', 'input_x_gradient')
-    """
-    if isinstance(explainer, str):
-        return explainer
-    return str(getattr(explainer, "__name__", type(explainer).__name__))
 
 
 def compute_quietly(metric: Metric) -> Any:

@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from torch import Tensor, nn
 
+from robust_train._runtime import check_optional_positive
 from robust_train._validation import check_choice, check_positive
+from robust_train.attacks.defaults import default_epsilon
 from robust_train.callbacks._base import RobustnessCallback
-from robust_train.callbacks._checks import (
-    check_names,
-    check_optional_positive,
-    compute_quietly,
-    explainer_name,
-)
+from robust_train.callbacks._checks import check_names, compute_quietly, explainer_name
 from robust_train.callbacks._figures import Report
-from robust_train.evaluation import EvaluationSettings
 from robust_train.metrics.lipschitz import LocalLipschitz
 
 DEFAULT_LIPSCHITZ_SAMPLES = 8
@@ -38,7 +33,7 @@ class LipschitzMonitor(RobustnessCallback):
     Args:
         explainers: explainer names (or callables) to score.
         radius: L_inf radius of the ball; None: the fragility budget for the image size (0.1 up
-            to 28 px, else 8/255), as `EvaluationSettings.resolved`.
+            to 28 px, else 8/255), `robust_train.attacks.defaults.default_epsilon`.
         lipschitz_samples: explainer calls per image.
         search: "random" sampling or "gradient" ascent on the ratio.
         **kwargs: schedule, subset and logging options of `RobustnessCallback`.
@@ -65,18 +60,13 @@ class LipschitzMonitor(RobustnessCallback):
         check_optional_positive(radius, "radius")
         check_positive(lipschitz_samples, "lipschitz_samples", integer=True)
         check_choice(search, "search", SEARCHES)
-        self.settings = EvaluationSettings(
-            lipschitz_radius=radius, lipschitz_samples=lipschitz_samples
-        )
-        self.search = search
-        self.radius: float | None = None
+        self.lipschitz_samples, self.search = lipschitz_samples, search
+        self.normalize_maps = "max"  # as the evaluation suite: compare explanation shapes
+        self._radius, self.radius = radius, radius
 
     def resolve(self, height: int, width: int) -> None:
-        """Size-dependent radius, from `EvaluationSettings.resolved`."""
-        resolved = dataclasses.replace(self.settings, n_samples=self.n_samples).resolved(
-            (height, width)
-        )
-        self.radius = float(resolved.lipschitz_radius)  # type: ignore[arg-type]
+        """Size-dependent radius: the given one, else the attack budget for this image size."""
+        self.radius = self._radius if self._radius is not None else default_epsilon(height, width)
 
     def evaluate(
         self, model: nn.Module, inputs: Tensor, targets: Tensor, predictions: Tensor
@@ -90,9 +80,9 @@ class LipschitzMonitor(RobustnessCallback):
                 explainer=explainer,
                 seed=self.seed,
                 radius=self.radius,
-                n_samples=self.settings.lipschitz_samples,
+                n_samples=self.lipschitz_samples,
                 search=self.search,
-                normalize_maps=self.settings.lipschitz_normalize,
+                normalize_maps=self.normalize_maps,
                 internal_batch_size=self.internal_batch_size,
             ).to(inputs.device)
             if inputs.shape[0]:

@@ -47,7 +47,9 @@ class FragilityObjective:
     name: ClassVar[str] = ""
     needs_gradient: ClassVar[bool] = True
     needs_region: ClassVar[bool] = False
-    report_metrics: ClassVar[tuple[str, ...]] = ("topk_intersection", "spearman", "center_shift")
+    report_metrics: ClassVar[tuple[str, ...]] = (
+        "topk_intersection", "spearman", "kendall", "center_shift"
+    )
 
     def __init__(
         self, clean_map: Tensor, *, k: int, measure_k: int, region: Tensor | None = None

@@ -17,7 +17,7 @@ from robust_train.attacks.objectives.base import (
 from robust_train.attacks.objectives.mass_center import MassCenter
 from robust_train.attacks.objectives.random_sign import RandomSign
 from robust_train.attacks.objectives.targeted import Targeted
-from robust_train.attacks.objectives.topk import TopK  # noqa: I001  (registration order)
+from robust_train.attacks.objectives.topk import TopK
 
 __all__ = [
     "OBJECTIVES",

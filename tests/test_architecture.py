@@ -1,0 +1,146 @@
+"""The package's import graph: no cycle, and lower layers never import higher ones (issue 10).
+
+The graph is read from the source with `ast` (every `import`, at module level or inside a
+function), so a lazy import cannot hide a cycle or an upward dependency. A fresh interpreter then
+imports every module, lowest layer first, to check that each one imports on its own.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "robust_train"
+
+# Layers, lowest first: a module may import its own layer's modules and any lower layer's.
+# A top-level name that is not listed (a new module) is treated as the application layer.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("_validation", "_runtime", "_quiet"),
+    ("models", "data"),
+    ("explain",),
+    ("attacks", "regularizers"),
+    ("metrics",),
+    ("evaluation", "callbacks", "_precision", "module", "loggers", "checkpointing"),
+)
+APPLICATION = len(LAYERS)
+
+
+def modules(package: Path = PACKAGE) -> dict[str, Path]:
+    found = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        found[".".join(parts).removesuffix(".__init__")] = path
+    return found
+
+
+def imports(path: Path, known: dict[str, Path]) -> set[str]:
+    """robust_train modules that `path` imports anywhere: `from a import b` needs a.b when it is
+    a module, and the package a itself unless every imported name is one of its modules."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] == "robust_train":
+                named = {f"{node.module}.{a.name}" for a in node.names}
+                out |= named & set(known)
+                if not named <= set(known):
+                    out.add(node.module)
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "robust_train"}
+    return out
+
+
+def graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> modules it imports, with the packages whose `__init__` an import runs (importing
+    a.b.c runs a and a.b), except the importer's own enclosing packages."""
+    known = modules(package)
+    edges = {}
+    for name, path in known.items():
+        targets = set()
+        for target in imports(path, known):
+            parts = target.split(".")
+            ancestors = {".".join(parts[:i]) for i in range(2, len(parts) + 1)}
+            targets |= {a for a in ancestors if not name.startswith(a + ".")}
+        edges[name] = targets - {name}
+    return edges
+
+
+def layer(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return APPLICATION + 1  # the package's __init__ sits above everything
+    for index, names in enumerate(LAYERS):
+        if parts[1] in names:
+            return index
+    return APPLICATION
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_module_import_graph_has_no_cycle() -> None:
+    edges = graph()
+    # a package's __init__ may import its own submodules; a submodule importing its package's
+    # __init__ back would close a cycle and is kept in the graph
+    cycle = find_cycle(edges)
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_top_level_package_graph_has_no_cycle() -> None:
+    top: dict[str, set[str]] = defaultdict(set)
+    for source, targets in graph().items():
+        for target in targets:
+            a, b = source.split(".")[:2], target.split(".")[:2]
+            if a != b and len(a) == len(b) == 2:
+                top[a[1]].add(b[1])
+    cycle = find_cycle(top)
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_lower_layers_never_import_higher_ones() -> None:
+    upward = sorted(
+        f"{source} -> {target}"
+        for source, targets in graph().items()
+        for target in targets
+        if layer(target) > layer(source)
+    )
+    assert upward == []
+
+
+def test_every_module_imports_alone_in_a_fresh_interpreter() -> None:
+    """Each module first, alone (the package's modules are dropped from sys.modules between)."""
+    names = [n for n in sorted(modules(), key=layer) if not n.endswith("__main__")]
+    code = (
+        "import importlib, sys\n"
+        f"for name in {names!r}:\n"
+        "    for loaded in [m for m in sys.modules if m.startswith('robust_train')]:\n"
+        "        del sys.modules[loaded]\n"
+        "    importlib.import_module(name)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=600)

@@ -3,6 +3,7 @@
 from robust_train.data._base import ImageDataModule, ImageTensorDataset
 from robust_train.data.digits import DigitsDataModule, load_digits_tensors
 from robust_train.data.image_folder import ImageFolderDataModule
+from robust_train.data.mnist5k import MNIST5kDataModule, load_mnist5k_tensors
 from robust_train.data.registry import DATAMODULES, datamodule_config, get_datamodule
 from robust_train.data.synthetic import SyntheticDataModule
 from robust_train.data.torchvision_data import (
@@ -17,6 +18,8 @@ __all__ = [
     "DigitsDataModule",
     "load_digits_tensors",
     "MNISTDataModule",
+    "MNIST5kDataModule",
+    "load_mnist5k_tensors",
     "FashionMNISTDataModule",
     "CIFAR10DataModule",
     "ImageFolderDataModule",

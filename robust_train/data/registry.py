@@ -9,6 +9,7 @@ import pytorch_lightning as pl
 
 from robust_train.data.digits import DigitsDataModule
 from robust_train.data.image_folder import ImageFolderDataModule
+from robust_train.data.mnist5k import MNIST5kDataModule
 from robust_train.data.synthetic import SyntheticDataModule
 from robust_train.data.torchvision_data import (
     CIFAR10DataModule,
@@ -21,6 +22,7 @@ __all__ = ["DATAMODULES", "get_datamodule", "datamodule_config"]
 DATAMODULES: dict[str, type[pl.LightningDataModule]] = {
     "digits": DigitsDataModule,
     "mnist": MNISTDataModule,
+    "mnist5k": MNIST5kDataModule,
     "fashion_mnist": FashionMNISTDataModule,
     "cifar10": CIFAR10DataModule,
     "image_folder": ImageFolderDataModule,
@@ -29,8 +31,8 @@ DATAMODULES: dict[str, type[pl.LightningDataModule]] = {
 
 
 def get_datamodule(name: str, **kwargs: Any) -> pl.LightningDataModule:
-    """Build a DataModule by name ("digits", "mnist", "fashion_mnist", "cifar10", "image_folder",
-    "synthetic"), passing `kwargs` to its constructor.
+    """Build a DataModule by name ("digits", "mnist", "mnist5k", "fashion_mnist", "cifar10",
+    "image_folder", "synthetic"), passing `kwargs` to its constructor.
 
     Example:
         >>> get_datamodule("digits", batch_size=32).hparams.batch_size

@@ -1,5 +1,12 @@
 """SmoothGrad (Smilkov, Thorat, Kim, Viegas, Wattenberg, "SmoothGrad: removing noise by adding
-noise", 2017): the average explanation over Gaussian-noised copies of the input."""
+noise", 2017): the average explanation over Gaussian-noised copies of the input.
+
+Noise: all `B * n_samples` standard normal draws are made at once, image-major (rows
+`b * n_samples + s`, Captum's layout), from `generator`, from a fresh generator seeded with
+`seed`, or else from torch's global generator. Drawing them before chunking makes the result
+independent of `internal_batch_size`. With `seed` the noise is fixed: the explanation is then a
+deterministic, differentiable function of the input, which attacks and penalties need.
+"""
 
 from __future__ import annotations
 
@@ -42,13 +49,8 @@ def smoothgrad(
     With `noise_scale="relative"` (Smilkov et al. 2017) the standard deviation of image i is
     `sigma_i = noise_level * (max(x_i) - min(x_i))` (the paper recommends 10-20%); with
     "absolute" it is `noise_level` itself (Captum's `stdevs`). `squared=True` averages the
-    squared explanations (SmoothGrad-squared, Captum's "smoothgrad_sq").
-
-    Noise: all `B * n_samples` standard normal draws are made at once, image-major (rows
-    `b * n_samples + s`, Captum's layout), from `generator`, from a fresh generator seeded with
-    `seed`, or else from torch's global generator. Drawing them before chunking makes the result
-    independent of `internal_batch_size`. With `seed` the noise is fixed: the explanation is then a
-    deterministic, differentiable function of the input, which attacks and penalties need.
+    squared explanations (SmoothGrad-squared, Captum's "smoothgrad_sq"). The noise is drawn
+    before chunking (see the module docstring), so `internal_batch_size` does not change it.
 
     Args:
         model: classifier returning logits (B, num_classes); its train/eval mode is left as is.
@@ -91,27 +93,43 @@ def smoothgrad(
         x, target = prepare_inputs(inputs, target)
         if not create_graph:
             x = x.detach()
+        sigma = _sigma(x, noise_level, noise_scale)
         gen = make_generator(generator, seed, x.device)
-        batch = x.shape[0]
-        if noise_scale == "relative":
-            sigma = noise_level * (x.amax(dim=(1, 2, 3)) - x.amin(dim=(1, 2, 3)))
-        else:
-            sigma = torch.full((batch,), float(noise_level), dtype=x.dtype, device=x.device)
-        noise = randn_like_rows((batch * n_samples, *x.shape[1:]), gen, x)
-        total: Tensor | None = None
-        for start, stop in row_chunks(batch * n_samples, internal_batch_size):
-            image = torch.arange(start, stop, device=x.device) // n_samples
-            noisy = x[image] + sigma[image].view(-1, 1, 1, 1) * noise[start:stop]
-            explanation = explainer(model, noisy, target[image], create_graph=create_graph)
-            if not create_graph:
-                explanation = explanation.detach()
-            if squared:
-                explanation = explanation * explanation
-            if total is None:
-                total = explanation.new_zeros((batch, *explanation.shape[1:]))
-            total = total.index_add(0, image, explanation)
-    assert total is not None  # n_samples >= 1 and the batch is not empty
+        noise = randn_like_rows((x.shape[0] * n_samples, *x.shape[1:]), gen, x)
+        total = _sum_over_samples(
+            model, x, target, explainer, sigma, noise, n_samples, internal_batch_size,
+            create_graph=create_graph, squared=squared,
+        )
     return total / n_samples
+
+
+def _sigma(x: Tensor, noise_level: float, noise_scale: str) -> Tensor:
+    """Per-image noise standard deviation (B,): relative to the value range, or absolute."""
+    if noise_scale == "relative":
+        return noise_level * (x.amax(dim=(1, 2, 3)) - x.amin(dim=(1, 2, 3)))
+    return torch.full((x.shape[0],), float(noise_level), dtype=x.dtype, device=x.device)
+
+
+def _sum_over_samples(
+    model: nn.Module, x: Tensor, target: Tensor, explainer: Callable[..., Tensor], sigma: Tensor,
+    noise: Tensor, n_samples: int, internal_batch_size: int | None, *, create_graph: bool,
+    squared: bool,
+) -> Tensor:
+    """Sum of the explanations of the noisy copies of each image, in chunks of rows."""
+    total: Tensor | None = None
+    for start, stop in row_chunks(x.shape[0] * n_samples, internal_batch_size):
+        image = torch.arange(start, stop, device=x.device) // n_samples
+        noisy = x[image] + sigma[image].view(-1, 1, 1, 1) * noise[start:stop]
+        explanation = explainer(model, noisy, target[image], create_graph=create_graph)
+        if not create_graph:
+            explanation = explanation.detach()
+        if squared:
+            explanation = explanation * explanation
+        if total is None:
+            total = explanation.new_zeros((x.shape[0], *explanation.shape[1:]))
+        total = total.index_add(0, image, explanation)
+    assert total is not None  # n_samples >= 1 and the batch is not empty
+    return total
 
 
 __all__ = ["smoothgrad", "NOISE_SCALES"]

@@ -21,7 +21,7 @@ Design decisions:
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -106,6 +106,38 @@ def fidelity_curves(
     """
     check_images(inputs)
     maps = _importance(importance, inputs)
+    mean = _check_curve_arguments(
+        n_steps, patch_size, perturbation, score, blur_sigma, imputation_noise, mean, inputs,
+        internal_batch_size, include_end,
+    )
+    gen = make_generator(generator, seed, inputs.device)
+    with torch.no_grad():
+        clean_logits = forward_chunks(model, inputs, internal_batch_size)
+        if target is None:
+            target = clean_logits.argmax(1)
+        target = check_target(target, inputs.shape[0], num_classes=clean_logits.shape[1])
+        target = target.to(inputs.device)
+        clean_prob = clean_logits.softmax(1).gather(1, target[:, None]).squeeze(1)
+        masks = removal_masks(maps, patch_size, n_steps, include_end)
+        fill = constant_fill(inputs, perturbation, mean=mean, blur_sigma=blur_sigma, generator=gen)
+        noise = None
+        if perturbation == "imputation":
+            noise = _imputation_noise(inputs, imputation_noise, gen)
+        values = _perturbed_scores(
+            model, inputs, target, clean_prob, masks, fill, noise, score, internal_batch_size
+        )
+        curves = scores_of(clean_logits, target, clean_prob, score)[:, None, None]
+        curves = curves.repeat(1, 2, masks.counts.numel())
+        curves[:, :, masks.active] = values.view(inputs.shape[0], 2, masks.active.numel())
+    return FidelityCurves(masks.fractions.to(inputs.dtype), curves[:, 0], curves[:, 1])
+
+
+def _check_curve_arguments(
+    n_steps: int, patch_size: int, perturbation: str, score: str, blur_sigma: float,
+    imputation_noise: float, mean: Tensor | float | None, inputs: Tensor,
+    internal_batch_size: int | None, include_end: bool,
+) -> Tensor | float | None:
+    """Check the curve settings (naming each bad one); return the checked `mean`."""
     check_positive(n_steps, "n_steps", integer=True)
     check_positive(patch_size, "patch_size", integer=True)
     check_choice(perturbation, "perturbation", PERTURBATIONS)
@@ -116,41 +148,28 @@ def fidelity_curves(
     check_optional_positive(internal_batch_size, "internal_batch_size", integer=True)
     if not isinstance(include_end, bool):
         raise TypeError(f"`include_end` must be a bool, got {include_end!r}")
-    gen = make_generator(generator, seed, inputs.device)
+    return mean
 
-    batch = inputs.shape[0]
-    with torch.no_grad():
-        clean_logits = forward_chunks(model, inputs, internal_batch_size)
-        if target is None:
-            target = clean_logits.argmax(1)
-        target = check_target(target, batch, num_classes=clean_logits.shape[1]).to(inputs.device)
-        clean_prob = clean_logits.softmax(1).gather(1, target[:, None]).squeeze(1)
-        masks = removal_masks(maps, patch_size, n_steps, include_end)
-        fill = constant_fill(inputs, perturbation, mean=mean, blur_sigma=blur_sigma, generator=gen)
-        noise = (
-            _imputation_noise(inputs, imputation_noise, gen)
-            if perturbation == "imputation"
-            else None
-        )
 
-        n_active = masks.active.numel()
-        values = torch.empty(batch * 2 * n_active, device=inputs.device, dtype=inputs.dtype)
-        for a, b in row_chunks(values.numel(), internal_batch_size):
-            rows = torch.arange(a, b, device=inputs.device)
-            image = rows // (2 * n_active)
-            removed = masks.pixels(image, (rows // n_active) % 2, masks.active[rows % n_active])
-            clean = inputs[image]
-            if noise is None:
-                replaced = fill[image]
-            else:
-                replaced = linear_imputation(clean, removed, fill[image, :, :1, :1]) + noise[image]
-            logits = model(torch.where(removed, replaced, clean))
-            values[a:b] = scores_of(logits, target[image], clean_prob[image], score)
-
-        curves = scores_of(clean_logits, target, clean_prob, score)[:, None, None]
-        curves = curves.repeat(1, 2, masks.counts.numel())
-        curves[:, :, masks.active] = values.view(batch, 2, n_active)
-    return FidelityCurves(masks.fractions.to(inputs.dtype), curves[:, 0], curves[:, 1])
+def _perturbed_scores(
+    model: nn.Module, inputs: Tensor, target: Tensor, clean_prob: Tensor, masks: Any,
+    fill: Tensor, noise: Tensor | None, score: str, internal_batch_size: int | None,
+) -> Tensor:
+    """Scores of every perturbed image (image-major, then order MIF/LIF, then step), chunked."""
+    n_active = masks.active.numel()
+    values = torch.empty(inputs.shape[0] * 2 * n_active, device=inputs.device, dtype=inputs.dtype)
+    for a, b in row_chunks(values.numel(), internal_batch_size):
+        rows = torch.arange(a, b, device=inputs.device)
+        image = rows // (2 * n_active)
+        removed = masks.pixels(image, (rows // n_active) % 2, masks.active[rows % n_active])
+        clean = inputs[image]
+        if noise is None:
+            replaced = fill[image]
+        else:
+            replaced = linear_imputation(clean, removed, fill[image, :, :1, :1]) + noise[image]
+        logits = model(torch.where(removed, replaced, clean))
+        values[a:b] = scores_of(logits, target[image], clean_prob[image], score)
+    return values
 
 
 def fidelity_estimate(curves: FidelityCurves) -> Tensor:

@@ -5,6 +5,9 @@ Interpretability Methods" (arXiv 1806.08049, 2018).
 
 The maximum is estimated from below by random sampling of the ball or by projected gradient ascent
 on the ratio; both spend `n_samples` explainer calls per image, so they compare at equal calls.
+What is compared: the explainer output (B, C, H, W), flattened, unless `map="importance"` (then
+the per-pixel importance `sum_c |E_c|`); `normalize_maps` rescales each flattened explanation
+before the difference. The denominator is always ||x - x'||_2 (as in the paper).
 
 Peers, and how to reproduce them (tests/metrics/test_lipschitz_peers.py checks both):
 - Quantus `LocalLipschitzEstimate` (defaults: 200 samples x' = x + N(0, 0.1^2), no clamping,
@@ -67,9 +70,7 @@ def local_lipschitz_estimate(
 ) -> Tensor:
     """Per-image lower bound on the local Lipschitz constant of an explainer, shape (B,).
 
-    What is compared: the explainer output (B, C, H, W), flattened, unless `map="importance"`
-    (then the per-pixel importance `sum_c |E_c|`). `normalize_maps` rescales each flattened
-    explanation before the difference. The denominator is always ||x - x'||_2 (as in the paper).
+    What is compared, and how to match Quantus and Captum: see the module docstring.
 
     Args:
         model: classifier returning logits; its train/eval mode is left as is.
@@ -110,14 +111,8 @@ def local_lipschitz_estimate(
     """
     check_images(inputs)
     target = check_target(target, inputs.shape[0]).to(inputs.device)
-    check_positive(radius, "radius")
-    check_positive(n_samples, "n_samples", integer=True)
-    check_choice(search, "search", ("random", "gradient"))
-    check_choice(norm, "norm", NORMS)
-    check_choice(sampling, "sampling", SAMPLINGS)
+    _check_search(radius, n_samples, search, norm, sampling, n_steps, step_size)
     settings = _compare_settings(normalize_maps, map, map_norm, divide_by_distance)
-    check_positive(n_steps, "n_steps", integer=True)
-    check_optional_positive(step_size, "step_size")
     check_optional_positive(internal_batch_size, "internal_batch_size", integer=True)
     require_grad_mode("local_lipschitz_estimate")
     explain, _ = resolve_explainer(explainer, differentiable=search == "gradient")
@@ -181,6 +176,19 @@ def lipschitz_ratios(
     explain, _ = resolve_explainer(explainer, differentiable=False)
     problem = Problem(model, explain, inputs, target, settings, internal_batch_size)
     return problem.ratios(perturbed.flatten(0, 1)).view(perturbed.shape[0], inputs.shape[0])
+
+
+def _check_search(
+    radius: float, n_samples: int, search: str, norm: str, sampling: str, n_steps: int,
+    step_size: float | None,
+) -> None:
+    check_positive(radius, "radius")
+    check_positive(n_samples, "n_samples", integer=True)
+    check_choice(search, "search", ("random", "gradient"))
+    check_choice(norm, "norm", NORMS)
+    check_choice(sampling, "sampling", SAMPLINGS)
+    check_positive(n_steps, "n_steps", integer=True)
+    check_optional_positive(step_size, "step_size")
 
 
 def _compare_settings(normalize_maps: str, map: str, map_norm: str, divide: bool) -> dict:

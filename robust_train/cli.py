@@ -1,129 +1,165 @@
-"""`robust-train` command line: LightningCLI subcommands plus evaluation commands.
+"""`robust-train`: one entry point that dispatches to every command.
 
+    robust-train --help                        every command, one line each
     robust-train fit --config configs/digits_smoothness.yaml
-    robust-train test --config configs/digits_smoothness.yaml --ckpt_path checkpoints/digits_smoothness/last.ckpt
+    robust-train fit --config configs/digits_smoothness.yaml --ckpt_path last    # resume
+    robust-train evaluate --ckpt checkpoints/digits_smoothness/latest/best.ckpt
 
-Checkpoints go to checkpoints/<experiment>/ (best by val/acc, and last.ckpt); the default logger is
-W&B in offline mode under runs/ (see robust_train.loggers.SafeWandbLogger); any Lightning logger
-can replace it with --trainer.logger.
+fit/validate/test/predict are LightningCLI subcommands (robust_train._lightning_cli); demo,
+evaluate, compare and export are plain commands. This module only dispatches: each command's
+module is imported when that command runs. A user error (a bad value, a missing file, a corrupt or
+mismatched checkpoint) prints one line `robust-train: error: ...` on stderr and exits with 2; the
+traceback is shown with `--debug` (anywhere on the command line) or ROBUST_TRAIN_DEBUG=1.
 """
 
 from __future__ import annotations
 
+import argparse
+import difflib
+import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-from pytorch_lightning import LightningDataModule
-from pytorch_lightning.callbacks import ModelCheckpoint
-from pytorch_lightning.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
-
-from robust_train.module import RobustClassifier
-
-DEFAULT_LOGGER = {
-    "class_path": "robust_train.loggers.SafeWandbLogger",
-    "init_args": {"save_dir": "runs", "project": "robust-train"},
+PROG = "robust-train"
+LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
+# name -> (one-line description, "module:function" taking argv and returning an exit code)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "fit": ("train a model from a config (LightningCLI; --ckpt_path last resumes)",
+            "robust_train._lightning_cli:run_subcommand"),
+    "validate": ("one pass over the validation set of a checkpoint", "robust_train._lightning_cli:run_subcommand"),
+    "test": ("one pass over the test set of a checkpoint", "robust_train._lightning_cli:run_subcommand"),
+    "predict": ("class probabilities for the predict set", "robust_train._lightning_cli:run_subcommand"),
+    "demo": ("train a baseline and a robust model on digits, evaluate both, write a report",
+             "robust_train.demo:main"),
+    "evaluate": ("robustness suite (attacks, Lipschitz, fidelity) on one checkpoint",
+                 "robust_train.commands:evaluate_main"),
+    "compare": ("the same suite on two or more checkpoints, side by side, with plots",
+                "robust_train.commands:compare_main"),
+    "export": ("strip a fit checkpoint to weights and metadata for sharing", "robust_train.commands:export_main"),
 }
+# Exceptions that mean "the input is wrong" (exit 2); anything else is an internal error (exit 1).
+USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, TypeError, LookupError, OSError,
+                                                FloatingPointError, argparse.ArgumentError)
 
 
-class SaveConfigNextToCheckpoints(SaveConfigCallback):
-    """Write the resolved config as config.yaml in the checkpoint folder (not the working directory)."""
-
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if self.already_saved or trainer.checkpoint_callback is None or not trainer.checkpoint_callback.dirpath:
-            return
-        if trainer.is_global_zero:
-            folder = Path(trainer.checkpoint_callback.dirpath)
-            folder.mkdir(parents=True, exist_ok=True)
-            self.parser.save(self.config, str(folder / self.config_filename), skip_none=False, overwrite=True,
-                             multifile=self.multifile)
-        self.already_saved = True
+class UsageError(Exception):
+    """A command line the dispatcher refuses (unknown command)."""
 
 
-class RobustCLI(LightningCLI):
-    """LightningCLI with an `experiment` name that places checkpoints and names the run."""
+def help_text() -> str:
+    """The top-level help: every command with its one-line description.
 
-    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_argument("--experiment", type=str, default="default",
-                            help="run name; checkpoints go to <checkpoint_root>/<experiment>/")
-        parser.add_argument("--checkpoint_root", type=str, default="checkpoints",
-                            help="folder that holds one checkpoint folder per experiment")
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
-        parser.set_defaults({
-            "checkpoint.monitor": "val/acc",
-            "checkpoint.mode": "max",
-            "checkpoint.save_last": True,
-            "checkpoint.filename": "best",
-            "checkpoint.auto_insert_metric_name": False,
-        })
-
-    def before_instantiate_classes(self) -> None:
-        config = self.config[self.subcommand] if self.subcommand else self.config
-        experiment = config.get("experiment") or "default"
-        if config.get("checkpoint") is not None and not config.checkpoint.get("dirpath"):
-            config.checkpoint.dirpath = f"{config.checkpoint_root}/{experiment}"
-        logger = config.trainer.get("logger")
-        if _is_default_logger(logger) and not logger.init_args.get("name"):
-            logger.init_args.name = experiment
+    Example:
+        >>> all(name in help_text() for name in COMMANDS)
+        True
+    """
+    width = max(map(len, COMMANDS)) + 2
+    lines = [f"usage: {PROG} <command> [options]     ({PROG} <command> --help: that command's options)",
+             "", "Train image classifiers with robust explanations, and measure that robustness.", "",
+             "commands:"]
+    lines += [f"  {name:<{width}}{description}" for name, (description, _) in COMMANDS.items()]
+    lines += ["", "options:", "  -h, --help  show this help and exit",
+              "  --debug     show the full traceback of an error (also ROBUST_TRAIN_DEBUG=1)"]
+    return "\n".join(lines)
 
 
-def _is_default_logger(logger: Any) -> bool:
-    return logger is not None and not isinstance(logger, (bool, list)) and \
-        str(getattr(logger, "class_path", "")).endswith("SafeWandbLogger")
+def suggest(word: str) -> str:
+    """'unknown command' message with the closest commands.
+
+    Example:
+        >>> suggest("exprot")
+        "unknown command 'exprot'; did you mean 'export'?"
+    """
+    if word.startswith("-"):
+        return f"the command comes first: {PROG} <command> [options] (got {word!r}; see {PROG} --help)"
+    close = difflib.get_close_matches(word, list(COMMANDS), n=2, cutoff=0.6)
+    if close:
+        return f"unknown command {word!r}; did you mean " + " or ".join(repr(c) for c in close) + "?"
+    return f"unknown command {word!r}; choose from {', '.join(COMMANDS)}"
 
 
-def lightning_main(args: Sequence[str] | None = None, run: bool = True) -> RobustCLI:
-    """Run (or, with run=False, only build) the LightningCLI for RobustClassifier."""
-    return RobustCLI(
-        RobustClassifier,
-        LightningDataModule,
-        subclass_mode_data=True,
-        trainer_defaults={"logger": DEFAULT_LOGGER},
-        save_config_callback=SaveConfigNextToCheckpoints,
-        save_config_kwargs={"overwrite": True},
-        args=list(args) if args is not None else None,
-        run=run,
-        auto_configure_optimizers=False,
-    )
+def one_line(err: BaseException) -> str:
+    """The most specific one-line message of an exception and its causes.
+
+    Wrappers (jsonargparse's "Does not validate against any of the Union subtypes" and the like)
+    span several lines; the error they wrap (say "`weight` must be >= 0, got -1.0") is one line.
+
+    Example:
+        >>> try:
+        ...     try:
+        ...         raise ValueError("`weight` must be >= 0, got -1.0")
+        ...     except ValueError as inner:
+        ...         raise ValueError("Does not validate\\nErrors:\\n  - ...") from inner
+        ... except ValueError as outer:
+        ...     one_line(outer)
+        '`weight` must be >= 0, got -1.0'
+    """
+    chain: list[BaseException] = []
+    current: BaseException | None = err
+    while current is not None and all(current is not seen for seen in chain):
+        chain.append(current)
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    for candidate in chain:
+        text = str(candidate).strip()
+        if text and "\n" not in text:
+            return text if isinstance(candidate, USER_ERRORS) or candidate is err or \
+                getattr(candidate, "user_error", False) \
+                else f"{type(candidate).__name__}: {text}"
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
 
 
-def _demo(argv: list[str]) -> int:
-    from robust_train.demo import main as demo_main
-
-    return demo_main(argv)
-
-
-def _evaluate(argv: list[str]) -> int:
-    from robust_train.commands import evaluate_main
-
-    return evaluate_main(argv)
+def _target(name: str) -> Callable[[list[str]], Any]:
+    module_name, _, function = COMMANDS[name][1].partition(":")
+    return getattr(importlib.import_module(module_name), function)
 
 
-def _compare(argv: list[str]) -> int:
-    from robust_train.commands import compare_main
+def _run(name: str, argv: list[str], debug: bool) -> int:
+    try:
+        if name in LIGHTNING_COMMANDS:
+            return int(_target(name)([name, *argv]) or 0)
+        return int(_target(name)(argv) or 0)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:
+        if debug:
+            raise
+        user = isinstance(err, USER_ERRORS) or getattr(err, "user_error", False) or _is_jsonargparse_error(err)
+        suffix = "" if user else " (internal error; rerun with --debug for the traceback)"
+        print(f"{PROG}: error: {one_line(err)}{suffix}", file=sys.stderr)
+        return 2 if user else 1
 
-    return compare_main(argv)
 
-
-def _export(argv: list[str]) -> int:
-    from robust_train.commands import export_main
-
-    return export_main(argv)
-
-
-EXTRA_COMMANDS: dict[str, Callable[[list[str]], int]] = {
-    "demo": _demo, "evaluate": _evaluate, "compare": _compare, "export": _export,
-}
+def _is_jsonargparse_error(err: BaseException) -> bool:
+    return type(err).__module__.startswith("jsonargparse")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `robust-train` console script."""
+    """Entry point of the `robust-train` console script; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in EXTRA_COMMANDS:
-        return EXTRA_COMMANDS[argv[0]](argv[1:])
-    lightning_main(argv)
-    return 0
+    debug = "--debug" in argv or os.environ.get("ROBUST_TRAIN_DEBUG", "") not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
+    if not argv:
+        print(help_text(), file=sys.stderr)
+        print(f"{PROG}: error: a command is required", file=sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help"):
+        print(help_text())
+        return 0
+    if argv[0] not in COMMANDS:
+        print(f"{PROG}: error: {suggest(argv[0])}", file=sys.stderr)
+        return 2
+    return _run(argv[0], argv[1:], debug)
+
+
+def __getattr__(name: str) -> Any:
+    """`robust_train.cli.lightning_main` and `RobustCLI` (now in robust_train._lightning_cli)."""
+    if name in ("lightning_main", "RobustCLI", "DEFAULT_LOGGER"):
+        return getattr(importlib.import_module("robust_train._lightning_cli"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":

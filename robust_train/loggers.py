@@ -6,12 +6,25 @@ W&B is the default logger of `robust-train fit`. Runs are written under `runs/` 
 If W&B cannot start or a log call fails (no server, no key, a full disk), training goes on: the
 failure is reported once as a warning. A run that cannot start drops every later call; a failing
 kind of call (say, images) drops later calls of that kind only, so scalars keep arriving.
+
+Run records: `robust-train fit` logs the full resolved config as the run config and config.yaml
+in the run's files; at the end of a fit the run summary gets the best and last checkpoints
+(`checkpoint/best_path`, `checkpoint/best_score`, `checkpoint/monitor`, `checkpoint/last_path`);
+`robust-train evaluate` adds its numbers to the summary of the run a checkpoint came from
+(`eval/...`, see `record_evaluation`). A fit that fails before its first checkpoint leaves no
+run: it is finished as failed and, offline, its folder is removed.
+
+Checkpoint artifacts (`log_model=True` or "all") work offline too: W&B records the artifact in
+the offline run and uploads the checkpoint files with `wandb sync`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import shutil
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from pytorch_lightning.loggers import WandbLogger
@@ -40,11 +53,18 @@ class SafeWandbLogger(WandbLogger):
         # Absolute: W&B's writer is a separate long-lived process with a working directory of its own.
         save_dir = os.path.abspath(save_dir)
         os.makedirs(save_dir, exist_ok=True)
-        kwargs.setdefault("log_model", False)
-        super().__init__(save_dir=save_dir, project=project, offline=offline, **kwargs)
+        log_model = kwargs.pop("log_model", False)
+        # WandbLogger refuses log_model offline, yet W&B records artifacts offline and uploads
+        # them with `wandb sync`: set it after the check.
+        super().__init__(save_dir=save_dir, project=project, offline=offline, log_model=False, **kwargs)
+        self._log_model = log_model
+        if self._wandb_init.get("anonymous") is None:
+            self._wandb_init.pop("anonymous", None)  # W&B warns on every run when it is passed
         self.is_offline = offline
         self.failed: str | None = None  # set when the run itself could not start
         self.failures: dict[str, str] = {}  # kind of call -> first error
+        self.checkpoint_saved = False  # a checkpoint was written while this logger was attached
+        self._checkpoint_callback: Any = None
 
     def _guard(self, what: str, fn: Callable[[], Any]) -> Any:
         if self.failed is not None or what in self.failures:
@@ -84,8 +104,97 @@ class SafeWandbLogger(WandbLogger):
         self._guard("log_table", lambda: super(SafeWandbLogger, self).log_table(key, columns, data, dataframe, step))
 
     def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        self.checkpoint_saved = True
+        self._checkpoint_callback = checkpoint_callback
         self._guard("after_save_checkpoint", lambda: super(SafeWandbLogger, self).after_save_checkpoint(checkpoint_callback))
 
     @rank_zero_only
+    def save_file(self, name: str, text: str) -> None:
+        """Write `text` as `name` in the run's files (uploaded with the run)."""
+        def write() -> None:
+            run = self.experiment
+            if run is not None and getattr(run, "dir", None):
+                (Path(run.dir) / name).write_text(text)
+
+        self._guard("save_file", write)
+
+    @rank_zero_only
     def finalize(self, status: str) -> None:
+        if status != "success" and not self.checkpoint_saved and self._experiment is not None:
+            self._guard("finalize", self._discard_run)
+            return
         self._guard("finalize", lambda: super(SafeWandbLogger, self).finalize(status))
+        if status == "success":
+            self._guard("summary", self._summarize_checkpoints)
+
+    def _summarize_checkpoints(self) -> None:
+        callback, run = self._checkpoint_callback, self._experiment
+        if callback is None or run is None:
+            return
+        summary = {"checkpoint/best_path": getattr(callback, "best_model_path", "") or None,
+                   "checkpoint/last_path": getattr(callback, "last_model_path", "") or None,
+                   "checkpoint/monitor": getattr(callback, "monitor", None)}
+        score = getattr(callback, "best_model_score", None)
+        if score is not None:
+            summary["checkpoint/best_score"] = float(score)
+        run.summary.update({k: v for k, v in summary.items() if v is not None})
+
+    def _discard_run(self) -> None:
+        """A fit that failed before its first checkpoint: finish its run as failed and, offline,
+        delete it (nothing in it can be resumed or compared)."""
+        run, self._experiment = self._experiment, None
+        folder = Path(run.dir).parent if getattr(run, "dir", None) else None
+        run.finish(exit_code=1)
+        if self.is_offline and folder is not None and folder.name.startswith("offline-run-"):
+            shutil.rmtree(folder, ignore_errors=True)
+            latest = folder.parent / "latest-run"
+            if latest.is_symlink() and not latest.exists():
+                latest.unlink()
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, float]) -> None:
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _flatten(f"{prefix}/{key}" if prefix else str(key), item, out)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        out[prefix] = float(value)
+
+
+def record_evaluation(wandb_run: Mapping[str, Any] | None, result: Mapping[str, Any],
+                      prefix: str = "eval") -> str | None:
+    """Add the numbers of an evaluation to the summary of the W&B run a checkpoint came from.
+
+    Args:
+        wandb_run: `checkpoint["wandb_run"]` ({"id", "project", "save_dir"}), or None (no-op).
+        result: nested dict of numbers (non-numbers are skipped), flattened to
+            `<prefix>/<key>/<subkey>`.
+        prefix: summary key prefix.
+
+    Returns:
+        The run id written to, or None when there was no run to write to or W&B failed (a warning
+        says why; the evaluation itself is unaffected).
+
+    Example:
+        >>> record_evaluation(None, {"accuracy": 0.9}) is None
+        True
+    """
+    if not wandb_run or not wandb_run.get("id"):
+        return None
+    numbers: dict[str, float] = {}
+    _flatten(prefix, result, numbers)
+    try:
+        import wandb
+
+        offline = os.environ.get("WANDB_MODE", "offline").lower() != "online"
+        save_dir = wandb_run.get("save_dir") or "runs"
+        os.makedirs(save_dir, exist_ok=True)
+        run = wandb.init(id=wandb_run["id"], project=wandb_run.get("project"), dir=os.path.abspath(save_dir),
+                         resume="allow", mode="offline" if offline else "online", reinit="create_new",
+                         settings=wandb.Settings(silent=True))
+        run.summary.update(numbers)
+        run.finish()
+        return str(wandb_run["id"])
+    except Exception as err:  # noqa: BLE001 - a failing record must not lose the evaluation
+        print(f"robust-train: warning: could not add the evaluation to W&B run {wandb_run['id']}: "
+              f"{type(err).__name__}: {err}", file=sys.stderr)
+        return None

@@ -19,9 +19,21 @@ from torch import Tensor, nn
 from robust_train.models.config import build_model
 from robust_train.models.softplus import softplus
 
-__all__ = ["load_classifier", "read_checkpoint"]
+__all__ = ["CheckpointError", "load_classifier", "read_checkpoint"]
 
 PREFIX = "model."
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file that cannot be read, or whose weights do not fit the model (a user error:
+    the console script prints it as one line)."""
+
+    user_error = True  # robust_train.cli: one line, exit code 2
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
 
 
 def read_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> Any:
@@ -35,11 +47,13 @@ def read_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> 
     except pickle.UnpicklingError:
         pass  # Python objects inside: retry with full unpickling below
     except Exception as err:
-        raise RuntimeError(f"cannot read {str(file)!r} as a torch checkpoint: {err}") from err
+        raise CheckpointError(f"cannot read {str(file)!r} as a torch checkpoint (corrupt or not a "
+                              f"checkpoint): {_first_line(err)}") from err
     try:
         return torch.load(file, map_location=map_location, weights_only=False)
     except Exception as err:
-        raise RuntimeError(f"cannot read {str(file)!r} as a torch checkpoint: {err}") from err
+        raise CheckpointError(f"cannot read {str(file)!r} as a torch checkpoint (corrupt or not a "
+                              f"checkpoint): {_first_line(err)}") from err
 
 
 def load_classifier(
@@ -64,7 +78,8 @@ def load_classifier(
     Raises:
         FileNotFoundError: `path` does not exist.
         ValueError: no model config in the file and `model` is None.
-        RuntimeError: the state dict does not fit the model; names the missing/unexpected keys.
+        CheckpointError: (a RuntimeError) the file is unreadable, or its state dict does not fit
+            the model; names the missing/unexpected keys.
 
     Example:
         >>> import tempfile, os
@@ -107,7 +122,7 @@ def load_classifier(
     mis_shaped = [f"{k}: file {tuple(v.shape)} vs model {tuple(own[k].shape)}" for k, v in state.items()
                   if k in own and isinstance(v, Tensor) and v.shape != own[k].shape]
     if missing or unexpected or mis_shaped:
-        raise RuntimeError(
+        raise CheckpointError(
             f"the state dict in {str(path)!r} does not fit {type(net).__name__}: "
             f"missing keys {missing[:10]} ({len(missing)}), unexpected keys {unexpected[:10]} "
             f"({len(unexpected)}), shape mismatches {mis_shaped[:10]}"

@@ -22,7 +22,7 @@ def baseline_ckpt(tmp_path_factory) -> Path:
                           "--trainer.logger=false", "--trainer.enable_progress_bar=false",
                           "--checkpoint_root", str(root)], run=False)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
-    return root / "digits_baseline" / "last.ckpt"
+    return root / "digits_baseline" / "latest" / "last.ckpt"
 
 
 def test_evaluate_writes_results_and_summary(baseline_ckpt, tmp_path, capsys):
@@ -55,6 +55,7 @@ def test_accuracy_covers_the_whole_split(baseline_ckpt):
     assert len(full_x) > 300 and torch.equal(full_x[:10], x)
 
 
-def test_missing_checkpoint_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nope.ckpt"):
-        main(["evaluate", "--ckpt", str(tmp_path / "nope.ckpt")])
+def test_missing_checkpoint_is_named(tmp_path, capsys):
+    assert main(["evaluate", "--ckpt", str(tmp_path / "nope.ckpt")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("robust-train: error: ") and "nope.ckpt" in err and "\n" not in err

@@ -1,0 +1,250 @@
+"""The LightningCLI runner behind `robust-train fit|validate|test|predict`.
+
+    robust-train fit --config configs/digits_smoothness.yaml
+    robust-train fit --config configs/digits_smoothness.yaml --ckpt_path last       # resume
+    robust-train test --config configs/digits_smoothness.yaml --ckpt_path best
+
+Run folders (see robust_train.checkpointing): each fit writes to
+`<checkpoint_root>/<experiment>/version_<N>/` (best.ckpt, last.ckpt, config.yaml), and
+`<checkpoint_root>/<experiment>/latest` points to the newest. `--ckpt_path last` / `best` name the
+checkpoints of that latest run; a fit resumed from a checkpoint inside a run folder continues in
+that folder (and in the same W&B run). The model is always built from the config given
+(`--config`, flags); the checkpoint supplies weights and training state and must fit that model.
+The default logger is W&B, offline, under runs/ (robust_train.loggers.SafeWandbLogger).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from jsonargparse.typing import PositiveInt
+from pytorch_lightning import LightningDataModule
+from pytorch_lightning.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+from robust_train._quiet import quiet_lightning
+from robust_train.checkpointing import RunCheckpoint, latest_run_folder, new_run_folder
+from robust_train.models.loading import CheckpointError, read_checkpoint
+from robust_train.module import RobustClassifier
+
+__all__ = ["RobustCLI", "lightning_main", "run_subcommand", "DEFAULT_LOGGER"]
+
+DEFAULT_LOGGER = {
+    "class_path": "robust_train.loggers.SafeWandbLogger",
+    "init_args": {"save_dir": "runs", "project": "robust-train"},
+}
+KEYWORD_CHECKPOINTS = ("last", "best")
+
+
+class QuietParser(LightningArgumentParser):
+    """Parse errors raise (jsonargparse's ArgumentError) instead of printing the whole usage; the
+    console script prints them as one line (robust_train.cli)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["exit_on_error"] = False
+        super().__init__(*args, **kwargs)
+
+
+class SaveConfigToRun(SaveConfigCallback):
+    """The resolved config: config.yaml in the run folder (fit only), the W&B run config (every
+    key: optimizer, model and penalty arguments, trainer settings) and config.yaml in the W&B run's
+    files."""
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if self.already_saved:
+            return
+        folder = getattr(trainer.checkpoint_callback, "dirpath", None)
+        if stage == "fit" and folder and trainer.is_global_zero:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            self.parser.save(self.config, str(Path(folder) / self.config_filename), skip_none=False,
+                             overwrite=True, multifile=self.multifile)
+        if trainer.is_global_zero:
+            self.save_config(trainer, pl_module, stage)
+        self.already_saved = True
+
+    def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        text = self.parser.dump(self.config, skip_none=False)
+        config = yaml.safe_load(text)
+        config.pop("config", None)  # the paths of the --config files, not settings
+        penalties = getattr(pl_module, "penalties", None)
+        if penalties is not None:
+            config["penalty_terms"] = [repr(t) for t in penalties]
+        model = getattr(pl_module, "model", None)
+        if model is not None:
+            config["model_class"] = type(model).__name__
+        for logger in trainer.loggers:
+            logger.log_hyperparams(config)
+            save_file = getattr(logger, "save_file", None)
+            if callable(save_file):
+                save_file(self.config_filename, text)
+
+
+class RobustCLI(LightningCLI):
+    """LightningCLI with run folders, resume by keyword, `--threads` and one-line errors."""
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_argument("--experiment", type=str, default="default",
+                            help="run name; checkpoints go to <checkpoint_root>/<experiment>/version_<N>/")
+        parser.add_argument("--checkpoint_root", type=str, default="checkpoints",
+                            help="folder that holds one folder per experiment")
+        parser.add_argument("--threads", type=PositiveInt | None, default=None,
+                            help="torch CPU threads (default: 1 for models under a million parameters, "
+                                 "where one thread is fastest, else torch's default)")
+        parser.add_lightning_class_args(RunCheckpoint, "checkpoint")
+        parser.set_defaults({
+            "checkpoint.monitor": "val/acc",
+            "checkpoint.mode": "max",
+            "checkpoint.save_last": True,
+            "checkpoint.filename": "best",
+            "checkpoint.auto_insert_metric_name": False,
+            "checkpoint.save_on_train_epoch_end": True,
+            "checkpoint.enable_version_counter": False,
+        })
+
+    def _parse_ckpt_path(self) -> None:
+        """Resolve `--ckpt_path last|best` and read the checkpoint once (clear errors when it is
+        missing or corrupt). Unlike LightningCLI, hyper-parameters stored in the checkpoint are not
+        fed back to the parser: the config given builds the model; the checkpoint must fit it."""
+        self.resume_checkpoint: dict[str, Any] | None = None
+        if not self.config.get("subcommand"):
+            return
+        config = self.config[self.config.subcommand]
+        path = config.get("ckpt_path")
+        if not path:
+            return
+        if path in KEYWORD_CHECKPOINTS and not Path(path).exists():
+            path = _keyword_checkpoint(path, config)
+            config.ckpt_path = path
+        ckpt = read_checkpoint(path)
+        if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
+            raise CheckpointError(f"`--ckpt_path` {path!r} is not a Lightning checkpoint (no 'state_dict')")
+        self.resume_checkpoint = {
+            "path": str(Path(path).resolve()),
+            "shapes": {k: tuple(v.shape) for k, v in ckpt["state_dict"].items() if hasattr(v, "shape")},
+            "wandb_run": ckpt.get("wandb_run"),
+        }
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        experiment = config.get("experiment") or "default"
+        resume = getattr(self, "resume_checkpoint", None)
+        if config.get("checkpoint") is not None and not config.checkpoint.get("dirpath"):
+            config.checkpoint.dirpath = str(self._run_folder(config, experiment, resume))
+        logger = config.trainer.get("logger")
+        if _is_wandb_logger(logger):
+            if _is_default_logger(logger) and not logger.init_args.get("name"):
+                logger.init_args.name = experiment
+            run = (resume or {}).get("wandb_run") or {}
+            if run.get("id") and not logger.init_args.get("id"):
+                logger.init_args.id = run["id"]  # continue the run the checkpoint belongs to
+
+    def _run_folder(self, config: Any, experiment: str, resume: dict[str, Any] | None) -> Path:
+        experiment_dir = Path(config.checkpoint_root) / experiment
+        if self.subcommand not in (None, "fit"):
+            return latest_run_folder(experiment_dir) or experiment_dir  # nothing is written there
+        if resume is not None:
+            folder = Path(resume["path"]).parent
+            if folder.parent.resolve() == experiment_dir.resolve():
+                return folder  # resuming a run of this experiment: continue in its folder
+        return new_run_folder(experiment_dir)
+
+    def after_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        threads = config.get("threads")
+        if threads is None and sum(p.numel() for p in self.model.parameters()) < 1_000_000:
+            threads = 1
+        if threads is not None:
+            torch.set_num_threads(int(threads))
+        resume = getattr(self, "resume_checkpoint", None)
+        if resume is not None:
+            _check_fits(resume, self.model)
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        """Run it; an interrupted fit (Ctrl+C: Lightning exits with 1; SIGTERM) says what was saved
+        and exits with 130 / 143."""
+        try:
+            super()._run_subcommand(subcommand)
+        except SIGTERMException:
+            self._report_interrupt("SIGTERM")
+            raise SystemExit(143) from None
+        except SystemExit:
+            if getattr(self.trainer, "interrupted", False):
+                self._report_interrupt("interrupt")
+                raise SystemExit(130) from None
+            raise
+
+    def _report_interrupt(self, what: str) -> None:
+        last = getattr(self.trainer.checkpoint_callback, "last_model_path", "")
+        saved = (f"{last} holds the last finished epoch; resume with --ckpt_path {last}" if last
+                 else "no epoch had finished, nothing was saved")
+        print(f"robust-train: {self.subcommand} stopped by {what}; {saved}", file=sys.stderr)
+
+
+def _keyword_checkpoint(word: str, config: Any) -> str:
+    experiment_dir = Path(config.checkpoint_root) / (config.get("experiment") or "default")
+    folder = latest_run_folder(experiment_dir)
+    path = folder / f"{word}.ckpt" if folder is not None else None
+    if path is None or not path.is_file():
+        raise FileNotFoundError(f"`--ckpt_path {word}`: no {word}.ckpt in a run folder under "
+                                f"{str(experiment_dir)!r} (check --experiment and --checkpoint_root)")
+    return str(path)
+
+
+def _check_fits(resume: dict[str, Any], model: torch.nn.Module) -> None:
+    """Refuse a checkpoint whose weights do not fit the configured model, before any work."""
+    own = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    stored = resume["shapes"]
+    missing = sorted(set(own) - set(stored))
+    unexpected = sorted(set(stored) - set(own))
+    shapes = [f"{k} {stored[k]} vs {own[k]}" for k in sorted(set(own) & set(stored)) if own[k] != stored[k]]
+    if missing or unexpected or shapes:
+        details = "; ".join(part for part in (
+            f"{len(missing)} missing key(s) e.g. {missing[0]}" if missing else "",
+            f"{len(unexpected)} unexpected key(s) e.g. {unexpected[0]}" if unexpected else "",
+            f"{len(shapes)} shape mismatch(es) e.g. {shapes[0]} (checkpoint vs model)" if shapes else "",
+        ) if part)
+        name = type(getattr(model, "model", model)).__name__
+        raise CheckpointError(f"checkpoint {resume['path']!r} does not fit the configured model "
+                              f"({name}): {details}; pass the config it was trained with")
+
+
+def _is_wandb_logger(logger: Any) -> bool:
+    return logger is not None and not isinstance(logger, (bool, list)) and \
+        str(getattr(logger, "class_path", "")).endswith("WandbLogger")
+
+
+def _is_default_logger(logger: Any) -> bool:
+    return _is_wandb_logger(logger) and str(logger.class_path).endswith("SafeWandbLogger")
+
+
+def lightning_main(args: Sequence[str] | None = None, run: bool = True) -> RobustCLI:
+    """Run (or, with run=False, only build) the LightningCLI for RobustClassifier.
+
+    Example:
+        >>> sorted(RobustCLI.subcommands())
+        ['fit', 'predict', 'test', 'validate']
+    """
+    quiet_lightning()
+    return RobustCLI(
+        RobustClassifier,
+        LightningDataModule,
+        subclass_mode_data=True,
+        trainer_defaults={"logger": DEFAULT_LOGGER},
+        save_config_callback=SaveConfigToRun,
+        save_config_kwargs={"overwrite": True},
+        parser_class=QuietParser,
+        args=list(args) if args is not None else None,
+        run=run,
+        auto_configure_optimizers=False,
+    )
+
+
+def run_subcommand(argv: list[str]) -> int:
+    """`robust-train fit|validate|test|predict ...` (argv starts with the subcommand)."""
+    lightning_main(argv)
+    return 0

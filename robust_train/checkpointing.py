@@ -1,0 +1,164 @@
+"""RunCheckpoint: `last.ckpt` after every finished epoch, `best.ckpt` by a stated rule, run folders.
+
+The rule `robust-train fit` follows (documented in the README, CLI section):
+
+- Each fit writes into a run folder of its own, `<checkpoint_root>/<experiment>/version_<N>/`
+  (N one more than the highest existing), so a re-run never mixes with or overwrites an earlier
+  one; `<checkpoint_root>/<experiment>/latest` points to the newest run that saved a checkpoint.
+- `last.ckpt` holds the end of the latest finished epoch (weights, optimizer, loops and callback
+  states: what resuming needs). It is rewritten at the end of every training epoch, after that
+  epoch's validation and robustness monitors, so an interrupt (Ctrl+C, SIGTERM, SIGKILL) leaves the
+  last finished epoch on disk. Lightning 2.5+ rewrites `last.ckpt` only when the monitored value
+  improves; this class restores the every-epoch rule.
+- `best.ckpt` is the finished epoch with the best `monitor` value (`mode` max or min; ties keep
+  the earlier epoch). It is chosen at the end of the epoch too, so a monitor may name a
+  robustness metric logged by a RobustnessMonitor (`robustness/...`) as well as `val/acc`.
+- A fit that stops before its first checkpoint (a failed start) removes the run folder it
+  created (which then holds only config.yaml).
+
+The W&B run id of the fit (when a W&B logger has started) is stored in each checkpoint as
+`checkpoint["wandb_run"]`, so a resumed fit continues the same W&B run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.loggers import WandbLogger
+from pytorch_lightning.trainer.states import TrainerFn
+
+__all__ = ["RunCheckpoint", "latest_run_folder", "new_run_folder"]
+
+VERSION = re.compile(r"^version_(\d+)$")
+LATEST = "latest"
+
+
+def _versions(experiment_dir: Path) -> list[int]:
+    if not experiment_dir.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in experiment_dir.iterdir() if (m := VERSION.match(p.name)))
+
+
+def new_run_folder(experiment_dir: str | os.PathLike[str]) -> Path:
+    """The next free `version_<N>` folder under `experiment_dir` (not created).
+
+    Example:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> new_run_folder(root).name
+        'version_0'
+        >>> (root / "version_0").mkdir(); (root / "version_4").mkdir()
+        >>> new_run_folder(root).name
+        'version_5'
+    """
+    folder = Path(experiment_dir)
+    found = _versions(folder)
+    return folder / f"version_{found[-1] + 1 if found else 0}"
+
+
+def latest_run_folder(experiment_dir: str | os.PathLike[str]) -> Path | None:
+    """The run folder `latest` points to (else the highest version holding a checkpoint), or None."""
+    folder = Path(experiment_dir)
+    link = folder / LATEST
+    if link.is_dir():
+        return link.resolve()
+    for version in reversed(_versions(folder)):
+        candidate = folder / f"version_{version}"
+        if any(candidate.glob("*.ckpt")):
+            return candidate
+    return None
+
+
+def _point_latest(run_dir: Path) -> None:
+    """Make `<experiment>/latest` a relative symlink to `run_dir` (a version_<N> folder)."""
+    link = run_dir.parent / LATEST
+    if link.is_symlink() and os.readlink(link) == run_dir.name:
+        return
+    tmp = run_dir.parent / f".{LATEST}.{os.getpid()}"
+    try:
+        if tmp.is_symlink() or tmp.exists():
+            tmp.unlink()
+        os.symlink(run_dir.name, tmp)
+        os.replace(tmp, link)  # atomic: readers never see a missing link
+    except OSError:  # no symlinks (some Windows setups): `latest_run_folder` falls back to versions
+        if tmp.is_symlink():
+            tmp.unlink()
+
+
+class RunCheckpoint(ModelCheckpoint):
+    """ModelCheckpoint whose `last.ckpt` is always the latest finished epoch (see module doc).
+
+    Takes ModelCheckpoint's arguments; `robust-train fit` sets `monitor="val/acc"`, `mode="max"`,
+    `filename="best"`, `save_last=True`, `save_on_train_epoch_end=True` and
+    `enable_version_counter=False` (each run has a folder of its own), all configurable as
+    `--checkpoint.<name>`.
+
+    Example:
+        >>> callback = RunCheckpoint(monitor="val/acc", mode="max", save_last=True)
+        >>> callback.save_last, callback.monitor
+        (True, 'val/acc')
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._last_step_of_last = -1  # global step of the last `last.ckpt` this run wrote
+        self._saved_this_run = False
+        self._fresh_folder = False  # the folder held no checkpoint when this fit started
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        if stage == "fit" and self.dirpath:
+            folder = Path(self.dirpath)
+            self._fresh_folder = not (folder.is_dir() and any(folder.glob("*.ckpt")))
+
+    def _fitting(self, trainer: pl.Trainer) -> bool:
+        return (trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
+                and not trainer.fast_dev_run)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_train_epoch_end(trainer, pl_module)
+        if self.save_last and self._fitting(trainer) and self._last_step_of_last != trainer.global_step:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def _save_last_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict[str, Any]) -> None:
+        super()._save_last_checkpoint(trainer, monitor_candidates)
+        if self.save_last:
+            self._last_step_of_last = trainer.global_step
+
+    def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+        super()._save_checkpoint(trainer, filepath)
+        self._saved_this_run = True
+        folder = Path(filepath).parent
+        if trainer.is_global_zero and VERSION.match(folder.name):
+            _point_latest(folder)
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        for logger in trainer.loggers:
+            run = getattr(logger, "_experiment", None) if isinstance(logger, WandbLogger) else None
+            if run is not None and getattr(run, "id", None):
+                checkpoint["wandb_run"] = {"id": run.id, "project": getattr(run, "project", None),
+                                           "name": getattr(run, "name", None),
+                                           "save_dir": getattr(logger, "save_dir", None)}
+                break
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                     exception: BaseException) -> None:
+        super().on_exception(trainer, pl_module, exception)
+        if (trainer.is_global_zero and self._fresh_folder and not self._saved_this_run
+                and trainer.state.fn == TrainerFn.FITTING and self.dirpath):
+            _remove_if_no_checkpoint(Path(self.dirpath))
+
+
+def _remove_if_no_checkpoint(folder: Path) -> None:
+    """Remove a run folder a failed start left holding only config.yaml (nothing else is touched)."""
+    if not folder.is_dir() or not VERSION.match(folder.name):
+        return
+    if {p.name for p in folder.iterdir()} <= {"config.yaml"}:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from typing import Any
@@ -11,7 +10,7 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
-from pytorch_lightning.utilities import rank_zero_warn
+from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
@@ -19,6 +18,10 @@ from robust_train._precision import check_precision, penalty_value
 from robust_train._validation import check_choice, check_images, check_non_negative, check_positive
 from robust_train.models.softplus import softplus
 from robust_train.regularizers.terms import PenaltyTerm
+
+NONFINITE_ADVICE = (
+    "lower the penalty weight or the learning rate, or use bf16 rather than 16-mixed precision"
+)
 
 
 def _default_optimizer(params: Any) -> torch.optim.Optimizer:
@@ -96,10 +99,8 @@ class RobustClassifier(pl.LightningModule):
             model = load_classifier(init_checkpoint, model=model).train()
         self.model = softplus(model, softplus_beta, inplace=True) if softplus_beta is not None else model
         self.penalties = nn.ModuleList(penalties)
-        # Readable descriptions in the logged hyper-parameters (the modules themselves are not hparams).
-        self.hparams["penalty_terms"] = [repr(t) for t in penalties]
-        self.hparams["model_class"] = type(model).__name__
-        self._hparams_initial = copy.deepcopy(self._hparams)  # what loggers receive as the run config
+        # hparams hold constructor arguments only (LightningCLI feeds them back to its parser on
+        # --ckpt_path); descriptions of the model and penalties live in `run_config()`.
         self.num_classes = num_classes or _infer_num_classes(model)
         self.optimizer_factory = optimizer
         self.scheduler_factory = lr_scheduler
@@ -109,6 +110,25 @@ class RobustClassifier(pl.LightningModule):
         self._head = _find_head(self.model, head) if freeze_backbone_epochs else None
         self._seconds_before = 0.0  # training time of earlier runs this one resumed from
         self._fit_start: float | None = None
+        self._skipped: list[tuple[int, dict[str, float]]] = []  # this epoch's skipped steps
+        self._skip_warned = False
+
+    def run_config(self) -> dict[str, Any]:
+        """Readable descriptions of this run for loggers, beside the hyper-parameters.
+
+        Not constructor arguments, so kept out of `self.hparams` (LightningCLI feeds hparams back
+        to its parser when a fit resumes). `on_fit_start` sends them to every logger
+        (`log_hyperparams`), and checkpoints store them under `checkpoint["robust_train"]`.
+
+        Example:
+            >>> net = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+            >>> RobustClassifier(net).run_config()
+            {'model_class': 'Sequential', 'penalty_terms': []}
+        """
+        return {
+            "model_class": type(self.model).__name__,
+            "penalty_terms": [repr(t) for t in self.penalties],
+        }
 
     def forward(self, x: Tensor) -> Tensor:
         return self.model(x)
@@ -143,12 +163,12 @@ class RobustClassifier(pl.LightningModule):
             loss = loss + term.weight * scale * value
         bad = {k: float(v.detach()) for k, v in parts.items() if not torch.isfinite(v.detach())}
         if bad:
-            msg = (f"non-finite loss part(s) {bad} at epoch {self.current_epoch}, batch {batch_idx}; "
-                   "lower the penalty weight or learning rate, use bf16 rather than 16-mixed, or set "
-                   "on_nonfinite='skip'")
             if self.hparams.on_nonfinite == "raise":
-                raise FloatingPointError(msg)
-            rank_zero_warn(msg + " (step skipped)")
+                raise FloatingPointError(
+                    f"non-finite loss part(s) {bad} at epoch {self.current_epoch}, batch "
+                    f"{batch_idx}; {NONFINITE_ADVICE}, or set on_nonfinite='skip'"
+                )
+            self._note_skipped(batch_idx, bad)
             return None
         self.train_acc(logits.detach(), y)
         batch_size = x.shape[0]
@@ -182,8 +202,37 @@ class RobustClassifier(pl.LightningModule):
         x = batch[0] if isinstance(batch, (tuple, list)) else batch
         return self.model(x).softmax(-1)
 
+    # ------------------------------------------------------------------------ skipped steps
+    def _note_skipped(self, batch_idx: int, bad: dict[str, float]) -> None:
+        """on_nonfinite='skip': count the step; warn once per fit, at the first one."""
+        self._skipped.append((batch_idx, bad))
+        if not self._skip_warned:
+            self._skip_warned = True
+            rank_zero_warn(
+                f"non-finite loss part(s) {bad} at epoch {self.current_epoch}, batch {batch_idx}: "
+                f"step skipped (on_nonfinite='skip'); {NONFINITE_ADVICE}. Later skipped steps "
+                "are counted once per epoch (train/skipped_steps)"
+            )
+
+    def on_train_epoch_end(self) -> None:
+        """Log `train/skipped_steps` and report this epoch's skipped steps in one line."""
+        if self.hparams.on_nonfinite != "skip":
+            return
+        n = len(self._skipped)
+        self.log("train/skipped_steps", float(n), on_step=False, on_epoch=True, batch_size=1)
+        if n:
+            total = getattr(self.trainer, "num_training_batches", None)
+            of = f" of {total}" if isinstance(total, int) else ""
+            first, parts = self._skipped[0]
+            rank_zero_info(
+                f"epoch {self.current_epoch}: {n}{of} optimisation steps skipped for non-finite "
+                f"loss parts (first at batch {first}: {sorted(parts)})"
+            )
+        self._skipped = []
+
     # ------------------------------------------------------------------------------- fine-tuning
     def on_train_epoch_start(self) -> None:
+        self._skipped = []
         if self._head is None:
             return
         frozen = self.current_epoch < self.hparams.freeze_backbone_epochs
@@ -204,6 +253,9 @@ class RobustClassifier(pl.LightningModule):
             raise ValueError("`on_nonfinite` 'skip' cannot work under distributed training: Lightning stops a "
                              "training_step that returns None on any rank; use on_nonfinite='raise'")
         self._fit_start = time.perf_counter()
+        self._skip_warned = False
+        for logger in self.loggers:  # descriptions beside the hparams in each run's config
+            logger.log_hyperparams(self.run_config())
 
     @property
     def training_seconds(self) -> float:
@@ -222,6 +274,7 @@ class RobustClassifier(pl.LightningModule):
             "num_classes": self.num_classes,
             "datamodule": _try_datamodule_config(self._trainer),
             "penalties": [repr(t) for t in self.penalties],
+            "model_class": type(self.model).__name__,
             "training_seconds": self.training_seconds,
         }
 

@@ -4,22 +4,31 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback
-from pytorch_lightning.utilities import rank_zero_info
+from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor, nn
 from typing_extensions import override
 
 from robust_train._validation import check_choice, check_non_negative, check_positive
 from robust_train.callbacks._budget import OverheadBudget
 from robust_train.callbacks._figures import Report
+from robust_train.callbacks._guard import (
+    NONFINITE_KEY,
+    count_nonfinite,
+    evaluated_model,
+    guarded,
+    modes_restored,
+    predict,
+    warnings_once,
+)
 from robust_train.callbacks._media import MediaWriter
 from robust_train.callbacks._subset import SPLITS, from_tensors, from_trainer, select, shard
+
+__all__ = ["RobustnessCallback", "evaluated_model", "modes_restored", "predict"]
 
 STAGES = ("train", "validation")
 DEFAULT_N_SAMPLES = 16
@@ -117,6 +126,8 @@ class RobustnessCallback(Callback):
         self.evaluated_epochs: list[int] = []
         self.budget = OverheadBudget(max_overhead)
         self._skip_noted = False
+        self._nonfinite_warned = False
+        self._warned_at: set[tuple[str, int]] = set()  # places whose warning was passed on
         self.last_report: Report | None = None
         self.media = MediaWriter(type(self).__name__)
 
@@ -235,6 +246,26 @@ class RobustnessCallback(Callback):
                 self._subset = from_trainer(trainer, self.split, self.n_samples, self.seed)
         return self._subset
 
+    def evaluate_guarded(
+        self, model: nn.Module, inputs: Tensor, targets: Tensor, predictions: Tensor
+    ) -> Report:
+        """`evaluate`, or a report of only `robustness/nonfinite` when it meets NaN/inf values."""
+        return guarded(lambda: self.evaluate(model, inputs, targets, predictions))
+
+    def _note_nonfinite(self, report: Report, epoch: int, *, weights: bool) -> None:
+        """Warn once per run (rank zero) when an evaluation met non-finite values."""
+        count = report.scalars.get(NONFINITE_KEY, 0.0)
+        if not count or self._nonfinite_warned:
+            return
+        self._nonfinite_warned = True
+        where = "weights of the model" if weights else "explanations or scores"
+        rank_zero_warn(
+            f"{type(self).__name__}: epoch {epoch}: {int(count)} non-finite value(s) in the "
+            f"{where}, so {'nothing' if weights else 'not everything'} was measured; "
+            f"`{NONFINITE_KEY}` logs the count at each evaluation and training goes on (a "
+            "diverged fit: lower the learning rate or the penalty weight)"
+        )
+
     def run(
         self,
         trainer: pl.Trainer,
@@ -254,13 +285,18 @@ class RobustnessCallback(Callback):
         inputs, targets = shard(inputs, targets, trainer.global_rank, trainer.world_size)
         inputs, targets = inputs.to(pl_module.device), targets.to(pl_module.device)
         model = evaluated_model(pl_module)
-        with modes_restored(pl_module), torch.enable_grad():
+        with modes_restored(pl_module), torch.enable_grad(), warnings_once(self._warned_at):
             if torch.is_inference_mode_enabled():
                 raise RuntimeError(INFERENCE_MODE_ERROR.format(name=type(self).__name__))
             pl_module.eval()
-            report = self.evaluate(
-                model, inputs, targets, predict(model, inputs, self.internal_batch_size)
-            )
+            n_bad = count_nonfinite(model)  # the same on every rank: DDP keeps weights equal
+            if n_bad:
+                report = Report(scalars={NONFINITE_KEY: float(n_bad)})
+            else:
+                report = self.evaluate_guarded(
+                    model, inputs, targets, predict(model, inputs, self.internal_batch_size)
+                )
+        self._note_nonfinite(report, epoch, weights=bool(n_bad))
         if self.log_images:
             self.media.write_media(trainer, report, epoch)
         seconds = time.perf_counter() - start
@@ -281,30 +317,3 @@ class RobustnessCallback(Callback):
         self.last_report = report
         return report
 
-
-def evaluated_model(pl_module: pl.LightningModule) -> nn.Module:
-    """The classifier a monitor explains: `pl_module.model` if it is a module, else `pl_module`."""
-    model = getattr(pl_module, "model", None)
-    return model if isinstance(model, nn.Module) else pl_module
-
-
-def predict(model: nn.Module, inputs: Tensor, batch_size: int | None) -> Tensor:
-    """Predicted labels (B,), without gradients, in chunks."""
-    if inputs.shape[0] == 0:
-        return torch.zeros(0, dtype=torch.long, device=inputs.device)
-    step = batch_size or inputs.shape[0]
-    with torch.no_grad():
-        return torch.cat(
-            [model(inputs[i : i + step]).argmax(1) for i in range(0, inputs.shape[0], step)]
-        )
-
-
-@contextmanager
-def modes_restored(module: nn.Module) -> Iterator[None]:
-    """Restore every submodule's own train/eval flag on exit (not one flag for all)."""
-    modes = [(m, m.training) for m in module.modules()]
-    try:
-        yield
-    finally:
-        for m, mode in modes:
-            m.training = mode

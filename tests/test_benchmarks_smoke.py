@@ -4,6 +4,7 @@ measuring tools they share count what they claim to count."""
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from pathlib import Path
 
@@ -70,7 +71,12 @@ def test_bench_eval_quick(bench, tmp_path):
     results = tmp_path / "RESULTS.md"
     text = bench("bench_eval").main(["--quick", "--settings", "digits", "--results", str(results)])
     _check_record(text, results, "bench_eval")
-    assert "max |difference| of the curves: 0" in text  # aligned with Quantus exactly
+    # Aligned with Quantus: equal up to float rounding, which depends on BLAS and thread count
+    # (0 on one machine, 3e-07 on another), so a tolerance, never an exact 0.
+    found = re.findall(r"max \|difference\| of the curves: ([0-9.e+-]+)", text)
+    assert found and all(float(d) <= 1e-5 for d in found), found
+    lipschitz = re.findall(r"max \|difference\|: ([0-9.e+-]+) \(same perturbed inputs", text)
+    assert lipschitz and all(float(d) <= 1e-4 for d in lipschitz), lipschitz
 
 
 @pytest.mark.slow

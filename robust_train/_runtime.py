@@ -152,9 +152,7 @@ def make_generator(
     return torch.Generator(device=device).manual_seed(seed)
 
 
-def generator_device(
-    generator: torch.Generator | None, fallback: torch.device
-) -> torch.device:
+def generator_device(generator: torch.Generator | None, fallback: torch.device) -> torch.device:
     """Device on which random numbers must be drawn for `generator` (`fallback` for None).
 
     Example:

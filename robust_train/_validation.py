@@ -37,11 +37,16 @@ def check_images(inputs: object, name: str = "inputs", *, check_range: bool = Tr
         torch.Size([2, 1, 8, 8])
     """
     if not isinstance(inputs, Tensor):
-        raise TypeError(f"`{name}` must be a torch.Tensor of images (B, C, H, W), got {type(inputs).__name__}")
+        raise TypeError(
+            f"`{name}` must be a torch.Tensor of images (B, C, H, W), got {type(inputs).__name__}"
+        )
     if inputs.dim() != 4:
         raise ValueError(f"`{name}` must have shape (B, C, H, W), got {_describe(inputs)}")
     if not inputs.is_floating_point():
-        raise TypeError(f"`{name}` must be a floating point tensor with values in [0, 1], got {_describe(inputs)}")
+        raise TypeError(
+            f"`{name}` must be a floating point tensor with values in [0, 1], "
+            f"got {_describe(inputs)}"
+        )
     if inputs.shape[0] == 0:
         raise ValueError(f"`{name}` is an empty batch: {_describe(inputs)}")
     check_finite(inputs, name)
@@ -55,25 +60,38 @@ def check_images(inputs: object, name: str = "inputs", *, check_range: bool = Tr
     return inputs
 
 
-def check_target(target: object, batch_size: int, name: str = "target", num_classes: int | None = None) -> Tensor:
+def check_target(
+    target: object, batch_size: int, name: str = "target", num_classes: int | None = None
+) -> Tensor:
     """Check class indices: an integer tensor (B,) matching the batch size."""
     if not isinstance(target, Tensor):
-        raise TypeError(f"`{name}` must be a LongTensor of class indices (B,), got {type(target).__name__}")
+        raise TypeError(
+            f"`{name}` must be a LongTensor of class indices (B,), got {type(target).__name__}"
+        )
     if target.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
-        raise TypeError(f"`{name}` must be an integer tensor of class indices, got {_describe(target)}")
+        raise TypeError(
+            f"`{name}` must be an integer tensor of class indices, got {_describe(target)}"
+        )
     if target.dim() != 1 or target.shape[0] != batch_size:
-        raise ValueError(f"`{name}` must have shape ({batch_size},) to match the batch, got {_describe(target)}")
+        raise ValueError(
+            f"`{name}` must have shape ({batch_size},) to match the batch, got {_describe(target)}"
+        )
     if target.numel() and int(target.min()) < 0:
         raise ValueError(f"`{name}` holds a negative class index: {int(target.min())}")
     if num_classes is not None and target.numel() and int(target.max()) >= num_classes:
-        raise ValueError(f"`{name}` holds class index {int(target.max())} but the model has {num_classes} classes")
+        raise ValueError(
+            f"`{name}` holds class index {int(target.max())} but the model has "
+            f"{num_classes} classes"
+        )
     return target.long()
 
 
 def check_maps(maps: object, name: str) -> Tensor:
     """Check a batch of importance maps (B, H, W): float, non-empty, finite."""
     if not isinstance(maps, Tensor):
-        raise TypeError(f"`{name}` must be a tensor of importance maps (B, H, W), got {type(maps).__name__}")
+        raise TypeError(
+            f"`{name}` must be a tensor of importance maps (B, H, W), got {type(maps).__name__}"
+        )
     if maps.dim() != 3:
         raise ValueError(f"`{name}` must have shape (B, H, W), got {_describe(maps)}")
     if maps.shape[0] == 0:
@@ -87,7 +105,10 @@ def check_maps(maps: object, name: str) -> Tensor:
 def check_same_shape(a: Tensor, b: Tensor, name_a: str, name_b: str) -> None:
     """Raise when two tensors that must align do not."""
     if a.shape != b.shape:
-        raise ValueError(f"`{name_a}` and `{name_b}` must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+        raise ValueError(
+            f"`{name_a}` and `{name_b}` must have the same shape, "
+            f"got {tuple(a.shape)} and {tuple(b.shape)}"
+        )
 
 
 def check_positive(value: object, name: str, *, integer: bool = False) -> None:

@@ -115,7 +115,9 @@ def _all_zero(cells: list[str]) -> bool:
     return all(c in ("-", "0") for c in cells)
 
 
-def plot_fidelity(results: Mapping[str, Mapping[str, Any]], path: Path, explainer: str = "saliency") -> Path | None:
+def plot_fidelity(
+    results: Mapping[str, Mapping[str, Any]], path: Path, explainer: str = "saliency"
+) -> Path | None:
     """Mean MIF (dashed) and LIF (solid) curves of one explainer, one colour per model."""
     fig, ax = plt.subplots(figsize=(5.5, 4))
     drawn = False
@@ -141,17 +143,25 @@ def plot_fidelity(results: Mapping[str, Mapping[str, Any]], path: Path, explaine
 
 
 def plot_examples(results: Mapping[str, Mapping[str, Any]], path: Path) -> Path | None:
-    """Input, clean map, attacked input, attacked map for a few images, one block of rows per model."""
+    """Input, clean map, attacked input, attacked map for a few images; a block of rows per
+    model."""
     blocks = [(name, r["_examples"]) for name, r in results.items() if r.get("_examples")]
     if not blocks:
         return None
     n_img = min(len(ex["inputs"]) for _, ex in blocks)
     titles = ("input", "clean map", "attacked input", "attacked map")
-    fig, axes = plt.subplots(len(blocks) * n_img, 4, figsize=(6.4, 1.6 * len(blocks) * n_img), squeeze=False)
+    fig, axes = plt.subplots(
+        len(blocks) * n_img, 4, figsize=(6.4, 1.6 * len(blocks) * n_img), squeeze=False
+    )
     for b, (name, ex) in enumerate(blocks):
         for i in range(n_img):
             row = axes[b * n_img + i]
-            images = (ex["inputs"][i], ex["clean_map"][i], ex["adversarial"][i], ex["attacked_map"][i])
+            images = (
+                ex["inputs"][i],
+                ex["clean_map"][i],
+                ex["adversarial"][i],
+                ex["attacked_map"][i],
+            )
             for j, (ax, img) in enumerate(zip(row, images, strict=True)):
                 img = img.permute(1, 2, 0).squeeze(-1) if img.dim() == 3 else img
                 ax.imshow(img.numpy(), cmap="gray" if j % 2 == 0 else "hot")
@@ -167,9 +177,13 @@ def plot_examples(results: Mapping[str, Mapping[str, Any]], path: Path) -> Path 
     return path
 
 
-def plot_history(histories: Mapping[str, Mapping[str, list[tuple[int, float]]]], path: Path) -> Path | None:
+def plot_history(
+    histories: Mapping[str, Mapping[str, list[tuple[int, float]]]], path: Path
+) -> Path | None:
     """Robustness metrics per epoch (one panel per metric, one line per model)."""
-    keys = sorted({k for h in histories.values() for k in h if not k.startswith("robustness/seconds")})
+    keys = sorted(
+        {k for h in histories.values() for k in h if not k.startswith("robustness/seconds")}
+    )
     if not keys:
         return None
     fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4), squeeze=False)
@@ -189,12 +203,17 @@ def plot_history(histories: Mapping[str, Mapping[str, list[tuple[int, float]]]],
 
 def to_json(results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Drop the private (tensor) entries so results can be written as JSON."""
-    return {name: {k: v for k, v in r.items() if not k.startswith("_")} for name, r in results.items()}
+    return {
+        name: {k: v for k, v in r.items() if not k.startswith("_")} for name, r in results.items()
+    }
 
 
-def write_report(results: Mapping[str, Mapping[str, Any]], out_dir: str | Path,
-                 histories: Mapping[str, Mapping[str, list[tuple[int, float]]]] | None = None,
-                 title: str = "Robustness of explanations") -> Path:
+def write_report(
+    results: Mapping[str, Mapping[str, Any]],
+    out_dir: str | Path,
+    histories: Mapping[str, Mapping[str, list[tuple[int, float]]]] | None = None,
+    title: str = "Robustness of explanations",
+) -> Path:
     """Write report.md, results.json and the PNG plots into `out_dir`; return the report path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -203,12 +222,18 @@ def write_report(results: Mapping[str, Mapping[str, Any]], out_dir: str | Path,
     settings = next(iter(results.values())).get("settings", {})
     if settings:
         parts += ["Settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()), ""]
-    parts += ["Top-k intersection and Spearman: higher is more robust (1 = the map did not move). "
-              "Center shift: lower is more robust. Lipschitz estimate: lower is smoother. "
-              "Fidelity estimate (AUC_LIF - AUC_MIF): higher is more faithful; a random map scores about 0.", ""]
-    for name, fn in (("robustness_per_epoch.png", lambda p: plot_history(histories or {}, p)),
-                     ("fidelity_curves.png", lambda p: plot_fidelity(results, p)),
-                     ("attack_examples.png", lambda p: plot_examples(results, p))):
+    parts += [
+        "Top-k intersection and Spearman: higher is more robust (1 = the map did not move). "
+        "Center shift: lower is more robust. Lipschitz estimate: lower is smoother. "
+        "Fidelity estimate (AUC_LIF - AUC_MIF): higher is more faithful; "
+        "a random map scores about 0.",
+        "",
+    ]
+    for name, fn in (
+        ("robustness_per_epoch.png", lambda p: plot_history(histories or {}, p)),
+        ("fidelity_curves.png", lambda p: plot_fidelity(results, p)),
+        ("attack_examples.png", lambda p: plot_examples(results, p)),
+    ):
         if fn(out / name) is not None:
             parts += [f"![{name}]({name})", ""]
     path = out / "report.md"

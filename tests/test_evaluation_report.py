@@ -15,8 +15,13 @@ from robust_train.evaluation import (
 )
 from robust_train.report import summary_table, write_report
 
-FAST = EvaluationSettings(n_samples=48, n_steps=15, lipschitz_samples=4, fidelity_steps=8,
-                          explainers=("saliency", "input_x_gradient"))
+FAST = EvaluationSettings(
+    n_samples=48,
+    n_steps=15,
+    lipschitz_samples=4,
+    fidelity_steps=8,
+    explainers=("saliency", "input_x_gradient"),
+)
 
 
 @pytest.fixture(scope="module")
@@ -28,15 +33,24 @@ def suite(trained_digits):
 def test_suite_reports_every_part_with_finite_values(suite, trained_digits):
     model, x, y = trained_digits
     assert suite["n_samples"] == 48
-    assert suite["accuracy"] == pytest.approx(float((model(x[:48]).argmax(1) == y[:48]).float().mean()))
+    assert suite["accuracy"] == pytest.approx(
+        float((model(x[:48]).argmax(1) == y[:48]).float().mean())
+    )
     for name in ("random_sign", "topk", "mass_center", "targeted"):
         attack = suite["attacks"][name]
         assert attack["n"] == suite["n_attacked"]
         assert 0.0 <= attack["topk_intersection"] <= 1.0
         assert math.isfinite(attack["center_shift"])
-    # The paper's central claim on this model: a systematic attack beats random noise of the same budget.
-    assert suite["attacks"]["topk"]["topk_intersection"] < suite["attacks"]["random_sign"]["topk_intersection"]
-    assert suite["attacks"]["targeted"]["region_mass"] > suite["attacks"]["targeted"]["clean_region_mass"]
+    # The paper's central claim on this model: a systematic attack beats random noise of the
+    # same budget.
+    assert (
+        suite["attacks"]["topk"]["topk_intersection"]
+        < suite["attacks"]["random_sign"]["topk_intersection"]
+    )
+    assert (
+        suite["attacks"]["targeted"]["region_mass"]
+        > suite["attacks"]["targeted"]["clean_region_mass"]
+    )
     for name in ("saliency", "input_x_gradient"):
         assert suite["lipschitz"][name]["mean"] > 0
         fid = suite["fidelity"][name]
@@ -49,9 +63,20 @@ def test_model_mode_is_restored(trained_digits):
     model, x, y = trained_digits
     model.train()
     try:
-        evaluate_classifier(model, x, y, EvaluationSettings(n_samples=4, n_steps=2, lipschitz_samples=2,
-                                                            fidelity_steps=4, explainers=("saliency",),
-                                                            attacks=("topk",)), progress=False)
+        evaluate_classifier(
+            model,
+            x,
+            y,
+            EvaluationSettings(
+                n_samples=4,
+                n_steps=2,
+                lipschitz_samples=2,
+                fidelity_steps=4,
+                explainers=("saliency",),
+                attacks=("topk",),
+            ),
+            progress=False,
+        )
         assert model.training
     finally:
         model.eval()
@@ -59,14 +84,19 @@ def test_model_mode_is_restored(trained_digits):
 
 def test_report_writes_markdown_json_and_plots(suite, tmp_path):
     results = {"a": suite, "b": suite}
-    path = write_report(results, tmp_path, histories={"a": {"robustness/topk": [(0, 0.5), (1, 0.6)]}})
+    path = write_report(
+        results, tmp_path, histories={"a": {"robustness/topk": [(0, 0.5), (1, 0.6)]}}
+    )
     text = path.read_text()
     assert "| topk: top-k intersection |" in text
     for png in ("fidelity_curves.png", "attack_examples.png", "robustness_per_epoch.png"):
         assert (tmp_path / png).stat().st_size > 1000
         assert f"]({png})" in text
     loaded = json.loads((tmp_path / "results.json").read_text())
-    assert loaded["a"]["attacks"]["topk"]["topk_intersection"] == suite["attacks"]["topk"]["topk_intersection"]
+    assert (
+        loaded["a"]["attacks"]["topk"]["topk_intersection"]
+        == suite["attacks"]["topk"]["topk_intersection"]
+    )
     assert "_examples" not in loaded["a"]
 
 
@@ -82,12 +112,15 @@ def test_helpers():
     assert target_region(8, 8).sum() == 16
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(n_samples=0), "n_samples"),
-    (dict(epsilon=-0.1), "epsilon"),
-    (dict(k=65), "k"),
-    (dict(attacks=("bogus",)), "attacks"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(n_samples=0), "n_samples"),
+        (dict(epsilon=-0.1), "epsilon"),
+        (dict(k=65), "k"),
+        (dict(attacks=("bogus",)), "attacks"),
+    ],
+)
 def test_bad_settings_are_named(kwargs, match):
     with pytest.raises(ValueError, match=match):
         EvaluationSettings(**kwargs).resolved((8, 8))

@@ -40,16 +40,27 @@ def test_rar_preset_runs_on_a_tiny_model(monkeypatch) -> None:
         return real_attack(model, inputs, target, **kwargs)
 
     monkeypatch.setattr(suite_module, "fragility_attack", spy)
-    settings = dataclasses.replace(PROTOCOLS["rar"], n_samples=12, n_steps=2, k=16, measure_k=8,
-                                   ig_steps=4, lipschitz_samples=2, fidelity_steps=4)
+    settings = dataclasses.replace(
+        PROTOCOLS["rar"],
+        n_samples=12,
+        n_steps=2,
+        k=16,
+        measure_k=8,
+        ig_steps=4,
+        lipschitz_samples=2,
+        fidelity_steps=4,
+    )
     result = evaluate_classifier(model, x, y, settings, progress=False)
     assert result["n_attacked"] == 7 and len(calls) == 4  # 2 explainers x 2 attacks
     for call in calls:
         assert call["n"] == 7 and torch.equal(call["target"], y[5:])
         assert (call["epsilon"], call["step_size"], call["n_restarts"]) == (0.3, 0.01, 3)
         assert (call["k"], call["measure_k"]) == (16, 8)
-    ig = [c["explainer"] for c in calls if getattr(c["explainer"], "__name__", "") ==
-          "integrated_gradients"]
+    ig = [
+        c["explainer"]
+        for c in calls
+        if getattr(c["explainer"], "__name__", "") == "integrated_gradients"
+    ]
     assert len(ig) == 2 and ig[0].keywords == {"n_steps": 4, "baseline": 0.0}
     rows = result["attacks_by_explainer"]
     assert set(rows) == {"saliency", "integrated_gradients"}

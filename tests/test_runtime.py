@@ -43,9 +43,15 @@ def test_require_grad_mode_names_the_caller() -> None:
         require_grad_mode("my_fn")
 
 
-@pytest.mark.parametrize("n, size, expected", [
-    (5, 2, [(0, 2), (2, 4), (4, 5)]), (5, None, [(0, 5)]), (0, None, []), (3, 7, [(0, 3)]),
-])
+@pytest.mark.parametrize(
+    "n, size, expected",
+    [
+        (5, 2, [(0, 2), (2, 4), (4, 5)]),
+        (5, None, [(0, 5)]),
+        (0, None, []),
+        (3, 7, [(0, 3)]),
+    ],
+)
 def test_row_chunks(n, size, expected) -> None:
     assert list(row_chunks(n, size)) == expected
 
@@ -98,8 +104,9 @@ def test_resolve_explainer_names_callables_and_errors() -> None:
     with pytest.raises(ValueError, match="`explainers` 'meaningful_perturbation' is not diff"):
         resolve_explainer("meaningful_perturbation", differentiable=True, name="explainers")
     with pytest.raises(ValueError, match="not differentiable"):  # wrapped inside smoothgrad
-        resolve_explainer(get_explainer("smoothgrad", explainer=meaningful_perturbation),
-                          differentiable=True)
+        resolve_explainer(
+            get_explainer("smoothgrad", explainer=meaningful_perturbation), differentiable=True
+        )
     with pytest.raises(ValueError, match="Unknown `explainer` 'gradcam'.*saliency"):
         resolve_explainer("gradcam", differentiable=False)
     with pytest.raises(TypeError, match="`explainer` must be a name or a callable"):

@@ -90,10 +90,17 @@ def start(ctx: AttackContext) -> AttackState:
     objective = ctx.objective_cls(clean_map, k=ctx.k, measure_k=ctx.measure_k, region=ctx.region)
     zeros = torch.zeros(x0.shape[0], dtype=torch.bool, device=x0.device)
     return AttackState(
-        x0=x0, clean_label=logits.argmax(1), clean_logits=logits, clean_map=clean_map,
-        objective=objective, best_x=x0.clone(), best_map=clean_map.clone(),
-        best_score=objective.score(clean_map), improved=zeros.clone(),
-        n_changes=torch.zeros(x0.shape[0], dtype=torch.long, device=x0.device), moved=zeros,
+        x0=x0,
+        clean_label=logits.argmax(1),
+        clean_logits=logits,
+        clean_map=clean_map,
+        objective=objective,
+        best_x=x0.clone(),
+        best_map=clean_map.clone(),
+        best_score=objective.score(clean_map),
+        improved=zeros.clone(),
+        n_changes=torch.zeros(x0.shape[0], dtype=torch.long, device=x0.device),
+        moved=zeros,
     )
 
 
@@ -176,16 +183,27 @@ def finish(ctx: AttackContext, state: AttackState) -> FragilityResult:
     with torch.no_grad():
         label_kept = ctx.model(state.best_x).argmax(1) == state.clean_label
     return FragilityResult(
-        adversarial=state.best_x, clean_map=clean, attacked_map=best, target=ctx.target,
-        label_kept=label_kept, clean_label=state.clean_label, improved=state.improved & measured,
+        adversarial=state.best_x,
+        clean_map=clean,
+        attacked_map=best,
+        target=ctx.target,
+        label_kept=label_kept,
+        clean_label=state.clean_label,
+        improved=state.improved & measured,
         n_label_changes=state.n_changes,
         topk_intersection=masked(topk_intersection(clean, best, ctx.measure_k)),
         spearman=masked(spearman_correlation(clean, best)),
         kendall=masked(kendall_tau(clean, best)),
         center_shift=masked(center_of_mass_shift(clean.clamp_min(0), best.clamp_min(0))),
-        objective=objective.name, epsilon=ctx.epsilon, step_size=ctx.step_size,
-        n_steps=ctx.n_steps, n_restarts=len(ctx.seeds), k=ctx.k, measure_k=ctx.measure_k,
-        surrogate_beta=ctx.surrogate.beta, explainer=ctx.explainer_name,
+        objective=objective.name,
+        epsilon=ctx.epsilon,
+        step_size=ctx.step_size,
+        n_steps=ctx.n_steps,
+        n_restarts=len(ctx.seeds),
+        k=ctx.k,
+        measure_k=ctx.measure_k,
+        surrogate_beta=ctx.surrogate.beta,
+        explainer=ctx.explainer_name,
         region_mass=None if ctx.region is None else masked(objective.region_mass(best)),
         clean_region_mass=None if ctx.region is None else objective.region_mass(clean),
         measured=measured,

@@ -21,8 +21,7 @@ def check_k(k: object, name: str, height: int, width: int) -> int:
     n = height * width
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
         raise ValueError(
-            f"`{name}` must be an int in [1, H*W] = [1, {n}] for {height}x{width} images, "
-            f"got {k!r}"
+            f"`{name}` must be an int in [1, H*W] = [1, {n}] for {height}x{width} images, got {k!r}"
         )
     return k
 

@@ -21,11 +21,23 @@ __all__ = ["fragility_attack"]
 
 
 def fragility_attack(
-    model: nn.Module, inputs: Tensor, target: Tensor, *, explainer: str | Explainer = "saliency",
-    objective: str = "topk", epsilon: float, step_size: float | None = None, n_steps: int = 50,
-    k: int | None = None, target_region: Tensor | None = None, n_restarts: int = 1,
-    surrogate_beta: float | None = 10.0, measure_k: int | None = None,
-    generator: torch.Generator | None = None, seed: int | None = None, progress: bool = False,
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    *,
+    explainer: str | Explainer = "saliency",
+    objective: str = "topk",
+    epsilon: float,
+    step_size: float | None = None,
+    n_steps: int = 50,
+    k: int | None = None,
+    target_region: Tensor | None = None,
+    n_restarts: int = 1,
+    surrogate_beta: float | None = 10.0,
+    measure_k: int | None = None,
+    generator: torch.Generator | None = None,
+    seed: int | None = None,
+    progress: bool = False,
     internal_batch_size: int | None = None,
 ) -> FragilityResult:
     """Move an explanation as far as possible with an imperceptible, label-keeping perturbation.
@@ -88,10 +100,23 @@ def fragility_attack(
         (True, torch.Size([4]))
     """
     ctx = _context(
-        model, inputs, target, explainer=explainer, objective=objective, epsilon=epsilon,
-        step_size=step_size, n_steps=n_steps, k=k, target_region=target_region,
-        n_restarts=n_restarts, surrogate_beta=surrogate_beta, measure_k=measure_k,
-        generator=generator, seed=seed, progress=progress, internal_batch_size=internal_batch_size,
+        model,
+        inputs,
+        target,
+        explainer=explainer,
+        objective=objective,
+        epsilon=epsilon,
+        step_size=step_size,
+        n_steps=n_steps,
+        k=k,
+        target_region=target_region,
+        n_restarts=n_restarts,
+        surrogate_beta=surrogate_beta,
+        measure_k=measure_k,
+        generator=generator,
+        seed=seed,
+        progress=progress,
+        internal_batch_size=internal_batch_size,
     )
     with eval_mode(model), torch.enable_grad():
         state = _loop.start(ctx)
@@ -103,10 +128,23 @@ def fragility_attack(
 
 
 def _context(
-    model: nn.Module, inputs: Tensor, target: Tensor, *, explainer: object, objective: str,
-    epsilon: float, step_size: float | None, n_steps: int, k: int | None,
-    target_region: Tensor | None, n_restarts: int, surrogate_beta: float | None,
-    measure_k: int | None, generator: torch.Generator | None, seed: int | None, progress: bool,
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    *,
+    explainer: object,
+    objective: str,
+    epsilon: float,
+    step_size: float | None,
+    n_steps: int,
+    k: int | None,
+    target_region: Tensor | None,
+    n_restarts: int,
+    surrogate_beta: float | None,
+    measure_k: int | None,
+    generator: torch.Generator | None,
+    seed: int | None,
+    progress: bool,
     internal_batch_size: int | None,
 ) -> _loop.AttackContext:
     """Check every argument (naming it and its value) before any work; fill in the defaults."""
@@ -129,17 +167,32 @@ def _context(
     seeds = restart_seeds(generator, seed, n_restarts)
     require_grad_mode("fragility_attack")
     return _loop.AttackContext(
-        model=model, inputs=inputs, target=target, explain=explain, explainer_name=name,
-        objective_cls=objective_cls, epsilon=float(epsilon),
+        model=model,
+        inputs=inputs,
+        target=target,
+        explain=explain,
+        explainer_name=name,
+        objective_cls=objective_cls,
+        epsilon=float(epsilon),
         step_size=float(epsilon) / 8 if step_size is None else float(step_size),
-        n_steps=n_steps, k=k, measure_k=measure_k, region=region, seeds=seeds,
-        surrogate_beta=surrogate_beta, chunk=internal_batch_size, progress=progress,
+        n_steps=n_steps,
+        k=k,
+        measure_k=measure_k,
+        region=region,
+        seeds=seeds,
+        surrogate_beta=surrogate_beta,
+        chunk=internal_batch_size,
+        progress=progress,
     )
 
 
 def _region(
-    objective_cls: type[FragilityObjective], region: Tensor | None, batch: int, height: int,
-    width: int, device: torch.device,
+    objective_cls: type[FragilityObjective],
+    region: Tensor | None,
+    batch: int,
+    height: int,
+    width: int,
+    device: torch.device,
 ) -> Tensor | None:
     name = objective_cls.name
     if not objective_cls.needs_region:

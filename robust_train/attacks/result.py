@@ -11,9 +11,21 @@ import torch
 from torch import Tensor
 
 _PER_SAMPLE = (
-    "adversarial", "clean_map", "attacked_map", "target", "label_kept", "clean_label", "improved",
-    "n_label_changes", "topk_intersection", "spearman", "kendall", "center_shift",
-    "region_mass", "clean_region_mass", "measured",
+    "adversarial",
+    "clean_map",
+    "attacked_map",
+    "target",
+    "label_kept",
+    "clean_label",
+    "improved",
+    "n_label_changes",
+    "topk_intersection",
+    "spearman",
+    "kendall",
+    "center_shift",
+    "region_mass",
+    "clean_region_mass",
+    "measured",
 )
 
 
@@ -42,9 +54,10 @@ class FragilityResult:
         region_mass, clean_region_mass: (B,) fraction of the (sum-normalised) attacked / clean map
             inside `target_region`; None unless `objective == "targeted"`.
         measured: (B,) bool, the attack direction was non-zero at some step, the clean map is
-            not constant and the clean logits are finite. False means the sample was NOT attacked (a constant map, a diverged
-            model, a piecewise-linear model without a surrogate): its metrics are NaN, never a
-            perfect score. None in results built by hand.
+            not constant and the clean logits are finite. False means the sample was NOT
+            attacked (a constant map, a diverged model, a piecewise-linear model without a
+            surrogate): its metrics are NaN, never a perfect score. None in results built by
+            hand.
         objective, epsilon, step_size, n_steps, n_restarts, k, measure_k: the attack settings used.
         surrogate_beta: softplus beta of the surrogate that gave the direction, or None when the
             model itself was used (no ReLU module, or `surrogate_beta=None`).

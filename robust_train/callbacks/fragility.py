@@ -35,9 +35,10 @@ class FragilityMonitor(RobustnessCallback):
     topk_intersection, spearman, kendall, center_shift (plus `robustness/<attack>/n_unmeasured`,
     `robustness/n_attacked` and `robustness/seconds/fragility`). Images the attack could not
     move (zero direction, constant map, diverged model) are left out of the means and counted in
-    `n_unmeasured`; when no image was measured the means are NaN, never a perfect score. The means go through `ExplanationFragility`, so they are
-    reduced correctly across DDP ranks. With figures on, `robustness/<attack>/examples` shows
-    the first `n_images` attacked images: input, clean map, attacked input, attacked map.
+    `n_unmeasured`; when no image was measured the means are NaN, never a perfect score. The
+    means go through `ExplanationFragility`, so they are reduced correctly across DDP ranks.
+    With figures on, `robustness/<attack>/examples` shows the first `n_images` attacked images:
+    input, clean map, attacked input, attacked map.
 
     Defaults follow `robust_train.attacks.defaults`, as the evaluation suite does (epsilon 0.1 up
     to 28 px, else 8/255; k an eighth of the pixels), with few, large steps to stay cheap: 3 steps
@@ -112,6 +113,8 @@ class FragilityMonitor(RobustnessCallback):
         """Attack this rank's correctly classified images with each objective."""
         if self.epsilon is None:
             self.resolve(inputs.shape[-2], inputs.shape[-1])
+        epsilon = self.epsilon
+        assert epsilon is not None
         correct = predictions == targets
         x, y = inputs[correct], targets[correct]
         report = Report()
@@ -122,7 +125,7 @@ class FragilityMonitor(RobustnessCallback):
                 region = target_region(inputs.shape[-2], inputs.shape[-1]).to(inputs.device)
             # The metric only accumulates this objective's results; its attack settings are unused.
             metric = ExplanationFragility(
-                objective=attack, epsilon=self.epsilon, target_region=region
+                objective=attack, epsilon=epsilon, target_region=region
             ).to(inputs.device)
             if x.shape[0]:
                 result = fragility_attack(
@@ -131,8 +134,8 @@ class FragilityMonitor(RobustnessCallback):
                     y,
                     explainer=self.explainer,
                     objective=attack,
-                    epsilon=self.epsilon,
-                    step_size=self.step_size or 2 * self.epsilon / self.n_steps,
+                    epsilon=epsilon,
+                    step_size=self.step_size or 2 * epsilon / self.n_steps,
                     n_steps=self.n_steps,
                     k=self.k,
                     target_region=region,
@@ -144,7 +147,7 @@ class FragilityMonitor(RobustnessCallback):
                 metric.update(result)
                 if self.log_images and self.n_images:
                     report.examples[f"robustness/{attack}/examples"] = _examples(
-                        attack, self.explainer, self.epsilon, x, result, self.n_images
+                        attack, self.explainer, epsilon, x, result, self.n_images
                     )
             values = compute_quietly(metric)
             for key in METRICS:

@@ -83,9 +83,13 @@ class EvaluationSettings:
         eps = self.epsilon if self.epsilon is not None else default_epsilon(h, w)
         k = self.k if self.k is not None else default_k(h, w)
         out = dataclasses.replace(
-            self, epsilon=eps, k=k, measure_k=self.measure_k if self.measure_k is not None else k,
+            self,
+            epsilon=eps,
+            k=k,
+            measure_k=self.measure_k if self.measure_k is not None else k,
             lipschitz_radius=self.lipschitz_radius if self.lipschitz_radius is not None else eps,
-            explainers=tuple(self.explainers), attacks=tuple(self.attacks),
+            explainers=tuple(self.explainers),
+            attacks=tuple(self.attacks),
             attack_explainers=tuple(self.attack_explainers) or (self.attack_explainer,),
         )
         out._check(h, w)

@@ -52,8 +52,12 @@ def mean_and_ci(values: Tensor) -> dict[str, float]:
 
 
 def evaluate_classifier(
-    model: nn.Module, inputs: Tensor, labels: Tensor, settings: EvaluationSettings | None = None,
-    *, progress: bool = True,
+    model: nn.Module,
+    inputs: Tensor,
+    labels: Tensor,
+    settings: EvaluationSettings | None = None,
+    *,
+    progress: bool = True,
 ) -> dict[str, Any]:
     """Run the whole suite on one model and held-out images; return a JSON-ready dict.
 
@@ -82,7 +86,8 @@ def evaluate_classifier(
         pred = predict(model, x, 256)
         correct = pred == y
         result: dict[str, Any] = {
-            "accuracy": float(correct.float().mean()), "n_samples": int(x.shape[0]),
+            "accuracy": float(correct.float().mean()),
+            "n_samples": int(x.shape[0]),
             "n_attacked": int(correct.sum()) if s.correct_only else int(x.shape[0]),
         }
         steps = len(s.attacks) * len(s.attack_explainers) + 2 * len(s.explainers)
@@ -119,16 +124,32 @@ def attack_one(
     region = None
     if get_objective(attack).needs_region:
         region = target_region(*x.shape[-2:]).to(x.device)
+    assert s.epsilon is not None, "call with resolved settings"
     return fragility_attack(
-        model, x, y, explainer=suite_explainer(explainer, s), objective=attack,
-        epsilon=s.epsilon, step_size=s.step_size, n_steps=s.n_steps, k=s.k,
-        measure_k=s.measure_k, n_restarts=s.n_restarts, target_region=region, seed=s.seed,
+        model,
+        x,
+        y,
+        explainer=suite_explainer(explainer, s),
+        objective=attack,
+        epsilon=s.epsilon,
+        step_size=s.step_size,
+        n_steps=s.n_steps,
+        k=s.k,
+        measure_k=s.measure_k,
+        n_restarts=s.n_restarts,
+        target_region=region,
+        seed=s.seed,
     )
 
 
 def _run_attacks(
-    model: nn.Module, x: Tensor, y: Tensor, s: EvaluationSettings, result: dict[str, Any],
-    seconds: dict[str, float], bar: Any,
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    s: EvaluationSettings,
+    result: dict[str, Any],
+    seconds: dict[str, float],
+    bar: Any,
 ) -> None:
     result["attacks_by_explainer"] = {}
     for i, explainer in enumerate(s.attack_explainers):
@@ -172,23 +193,36 @@ def attack_summary(res: FragilityResult | None) -> dict[str, Any]:
 def _examples(x: Tensor, res: FragilityResult) -> dict[str, Tensor]:
     n = min(4, len(res))
     return {
-        "inputs": x[:n].detach().cpu(), "clean_map": res.clean_map[:n].detach().cpu(),
+        "inputs": x[:n].detach().cpu(),
+        "clean_map": res.clean_map[:n].detach().cpu(),
         "adversarial": res.adversarial[:n].detach().cpu(),
         "attacked_map": res.attacked_map[:n].detach().cpu(),
     }
 
 
 def _run_explainer_metrics(
-    model: nn.Module, x: Tensor, pred: Tensor, s: EvaluationSettings, result: dict[str, Any],
-    seconds: dict[str, float], bar: Any,
+    model: nn.Module,
+    x: Tensor,
+    pred: Tensor,
+    s: EvaluationSettings,
+    result: dict[str, Any],
+    seconds: dict[str, float],
+    bar: Any,
 ) -> None:
     result["lipschitz"], result["fidelity"] = {}, {}
+    assert s.lipschitz_radius is not None, "call with resolved settings"
     for name in s.explainers:
         bar.set_postfix_str(f"lipschitz {name}")
         start = time.perf_counter()
         lip = local_lipschitz_estimate(
-            model, x, pred, explainer=suite_explainer(name, s), radius=s.lipschitz_radius,
-            n_samples=s.lipschitz_samples, normalize_maps=s.lipschitz_normalize, seed=s.seed,
+            model,
+            x,
+            pred,
+            explainer=suite_explainer(name, s),
+            radius=s.lipschitz_radius,
+            n_samples=s.lipschitz_samples,
+            normalize_maps=s.lipschitz_normalize,
+            seed=s.seed,
         )
         seconds[f"lipschitz/{name}"] = time.perf_counter() - start
         result["lipschitz"][name] = mean_and_ci(lip)
@@ -205,8 +239,13 @@ def _fidelity(
 ) -> dict[str, Any]:
     explanation = suite_explainer(name, s)(model, x, pred)
     curves = fidelity_curves(
-        model, x, pred, importance_map(explanation).detach(), n_steps=s.fidelity_steps,
-        perturbation=s.fidelity_perturbation, seed=s.seed,
+        model,
+        x,
+        pred,
+        importance_map(explanation).detach(),
+        n_steps=s.fidelity_steps,
+        perturbation=s.fidelity_perturbation,
+        seed=s.seed,
     )
     fractions = curves.fractions
     return {

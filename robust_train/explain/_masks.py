@@ -1,4 +1,5 @@
-"""Building blocks of mask-based explanations: Gaussian blur, total variation, upsampling, jitter."""
+"""Building blocks of mask-based explanations: Gaussian blur, total variation, upsampling,
+jitter."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def shift(images: Tensor, dy: int, dx: int) -> Tensor:
     padded = F.pad(images, (pad, pad, pad, pad), mode="replicate")
     height, width = images.shape[-2:]
     top, left = pad - dy, pad - dx
-    return padded[:, :, top:top + height, left:left + width]
+    return padded[:, :, top : top + height, left : left + width]
 
 
 def mask_size(height: int, width: int, mask_scale: float, min_mask_size: int) -> tuple[int, int]:

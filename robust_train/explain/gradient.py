@@ -7,7 +7,9 @@ from torch import Tensor, nn
 from robust_train.explain._autograd import input_gradient, prepare_inputs
 
 
-def saliency(model: nn.Module, inputs: Tensor, target: Tensor, *, create_graph: bool = False) -> Tensor:
+def saliency(
+    model: nn.Module, inputs: Tensor, target: Tensor, *, create_graph: bool = False
+) -> Tensor:
     """Gradient of the target logit with respect to the input (Simonyan et al. 2014).
 
     The signed gradient is returned; `importance_map` takes absolute values per pixel. As in
@@ -34,7 +36,9 @@ def saliency(model: nn.Module, inputs: Tensor, target: Tensor, *, create_graph: 
     return input_gradient(model, x, target, create_graph=create_graph)
 
 
-def input_x_gradient(model: nn.Module, inputs: Tensor, target: Tensor, *, create_graph: bool = False) -> Tensor:
+def input_x_gradient(
+    model: nn.Module, inputs: Tensor, target: Tensor, *, create_graph: bool = False
+) -> Tensor:
     """Input times the gradient of the target logit (Shrikumar et al. 2016).
 
     Example:

@@ -1,4 +1,5 @@
-"""Integrated gradients (Sundararajan, Taly, Yan, "Axiomatic Attribution for Deep Networks", 2017)."""
+"""Integrated gradients (Sundararajan, Taly, Yan, "Axiomatic Attribution for Deep Networks",
+ICML 2017)."""
 
 from __future__ import annotations
 
@@ -128,7 +129,9 @@ def _baseline(baseline: float | Tensor | None, x: Tensor) -> Tensor:
         check_finite(torch.tensor(float(baseline)), "baseline")
         return torch.full_like(x, float(baseline))
     if not isinstance(baseline, Tensor):
-        raise TypeError(f"`baseline` must be None, a float or a tensor, got {type(baseline).__name__}")
+        raise TypeError(
+            f"`baseline` must be None, a float or a tensor, got {type(baseline).__name__}"
+        )
     if not baseline.is_floating_point():
         raise TypeError(f"`baseline` must be a floating point tensor, got dtype {baseline.dtype}")
     shape, per_image = tuple(baseline.shape), tuple(x.shape[1:])

@@ -22,7 +22,8 @@ def importance_map(explanation: Tensor) -> Tensor:
         return explanation.abs()
     if explanation.dim() != 4:
         raise ValueError(
-            f"`explanation` must have shape (B, C, H, W) or (B, H, W), got shape {tuple(explanation.shape)}"
+            "`explanation` must have shape (B, C, H, W) or (B, H, W), "
+            f"got shape {tuple(explanation.shape)}"
         )
     return explanation.abs().sum(dim=1)
 

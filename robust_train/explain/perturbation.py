@@ -121,8 +121,9 @@ def meaningful_perturbation(
     check_images(inputs, "inputs", check_range=False)
     target = check_target(target, inputs.shape[0]).to(inputs.device)
     game_ = _Game(game, l1_coeff, tv_coeff, tv_beta, lr, n_iter)
-    _check_perturbation(perturbation, noise_std, mask_scale, min_mask_size, jitter, blur_sigma,
-                        constant_value)
+    _check_perturbation(
+        perturbation, noise_std, mask_scale, min_mask_size, jitter, blur_sigma, constant_value
+    )
     x = inputs.detach()
     gen = make_generator(generator, seed, x.device)
     x_null = _null_image(x, perturbation, blur_sigma, constant_value, noise_std, gen)
@@ -167,8 +168,13 @@ class _Game:
 
 
 def _check_perturbation(
-    perturbation: str, noise_std: float, mask_scale: float, min_mask_size: int, jitter: int,
-    blur_sigma: float | None, constant_value: float | None,
+    perturbation: str,
+    noise_std: float,
+    mask_scale: float,
+    min_mask_size: int,
+    jitter: int,
+    blur_sigma: float | None,
+    constant_value: float | None,
 ) -> None:
     check_choice(perturbation, "perturbation", PERTURBATIONS)
     check_non_negative(noise_std, "noise_std")
@@ -184,23 +190,36 @@ def _check_perturbation(
 
 
 def _null_image(
-    x: Tensor, perturbation: str, blur_sigma: float | None, constant_value: float | None,
-    noise_std: float, gen: torch.Generator | None,
+    x: Tensor,
+    perturbation: str,
+    blur_sigma: float | None,
+    constant_value: float | None,
+    noise_std: float,
+    gen: torch.Generator | None,
 ) -> Tensor:
     """The image that removed evidence is replaced with (blurred, constant, or noisy)."""
     if perturbation == "blur":
         sigma = blur_sigma if blur_sigma is not None else max(1.0, min(x.shape[2:]) / 22.4)
         return gaussian_blur(x, sigma)
     if perturbation == "constant":
-        fill = (x.mean(dim=(2, 3), keepdim=True) if constant_value is None
-                else torch.full_like(x[:, :, :1, :1], float(constant_value)))
+        fill = (
+            x.mean(dim=(2, 3), keepdim=True)
+            if constant_value is None
+            else torch.full_like(x[:, :, :1, :1], float(constant_value))
+        )
         return fill.expand_as(x)
     return x + noise_std * randn_like_rows(tuple(x.shape), gen, x)
 
 
 def _optimise_mask(
-    model: nn.Module, x: Tensor, x_null: Tensor, target: Tensor, game: _Game,
-    mask_hw: tuple[int, int], max_shift: int, gen: torch.Generator | None,
+    model: nn.Module,
+    x: Tensor,
+    x_null: Tensor,
+    target: Tensor,
+    game: _Game,
+    mask_hw: tuple[int, int],
+    max_shift: int,
+    gen: torch.Generator | None,
 ) -> Tensor:
     """Adam on a batch of low-resolution masks, clipped to [0, 1] after every step."""
     size = (x.shape[2], x.shape[3])

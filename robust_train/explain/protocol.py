@@ -25,6 +25,11 @@ class Explainer(Protocol):
     """
 
     def __call__(
-        self, model: nn.Module, inputs: Tensor, target: Tensor, *, create_graph: bool = False,
+        self,
+        model: nn.Module,
+        inputs: Tensor,
+        target: Tensor,
+        *,
+        create_graph: bool = False,
         **options: Any,
     ) -> Tensor: ...

@@ -77,7 +77,9 @@ def get_explainer(name: str | Callable[..., Any], **kwargs: Any) -> Callable[...
     elif isinstance(name, str) and name in _FUNCTIONS:
         func = _FUNCTIONS[name]
     else:
-        raise ValueError(f"Unknown explainer {name!r}; expected one of {list(EXPLAINERS)} or a callable")
+        raise ValueError(
+            f"Unknown explainer {name!r}; expected one of {list(EXPLAINERS)} or a callable"
+        )
     if not kwargs:
         return func
     if isinstance(kwargs.get("explainer"), str):
@@ -110,7 +112,7 @@ def is_differentiable(explainer: str | Callable[..., Any]) -> bool:
     return True
 
 
-def explainer_name(explainer: str | Callable[..., Any]) -> str:
+def explainer_name(explainer: object) -> str:
     """The name of an explainer: the string itself, or the callable's (or partial's) `__name__`.
 
     Example:
@@ -163,7 +165,7 @@ def resolve_explainer(
             f"`{name}` must be a name or a callable explainer(model, inputs, target, *, "
             f"create_graph=False), got {explainer!r}"
         )
-    label = explainer_name(explainer)  # type: ignore[arg-type]
+    label = explainer_name(explainer)
     if differentiable and not is_differentiable(func):
         raise ValueError(
             f"`{name}` {label!r} is not differentiable with respect to the input (it optimises "

@@ -97,8 +97,16 @@ def smoothgrad(
         gen = make_generator(generator, seed, x.device)
         noise = randn_like_rows((x.shape[0] * n_samples, *x.shape[1:]), gen, x)
         total = _sum_over_samples(
-            model, x, target, explainer, sigma, noise, n_samples, internal_batch_size,
-            create_graph=create_graph, squared=squared,
+            model,
+            x,
+            target,
+            explainer,
+            sigma,
+            noise,
+            n_samples,
+            internal_batch_size,
+            create_graph=create_graph,
+            squared=squared,
         )
     return total / n_samples
 
@@ -111,8 +119,16 @@ def _sigma(x: Tensor, noise_level: float, noise_scale: str) -> Tensor:
 
 
 def _sum_over_samples(
-    model: nn.Module, x: Tensor, target: Tensor, explainer: Callable[..., Tensor], sigma: Tensor,
-    noise: Tensor, n_samples: int, internal_batch_size: int | None, *, create_graph: bool,
+    model: nn.Module,
+    x: Tensor,
+    target: Tensor,
+    explainer: Callable[..., Tensor],
+    sigma: Tensor,
+    noise: Tensor,
+    n_samples: int,
+    internal_batch_size: int | None,
+    *,
+    create_graph: bool,
     squared: bool,
 ) -> Tensor:
     """Sum of the explanations of the noisy copies of each image, in chunks of rows."""

@@ -51,6 +51,14 @@ class Fidelity(Metric):
     is_differentiable = False
     higher_is_better = True
     full_state_update = False
+    fractions: Tensor
+    mif_sum: Tensor
+    lif_sum: Tensor
+    auc_mif_sum: Tensor
+    auc_lif_sum: Tensor
+    fidelity_sum: Tensor
+    fidelity_sq_sum: Tensor
+    count: Tensor
 
     _CURVE_KEYS = (
         "patch_size",

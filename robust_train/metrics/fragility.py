@@ -58,13 +58,25 @@ class ExplanationFragility(Metric):
     full_state_update = False
     n_samples: Tensor
     n_improved: Tensor
+    n_unmeasured: Tensor
 
     def __init__(
-        self, *, explainer: Any = "saliency", objective: str = "topk", epsilon: float,
-        step_size: float | None = None, n_steps: int = 50, k: int | None = None,
-        n_restarts: int = 1, surrogate_beta: float | None = 10.0, measure_k: int | None = None,
-        seed: int | None = None, internal_batch_size: int | None = None,
-        target_region: Tensor | None = None, only_correct: bool = False, **kwargs: Any,
+        self,
+        *,
+        explainer: Any = "saliency",
+        objective: str = "topk",
+        epsilon: float,
+        step_size: float | None = None,
+        n_steps: int = 50,
+        k: int | None = None,
+        n_restarts: int = 1,
+        surrogate_beta: float | None = 10.0,
+        measure_k: int | None = None,
+        seed: int | None = None,
+        internal_batch_size: int | None = None,
+        target_region: Tensor | None = None,
+        only_correct: bool = False,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         objective_cls = get_objective(objective)
@@ -78,9 +90,17 @@ class ExplanationFragility(Metric):
         check_positive(n_steps, "n_steps", integer=True)
         check_positive(n_restarts, "n_restarts", integer=True)
         self.attack_kwargs: dict[str, Any] = dict(
-            explainer=explainer, objective=objective, epsilon=epsilon, step_size=step_size,
-            n_steps=n_steps, k=k, n_restarts=n_restarts, surrogate_beta=surrogate_beta,
-            measure_k=measure_k, seed=seed, internal_batch_size=internal_batch_size,
+            explainer=explainer,
+            objective=objective,
+            epsilon=epsilon,
+            step_size=step_size,
+            n_steps=n_steps,
+            k=k,
+            n_restarts=n_restarts,
+            surrogate_beta=surrogate_beta,
+            measure_k=measure_k,
+            seed=seed,
+            internal_batch_size=internal_batch_size,
             target_region=target_region,
         )
         self.only_correct = only_correct
@@ -91,8 +111,12 @@ class ExplanationFragility(Metric):
         self.add_state("n_improved", torch.tensor(0), dist_reduce_fx="sum")
         self.add_state("n_unmeasured", torch.tensor(0), dist_reduce_fx="sum")
 
-    def update(self, model_or_result: nn.Module | FragilityResult, inputs: Tensor | None = None,
-               target: Tensor | None = None) -> None:
+    def update(
+        self,
+        model_or_result: nn.Module | FragilityResult,
+        inputs: Tensor | None = None,
+        target: Tensor | None = None,
+    ) -> None:
         """Attack a batch, `update(model, inputs, target)`, or add a result, `update(result)`."""
         if isinstance(model_or_result, FragilityResult):
             if inputs is not None or target is not None:
@@ -108,8 +132,10 @@ class ExplanationFragility(Metric):
                 raise ValueError("`update(model, inputs, target)` needs `inputs` and `target`")
             result = fragility_attack(model_or_result, inputs, target, **self.attack_kwargs)
         else:
-            raise TypeError("`update` takes a FragilityResult or (model, inputs, target), got "
-                            f"{type(model_or_result).__name__}")
+            raise TypeError(
+                "`update` takes a FragilityResult or (model, inputs, target), got "
+                f"{type(model_or_result).__name__}"
+            )
         counted = result.label_kept.to(self.n_samples.device)
         if self.only_correct:
             counted = counted & (result.clean_label == result.target).to(counted.device)
@@ -125,8 +151,9 @@ class ExplanationFragility(Metric):
 
     def compute(self) -> dict[str, Tensor]:
         """Means over the counted samples (NaN where nothing was counted)."""
-        out = {name: getattr(self, f"{name}_sum") / getattr(self, f"{name}_count")
-               for name in METRICS}
+        out = {
+            name: getattr(self, f"{name}_sum") / getattr(self, f"{name}_count") for name in METRICS
+        }
         out["improved_rate"] = self.n_improved / self.n_samples
         out["n_samples"] = self.n_samples.clone()
         out["n_unmeasured"] = self.n_unmeasured.clone()

@@ -46,6 +46,10 @@ class LocalLipschitz(Metric):
     is_differentiable = False
     higher_is_better = False
     full_state_update = False
+    total: Tensor
+    total_sq: Tensor
+    count: Tensor
+    maximum: Tensor
 
     _ESTIMATE_KEYS = (
         "radius",

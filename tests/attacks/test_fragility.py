@@ -26,22 +26,35 @@ def _kwargs(objective: str) -> dict:
 
 def _attack(model, x, objective, **kwargs) -> FragilityResult:
     target = model(x).argmax(1)
-    return fragility_attack(model, x, target, objective=objective, **{**_kwargs(objective), **kwargs})
+    return fragility_attack(
+        model, x, target, objective=objective, **{**_kwargs(objective), **kwargs}
+    )
 
 
-@pytest.mark.parametrize("objective, model_cls", [("topk", SmoothMLP), ("topk", TinyCNN),
-                                                  ("mass_center", TinyCNN)])
+@pytest.mark.parametrize(
+    "objective, model_cls", [("topk", SmoothMLP), ("topk", TinyCNN), ("mass_center", TinyCNN)]
+)
 def test_equals_per_sample_reference(objective, model_cls) -> None:
     model = model_cls().double().eval()
     x = torch.rand(3, 1, 8, 8, dtype=torch.float64)
     target = model(x).argmax(1)
-    res = fragility_attack(model, x, target, objective=objective, epsilon=0.1, step_size=0.02,
-                           n_steps=6, k=8)
+    res = fragility_attack(
+        model, x, target, objective=objective, epsilon=0.1, step_size=0.02, n_steps=6, k=8
+    )
     surrogate = model if model_cls is SmoothMLP else softplus(model, 10.0)
     assert res.surrogate_beta == (None if model_cls is SmoothMLP else 10.0)
     for i in range(3):
-        adv, score = reference_attack(model, surrogate, x[i], int(target[i]), objective=objective,
-                                      epsilon=0.1, step_size=0.02, n_steps=6, k=8)
+        adv, score = reference_attack(
+            model,
+            surrogate,
+            x[i],
+            int(target[i]),
+            objective=objective,
+            epsilon=0.1,
+            step_size=0.02,
+            n_steps=6,
+            k=8,
+        )
         assert torch.allclose(res.adversarial[i], adv, atol=1e-10)
         got = res.topk_intersection[i] if objective == "topk" else res.center_shift[i]
         assert got.item() == pytest.approx(score, abs=1e-8)
@@ -73,14 +86,19 @@ def test_budget_range_and_label_invariants(objective) -> None:
 def test_more_steps_never_worse(objective) -> None:
     model = TinyCNN(seed=1).eval()
     x = torch.rand(8, 1, 8, 8)
-    short, long = (_attack(model, x, objective, epsilon=0.1, n_steps=n, n_restarts=2, seed=3,
-                           k=6) for n in (5, 10))
+    short, long = (
+        _attack(model, x, objective, epsilon=0.1, n_steps=n, n_restarts=2, seed=3, k=6)
+        for n in (5, 10)
+    )
     assert short.step_size == long.step_size
     if objective in ("topk", "random_sign"):
         worse = (long.topk_intersection > short.topk_intersection) | (
-            (long.topk_intersection == short.topk_intersection) & (long.spearman > short.spearman))
+            (long.topk_intersection == short.topk_intersection) & (long.spearman > short.spearman)
+        )
         assert not worse.any()
-        assert (long.topk_intersection < short.topk_intersection).any() or objective == "random_sign"
+        assert (
+            long.topk_intersection < short.topk_intersection
+        ).any() or objective == "random_sign"
     elif objective == "mass_center":
         assert (long.center_shift >= short.center_shift).all()
         assert (long.center_shift > short.center_shift).any()
@@ -93,8 +111,10 @@ def test_attack_beats_random_noise_on_trained_digits(trained_digits) -> None:
     model, x, y = trained_digits
     correct = model(x).argmax(1) == y
     xs, ys = x[correct][:48], y[correct][:48]
-    runs = {obj: fragility_attack(model, xs, ys, objective=obj, epsilon=0.1, n_steps=50, k=8, seed=0)
-            for obj in ("random_sign", "topk", "mass_center")}
+    runs = {
+        obj: fragility_attack(model, xs, ys, objective=obj, epsilon=0.1, n_steps=50, k=8, seed=0)
+        for obj in ("random_sign", "topk", "mass_center")
+    }
     topk = {obj: r.topk_intersection.mean().item() for obj, r in runs.items()}
     shift = {obj: r.center_shift.mean().item() for obj, r in runs.items()}
     # measured: top-k intersection random 0.80, topk 0.56; center shift random 0.12, mass 0.48 px
@@ -103,8 +123,9 @@ def test_attack_beats_random_noise_on_trained_digits(trained_digits) -> None:
     assert shift["mass_center"] > 2.0 * shift["random_sign"], shift
     assert shift["mass_center"] > 0.3, shift
     assert runs["topk"].spearman.nanmean() < runs["random_sign"].spearman.nanmean()
-    targeted = fragility_attack(model, xs, ys, objective="targeted", epsilon=0.1, n_steps=20,
-                                target_region=_region())
+    targeted = fragility_attack(
+        model, xs, ys, objective="targeted", epsilon=0.1, n_steps=20, target_region=_region()
+    )
     assert targeted.region_mass.mean() > targeted.clean_region_mass.mean() + 0.05
 
 
@@ -129,9 +150,17 @@ def test_batching_explainer_names_and_seeds_agree() -> None:
     x = torch.rand(5, 1, 8, 8, dtype=torch.float64)
     target = torch.tensor([0, 1, 2, 3, 4])
     base = fragility_attack(model, x, target, epsilon=0.1, n_steps=4, n_restarts=2, seed=7)
-    by_name = fragility_attack(model, x, target, explainer=saliency, epsilon=0.1, n_steps=4,
-                               n_restarts=2, generator=torch.Generator().manual_seed(7),
-                               internal_batch_size=2)
+    by_name = fragility_attack(
+        model,
+        x,
+        target,
+        explainer=saliency,
+        epsilon=0.1,
+        n_steps=4,
+        n_restarts=2,
+        generator=torch.Generator().manual_seed(7),
+        internal_batch_size=2,
+    )
     assert torch.allclose(base.adversarial, by_name.adversarial, atol=1e-12)
     assert base.explainer == by_name.explainer == "saliency"
     other = fragility_attack(model, x, target, epsilon=0.1, n_steps=4, n_restarts=2, seed=8)
@@ -139,16 +168,23 @@ def test_batching_explainer_names_and_seeds_agree() -> None:
     assert base.k == 8 and base.measure_k == 8 and base.step_size == pytest.approx(0.1 / 8)
 
 
-@pytest.mark.parametrize("name, bound", [("input_x_gradient", {}), ("integrated_gradients", {"n_steps": 4}),
-                                         ("smoothgrad", {"n_samples": 3, "seed": 0})])
+@pytest.mark.parametrize(
+    "name, bound",
+    [
+        ("input_x_gradient", {}),
+        ("integrated_gradients", {"n_steps": 4}),
+        ("smoothgrad", {"n_samples": 3, "seed": 0}),
+    ],
+)
 def test_other_explainers_can_be_attacked(name, bound) -> None:
     from robust_train.explain import get_explainer
 
     model = TinyCNN().eval()
     x = torch.rand(3, 1, 8, 8)
     explainer = get_explainer(name, **bound) if bound else name
-    res = fragility_attack(model, x, model(x).argmax(1), explainer=explainer, epsilon=0.1,
-                           n_steps=3, progress=True)
+    res = fragility_attack(
+        model, x, model(x).argmax(1), explainer=explainer, epsilon=0.1, n_steps=3, progress=True
+    )
     assert res.explainer == name and res.improved.any()
     assert (res.adversarial - x).abs().max() <= 0.1 + 1e-6
 
@@ -187,8 +223,15 @@ def test_maps_that_cannot_be_differentiated_raise() -> None:
     with pytest.raises(ValueError, match="'detached'.*not a differentiable"):
         fragility_attack(TinyCNN(), x, torch.tensor([0, 1]), explainer=detached, epsilon=0.1)
     # random signs need no gradient: a detaching explainer is fine there
-    res = fragility_attack(TinyCNN(), x, torch.tensor([0, 1]), explainer=detached,
-                           objective="random_sign", epsilon=0.1, n_steps=2)
+    res = fragility_attack(
+        TinyCNN(),
+        x,
+        torch.tensor([0, 1]),
+        explainer=detached,
+        objective="random_sign",
+        epsilon=0.1,
+        n_steps=2,
+    )
     assert res.explainer == "detached"
 
 

@@ -72,8 +72,9 @@ def test_untraceable_functional_relu_names_that_cause() -> None:
 def test_relu_modules_without_surrogate_name_piecewise_linearity() -> None:
     model = TinyCNN().eval()
     with pytest.warns(RuntimeWarning, match="piecewise linear.*surrogate_beta=None"):
-        res = fragility_attack(model, X, model(X).argmax(1), epsilon=0.1, n_steps=2,
-                               surrogate_beta=None)
+        res = fragility_attack(
+            model, X, model(X).argmax(1), epsilon=0.1, n_steps=2, surrogate_beta=None
+        )
     _assert_unmeasured(res)
 
 
@@ -114,8 +115,12 @@ def test_non_finite_weights_are_named() -> None:
 
 def test_only_the_zero_direction_samples_are_unmeasured() -> None:
     """A black image in a batch of real ones: its map under a bias-free ReLU net is zero."""
-    model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1, bias=False), nn.ReLU(), nn.Flatten(),
-                          nn.Linear(256, 10, bias=False))
+    model = nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1, bias=False),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(256, 10, bias=False),
+    )
     x = X.clone()
     x[1] = 0.0
     with pytest.warns(RuntimeWarning, match="1 of 3 sample"):

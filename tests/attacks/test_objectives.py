@@ -29,11 +29,23 @@ from robust_train.report import summary_table
 def test_registry_lists_the_built_in_objectives() -> None:
     assert {"topk", "mass_center", "targeted", "random_sign"} <= set(OBJECTIVES)
     assert [OBJECTIVES[n] for n in ("topk", "mass_center", "targeted", "random_sign")] == [
-        TopK, MassCenter, Targeted, RandomSign]
+        TopK,
+        MassCenter,
+        Targeted,
+        RandomSign,
+    ]
     assert [c.needs_gradient for c in (TopK, MassCenter, Targeted, RandomSign)] == [
-        True, True, True, False]
+        True,
+        True,
+        True,
+        False,
+    ]
     assert [c.needs_region for c in (TopK, MassCenter, Targeted, RandomSign)] == [
-        False, False, True, False]
+        False,
+        False,
+        True,
+        False,
+    ]
     with pytest.raises(ValueError, match="Unknown `objective` 'center'.*mass_center"):
         get_objective("center")
 
@@ -105,14 +117,21 @@ def spread():
 def test_a_new_objective_is_one_class(spread) -> None:
     model = TinyCNN().eval()
     x = torch.rand(6, 1, 8, 8, generator=torch.Generator().manual_seed(1))
-    res = fragility_attack(model, x, model(x).argmax(1), objective=spread, epsilon=0.1,
-                           n_steps=4, k=8, seed=0)
+    res = fragility_attack(
+        model, x, model(x).argmax(1), objective=spread, epsilon=0.1, n_steps=4, k=8, seed=0
+    )
     assert res.objective == "spread" and bool(res.measured.all()) and res.improved.any()
     metric = ExplanationFragility(objective=spread, epsilon=0.1)
     metric.update(res)
     assert int(metric.compute()["n_samples"]) == 6
-    settings = EvaluationSettings(n_samples=6, n_steps=2, lipschitz_samples=2, fidelity_steps=4,
-                                  explainers=("saliency",), attacks=("topk", spread))
+    settings = EvaluationSettings(
+        n_samples=6,
+        n_steps=2,
+        lipschitz_samples=2,
+        fidelity_steps=4,
+        explainers=("saliency",),
+        attacks=("topk", spread),
+    )
     y = model(x).argmax(1)
     suite = evaluate_classifier(model, x, y, settings, progress=False)
     assert suite["attacks"][spread]["n"] == 6

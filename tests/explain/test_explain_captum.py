@@ -38,19 +38,23 @@ def test_saliency_equals_captum(case):
 
 def test_input_x_gradient_equals_captum(case):
     model, x, t = case
-    torch.testing.assert_close(input_x_gradient(model, x, t).detach(),
-                               InputXGradient(model).attribute(x, target=t))
+    torch.testing.assert_close(
+        input_x_gradient(model, x, t).detach(), InputXGradient(model).attribute(x, target=t)
+    )
 
 
-@pytest.mark.parametrize("method", ["riemann_left", "riemann_right", "riemann_middle",
-                                    "gausslegendre"])
+@pytest.mark.parametrize(
+    "method", ["riemann_left", "riemann_right", "riemann_middle", "gausslegendre"]
+)
 def test_integrated_gradients_equals_captum(case, method):
     model, x, t = case
     baseline = torch.full_like(x[:1], 0.3).expand_as(x).contiguous()
-    ours = integrated_gradients(model, x, t, baseline=baseline, n_steps=12, method=method,
-                                internal_batch_size=17)
-    theirs = IntegratedGradients(model).attribute(x, baselines=baseline, target=t, n_steps=12,
-                                                  method=method)
+    ours = integrated_gradients(
+        model, x, t, baseline=baseline, n_steps=12, method=method, internal_batch_size=17
+    )
+    theirs = IntegratedGradients(model).attribute(
+        x, baselines=baseline, target=t, n_steps=12, method=method
+    )
     torch.testing.assert_close(ours, theirs, rtol=1e-4, atol=1e-5)
 
 
@@ -63,8 +67,9 @@ def test_trapezoid_equals_captum_up_to_its_weight_sum(case):
     model, x, t = case
     n = 10
     ours = integrated_gradients(model, x, t, n_steps=n, method="riemann_trapezoid")
-    theirs = IntegratedGradients(model).attribute(x, target=t, n_steps=n,
-                                                  method="riemann_trapezoid")
+    theirs = IntegratedGradients(model).attribute(
+        x, target=t, n_steps=n, method="riemann_trapezoid"
+    )
     torch.testing.assert_close(ours * (n - 1) / n, theirs, rtol=1e-4, atol=1e-5)
     assert not torch.allclose(ours, theirs, rtol=1e-3, atol=1e-6)
 
@@ -76,14 +81,34 @@ def test_smoothgrad_equals_captum_noise_tunnel_with_same_noise(case, nt_type, sq
     torch.normal(0, std) and randn * std give identical numbers for the same seed on CPU."""
     model, x, t = case
     torch.manual_seed(123)
-    theirs = NoiseTunnel(Saliency(model)).attribute(x, nt_type=nt_type, nt_samples=7,
-                                                    stdevs=0.15, target=t, abs=False)
-    ours = smoothgrad(model, x, t, n_samples=7, noise_level=0.15, noise_scale="absolute",
-                      seed=123, squared=squared, internal_batch_size=5)
+    theirs = NoiseTunnel(Saliency(model)).attribute(
+        x, nt_type=nt_type, nt_samples=7, stdevs=0.15, target=t, abs=False
+    )
+    ours = smoothgrad(
+        model,
+        x,
+        t,
+        n_samples=7,
+        noise_level=0.15,
+        noise_scale="absolute",
+        seed=123,
+        squared=squared,
+        internal_batch_size=5,
+    )
     torch.testing.assert_close(ours, theirs)
-    torch.testing.assert_close(smoothgrad(model, x, t, n_samples=7, noise_level=0.15,
-                                          noise_scale="absolute", squared=squared,
-                                          generator=torch.Generator().manual_seed(123)), ours)
+    torch.testing.assert_close(
+        smoothgrad(
+            model,
+            x,
+            t,
+            n_samples=7,
+            noise_level=0.15,
+            noise_scale="absolute",
+            squared=squared,
+            generator=torch.Generator().manual_seed(123),
+        ),
+        ours,
+    )
 
 
 def test_smoothgrad_relative_noise_equals_captum_per_image(trained_digits):
@@ -92,8 +117,8 @@ def test_smoothgrad_relative_noise_equals_captum_per_image(trained_digits):
     x, t = x_test[:1] * 0.5, y_test[:1]
     sigma = 0.2 * float(x.max() - x.min())
     torch.manual_seed(5)
-    theirs = NoiseTunnel(InputXGradient(model)).attribute(x, nt_type="smoothgrad", nt_samples=6,
-                                                          stdevs=sigma, target=t)
-    ours = smoothgrad(model, x, t, explainer=input_x_gradient, n_samples=6, noise_level=0.2,
-                      seed=5)
+    theirs = NoiseTunnel(InputXGradient(model)).attribute(
+        x, nt_type="smoothgrad", nt_samples=6, stdevs=sigma, target=t
+    )
+    ours = smoothgrad(model, x, t, explainer=input_x_gradient, n_samples=6, noise_level=0.2, seed=5)
     torch.testing.assert_close(ours, theirs)

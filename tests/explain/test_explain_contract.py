@@ -43,15 +43,18 @@ def test_batch_independence_in_eval_mode(name):
     x, t = torch.rand(3, 1, 8, 8), torch.tensor([4, 0, 7])
     explain = _explainer(name, **({"noise_level": 0.0} if name == "smoothgrad" else {}))
     together = explain(model, x, t)
-    alone = torch.cat([explain(model, x[i:i + 1], t[i:i + 1]) for i in range(3)])
+    alone = torch.cat([explain(model, x[i : i + 1], t[i : i + 1]) for i in range(3)])
     torch.testing.assert_close(together, alone, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("name", DIFFERENTIABLE)
 @pytest.mark.parametrize("smooth_model", ["softplus_cnn", "smooth_mlp"])
 def test_create_graph_gives_second_derivatives(name, smooth_model):
-    model = (softplus(TinyCNN(batchnorm=True).eval(), beta=5.0) if smooth_model == "softplus_cnn"
-             else SmoothMLP())
+    model = (
+        softplus(TinyCNN(batchnorm=True).eval(), beta=5.0)
+        if smooth_model == "softplus_cnn"
+        else SmoothMLP()
+    )
     x = torch.rand(2, 1, 8, 8, requires_grad=True)
     explanation = _explainer(name)(model, x, torch.tensor([3, 8]), create_graph=True)
     assert explanation.requires_grad

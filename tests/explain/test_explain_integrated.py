@@ -1,4 +1,5 @@
-"""integrated_gradients: reference implementation, limiting cases, completeness, chunking, errors."""
+"""integrated_gradients: reference implementation, limiting cases, completeness, chunking,
+errors."""
 
 from __future__ import annotations
 
@@ -46,9 +47,10 @@ def test_linear_model_zero_baseline_equals_input_x_gradient(method):
     torch.testing.assert_close(ig, input_x_gradient(model, x, t).detach())
 
 
-@pytest.mark.parametrize(("method", "n_steps", "tol"),
-                         [("riemann_trapezoid", 64, 2e-4), ("gausslegendre", 16, 1e-5),
-                          ("riemann_middle", 64, 2e-4)])
+@pytest.mark.parametrize(
+    ("method", "n_steps", "tol"),
+    [("riemann_trapezoid", 64, 2e-4), ("gausslegendre", 16, 1e-5), ("riemann_middle", 64, 2e-4)],
+)
 def test_completeness_on_smooth_mlp(method, n_steps, tol):
     model = _curved_mlp()
     x, t = torch.rand(5, 1, 8, 8), torch.tensor([0, 1, 2, 3, 4])
@@ -73,25 +75,33 @@ def test_chunking_does_not_change_the_result(chunk):
     model = TinyCNN(batchnorm=True, dropout=0.5).eval()
     x, t = torch.rand(3, 1, 8, 8), torch.tensor([2, 2, 8])
     full = integrated_gradients(model, x, t, n_steps=8)
-    torch.testing.assert_close(integrated_gradients(model, x, t, n_steps=8,
-                                                    internal_batch_size=chunk), full)
+    torch.testing.assert_close(
+        integrated_gradients(model, x, t, n_steps=8, internal_batch_size=chunk), full
+    )
 
 
 def test_chunks_bound_the_forward_batch():
     seen: list[int] = []
     model = LinearModel()
     model.register_forward_hook(lambda module, args, out: seen.append(args[0].shape[0]))
-    integrated_gradients(model, torch.rand(3, 1, 8, 8), torch.tensor([0, 1, 2]), n_steps=10,
-                         internal_batch_size=7)
+    integrated_gradients(
+        model, torch.rand(3, 1, 8, 8), torch.tensor([0, 1, 2]), n_steps=10, internal_batch_size=7
+    )
     assert max(seen) == 7 and sum(seen) == 30
 
 
 def test_baseline_forms_agree():
     model = SmoothMLP()
     x, t = torch.rand(2, 1, 8, 8), torch.tensor([3, 6])
-    results = [integrated_gradients(model, x, t, baseline=b, n_steps=6)
-               for b in (0.25, torch.full((1, 8, 8), 0.25), torch.full((1, 1, 8, 8), 0.25),
-                         torch.full((2, 1, 8, 8), 0.25))]
+    results = [
+        integrated_gradients(model, x, t, baseline=b, n_steps=6)
+        for b in (
+            0.25,
+            torch.full((1, 8, 8), 0.25),
+            torch.full((1, 1, 8, 8), 0.25),
+            torch.full((2, 1, 8, 8), 0.25),
+        )
+    ]
     for other in results[1:]:
         torch.testing.assert_close(other, results[0])
     assert not torch.allclose(results[0], integrated_gradients(model, x, t, n_steps=6))
@@ -110,15 +120,22 @@ def test_integration_rules_integrate_polynomials(method):
         assert (weights * alphas**7).sum() == pytest.approx(1 / 8)
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"n_steps": 0}, "n_steps"), ({"n_steps": -3}, "n_steps"), ({"n_steps": 2.5}, "n_steps"),
-    ({"n_steps": 1}, "n_steps"), ({"method": "simpson"}, "method"),
-    ({"internal_batch_size": 0}, "internal_batch_size"),
-    ({"baseline": torch.zeros(2, 8, 8)}, "baseline"), ({"baseline": torch.zeros(1, 8, 8).long()},
-                                                      "baseline"),
-    ({"baseline": torch.full((1, 8, 8), float("nan"))}, "baseline"),
-    ({"baseline": float("inf")}, "baseline"), ({"baseline": "zeros"}, "baseline"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"n_steps": 0}, "n_steps"),
+        ({"n_steps": -3}, "n_steps"),
+        ({"n_steps": 2.5}, "n_steps"),
+        ({"n_steps": 1}, "n_steps"),
+        ({"method": "simpson"}, "method"),
+        ({"internal_batch_size": 0}, "internal_batch_size"),
+        ({"baseline": torch.zeros(2, 8, 8)}, "baseline"),
+        ({"baseline": torch.zeros(1, 8, 8).long()}, "baseline"),
+        ({"baseline": torch.full((1, 8, 8), float("nan"))}, "baseline"),
+        ({"baseline": float("inf")}, "baseline"),
+        ({"baseline": "zeros"}, "baseline"),
+    ],
+)
 def test_bad_arguments_are_named(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         integrated_gradients(LinearModel(), torch.rand(2, 1, 8, 8), torch.tensor([0, 1]), **kwargs)

@@ -39,11 +39,14 @@ def patch_case():
     return PatchModel(), x, torch.zeros(3, dtype=torch.long), inside, far
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"perturbation": "constant", "constant_value": 0.0, "jitter": 0, "mask_scale": 1.0},
-    {"perturbation": "blur", "jitter": 0},
-    {},  # defaults: blur, 8x8 mask upsampled to 16x16, jitter
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"perturbation": "constant", "constant_value": 0.0, "jitter": 0, "mask_scale": 1.0},
+        {"perturbation": "blur", "jitter": 0},
+        {},  # defaults: blur, 8x8 mask upsampled to 16x16, jitter
+    ],
+)
 def test_deletion_removes_exactly_the_region_the_model_reads(patch_case, kwargs):
     model, x, t, inside, far = patch_case
     importance, mask = meaningful_perturbation(model, x, t, seed=0, return_mask=True, **kwargs)
@@ -57,8 +60,9 @@ def test_deletion_removes_exactly_the_region_the_model_reads(patch_case, kwargs)
 
 def test_preservation_keeps_only_the_region(patch_case):
     model, x, t, inside, far = patch_case
-    importance, mask = meaningful_perturbation(model, x, t, game="preservation", seed=0,
-                                               return_mask=True)
+    importance, mask = meaningful_perturbation(
+        model, x, t, game="preservation", seed=0, return_mask=True
+    )
     torch.testing.assert_close(importance, mask)
     assert mask[:, 0][:, inside].mean() > 0.8 and mask[:, 0][:, far].mean() < 0.05
 
@@ -104,39 +108,52 @@ def test_batch_of_masks_is_optimised_independently():
     model = TinyCNN().eval()
     x, t = torch.rand(3, 1, 8, 8), torch.tensor([3, 1, 4])
     together = meaningful_perturbation(model, x, t, n_iter=40, seed=5)
-    alone = torch.cat([meaningful_perturbation(model, x[i:i + 1], t[i:i + 1], n_iter=40, seed=5)
-                       for i in range(3)])
+    alone = torch.cat(
+        [
+            meaningful_perturbation(model, x[i : i + 1], t[i : i + 1], n_iter=40, seed=5)
+            for i in range(3)
+        ]
+    )
     torch.testing.assert_close(together, alone, atol=1e-4, rtol=0)
     torch.testing.assert_close(meaningful_perturbation(model, x, t, n_iter=40, seed=5), together)
 
 
 @pytest.mark.parametrize("perturbation", ["blur", "constant", "noise"])
 def test_every_perturbation_runs_and_stays_in_range(perturbation):
-    imp = meaningful_perturbation(TinyCNN().eval(), torch.rand(2, 1, 8, 8),
-                                  torch.tensor([0, 1]), perturbation=perturbation, n_iter=10)
+    imp = meaningful_perturbation(
+        TinyCNN().eval(),
+        torch.rand(2, 1, 8, 8),
+        torch.tensor([0, 1]),
+        perturbation=perturbation,
+        n_iter=10,
+    )
     assert imp.shape == (2, 1, 8, 8) and imp.min() >= 0 and imp.max() <= 1
 
 
 def test_create_graph_is_refused_as_not_differentiable():
     with pytest.raises(NotDifferentiableError, match="not differentiable.*attack target"):
-        meaningful_perturbation(TinyCNN(), torch.rand(1, 1, 8, 8), torch.tensor([0]),
-                                create_graph=True)
+        meaningful_perturbation(
+            TinyCNN(), torch.rand(1, 1, 8, 8), torch.tensor([0]), create_graph=True
+        )
     assert issubclass(NotDifferentiableError, ValueError)
 
 
 def test_blur_equals_scipy_gaussian_filter():
     img = torch.rand(2, 3, 9, 11, dtype=torch.float64)
     ours = gaussian_blur(img, 1.3).numpy()
-    theirs = np.stack([[gaussian_filter(c, 1.3, mode="nearest", truncate=4.0) for c in im]
-                       for im in img.numpy()])
+    theirs = np.stack(
+        [[gaussian_filter(c, 1.3, mode="nearest", truncate=4.0) for c in im] for im in img.numpy()]
+    )
     np.testing.assert_allclose(ours, theirs, atol=1e-10)
 
 
 def test_total_variation_shift_and_mask_size():
     m = torch.rand(2, 1, 4, 5)
-    expected = [sum(abs(float(mi[0, r + 1, c] - mi[0, r, c])) ** 3 for r in range(3) for c in range(5))
-                + sum(abs(float(mi[0, r, c + 1] - mi[0, r, c])) ** 3 for r in range(4) for c in range(4))
-                for mi in m]
+    expected = [
+        sum(abs(float(mi[0, r + 1, c] - mi[0, r, c])) ** 3 for r in range(3) for c in range(5))
+        + sum(abs(float(mi[0, r, c + 1] - mi[0, r, c])) ** 3 for r in range(4) for c in range(4))
+        for mi in m
+    ]
     torch.testing.assert_close(total_variation(m, 3.0), torch.tensor(expected))
     img = torch.arange(16.0).view(1, 1, 4, 4)
     assert shift(img, 1, 0)[0, 0, 1:].tolist() == img[0, 0, :3].tolist()
@@ -144,14 +161,25 @@ def test_total_variation_shift_and_mask_size():
     assert mask_size(224, 112, 1 / 8, 8) == (28, 14) and mask_size(4, 16, 1.0, 8) == (4, 16)
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"game": "insertion"}, "game"), ({"perturbation": "zero"}, "perturbation"),
-    ({"n_iter": 0}, "n_iter"), ({"lr": -0.1}, "lr"), ({"mask_scale": 2.0}, "mask_scale"),
-    ({"mask_scale": 0.0}, "mask_scale"), ({"jitter": -1}, "jitter"), ({"jitter": 1.5}, "jitter"),
-    ({"l1_coeff": -1.0}, "l1_coeff"), ({"tv_beta": 0.0}, "tv_beta"),
-    ({"blur_sigma": 0.0}, "blur_sigma"), ({"constant_value": 2.0}, "constant_value"),
-    ({"noise_std": -0.5}, "noise_std"), ({"min_mask_size": 0}, "min_mask_size"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"game": "insertion"}, "game"),
+        ({"perturbation": "zero"}, "perturbation"),
+        ({"n_iter": 0}, "n_iter"),
+        ({"lr": -0.1}, "lr"),
+        ({"mask_scale": 2.0}, "mask_scale"),
+        ({"mask_scale": 0.0}, "mask_scale"),
+        ({"jitter": -1}, "jitter"),
+        ({"jitter": 1.5}, "jitter"),
+        ({"l1_coeff": -1.0}, "l1_coeff"),
+        ({"tv_beta": 0.0}, "tv_beta"),
+        ({"blur_sigma": 0.0}, "blur_sigma"),
+        ({"constant_value": 2.0}, "constant_value"),
+        ({"noise_std": -0.5}, "noise_std"),
+        ({"min_mask_size": 0}, "min_mask_size"),
+    ],
+)
 def test_bad_arguments_are_named(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         meaningful_perturbation(TinyCNN(), torch.rand(1, 1, 8, 8), torch.tensor([0]), **kwargs)

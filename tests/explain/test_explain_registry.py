@@ -23,8 +23,13 @@ from robust_train.explain import (
 
 
 def test_every_name_resolves_to_its_function():
-    assert EXPLAINERS == ("saliency", "input_x_gradient", "integrated_gradients", "smoothgrad",
-                          "meaningful_perturbation")
+    assert EXPLAINERS == (
+        "saliency",
+        "input_x_gradient",
+        "integrated_gradients",
+        "smoothgrad",
+        "meaningful_perturbation",
+    )
     for name in EXPLAINERS:
         assert get_explainer(name) is getattr(explain, name)
         assert get_explainer(name).__name__ == name
@@ -35,10 +40,13 @@ def test_bound_arguments_are_used_and_call_arguments_override_them():
     ig = get_explainer("integrated_gradients", n_steps=3, method="riemann_middle")
     assert ig.__name__ == "integrated_gradients"
     assert repr(ig) == "integrated_gradients(n_steps=3, method='riemann_middle')"
-    torch.testing.assert_close(ig(model, x, t),
-                               integrated_gradients(model, x, t, n_steps=3, method="riemann_middle"))
-    torch.testing.assert_close(ig(model, x, t, n_steps=5),
-                               integrated_gradients(model, x, t, n_steps=5, method="riemann_middle"))
+    torch.testing.assert_close(
+        ig(model, x, t), integrated_gradients(model, x, t, n_steps=3, method="riemann_middle")
+    )
+    torch.testing.assert_close(
+        ig(model, x, t, n_steps=5),
+        integrated_gradients(model, x, t, n_steps=5, method="riemann_middle"),
+    )
     assert not torch.allclose(ig(model, x, t), ig(model, x, t, n_steps=5))
 
 
@@ -46,8 +54,9 @@ def test_smoothgrad_explainer_given_by_name_is_resolved():
     model, x, t = SmoothMLP(), torch.rand(2, 1, 8, 8), torch.tensor([0, 4])
     sg = get_explainer("smoothgrad", explainer="input_x_gradient", n_samples=3, seed=0)
     assert sg.keywords["explainer"] is input_x_gradient
-    torch.testing.assert_close(sg(model, x, t), smoothgrad(model, x, t, explainer=input_x_gradient,
-                                                           n_samples=3, seed=0))
+    torch.testing.assert_close(
+        sg(model, x, t), smoothgrad(model, x, t, explainer=input_x_gradient, n_samples=3, seed=0)
+    )
 
 
 def test_callables_are_accepted():

@@ -34,17 +34,19 @@ def test_equals_slow_reference_with_same_noise(cnn_case, squared):
     x = x * torch.tensor([1.0, 0.5, 0.2]).view(3, 1, 1, 1)  # different ranges -> different sigma
     sigma = 0.15 * (x.amax(dim=(1, 2, 3)) - x.amin(dim=(1, 2, 3)))
     expected = reference_smoothgrad(model, x, t, _same_noise(3, 5, (1, 8, 8), 42), sigma, squared)
-    ours = smoothgrad(model, x, t, n_samples=5, noise_level=0.15, seed=42, squared=squared,
-                      internal_batch_size=4)
+    ours = smoothgrad(
+        model, x, t, n_samples=5, noise_level=0.15, seed=42, squared=squared, internal_batch_size=4
+    )
     torch.testing.assert_close(ours, expected)
 
 
 @pytest.mark.parametrize("explainer", [saliency, input_x_gradient])
 def test_zero_noise_equals_the_plain_explanation(cnn_case, explainer):
     model, x, t = cnn_case
-    torch.testing.assert_close(smoothgrad(model, x, t, explainer=explainer, noise_level=0.0,
-                                          n_samples=3),
-                               explainer(model, x, t).detach())
+    torch.testing.assert_close(
+        smoothgrad(model, x, t, explainer=explainer, noise_level=0.0, n_samples=3),
+        explainer(model, x, t).detach(),
+    )
 
 
 def test_noise_changes_the_result_on_a_nonlinear_model(cnn_case):
@@ -68,8 +70,9 @@ def test_seed_fixes_the_noise_and_generator_alone_does_not(cnn_case):
 def test_chunking_does_not_change_the_result(cnn_case, chunk):
     model, x, t = cnn_case
     full = smoothgrad(model, x, t, n_samples=3, seed=1)
-    torch.testing.assert_close(smoothgrad(model, x, t, n_samples=3, seed=1,
-                                          internal_batch_size=chunk), full)
+    torch.testing.assert_close(
+        smoothgrad(model, x, t, n_samples=3, seed=1, internal_batch_size=chunk), full
+    )
 
 
 def test_wraps_any_explainer_and_passes_create_graph(cnn_case):
@@ -80,8 +83,16 @@ def test_wraps_any_explainer_and_passes_create_graph(cnn_case):
         calls.append((inputs.shape[0], create_graph))
         return 2 * saliency(model, inputs, target, create_graph=create_graph)
 
-    out = smoothgrad(model, x, t, explainer=doubled, n_samples=4, seed=3, internal_batch_size=5,
-                     create_graph=True)
+    out = smoothgrad(
+        model,
+        x,
+        t,
+        explainer=doubled,
+        n_samples=4,
+        seed=3,
+        internal_batch_size=5,
+        create_graph=True,
+    )
     torch.testing.assert_close(out.detach(), 2 * smoothgrad(model, x, t, n_samples=4, seed=3))
     assert calls == [(5, True), (5, True), (2, True)]
     ig = get_explainer("integrated_gradients", n_steps=4)
@@ -102,16 +113,21 @@ def test_fixed_noise_smoothgrad_is_differentiable_in_the_input():
     assert torch.autograd.gradcheck(f, (x,), eps=1e-6, atol=1e-5)
 
 
-@pytest.mark.parametrize(("kwargs", "error", "match"), [
-    ({"n_samples": 0}, ValueError, "n_samples"), ({"n_samples": 2.0}, TypeError, "n_samples"),
-    ({"noise_level": -0.1}, ValueError, "noise_level"),
-    ({"noise_level": float("nan")}, ValueError, "noise_level"),
-    ({"noise_scale": "percent"}, ValueError, "noise_scale"),
-    ({"explainer": "saliency"}, TypeError, "explainer"),
-    ({"seed": 1, "generator": torch.Generator()}, ValueError, "seed"),
-    ({"seed": 1.5}, TypeError, "seed"), ({"generator": 3}, TypeError, "generator"),
-    ({"internal_batch_size": -1}, ValueError, "internal_batch_size"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"n_samples": 0}, ValueError, "n_samples"),
+        ({"n_samples": 2.0}, TypeError, "n_samples"),
+        ({"noise_level": -0.1}, ValueError, "noise_level"),
+        ({"noise_level": float("nan")}, ValueError, "noise_level"),
+        ({"noise_scale": "percent"}, ValueError, "noise_scale"),
+        ({"explainer": "saliency"}, TypeError, "explainer"),
+        ({"seed": 1, "generator": torch.Generator()}, ValueError, "seed"),
+        ({"seed": 1.5}, TypeError, "seed"),
+        ({"generator": 3}, TypeError, "generator"),
+        ({"internal_batch_size": -1}, ValueError, "internal_batch_size"),
+    ],
+)
 def test_bad_arguments_are_named(kwargs, error, match):
     with pytest.raises(error, match=match):
         smoothgrad(SmoothMLP(), torch.rand(2, 1, 8, 8), torch.tensor([0, 1]), **kwargs)

@@ -38,7 +38,8 @@ def test_two_batch_update_equals_one_big_update_and_state_is_fixed() -> None:
         expected = torch.cat([getattr(ra, name), getattr(rb, name)]).mean()
         assert out[name].item() == pytest.approx(expected.item(), abs=1e-6)
     assert out["spearman"].item() == pytest.approx(
-        torch.cat([ra.spearman[1:], rb.spearman]).mean().item(), abs=1e-6)
+        torch.cat([ra.spearman[1:], rb.spearman]).mean().item(), abs=1e-6
+    )
     improved = torch.cat([ra.improved, rb.improved]).float().mean()
     assert out["improved_rate"].item() == pytest.approx(improved.item())
 
@@ -51,7 +52,8 @@ def test_update_with_model_runs_the_held_attack() -> None:
     metric.update(model, x, target)  # torchmetrics runs update with grad disabled: must still work
     expected = fragility_attack(model, x, target, seed=0, **SETTINGS)
     assert metric.compute()["topk_intersection"].item() == pytest.approx(
-        expected.topk_intersection.mean().item())
+        expected.topk_intersection.mean().item()
+    )
     metric.reset()
     with pytest.warns(UserWarning, match="before the ``update``"):
         assert int(metric.n_samples) == 0 and math.isnan(metric.compute()["kendall"].item())
@@ -68,7 +70,8 @@ def test_only_correct_counts_correctly_classified_samples() -> None:
     metric.update(result)
     assert int(metric.n_samples) == 4
     assert metric.compute()["center_shift"].item() == pytest.approx(
-        result.center_shift[2:].mean().item(), abs=1e-6)
+        result.center_shift[2:].mean().item(), abs=1e-6
+    )
 
 
 def test_bad_metric_arguments() -> None:

@@ -22,8 +22,12 @@ from robust_train.metrics.functional.similarity import (
 def _scipy(stat, a: torch.Tensor, b: torch.Tensor) -> np.ndarray:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # scipy warns on constant input and returns NaN
-        return np.array([stat(x.flatten().double().numpy(), y.flatten().double().numpy()).statistic
-                         for x, y in zip(a, b, strict=True)])
+        return np.array(
+            [
+                stat(x.flatten().double().numpy(), y.flatten().double().numpy()).statistic
+                for x, y in zip(a, b, strict=True)
+            ]
+        )
 
 
 def _tied_maps(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -38,8 +42,10 @@ def _tied_maps(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return a, b
 
 
-@pytest.mark.parametrize("stat, ours", [(scipy.stats.spearmanr, spearman_correlation),
-                                        (scipy.stats.kendalltau, kendall_tau)])
+@pytest.mark.parametrize(
+    "stat, ours",
+    [(scipy.stats.spearmanr, spearman_correlation), (scipy.stats.kendalltau, kendall_tau)],
+)
 def test_rank_statistics_equal_scipy_with_ties(stat, ours) -> None:
     n_nan = 0
     for seed in range(150):
@@ -53,8 +59,10 @@ def test_rank_statistics_equal_scipy_with_ties(stat, ours) -> None:
     assert 0 < n_nan < 300  # the seeds exercise constant maps as well as ordinary ones
 
 
-@pytest.mark.parametrize("stat, ours", [(scipy.stats.spearmanr, spearman_correlation),
-                                        (scipy.stats.kendalltau, kendall_tau)])
+@pytest.mark.parametrize(
+    "stat, ours",
+    [(scipy.stats.spearmanr, spearman_correlation), (scipy.stats.kendalltau, kendall_tau)],
+)
 def test_rank_statistics_equal_scipy_continuous_and_correlated(stat, ours) -> None:
     a = torch.rand(3, 32, 32)
     b = a + 0.3 * torch.rand(3, 32, 32)  # strongly but not perfectly correlated
@@ -67,8 +75,9 @@ def test_rank_statistics_equal_scipy_continuous_and_correlated(stat, ours) -> No
 def test_kendall_large_map_matches_scipy() -> None:
     a = (torch.rand(2, 224, 224) * 50).round()  # 224 x 224 with ties: O(N log^2 N) path, no N^2
     b = a + torch.randint(-3, 4, a.shape).float()
-    np.testing.assert_allclose(kendall_tau(a, b).double().numpy(),
-                               _scipy(scipy.stats.kendalltau, a, b), atol=1e-6)
+    np.testing.assert_allclose(
+        kendall_tau(a, b).double().numpy(), _scipy(scipy.stats.kendalltau, a, b), atol=1e-6
+    )
 
 
 def test_rank_statistics_limits() -> None:
@@ -117,11 +126,14 @@ def test_center_of_mass_shift_equals_the_shift() -> None:
         a = torch.zeros(2, 16, 16)
         b = torch.zeros(2, 16, 16)
         a[:, 5:11, 5:11] = blob
-        b[:, 5 + dy:11 + dy, 5 + dx:11 + dx] = 3.0 * blob  # scale must not matter
+        b[:, 5 + dy : 11 + dy, 5 + dx : 11 + dx] = 3.0 * blob  # scale must not matter
         expected = torch.full((2,), float(np.hypot(dy, dx)))
         assert torch.allclose(center_of_mass_shift(a, b), expected, atol=1e-4)
-        assert torch.allclose(center_of_mass(b) - center_of_mass(a),
-                              torch.tensor([[dy, dx]] * 2, dtype=torch.float32), atol=1e-4)
+        assert torch.allclose(
+            center_of_mass(b) - center_of_mass(a),
+            torch.tensor([[dy, dx]] * 2, dtype=torch.float32),
+            atol=1e-4,
+        )
 
 
 def test_center_of_mass_uniform_and_zero_maps() -> None:
@@ -135,8 +147,15 @@ def test_center_of_mass_is_differentiable() -> None:
     assert grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("fn", [spearman_correlation, kendall_tau, center_of_mass_shift,
-                                lambda a, b: topk_intersection(a, b, 2)])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        spearman_correlation,
+        kendall_tau,
+        center_of_mass_shift,
+        lambda a, b: topk_intersection(a, b, 2),
+    ],
+)
 def test_bad_maps(fn) -> None:
     good = torch.rand(2, 4, 4)
     with pytest.raises(ValueError, match="map_b.*same shape|same shape"):

@@ -36,9 +36,18 @@ def center(importance: Tensor) -> Tensor:
     return torch.stack([row, col])
 
 
-def reference_attack(model: nn.Module, surrogate: nn.Module, x0: Tensor, target: int, *,
-                     objective: str, epsilon: float, step_size: float, n_steps: int,
-                     k: int) -> tuple[Tensor, float]:
+def reference_attack(
+    model: nn.Module,
+    surrogate: nn.Module,
+    x0: Tensor,
+    target: int,
+    *,
+    objective: str,
+    epsilon: float,
+    step_size: float,
+    n_steps: int,
+    k: int,
+) -> tuple[Tensor, float]:
     """Attack one image (C, H, W); return (adversarial, score of the returned input).
 
     Score: top-k intersection for "topk", center shift in pixels for "mass_center".

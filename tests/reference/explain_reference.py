@@ -18,7 +18,11 @@ def gradient_at(model: nn.Module, image: Tensor, label: int) -> Tensor:
 
 
 def reference_integrated_gradients(
-    model: nn.Module, inputs: Tensor, target: Tensor, baseline: Tensor, alphas: list[float],
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    baseline: Tensor,
+    alphas: list[float],
     weights: list[float],
 ) -> Tensor:
     """IG(x) = (x - x') * sum_k w_k grad f(x' + a_k (x - x')) (Sundararajan et al. 2017, eq. 3)."""
@@ -40,7 +44,11 @@ def reference_trapezoid(n_steps: int) -> tuple[list[float], list[float]]:
 
 
 def reference_smoothgrad(
-    model: nn.Module, inputs: Tensor, target: Tensor, noise: Tensor, sigma: Tensor,
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    noise: Tensor,
+    sigma: Tensor,
     squared: bool = False,
 ) -> Tensor:
     """SmoothGrad (Smilkov et al. 2017): mean over s of grad f(x + sigma * z_s).

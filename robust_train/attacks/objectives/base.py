@@ -48,7 +48,10 @@ class FragilityObjective:
     needs_gradient: ClassVar[bool] = True
     needs_region: ClassVar[bool] = False
     report_metrics: ClassVar[tuple[str, ...]] = (
-        "topk_intersection", "spearman", "kendall", "center_shift"
+        "topk_intersection",
+        "spearman",
+        "kendall",
+        "center_shift",
     )
 
     def __init__(

@@ -34,16 +34,18 @@ def draw_offsets(
     is not confined to the ball (as Quantus' LocalLipschitzEstimate).
     """
     device = generator_device(generator, inputs.device)
-    kw = {"generator": generator, "device": device, "dtype": inputs.dtype}
+    dtype = inputs.dtype
     if sampling == "gaussian":
-        delta = radius * torch.randn(inputs.shape, **kw)
+        delta = radius * torch.randn(inputs.shape, generator=generator, device=device, dtype=dtype)
     elif norm == "linf":
-        delta = radius * (2 * torch.rand(inputs.shape, **kw) - 1)
+        u = torch.rand(inputs.shape, generator=generator, device=device, dtype=dtype)
+        delta = radius * (2 * u - 1)
     else:
-        direction = torch.randn(inputs.shape, **kw)
+        direction = torch.randn(inputs.shape, generator=generator, device=device, dtype=dtype)
         lengths = direction.flatten(1).norm(dim=1).clamp_min(_TINY)
         dim = inputs[0].numel()
-        scale = radius * torch.rand(inputs.shape[0], **kw) ** (1.0 / dim) / lengths
+        u = torch.rand(inputs.shape[0], generator=generator, device=device, dtype=dtype)
+        scale = radius * u ** (1.0 / dim) / lengths
         delta = direction * scale.view(-1, 1, 1, 1)
     return delta.to(inputs.device)
 

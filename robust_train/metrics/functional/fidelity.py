@@ -107,8 +107,16 @@ def fidelity_curves(
     check_images(inputs)
     maps = _importance(importance, inputs)
     mean = _check_curve_arguments(
-        n_steps, patch_size, perturbation, score, blur_sigma, imputation_noise, mean, inputs,
-        internal_batch_size, include_end,
+        n_steps,
+        patch_size,
+        perturbation,
+        score,
+        blur_sigma,
+        imputation_noise,
+        mean,
+        inputs,
+        internal_batch_size,
+        include_end,
     )
     gen = make_generator(generator, seed, inputs.device)
     with torch.no_grad():
@@ -133,9 +141,16 @@ def fidelity_curves(
 
 
 def _check_curve_arguments(
-    n_steps: int, patch_size: int, perturbation: str, score: str, blur_sigma: float,
-    imputation_noise: float, mean: Tensor | float | None, inputs: Tensor,
-    internal_batch_size: int | None, include_end: bool,
+    n_steps: int,
+    patch_size: int,
+    perturbation: str,
+    score: str,
+    blur_sigma: float,
+    imputation_noise: float,
+    mean: Tensor | float | None,
+    inputs: Tensor,
+    internal_batch_size: int | None,
+    include_end: bool,
 ) -> Tensor | float | None:
     """Check the curve settings (naming each bad one); return the checked `mean`."""
     check_positive(n_steps, "n_steps", integer=True)
@@ -152,8 +167,15 @@ def _check_curve_arguments(
 
 
 def _perturbed_scores(
-    model: nn.Module, inputs: Tensor, target: Tensor, clean_prob: Tensor, masks: Any,
-    fill: Tensor, noise: Tensor | None, score: str, internal_batch_size: int | None,
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    clean_prob: Tensor,
+    masks: Any,
+    fill: Tensor,
+    noise: Tensor | None,
+    score: str,
+    internal_batch_size: int | None,
 ) -> Tensor:
     """Scores of every perturbed image (image-major, then order MIF/LIF, then step), chunked."""
     n_active = masks.active.numel()

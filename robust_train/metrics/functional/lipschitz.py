@@ -179,7 +179,12 @@ def lipschitz_ratios(
 
 
 def _check_search(
-    radius: float, n_samples: int, search: str, norm: str, sampling: str, n_steps: int,
+    radius: float,
+    n_samples: int,
+    search: str,
+    norm: str,
+    sampling: str,
+    n_steps: int,
     step_size: float | None,
 ) -> None:
     check_positive(radius, "radius")
@@ -198,4 +203,3 @@ def _compare_settings(normalize_maps: str, map: str, map_norm: str, divide: bool
     if not isinstance(divide, bool):
         raise TypeError(f"`divide_by_distance` must be a bool, got {divide!r}")
     return {"normalize": normalize_maps, "map": map, "map_norm": map_norm, "divide": divide}
-

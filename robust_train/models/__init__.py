@@ -2,6 +2,7 @@
 
 from robust_train.models.config import RecordsConfig, build_model, model_config
 from robust_train.models.loading import load_classifier, read_checkpoint
+from robust_train.models.mnist_cnn import MNISTConvNet
 from robust_train.models.normalize import Normalize
 from robust_train.models.registry import MODELS, get_model
 from robust_train.models.resnet_cifar import ResNet18CIFAR
@@ -18,6 +19,7 @@ __all__ = [
     "model_config",
     "build_model",
     "SmallCNN",
+    "MNISTConvNet",
     "ResNet18CIFAR",
     "TorchvisionClassifier",
     "torchvision_classifier_names",

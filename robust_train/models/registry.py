@@ -6,6 +6,7 @@ from typing import Any
 
 from torch import nn
 
+from robust_train.models.mnist_cnn import MNISTConvNet
 from robust_train.models.resnet_cifar import ResNet18CIFAR
 from robust_train.models.small_cnn import SmallCNN
 from robust_train.models.torchvision_model import (
@@ -15,11 +16,15 @@ from robust_train.models.torchvision_model import (
 
 __all__ = ["get_model", "MODELS"]
 
-MODELS: dict[str, type[nn.Module]] = {"small_cnn": SmallCNN, "resnet18_cifar": ResNet18CIFAR}
+MODELS: dict[str, type[nn.Module]] = {
+    "small_cnn": SmallCNN,
+    "mnist_cnn": MNISTConvNet,
+    "resnet18_cifar": ResNet18CIFAR,
+}
 
 
 def get_model(name: str, **kwargs: Any) -> nn.Module:
-    """Build a model by name: "small_cnn", "resnet18_cifar", or any torchvision classifier name
+    """Build a model by name: "small_cnn", "mnist_cnn", "resnet18_cifar", or any torchvision classifier name
     (e.g. "resnet18", "vgg11", "densenet121": a `TorchvisionClassifier(name=name, **kwargs)`).
 
     Example:

@@ -17,23 +17,30 @@ The rule `robust-train fit` follows (documented in the README, CLI section):
   created (which then holds only config.yaml).
 
 The W&B run id of the fit (when a W&B logger has started) is stored in each checkpoint as
-`checkpoint["wandb_run"]`, so a resumed fit continues the same W&B run.
+`checkpoint["wandb_run"]`, so a resumed fit continues the same W&B run. The random number
+generators (torch, CUDA, numpy, Python, and every `torch.Generator` held by a submodule of the
+LightningModule, such as a penalty term's) are stored as `checkpoint["rng_states"]` and restored
+on resume, so a deterministic fit resumed from `last.ckpt` draws the same shuffles and noise as
+an uninterrupted one and ends with the same weights.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.trainer.states import TrainerFn
 
-__all__ = ["RunCheckpoint", "latest_run_folder", "new_run_folder"]
+__all__ = ["RunCheckpoint", "latest_run_folder", "new_run_folder", "rng_states", "set_rng_states"]
 
 VERSION = re.compile(r"^version_(\d+)$")
 LATEST = "latest"
@@ -140,6 +147,7 @@ class RunCheckpoint(ModelCheckpoint):
 
     def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                            checkpoint: dict[str, Any]) -> None:
+        checkpoint["rng_states"] = rng_states(pl_module)
         for logger in trainer.loggers:
             run = getattr(logger, "_experiment", None) if isinstance(logger, WandbLogger) else None
             if run is not None and getattr(run, "id", None):
@@ -147,6 +155,11 @@ class RunCheckpoint(ModelCheckpoint):
                                            "name": getattr(run, "name", None),
                                            "save_dir": getattr(logger, "save_dir", None)}
                 break
+
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict[str, Any]) -> None:
+        if trainer.state.fn == TrainerFn.FITTING and "rng_states" in checkpoint:
+            set_rng_states(checkpoint["rng_states"], pl_module)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                      exception: BaseException) -> None:
@@ -162,3 +175,49 @@ def _remove_if_no_checkpoint(folder: Path) -> None:
         return
     if {p.name for p in folder.iterdir()} <= {"config.yaml"}:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _generators(module: torch.nn.Module) -> dict[str, torch.Generator]:
+    found = {}
+    for path, sub in module.named_modules():
+        for attr, value in vars(sub).items():
+            if isinstance(value, torch.Generator) and value.device.type == "cpu":
+                found[f"{path}.{attr}" if path else attr] = value
+    return found
+
+
+def rng_states(module: torch.nn.Module | None = None) -> dict[str, Any]:
+    """Global RNG states and those of the module's own CPU generators, as tensors and plain
+    Python values (so checkpoints still load with `torch.load(weights_only=True)`).
+
+    Example:
+        >>> state = rng_states()
+        >>> a = torch.rand(1); set_rng_states(state); bool(torch.equal(a, torch.rand(1)))
+        True
+    """
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    states: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+        "python": random.getstate(),
+        "generators": {k: g.get_state() for k, g in _generators(module).items()} if module is not None else {},
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any], module: torch.nn.Module | None = None) -> None:
+    """Restore what `rng_states` returned (generators matched by their attribute path)."""
+    torch.set_rng_state(states["torch"])
+    kind, keys, pos, has_gauss, cached = states["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    python = states["python"]
+    random.setstate((python[0], tuple(python[1]), python[2]))
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+    if module is not None:
+        own = _generators(module)
+        for key, state in states.get("generators", {}).items():
+            if key in own:
+                own[key].set_state(state)

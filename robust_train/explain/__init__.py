@@ -21,6 +21,7 @@ from robust_train.explain.registry import (
     explainer_name,
     get_explainer,
     is_differentiable,
+    register_explainer,
     resolve_explainer,
 )
 from robust_train.explain.smooth import smoothgrad
@@ -41,6 +42,7 @@ __all__ = [
     "is_differentiable",
     "meaningful_perturbation",
     "normalize_map",
+    "register_explainer",
     "resolve_explainer",
     "saliency",
     "smoothgrad",

@@ -1,10 +1,16 @@
-"""Explainers by name, for configs: `get_explainer("smoothgrad", n_samples=8)`."""
+"""Explainers by name, for configs: `get_explainer("smoothgrad", n_samples=8)`.
+
+`EXPLAINERS` is the registry (name -> function; iterating gives the names). A new explainer is
+one file whose function is decorated with `@register_explainer("name")` (pass
+`differentiable=False` for an optimisation that cannot keep a graph); every caller that takes an
+explainer by name (attacks, metrics, penalties, monitors, the evaluation suite) then accepts it.
+"""
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from torch import Tensor, nn
 
@@ -14,21 +20,59 @@ from robust_train.explain.perturbation import meaningful_perturbation
 from robust_train.explain.protocol import Explainer
 from robust_train.explain.smooth import smoothgrad
 
-EXPLAINERS = (
-    "saliency",
-    "input_x_gradient",
-    "integrated_gradients",
-    "smoothgrad",
-    "meaningful_perturbation",
-)
+F = TypeVar("F", bound=Callable[..., Any])
 
-_FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "saliency": saliency,
-    "input_x_gradient": input_x_gradient,
-    "integrated_gradients": integrated_gradients,
-    "smoothgrad": smoothgrad,
-    "meaningful_perturbation": meaningful_perturbation,
-}
+
+class _Registry(dict[str, Callable[..., Any]]):
+    """name -> explainer function; iterating gives the names, in registration order."""
+
+    def __repr__(self) -> str:
+        return f"EXPLAINERS({list(self)})"
+
+
+EXPLAINERS: _Registry = _Registry()
+_FUNCTIONS = EXPLAINERS
+
+
+def register_explainer(name: str, *, differentiable: bool = True) -> Callable[[F], F]:
+    """Decorator: register an explainer function under `name`.
+
+    The function follows the `Explainer` protocol: `fn(model, inputs, target, *,
+    create_graph=False, **options) -> Tensor`. With `differentiable=False` it is marked as one
+    that cannot keep a graph (`is_differentiable` False), so attacks and penalties refuse it.
+
+    Example:
+        >>> @register_explainer("doc_gradient_sign")
+        ... def gradient_sign(model, inputs, target, *, create_graph=False):
+        ...     return saliency(model, inputs, target, create_graph=create_graph).sign()
+        >>> resolve_explainer("doc_gradient_sign", differentiable=True)[1]
+        'doc_gradient_sign'
+        >>> _ = EXPLAINERS.pop("doc_gradient_sign")
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"an explainer name must be an identifier, got {name!r}")
+
+    def decorate(fn: F) -> F:
+        if not callable(fn):
+            raise TypeError(f"register_explainer({name!r}) decorates callables, got {fn!r}")
+        if name in EXPLAINERS and EXPLAINERS[name] is not fn:
+            raise ValueError(f"explainer {name!r} is already registered ({EXPLAINERS[name]!r})")
+        if not differentiable:
+            fn.differentiable = False  # type: ignore[attr-defined]
+        EXPLAINERS[name] = fn
+        return fn
+
+    return decorate
+
+
+for _name, _function in (
+    ("saliency", saliency),
+    ("input_x_gradient", input_x_gradient),
+    ("integrated_gradients", integrated_gradients),
+    ("smoothgrad", smoothgrad),
+    ("meaningful_perturbation", meaningful_perturbation),
+):
+    register_explainer(_name)(_function)
 
 
 class BoundExplainer:
@@ -201,5 +245,6 @@ __all__ = [
     "explainer_name",
     "get_explainer",
     "is_differentiable",
+    "register_explainer",
     "resolve_explainer",
 ]

@@ -23,7 +23,7 @@ from robust_train.explain import (
 
 
 def test_every_name_resolves_to_its_function():
-    assert EXPLAINERS == (
+    assert tuple(EXPLAINERS) == (
         "saliency",
         "input_x_gradient",
         "integrated_gradients",

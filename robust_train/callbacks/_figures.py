@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @dataclass
@@ -133,6 +137,125 @@ def render_curves(curves: Curves) -> np.ndarray:
     return np.asarray(canvas.buffer_rgba())[..., :3].copy()
 
 
+# Title and y label (with the better direction) of the per-epoch panels, by logged key.
+HISTORY_LABELS: dict[str, tuple[str, str]] = {
+    "robustness/topk/topk_intersection": (
+        "Top-k attack: top-k intersection",
+        "intersection (higher = more robust)",
+    ),
+    "robustness/mass_center/center_shift": (
+        "Mass-center attack: center shift",
+        "shift in px (lower = more robust)",
+    ),
+    "robustness/lipschitz/saliency": (
+        "Local Lipschitz estimate of saliency",
+        "estimate (lower = smoother)",
+    ),
+    "fidelity/saliency/estimate": (
+        "Fidelity of saliency (AUC_LIF - AUC_MIF)",
+        "fidelity (higher = more faithful)",
+    ),
+    "val/acc": ("Validation accuracy", "accuracy (higher = better)"),
+}
+
+
+def history_label(key: str) -> tuple[str, str]:
+    """Readable (title, y label) of a logged key; unknown keys get a title from their parts.
+
+    Example:
+        >>> history_label("val/acc")
+        ('Validation accuracy', 'accuracy (higher = better)')
+        >>> history_label("robustness/targeted/spearman")
+        ('targeted: spearman', 'spearman')
+    """
+    if key in HISTORY_LABELS:
+        return HISTORY_LABELS[key]
+    parts = key.split("/")
+    name = parts[-1].replace("_", " ")
+    return (f"{parts[-2]}: {name}" if len(parts) > 1 else name), name
+
+
+def render_history(
+    histories: dict[str, dict[str, list[tuple[int, float]]]],
+    *,
+    columns: int = 3,
+    note: str | None = None,
+) -> np.ndarray:
+    """`history_figure` as an RGB uint8 array.
+
+    Example:
+        >>> h = {"baseline": {"val/acc": [(0, 0.9), (1, 0.95)]},
+        ...      "robust": {"val/acc": [(0, 0.88), (1, 0.94)]}}
+        >>> render_history(h).shape
+        (360, 460, 3)
+    """
+    fig = history_figure(histories, columns=columns, note=note)
+    fig.canvas.draw()
+    return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()  # type: ignore[attr-defined]
+
+
+def history_figure(
+    histories: dict[str, dict[str, list[tuple[int, float]]]],
+    *,
+    columns: int = 3,
+    note: str | None = None,
+) -> Figure:
+    """Per-epoch values of several runs as an RGB uint8 array: a grid of panels, one per key.
+
+    `histories[run][key]` holds (epoch, value) pairs with 0-based epochs, as logged; the x axis
+    shows epochs trained (epoch + 1) with integer ticks. Keys under `robustness/seconds` and
+    `robustness/share` are left out. Each run keeps one colour, named in one shared legend.
+    `note` (how to read the values) goes into the first empty cell of the grid, else below it.
+
+    Example:
+        >>> h = {"run": {"robustness/topk/topk_intersection": [(0, 0.6), (1, 0.7)]}}
+        >>> history_figure(h).axes[0].get_title()
+        'Top-k attack: top-k intersection'
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
+
+    skip = ("robustness/seconds", "robustness/share")
+    keys = [k for k in HISTORY_LABELS if any(k in h for h in histories.values())]
+    keys += sorted(
+        {k for h in histories.values() for k in h if k not in keys and not k.startswith(skip)}
+    )
+    if not keys:
+        raise ValueError("`histories` holds no values to plot")
+    ncols = min(columns, len(keys))
+    nrows = -(-len(keys) // ncols)
+    fig = Figure(figsize=(4.6 * ncols, 3.0 * nrows + 0.6), dpi=100)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax, key in zip(axes, keys, strict=False):
+        title, ylabel = history_label(key)
+        for i, history in enumerate(histories.values()):
+            if history.get(key):
+                epochs = [e + 1 for e, _ in history[key]]
+                ax.plot(epochs, [v for _, v in history[key]], marker="o", ms=3, color=f"C{i}")
+        ax.set_title(title, fontsize=10)
+        ax.set_ylabel(ylabel, fontsize=9)
+        ax.set_xlabel("epochs trained", fontsize=9)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+    for ax in axes[len(keys) :]:
+        ax.set_axis_off()
+    if note and len(axes) > len(keys):
+        axes[len(keys)].text(0.02, 0.5, note, fontsize=9, va="center", wrap=True)
+    elif note:
+        fig.text(0.01, 0.005, note, fontsize=8)
+    handles = [
+        Line2D([], [], color=f"C{i}", marker="o", label=run)
+        for i, run in enumerate(histories)
+    ]
+    fig.legend(handles=handles, loc="upper center", ncol=len(handles), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (3.0 * nrows + 0.6)))
+    return fig
+
+
 def save_png(image: np.ndarray, path: Path) -> None:
     """Write an RGB array as a PNG file (creating the folder)."""
     from matplotlib.image import imsave
@@ -152,6 +275,9 @@ __all__ = [
     "Report",
     "render_examples",
     "render_curves",
+    "render_history",
+    "history_figure",
+    "history_label",
     "save_png",
     "first_rows",
 ]

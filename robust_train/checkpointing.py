@@ -175,6 +175,8 @@ def _remove_if_no_checkpoint(folder: Path) -> None:
         return
     if {p.name for p in folder.iterdir()} <= {"config.yaml"}:
         shutil.rmtree(folder, ignore_errors=True)
+        if folder.parent.is_dir() and not any(folder.parent.iterdir()):
+            folder.parent.rmdir()  # the experiment folder this start created
 
 
 def _generators(module: torch.nn.Module) -> dict[str, torch.Generator]:

@@ -144,6 +144,11 @@ class SafeWandbLogger(WandbLogger):
         delete it (nothing in it can be resumed or compared)."""
         run, self._experiment = self._experiment, None
         folder = Path(run.dir).parent if getattr(run, "dir", None) else None
+        if self.is_offline:
+            try:
+                run._settings.silent = True  # no "you can sync this run" for a run about to go
+            except Exception:  # noqa: BLE001, S110 - cosmetic only
+                pass
         run.finish(exit_code=1)
         if self.is_offline and folder is not None and folder.name.startswith("offline-run-"):
             shutil.rmtree(folder, ignore_errors=True)

@@ -15,23 +15,24 @@ import os, signal
 from pytorch_lightning.callbacks import Callback
 
 class KillAt(Callback):
-    """SIGKILL this process after batch `batch` of epoch `epoch` (0-based): no clean-up runs."""
+    """Send `sig` to this process after batch `batch` of epoch `epoch` (0-based)."""
 
-    def __init__(self, epoch: int, batch: int = 1) -> None:
-        self.epoch, self.batch = epoch, batch
+    def __init__(self, epoch: int, batch: int = 1, sig: str = "SIGKILL") -> None:
+        self.epoch, self.batch, self.sig = epoch, batch, getattr(signal, sig)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.current_epoch == self.epoch and batch_idx == self.batch:
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), self.sig)
 '''
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 MONITOR = {"class_path": "robust_train.callbacks.RobustnessMonitor",
            "init_args": {"every_n_epochs": 2, "n_samples": 8, "max_overhead": None, "log_images": False}}
 
 
-def _override(tmp: Path, name: str, kill: bool) -> Path:
-    callbacks = [MONITOR, *([{"class_path": "killer.KillAt", "init_args": {"epoch": 2}}] if kill else [])]
-    config = {"trainer": {"max_epochs": 4, "logger": False, "limit_train_batches": 3,
+def _override(tmp: Path, name: str, kill: bool, sig: str = "SIGKILL", epochs: int = 4) -> Path:
+    killer = {"class_path": "killer.KillAt", "init_args": {"epoch": 2, "sig": sig}}
+    callbacks = [MONITOR, *([killer] if kill else [])]
+    config = {"trainer": {"max_epochs": epochs, "logger": False, "limit_train_batches": 3,
                           "limit_val_batches": 2, "enable_progress_bar": False,
                           "enable_model_summary": False, "callbacks": callbacks}}
     path = tmp / f"{name}.yaml"
@@ -74,3 +75,17 @@ def test_killed_fit_resumes_to_the_weights_of_an_uninterrupted_fit(tmp_path: Pat
     assert len(monitors) == 1
     assert end["callbacks"][monitors[0]]["evaluated_epochs"] == [1, 3]
     assert whole["callbacks"][monitors[0]]["evaluated_epochs"] == [1, 3]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
+def test_interrupt_during_an_epoch_leaves_the_last_finished_epoch(tmp_path: Path, run_cli, sig: str, code: int):
+    (tmp_path / "killer.py").write_text(KILLER)
+    stopped = _fit(run_cli, tmp_path, "ckpt", _override(tmp_path, "stop", kill=True, sig=sig, epochs=3))
+    assert stopped.returncode == code, stopped.stderr[-2000:]
+    last = tmp_path / "ckpt" / "digits_smoothness" / "latest" / "last.ckpt"
+    assert _load(last)["epoch"] == 1
+    what = "interrupt" if sig == "SIGINT" else "SIGTERM"
+    saved = str(last.parent.resolve() / "last.ckpt")
+    assert f"robust-train: fit stopped by {what}; {saved} holds the last finished epoch; " \
+           f"resume with --ckpt_path {saved}" in stopped.stderr

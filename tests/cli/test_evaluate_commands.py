@@ -36,6 +36,45 @@ def test_evaluate_writes_results_and_summary(baseline_ckpt, tmp_path, capsys):
     assert "topk: top-k intersection" in capsys.readouterr().out
 
 
+def test_default_out_follows_the_checkpoint_path_and_never_mixes_checkpoints(baseline_ckpt, tmp_path,
+                                                                             monkeypatch, capsys):
+    from robust_train.commands import default_out
+
+    monkeypatch.chdir(tmp_path)
+    a = tmp_path / "checkpoints" / "one" / "version_0" / "best.ckpt"
+    b = tmp_path / "checkpoints" / "two" / "version_0" / "best.ckpt"
+    for path in (a, b):
+        path.parent.mkdir(parents=True)
+        path.write_bytes(baseline_ckpt.read_bytes())
+    assert default_out(a) != default_out(b)
+    assert default_out(a).as_posix() == "runs/eval/one/version_0/best"
+    assert main(["evaluate", "--ckpt", str(a), *FAST, "--attacks", "topk", "--no-wandb"]) == 0
+    out = tmp_path / "runs" / "eval" / "one" / "version_0" / "best"
+    summary = (out / "summary.md").read_text()
+    assert "## Settings" in summary and "| n_steps | 5 |" in summary and "| n_samples | 24 |" in summary
+    assert "higher is more robust" in summary and "lower is more robust" in summary
+    capsys.readouterr()
+    assert main(["evaluate", "--ckpt", str(b), "--out", str(out), *FAST, "--attacks", "topk"]) == 2
+    assert "holds the results of another checkpoint" in capsys.readouterr().err
+    assert main(["evaluate", "--ckpt", str(a), *FAST, "--attacks", "topk", "--no-wandb"]) == 0  # same one: fine
+
+
+def test_protocol_preset_with_explicit_flags_on_top():
+    import argparse
+
+    from robust_train.commands import add_settings_arguments, settings_from
+    from robust_train.evaluation import PROTOCOLS
+
+    parser = argparse.ArgumentParser()
+    add_settings_arguments(parser)
+    rar = settings_from(parser.parse_args(["--protocol", "rar"]))
+    assert rar == PROTOCOLS["rar"]
+    mixed = settings_from(parser.parse_args(["--protocol", "rar", "--n-steps", "7", "--explainers", "saliency"]))
+    assert (mixed.n_steps, mixed.explainers, mixed.epsilon, mixed.n_restarts) == (7, ("saliency",), 0.3, 3)
+    plain = settings_from(parser.parse_args(["--epsilon", "0.2"]))
+    assert plain.epsilon == 0.2 and plain.n_restarts == 1
+
+
 def test_compare_writes_a_report_with_a_column_per_checkpoint(baseline_ckpt, tmp_path):
     assert main(["compare", str(baseline_ckpt), str(baseline_ckpt), "--names", "a", "b", "--out", str(tmp_path),
                  "--attacks", "topk", "--explainers", "saliency", *FAST]) == 0

@@ -70,8 +70,9 @@ def needs_full_precision(term: nn.Module) -> bool:
     return False
 
 
-def penalty_value(term: nn.Module, model: nn.Module, inputs: Tensor, target: Tensor,
-                  logits: Tensor | None) -> Tensor:
+def penalty_value(
+    term: nn.Module, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
+) -> Tensor:
     """The term's per-sample penalty (B,) as float32.
 
     Under autocast a finite-difference term runs with autocast disabled and recomputes its clean
@@ -121,20 +122,23 @@ def check_precision(trainer: Any, module: nn.Module, penalties: Iterable[nn.Modu
             f"input gradients that the penalties {refused} differentiate through (double "
             "backprop); float16 can underflow there. Use precision='bf16-mixed' (no scaler) or "
             "'32-true'; the zero-order curvature and finite-difference gradient norm run in "
-            "float32 and are fine with 16-mixed.")
+            "float32 and are fine with 16-mixed."
+        )
     refused = [_name(t) for t in active if needs_full_precision(t)]
     if precision in HALF_TRUE and refused:
         raise ValueError(
             f"precision={precision!r} holds the model in half precision, where the finite "
             f"differences of the penalties {refused} lose every significant digit; use "
-            "precision='bf16-mixed' (they then run in float32) or '32-true'.")
+            "precision='bf16-mixed' (they then run in float32) or '32-true'."
+        )
     refused = [_name(t) for t in active if needs_double_backprop(t)]
     if refused and is_compiled(module):
         raise ValueError(
             f"the model is compiled with torch.compile, whose AOTAutograd does not support double "
             f"backward, which the penalties {refused} need; train without torch.compile, or use "
             "a first-order penalty (Curvature(method='zero_order'), "
-            "InputGradientNorm(method='finite_difference')).")
+            "InputGradientNorm(method='finite_difference'))."
+        )
 
 
 def _name(term: nn.Module) -> str:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import math
 import time
-from typing import Any
+from typing import Any, cast
 
 import pytorch_lightning as pl
 import torch
@@ -14,6 +13,12 @@ from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from robust_train._module_parts import (
+    find_head,
+    infer_num_classes,
+    try_datamodule_config,
+    try_model_config,
+)
 from robust_train._precision import check_precision, penalty_value
 from robust_train._validation import check_choice, check_images, check_non_negative, check_positive
 from robust_train.models.softplus import softplus
@@ -43,16 +48,19 @@ class RobustClassifier(pl.LightningModule):
             normalisation is a layer inside it.
         penalties: penalty terms (robust_train.regularizers), each with its own weight.
         num_classes: K; inferred from the last nn.Linear of the model when None.
-        optimizer: optimizer factory (LightningCLI: `optimizer: {class_path: torch.optim.Adam, ...}`).
+        optimizer: optimizer factory (LightningCLI: `optimizer: {class_path:
+            torch.optim.Adam, ...}`).
         lr_scheduler: optional scheduler factory.
-        softplus_beta: replace every ReLU by Softplus(beta) before training (Dombrowski et al. 2019).
+        softplus_beta: replace every ReLU by Softplus(beta) before training (Dombrowski et al.
+            2019).
         penalty_warmup_epochs: weights rise linearly from 0 to their value over this many epochs.
         freeze_backbone_epochs: train only the head for this many epochs (fine-tuning).
         head: attribute path of the head module (e.g. "fc", "backbone.fc"); default: last nn.Linear.
         init_checkpoint: weights to start from: a .ckpt written by `robust-train fit` or a
             state_dict file (fine-tuning a user checkpoint).
         on_nonfinite: "raise" stops with an error naming the term when a loss part is NaN/inf;
-            "skip" skips that optimisation step with a warning (one process only: refused under DDP).
+            "skip" skips that optimisation step (one warning per fit, `train/skipped_steps` per
+            epoch; one process only: refused under DDP).
         label_smoothing: passed to the cross-entropy.
 
     Example:
@@ -79,7 +87,8 @@ class RobustClassifier(pl.LightningModule):
         super().__init__()
         if not isinstance(model, nn.Module):
             raise TypeError(f"`model` must be an nn.Module, got {type(model).__name__}")
-        # Factories and modules stay out of hparams: checkpoints then load with torch.load(weights_only=True).
+        # Factories and modules stay out of hparams: checkpoints then load with
+        # torch.load(weights_only=True).
         self.save_hyperparameters(ignore=["model", "penalties", "optimizer", "lr_scheduler"])
         check_non_negative(penalty_warmup_epochs, "penalty_warmup_epochs")
         check_non_negative(freeze_backbone_epochs, "freeze_backbone_epochs", integer=True)
@@ -89,7 +98,10 @@ class RobustClassifier(pl.LightningModule):
         penalties = list(penalties or [])
         for i, term in enumerate(penalties):
             if not isinstance(term, PenaltyTerm):
-                raise TypeError(f"`penalties[{i}]` must be a robust_train.regularizers.PenaltyTerm, got {term!r}")
+                raise TypeError(
+                    f"`penalties[{i}]` must be a robust_train.regularizers.PenaltyTerm, "
+                    f"got {term!r}"
+                )
         names = [t.name for t in penalties]
         if len(set(names)) != len(names):
             raise ValueError(f"`penalties` must have distinct names (set `name=`), got {names}")
@@ -97,17 +109,19 @@ class RobustClassifier(pl.LightningModule):
             from robust_train.models import load_classifier
 
             model = load_classifier(init_checkpoint, model=model).train()
-        self.model = softplus(model, softplus_beta, inplace=True) if softplus_beta is not None else model
+        self.model = (
+            softplus(model, softplus_beta, inplace=True) if softplus_beta is not None else model
+        )
         self.penalties = nn.ModuleList(penalties)
         # hparams hold constructor arguments only (LightningCLI feeds them back to its parser on
         # --ckpt_path); descriptions of the model and penalties live in `run_config()`.
-        self.num_classes = num_classes or _infer_num_classes(model)
+        self.num_classes = num_classes or infer_num_classes(model)
         self.optimizer_factory = optimizer
         self.scheduler_factory = lr_scheduler
         self.train_acc = MulticlassAccuracy(self.num_classes, average="micro")
         self.val_acc = MulticlassAccuracy(self.num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(self.num_classes, average="micro")
-        self._head = _find_head(self.model, head) if freeze_backbone_epochs else None
+        self._head = find_head(self.model, head) if freeze_backbone_epochs else None
         self._seconds_before = 0.0  # training time of earlier runs this one resumed from
         self._fit_start: float | None = None
         self._skipped: list[tuple[int, dict[str, float]]] = []  # this epoch's skipped steps
@@ -130,16 +144,23 @@ class RobustClassifier(pl.LightningModule):
             "penalty_terms": [repr(t) for t in self.penalties],
         }
 
+    @property
+    def terms(self) -> list[PenaltyTerm]:
+        """The penalty terms (`self.penalties`, an nn.ModuleList, typed)."""
+        return [cast(PenaltyTerm, t) for t in self.penalties]
+
     def forward(self, x: Tensor) -> Tensor:
         return self.model(x)
 
     # ----------------------------------------------------------------------------------- training
     def penalty_scale(self, batch_idx: int = 0) -> float:
         """Linear warm-up factor in [0, 1] for the penalty weights at this point of training."""
-        warmup = self.hparams.penalty_warmup_epochs
+        warmup = self.hparams["penalty_warmup_epochs"]
         if not warmup:
             return 1.0
-        n_batches = getattr(self.trainer, "num_training_batches", 1) if self._trainer is not None else 1
+        n_batches = (
+            getattr(self.trainer, "num_training_batches", 1) if self._trainer is not None else 1
+        )
         n_batches = n_batches if isinstance(n_batches, int) and n_batches > 0 else 1
         return min(1.0, (self.current_epoch + batch_idx / n_batches) / warmup)
 
@@ -147,23 +168,25 @@ class RobustClassifier(pl.LightningModule):
         x, y = batch
         check_images(x, "batch images")
         scale = self.penalty_scale(batch_idx)
-        active = [t for t in self.penalties if t.weight * scale > 0]
+        active = [t for t in self.terms if t.weight * scale > 0]
         if any(t.needs_input_grad for t in active):
             x = x.detach().requires_grad_(True)
         logits = self.model(x)
-        ce = F.cross_entropy(logits, y, label_smoothing=self.hparams.label_smoothing)
+        ce = F.cross_entropy(logits, y, label_smoothing=self.hparams["label_smoothing"])
         parts = {"ce": ce}
         # A term that replaces the task loss (adversarial training, IG-SUM-NORM) carries its own
         # cross-entropy: the natural CE is then logged but not optimised.
         replaced = any(t.replaces_task_loss for t in active)
         loss = ce * 0.0 if replaced else ce
         for term in active:
-            value = penalty_value(term, self.model, x, y, logits).mean()  # see robust_train._precision
+            value = penalty_value(
+                term, self.model, x, y, logits
+            ).mean()  # see robust_train._precision
             parts[f"penalty/{term.name}"] = value
             loss = loss + term.weight * scale * value
         bad = {k: float(v.detach()) for k, v in parts.items() if not torch.isfinite(v.detach())}
         if bad:
-            if self.hparams.on_nonfinite == "raise":
+            if self.hparams["on_nonfinite"] == "raise":
                 raise FloatingPointError(
                     f"non-finite loss part(s) {bad} at epoch {self.current_epoch}, batch "
                     f"{batch_idx}; {NONFINITE_ADVICE}, or set on_nonfinite='skip'"
@@ -173,23 +196,56 @@ class RobustClassifier(pl.LightningModule):
         self.train_acc(logits.detach(), y)
         batch_size = x.shape[0]
         for key, value in parts.items():
-            self.log(f"train/{key}", value.detach(), on_step=True, on_epoch=True, batch_size=batch_size,
-                     sync_dist=True)
-        if self.hparams.penalty_warmup_epochs:
-            self.log("train/penalty_scale", scale, on_step=True, on_epoch=False, batch_size=batch_size)
-        self.log("train/loss", loss.detach(), on_step=True, on_epoch=True, prog_bar=True, batch_size=batch_size,
-                 sync_dist=True)
-        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=batch_size)
+            self.log(
+                f"train/{key}",
+                value.detach(),
+                on_step=True,
+                on_epoch=True,
+                batch_size=batch_size,
+                sync_dist=True,
+            )
+        if self.hparams["penalty_warmup_epochs"]:
+            self.log(
+                "train/penalty_scale", scale, on_step=True, on_epoch=False, batch_size=batch_size
+            )
+        self.log(
+            "train/loss",
+            loss.detach(),
+            on_step=True,
+            on_epoch=True,
+            prog_bar=True,
+            batch_size=batch_size,
+            sync_dist=True,
+        )
+        self.log(
+            "train/acc",
+            self.train_acc,
+            on_step=False,
+            on_epoch=True,
+            prog_bar=True,
+            batch_size=batch_size,
+        )
         return loss
 
-    def _eval_step(self, batch: tuple[Tensor, Tensor], stage: str, metric: MulticlassAccuracy) -> Tensor:
+    def _eval_step(
+        self, batch: tuple[Tensor, Tensor], stage: str, metric: MulticlassAccuracy
+    ) -> Tensor:
         x, y = batch
         check_images(x, "batch images")
         logits = self.model(x)
         loss = F.cross_entropy(logits, y)
         metric(logits, y)
-        self.log(f"{stage}/loss", loss, on_epoch=True, prog_bar=stage == "val", batch_size=x.shape[0], sync_dist=True)
-        self.log(f"{stage}/acc", metric, on_epoch=True, prog_bar=stage == "val", batch_size=x.shape[0])
+        self.log(
+            f"{stage}/loss",
+            loss,
+            on_epoch=True,
+            prog_bar=stage == "val",
+            batch_size=x.shape[0],
+            sync_dist=True,
+        )
+        self.log(
+            f"{stage}/acc", metric, on_epoch=True, prog_bar=stage == "val", batch_size=x.shape[0]
+        )
         return loss
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
@@ -216,7 +272,7 @@ class RobustClassifier(pl.LightningModule):
 
     def on_train_epoch_end(self) -> None:
         """Log `train/skipped_steps` and report this epoch's skipped steps in one line."""
-        if self.hparams.on_nonfinite != "skip":
+        if self.hparams["on_nonfinite"] != "skip":
             return
         n = len(self._skipped)
         self.log("train/skipped_steps", float(n), on_step=False, on_epoch=True, batch_size=1)
@@ -235,7 +291,7 @@ class RobustClassifier(pl.LightningModule):
         self._skipped = []
         if self._head is None:
             return
-        frozen = self.current_epoch < self.hparams.freeze_backbone_epochs
+        frozen = self.current_epoch < self.hparams["freeze_backbone_epochs"]
         head_params = {id(p) for p in self._head.parameters()}
         for p in self.model.parameters():
             p.requires_grad_(not frozen or id(p) in head_params)
@@ -250,8 +306,10 @@ class RobustClassifier(pl.LightningModule):
     def on_fit_start(self) -> None:
         check_precision(self.trainer, self, self.penalties)  # 16-mixed / torch.compile refusals
         if self.hparams["on_nonfinite"] == "skip" and self.trainer.world_size > 1:
-            raise ValueError("`on_nonfinite` 'skip' cannot work under distributed training: Lightning stops a "
-                             "training_step that returns None on any rank; use on_nonfinite='raise'")
+            raise ValueError(
+                "`on_nonfinite` 'skip' cannot work under distributed training: Lightning stops a "
+                "training_step that returns None on any rank; use on_nonfinite='raise'"
+            )
         self._fit_start = time.perf_counter()
         self._skip_warned = False
         for logger in self.loggers:  # descriptions beside the hparams in each run's config
@@ -264,67 +322,19 @@ class RobustClassifier(pl.LightningModule):
         return self._seconds_before + running
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self._seconds_before = float(checkpoint.get("robust_train", {}).get("training_seconds") or 0.0)
+        self._seconds_before = float(
+            checkpoint.get("robust_train", {}).get("training_seconds") or 0.0
+        )
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Record what `load_classifier` and `robust-train evaluate` need to rebuild the model and data."""
+        """Record what `load_classifier` and `robust-train evaluate` need to rebuild the model
+        and data, and the run's descriptions (`run_config`)."""
         checkpoint["robust_train"] = {
-            "model": _try_model_config(self.model),
-            "softplus_beta": self.hparams.softplus_beta,
+            "model": try_model_config(self.model),
+            "softplus_beta": self.hparams["softplus_beta"],
             "num_classes": self.num_classes,
-            "datamodule": _try_datamodule_config(self._trainer),
+            "datamodule": try_datamodule_config(self._trainer),
             "penalties": [repr(t) for t in self.penalties],
             "model_class": type(self.model).__name__,
             "training_seconds": self.training_seconds,
         }
-
-
-def _infer_num_classes(model: nn.Module) -> int:
-    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
-    if not linears:
-        raise ValueError("`num_classes` could not be inferred (the model has no nn.Linear); pass num_classes=")
-    return int(linears[-1].out_features)
-
-
-def _find_head(model: nn.Module, head: str | None) -> nn.Module:
-    if head is not None:
-        try:
-            return model.get_submodule(head)
-        except AttributeError as err:
-            raise ValueError(f"`head` {head!r} is not a submodule of the model") from err
-    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
-    if not linears:
-        raise ValueError("no nn.Linear head found to keep trainable; pass `head=` (attribute path)")
-    return linears[-1]
-
-
-def _try_model_config(model: nn.Module) -> dict[str, Any] | None:
-    """The model's {"class_path", "init_args"} (load_classifier rebuilds it without fetching weights)."""
-    try:
-        from robust_train.models import model_config
-
-        return model_config(model)
-    except (ImportError, TypeError, ValueError, AttributeError):
-        return None
-
-
-def _try_datamodule_config(trainer: pl.Trainer | None) -> dict[str, Any] | None:
-    dm = getattr(trainer, "datamodule", None) if trainer is not None else None
-    if dm is None:
-        return None
-    from robust_train.data import datamodule_config
-
-    config = datamodule_config(dm)
-    # LightningCLI adds private keys (`_class_path`, `_instantiator`) to hparams; keep constructor arguments.
-    init_args = {k: v for k, v in config["init_args"].items() if not k.startswith("_") and _is_plain(v)}
-    return {**config, "init_args": init_args}
-
-
-def _is_plain(value: Any) -> bool:
-    if isinstance(value, (str, int, float, bool, type(None))):
-        return not (isinstance(value, float) and math.isnan(value))
-    if isinstance(value, (list, tuple)):
-        return all(_is_plain(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _is_plain(v) for k, v in value.items())
-    return False

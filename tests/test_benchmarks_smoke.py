@@ -41,8 +41,9 @@ def test_interleaving_alternates_the_order_and_ratios_are_per_round(bench):
     bu = bench("bench_utils")
     calls = []
     variants = {name: (lambda n=name: calls.append(n)) for name in "ABC"}
-    timings = bu.time_interleaved(variants, "A", rounds=3, device=torch.device("cpu"),
-                                  min_sample_seconds=0.0, warmup=False)
+    timings = bu.time_interleaved(
+        variants, "A", rounds=3, device=torch.device("cpu"), min_sample_seconds=0.0, warmup=False
+    )
     assert calls == list("ABCCBAABC")
     assert timings["A"].ratios == [1.0, 1.0, 1.0]
     ratio, _ = bu.pair_ratio(timings, "B", "C")

@@ -217,10 +217,9 @@ class RobustnessCallback(Callback):
         """`due(epoch)` and within the overhead budget (rank 0 decides for all ranks under DDP)."""
         if not self.due(epoch):
             return False
-        max_epochs = trainer.max_epochs
-        known = max_epochs is not None and max_epochs > 0
-        is_last = known and epoch >= max_epochs - 1
-        progress = (epoch + 1) / max_epochs if known else None
+        max_epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
+        is_last = max_epochs is not None and epoch >= max_epochs - 1
+        progress = (epoch + 1) / max_epochs if max_epochs is not None else None
         allowed = self.budget.allows(is_last=is_last, progress=progress)
         if trainer.world_size > 1:
             allowed = bool(trainer.strategy.broadcast(allowed, src=0))
@@ -316,4 +315,3 @@ class RobustnessCallback(Callback):
             self.evaluated_epochs.append(epoch)
         self.last_report = report
         return report
-

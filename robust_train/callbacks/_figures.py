@@ -248,8 +248,7 @@ def history_figure(
     elif note:
         fig.text(0.01, 0.005, note, fontsize=8)
     handles = [
-        Line2D([], [], color=f"C{i}", marker="o", label=run)
-        for i, run in enumerate(histories)
+        Line2D([], [], color=f"C{i}", marker="o", label=run) for i, run in enumerate(histories)
     ]
     fig.legend(handles=handles, loc="upper center", ncol=len(handles), frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / (3.0 * nrows + 0.6)))

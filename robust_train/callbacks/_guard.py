@@ -105,7 +105,6 @@ def guarded(evaluate: Callable[[], Report]) -> Report:
     return report
 
 
-
 @contextmanager
 def warnings_once(seen: set[tuple[str, int]]) -> Iterator[None]:
     """Pass on each warning raised inside once per place of origin (file, line) in `seen`.

@@ -58,7 +58,7 @@ def from_dataloader(
         order = torch.randperm(size, generator=torch.Generator().manual_seed(seed))
         rows = order[: min(n_samples, size)].sort().values.tolist()
         collate = getattr(loader, "collate_fn", None) or torch.utils.data.default_collate
-        batch = collate([dataset[i] for i in rows])
+        batch = collate([dataset[i] for i in rows])  # type: ignore[index]  # map-style
         inputs, targets = _split_batch(batch, what)
     else:
         xs, ys, count = [], [], 0

@@ -23,8 +23,15 @@ from robust_train.callbacks import RobustnessMonitor
 from robust_train.models import SmallCNN
 from robust_train.regularizers import PenaltyTerm
 
-TRAINER = dict(accelerator="cpu", devices=1, enable_checkpointing=False, enable_progress_bar=False,
-               enable_model_summary=False, num_sanity_val_steps=0, log_every_n_steps=1)
+TRAINER = dict(
+    accelerator="cpu",
+    devices=1,
+    enable_checkpointing=False,
+    enable_progress_bar=False,
+    enable_model_summary=False,
+    num_sanity_val_steps=0,
+    log_every_n_steps=1,
+)
 
 
 class ExplodingPenalty(PenaltyTerm):
@@ -37,7 +44,7 @@ class ExplodingPenalty(PenaltyTerm):
 def _loaders(n_train: int = 192, n_val: int = 64):
     x, y = digits_tensors()
     train = DataLoader(TensorDataset(x[:n_train], y[:n_train]), batch_size=64, shuffle=True)
-    val = DataLoader(TensorDataset(x[1400:1400 + n_val], y[1400:1400 + n_val]), batch_size=64)
+    val = DataLoader(TensorDataset(x[1400 : 1400 + n_val], y[1400 : 1400 + n_val]), batch_size=64)
     return train, val
 
 
@@ -62,7 +69,9 @@ def test_skip_warns_once_and_logs_a_count_per_epoch(tmp_path):
     assert len(messages) == 1, messages  # 6 skipped steps, one warning
     assert "step skipped" in messages[0] and "penalty/boom" in messages[0]
     assert "set on_nonfinite" not in messages[0]  # it is already set
-    counts = [float(r["train/skipped_steps"]) for r in _rows(logger) if r.get("train/skipped_steps")]
+    counts = [
+        float(r["train/skipped_steps"]) for r in _rows(logger) if r.get("train/skipped_steps")
+    ]
     assert counts == [3.0, 3.0]  # 192 images / 64 per batch, every step skipped, both epochs
 
 
@@ -79,7 +88,9 @@ def test_no_count_is_logged_when_nothing_was_skipped(tmp_path):
     logger = CSVLogger(tmp_path)
     trainer = pl.Trainer(max_epochs=1, logger=logger, limit_val_batches=0, **TRAINER)
     trainer.fit(RobustClassifier(TinyCNN(), on_nonfinite="skip"), train)
-    counts = [float(r["train/skipped_steps"]) for r in _rows(logger) if r.get("train/skipped_steps")]
+    counts = [
+        float(r["train/skipped_steps"]) for r in _rows(logger) if r.get("train/skipped_steps")
+    ]
     assert counts == [0.0]
 
 
@@ -87,10 +98,12 @@ def test_sgd_lr_1e6_with_the_monitor_finishes_and_logs_the_nonfinite_count(tmp_p
     """The issue's reproduction: the fit ends, the monitor logs a count and no robustness."""
     train, val = _loaders()
     torch.manual_seed(1)  # lr 1e6 overflows this model's logits and maps from the first epoch
-    module = RobustClassifier(SmallCNN(width=8), on_nonfinite="skip",
-                              optimizer=lambda p: torch.optim.SGD(p, lr=1e6))
-    monitor = RobustnessMonitor(n_samples=8, n_images=0, max_overhead=None, n_steps=1,
-                                lipschitz_samples=2, fidelity_steps=4)
+    module = RobustClassifier(
+        SmallCNN(width=8), on_nonfinite="skip", optimizer=lambda p: torch.optim.SGD(p, lr=1e6)
+    )
+    monitor = RobustnessMonitor(
+        n_samples=8, n_images=0, max_overhead=None, n_steps=1, lipschitz_samples=2, fidelity_steps=4
+    )
     logger = CSVLogger(tmp_path)
     trainer = pl.Trainer(max_epochs=3, logger=logger, callbacks=[monitor], **TRAINER)
     with warnings.catch_warnings(record=True) as caught:
@@ -98,8 +111,11 @@ def test_sgd_lr_1e6_with_the_monitor_finishes_and_logs_the_nonfinite_count(tmp_p
         trainer.fit(module, train, val)
     assert trainer.current_epoch == 3 and monitor.evaluated_epochs == [0, 1, 2]
     rows = _rows(logger)
-    nonfinite = {int(r["epoch"]): float(r["robustness/nonfinite"]) for r in rows
-                 if r.get("robustness/nonfinite")}
+    nonfinite = {
+        int(r["epoch"]): float(r["robustness/nonfinite"])
+        for r in rows
+        if r.get("robustness/nonfinite")
+    }
     diverged = [e for e, n in nonfinite.items() if n > 0]
     assert set(nonfinite) == {0, 1, 2} and diverged, nonfinite
     for row in rows:  # an epoch that met non-finite values logs no robustness number
@@ -116,10 +132,17 @@ def test_a_monitor_on_nan_weights_reports_only_the_count(tmp_path):
     with torch.no_grad():
         module.model.net[0].weight[0, 0, 0, :2] = float("nan")
     x, y = digits_tensors()
-    monitor = RobustnessMonitor(n_samples=8, inputs=x[:8], targets=y[:8], log_images=False,
-                                max_overhead=None)
-    trainer = pl.Trainer(max_epochs=1, logger=False, limit_train_batches=1, limit_val_batches=0,
-                         callbacks=[monitor], **TRAINER)
+    monitor = RobustnessMonitor(
+        n_samples=8, inputs=x[:8], targets=y[:8], log_images=False, max_overhead=None
+    )
+    trainer = pl.Trainer(
+        max_epochs=1,
+        logger=False,
+        limit_train_batches=1,
+        limit_val_batches=0,
+        callbacks=[monitor],
+        **TRAINER,
+    )
     train, _ = _loaders(n_train=64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -127,4 +150,6 @@ def test_a_monitor_on_nan_weights_reports_only_the_count(tmp_path):
     assert monitor.last_report is not None
     scalars = monitor.last_report.scalars
     assert scalars["robustness/nonfinite"] >= 2
-    assert not any(k.startswith(("robustness/topk", "robustness/lipschitz", "fidelity/")) for k in scalars)
+    assert not any(
+        k.startswith(("robustness/topk", "robustness/lipschitz", "fidelity/")) for k in scalars
+    )

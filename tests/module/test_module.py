@@ -23,42 +23,64 @@ from robust_train.regularizers import (
 def _loaders(n_train: int = 256, n_val: int = 128):
     x, y = digits_tensors()
     train = DataLoader(TensorDataset(x[:n_train], y[:n_train]), batch_size=64, shuffle=True)
-    val = DataLoader(TensorDataset(x[1400:1400 + n_val], y[1400:1400 + n_val]), batch_size=64)
+    val = DataLoader(TensorDataset(x[1400 : 1400 + n_val], y[1400 : 1400 + n_val]), batch_size=64)
     return train, val
 
 
 def _trainer(**kwargs) -> pl.Trainer:
-    defaults = dict(max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                    enable_progress_bar=False, enable_model_summary=False)
+    defaults = dict(
+        max_epochs=1,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     return pl.Trainer(**{**defaults, **kwargs})
 
 
-@pytest.mark.parametrize("penalty", [
-    ExplanationSmoothness(explainer="saliency", seed=0),
-    InputGradientNorm(),
-    InputGradientNorm(method="finite_difference"),
-    Curvature(weight=0.01, seed=0),
-    Curvature(method="gradient_difference", weight=0.01),
-], ids=lambda p: f"{p.name}-{getattr(p, 'method', '')}")
+@pytest.mark.parametrize(
+    "penalty",
+    [
+        ExplanationSmoothness(explainer="saliency", seed=0),
+        InputGradientNorm(),
+        InputGradientNorm(method="finite_difference"),
+        Curvature(weight=0.01, seed=0),
+        Curvature(method="gradient_difference", weight=0.01),
+    ],
+    ids=lambda p: f"{p.name}-{getattr(p, 'method', '')}",
+)
 def test_fit_logs_every_loss_part(penalty):
     train, val = _loaders()
     module = RobustClassifier(TinyCNN(), penalties=[penalty])
     trainer = _trainer()
     trainer.fit(module, train, val)
     logged = trainer.callback_metrics
-    for key in ("train/ce_epoch", "train/loss_epoch", f"train/penalty/{penalty.name}_epoch", "train/acc",
-                "val/acc", "val/loss"):
+    for key in (
+        "train/ce_epoch",
+        "train/loss_epoch",
+        f"train/penalty/{penalty.name}_epoch",
+        "train/acc",
+        "val/acc",
+        "val/loss",
+    ):
         assert key in logged, key
         assert math.isfinite(float(logged[key]))
     # loss = ce + w * penalty, on the epoch means
-    expected = logged["train/ce_epoch"] + penalty.weight * logged[f"train/penalty/{penalty.name}_epoch"]
+    expected = (
+        logged["train/ce_epoch"] + penalty.weight * logged[f"train/penalty/{penalty.name}_epoch"]
+    )
     assert torch.allclose(logged["train/loss_epoch"], expected, rtol=1e-4)
 
 
 def test_training_reduces_loss_and_restores_nothing_unexpected():
     train, val = _loaders(n_train=256)
-    module = RobustClassifier(TinyCNN(), penalties=[ExplanationSmoothness(explainer="saliency", seed=0)],
-                              optimizer=lambda p: torch.optim.Adam(p, lr=3e-3))
+    module = RobustClassifier(
+        TinyCNN(),
+        penalties=[ExplanationSmoothness(explainer="saliency", seed=0)],
+        optimizer=lambda p: torch.optim.Adam(p, lr=3e-3),
+    )
     first = _trainer(max_epochs=1)
     first.fit(module, train, val)
     loss_1 = float(first.callback_metrics["train/ce_epoch"])
@@ -93,7 +115,9 @@ def test_nonfinite_penalty_skip_keeps_weights():
 
 def test_penalty_warmup_is_linear():
     train, val = _loaders()
-    module = RobustClassifier(TinyCNN(), penalties=[Curvature(weight=0.01)], penalty_warmup_epochs=2)
+    module = RobustClassifier(
+        TinyCNN(), penalties=[Curvature(weight=0.01)], penalty_warmup_epochs=2
+    )
     trainer = _trainer(max_epochs=1, limit_train_batches=4, limit_val_batches=0)
     trainer.fit(module, train)
     module.trainer.fit_loop.epoch_progress.current.completed = 1  # as if in epoch 1

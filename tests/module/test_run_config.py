@@ -22,9 +22,15 @@ from robust_train.regularizers import Curvature
 def _fit(module: RobustClassifier, tmp_path) -> pl.Trainer:
     x, y = digits_tensors()
     loader = DataLoader(TensorDataset(x[:64], y[:64]), batch_size=32)
-    trainer = pl.Trainer(max_epochs=1, accelerator="cpu", logger=CSVLogger(tmp_path),
-                         enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, limit_val_batches=0)
+    trainer = pl.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        logger=CSVLogger(tmp_path),
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
     trainer.fit(module, loader)
     return trainer
 

@@ -48,14 +48,27 @@ class EpochLosses(Callback):
 
 def _fit_bf16(penalty: PenaltyTerm) -> tuple[RobustClassifier, list[dict[str, float]]]:
     x, y = digits_tensors()
-    loader = DataLoader(TensorDataset(x[:300], y[:300]), batch_size=25, shuffle=True,
-                        generator=torch.Generator().manual_seed(0))
-    module = RobustClassifier(SmallCNN(width=8), penalties=[penalty],
-                              optimizer=lambda p: torch.optim.Adam(p, lr=1e-2))
+    loader = DataLoader(
+        TensorDataset(x[:300], y[:300]),
+        batch_size=25,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(0),
+    )
+    module = RobustClassifier(
+        SmallCNN(width=8), penalties=[penalty], optimizer=lambda p: torch.optim.Adam(p, lr=1e-2)
+    )
     record = EpochLosses()
-    trainer = pl.Trainer(max_epochs=EPOCHS, accelerator="cpu", devices=1, precision="bf16-mixed",
-                         logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, callbacks=[record])
+    trainer = pl.Trainer(
+        max_epochs=EPOCHS,
+        accelerator="cpu",
+        devices=1,
+        precision="bf16-mixed",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[record],
+    )
     trainer.fit(module, loader)
     assert trainer.precision == "bf16-mixed"
     return module, record.epochs
@@ -84,7 +97,7 @@ def _trained_net() -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
     for _ in range(2):
         for i in range(0, 1400, 64):
             opt.zero_grad()
-            F.cross_entropy(net(x[i:i + 64]), y[i:i + 64]).backward()
+            F.cross_entropy(net(x[i : i + 64]), y[i : i + 64]).backward()
             opt.step()
     return net, x[1400:1464], y[1400:1464]
 
@@ -120,12 +133,17 @@ def test_zero_order_curvature_in_bf16_would_be_wrong():
 
 
 def test_kinds_of_the_built_in_penalties():
-    kinds = {name: (needs_double_backprop(make()), needs_full_precision(make()))
-             for name, make in PENALTIES.items()}
+    kinds = {
+        name: (needs_double_backprop(make()), needs_full_precision(make()))
+        for name, make in PENALTIES.items()
+    }
     assert kinds == {
-        "smoothness": (True, False), "lipschitz": (True, False),
-        "gradnorm-double_backprop": (True, False), "gradnorm-finite_difference": (False, True),
-        "curvature-zero_order": (False, True), "curvature-gradient_difference": (True, True),
+        "smoothness": (True, False),
+        "lipschitz": (True, False),
+        "gradnorm-double_backprop": (True, False),
+        "gradnorm-finite_difference": (False, True),
+        "curvature-zero_order": (False, True),
+        "curvature-gradient_difference": (True, True),
     }
 
     class Declared(PenaltyTerm):
@@ -137,4 +155,7 @@ def test_kinds_of_the_built_in_penalties():
         needs_input_grad = True
 
     assert (needs_double_backprop(Declared()), needs_full_precision(Declared())) == (False, True)
-    assert (needs_double_backprop(Undeclared()), needs_full_precision(Undeclared())) == (True, False)
+    assert (needs_double_backprop(Undeclared()), needs_full_precision(Undeclared())) == (
+        True,
+        False,
+    )

@@ -45,8 +45,16 @@ def _loader() -> DataLoader:
 
 
 def _trainer(**kwargs) -> pl.Trainer:
-    defaults = dict(max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                    enable_progress_bar=False, enable_model_summary=False, limit_train_batches=2)
+    defaults = dict(
+        max_epochs=1,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_train_batches=2,
+    )
     return pl.Trainer(**{**defaults, **kwargs})
 
 

@@ -18,11 +18,25 @@ from torch import Tensor, nn
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
 from robust_train.models.loading import CheckpointError, load_classifier, read_checkpoint
 
-__all__ = ["KEEP_KEYS", "checkpoint_meta", "data_config_from_yaml", "evaluate_checkpoint",
-           "export_checkpoint", "heldout_tensors", "instantiate", "load_checkpoint"]
+__all__ = [
+    "KEEP_KEYS",
+    "checkpoint_meta",
+    "data_config_from_yaml",
+    "evaluate_checkpoint",
+    "export_checkpoint",
+    "heldout_tensors",
+    "instantiate",
+    "load_checkpoint",
+]
 
-KEEP_KEYS = ("state_dict", "robust_train", "hyper_parameters", "epoch", "global_step",
-             "pytorch-lightning_version")
+KEEP_KEYS = (
+    "state_dict",
+    "robust_train",
+    "hyper_parameters",
+    "epoch",
+    "global_step",
+    "pytorch-lightning_version",
+)
 
 
 def instantiate(config: dict[str, Any]) -> Any:
@@ -37,8 +51,11 @@ def checkpoint_meta(path: str | Path) -> dict[str, Any]:
     ckpt = read_checkpoint(path)
     if not isinstance(ckpt, dict):
         raise CheckpointError(f"{str(path)!r} is not a checkpoint written by `robust-train fit`")
-    return {"robust_train": ckpt.get("robust_train") or {}, "wandb_run": ckpt.get("wandb_run"),
-            "epoch": ckpt.get("epoch")}
+    return {
+        "robust_train": ckpt.get("robust_train") or {},
+        "wandb_run": ckpt.get("wandb_run"),
+        "epoch": ckpt.get("epoch"),
+    }
 
 
 def load_checkpoint(path: str | Path) -> tuple[nn.Module, dict[str, Any] | None]:
@@ -62,8 +79,9 @@ def data_config_from_yaml(path: str | Path) -> dict[str, Any]:
     return config["data"]
 
 
-def heldout_tensors(data_config: dict[str, Any], n_samples: int, split: str = "test",
-                    model: nn.Module | None = None) -> tuple[Tensor, Tensor, float | None]:
+def heldout_tensors(
+    data_config: dict[str, Any], n_samples: int, split: str = "test", model: nn.Module | None = None
+) -> tuple[Tensor, Tensor, float | None]:
     """The first `n_samples` images and labels of a datamodule's held-out split, and, when a model
     is given, its accuracy on the whole split (streamed batch by batch)."""
     dm = instantiate(data_config)
@@ -88,8 +106,15 @@ def heldout_tensors(data_config: dict[str, Any], n_samples: int, split: str = "t
     return torch.cat(xs)[:n_samples], torch.cat(ys)[:n_samples], accuracy
 
 
-def evaluate_checkpoint(ckpt: str | Path, settings: EvaluationSettings, *, data_config: str | None = None,
-                        split: str = "test", progress: bool = True, threads: int | None = None) -> dict[str, Any]:
+def evaluate_checkpoint(
+    ckpt: str | Path,
+    settings: EvaluationSettings,
+    *,
+    data_config: str | None = None,
+    split: str = "test",
+    progress: bool = True,
+    threads: int | None = None,
+) -> dict[str, Any]:
     """Load a checkpoint and its held-out data, run the suite, add the checkpoint's training time."""
     model, stored = load_checkpoint(ckpt)
     if threads is not None:
@@ -98,7 +123,9 @@ def evaluate_checkpoint(ckpt: str | Path, settings: EvaluationSettings, *, data_
         torch.set_num_threads(1)
     config = data_config_from_yaml(data_config) if data_config else stored
     if config is None:
-        raise ValueError(f"checkpoint {str(ckpt)!r} records no datamodule; pass --data-config CONFIG.yaml")
+        raise ValueError(
+            f"checkpoint {str(ckpt)!r} records no datamodule; pass --data-config CONFIG.yaml"
+        )
     x, y, accuracy = heldout_tensors(config, settings.n_samples, split, model=model)
     start = time.perf_counter()
     result = evaluate_classifier(model, x, y, settings, progress=progress)
@@ -122,7 +149,9 @@ def export_checkpoint(src: str | Path, dst: str | Path) -> Path:
     """
     ckpt = read_checkpoint(src)
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "robust_train" not in ckpt:
-        raise CheckpointError(f"`src` {str(src)!r} is not a checkpoint written by `robust-train fit`")
+        raise CheckpointError(
+            f"`src` {str(src)!r} is not a checkpoint written by `robust-train fit`"
+        )
     small = {k: ckpt[k] for k in KEEP_KEYS if k in ckpt}
     small["state_dict"] = {k: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
     dst = Path(dst)

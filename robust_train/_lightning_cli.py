@@ -15,6 +15,7 @@ The default logger is W&B, offline, under runs/ (robust_train.loggers.SafeWandbL
 
 from __future__ import annotations
 
+import difflib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,6 +50,16 @@ class QuietParser(LightningArgumentParser):
         kwargs["exit_on_error"] = False
         super().__init__(*args, **kwargs)
 
+    def error(self, message: str, ex: Exception | None = None) -> Any:
+        if message.startswith("unrecognized arguments:") and "did you mean" not in message:
+            options = [o for o in self._option_string_actions if o.startswith("--")]
+            for token in message.split(":", 1)[1].split():
+                close = difflib.get_close_matches(token.split("=")[0], options, n=1, cutoff=0.75)
+                if token.startswith("--") and close:
+                    message += f" (did you mean {close[0]}?)"
+                    break
+        return super().error(message, ex)
+
 
 class SaveConfigToRun(SaveConfigCallback):
     """The resolved config: config.yaml in the run folder (fit only), the W&B run config (every
@@ -61,8 +72,13 @@ class SaveConfigToRun(SaveConfigCallback):
         folder = getattr(trainer.checkpoint_callback, "dirpath", None)
         if stage == "fit" and folder and trainer.is_global_zero:
             Path(folder).mkdir(parents=True, exist_ok=True)
-            self.parser.save(self.config, str(Path(folder) / self.config_filename), skip_none=False,
-                             overwrite=True, multifile=self.multifile)
+            self.parser.save(
+                self.config,
+                str(Path(folder) / self.config_filename),
+                skip_none=False,
+                overwrite=True,
+                multifile=self.multifile,
+            )
         if trainer.is_global_zero:
             self.save_config(trainer, pl_module, stage)
         self.already_saved = True
@@ -88,23 +104,37 @@ class RobustCLI(LightningCLI):
     """LightningCLI with run folders, resume by keyword, `--threads` and one-line errors."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_argument("--experiment", type=str, default="default",
-                            help="run name; checkpoints go to <checkpoint_root>/<experiment>/version_<N>/")
-        parser.add_argument("--checkpoint_root", type=str, default="checkpoints",
-                            help="folder that holds one folder per experiment")
-        parser.add_argument("--threads", type=PositiveInt | None, default=None,
-                            help="torch CPU threads (default: 1 for models under a million parameters, "
-                                 "where one thread is fastest, else torch's default)")
+        parser.add_argument(
+            "--experiment",
+            type=str,
+            default="default",
+            help="run name; checkpoints go to <checkpoint_root>/<experiment>/version_<N>/",
+        )
+        parser.add_argument(
+            "--checkpoint_root",
+            type=str,
+            default="checkpoints",
+            help="folder that holds one folder per experiment",
+        )
+        parser.add_argument(
+            "--threads",
+            type=PositiveInt | None,
+            default=None,
+            help="torch CPU threads (default: 1 for models under a million parameters, "
+            "where one thread is fastest, else torch's default)",
+        )
         parser.add_lightning_class_args(RunCheckpoint, "checkpoint")
-        parser.set_defaults({
-            "checkpoint.monitor": "val/acc",
-            "checkpoint.mode": "max",
-            "checkpoint.save_last": True,
-            "checkpoint.filename": "best",
-            "checkpoint.auto_insert_metric_name": False,
-            "checkpoint.save_on_train_epoch_end": True,
-            "checkpoint.enable_version_counter": False,
-        })
+        parser.set_defaults(
+            {
+                "checkpoint.monitor": "val/acc",
+                "checkpoint.mode": "max",
+                "checkpoint.save_last": True,
+                "checkpoint.filename": "best",
+                "checkpoint.auto_insert_metric_name": False,
+                "checkpoint.save_on_train_epoch_end": True,
+                "checkpoint.enable_version_counter": False,
+            }
+        )
 
     def _parse_ckpt_path(self) -> None:
         """Resolve `--ckpt_path last|best` and read the checkpoint once (clear errors when it is
@@ -122,10 +152,14 @@ class RobustCLI(LightningCLI):
             config.ckpt_path = path
         ckpt = read_checkpoint(path)
         if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
-            raise CheckpointError(f"`--ckpt_path` {path!r} is not a Lightning checkpoint (no 'state_dict')")
+            raise CheckpointError(
+                f"`--ckpt_path` {path!r} is not a Lightning checkpoint (no 'state_dict')"
+            )
         self.resume_checkpoint = {
             "path": str(Path(path).resolve()),
-            "shapes": {k: tuple(v.shape) for k, v in ckpt["state_dict"].items() if hasattr(v, "shape")},
+            "shapes": {
+                k: tuple(v.shape) for k, v in ckpt["state_dict"].items() if hasattr(v, "shape")
+            },
             "wandb_run": ckpt.get("wandb_run"),
         }
 
@@ -180,8 +214,11 @@ class RobustCLI(LightningCLI):
 
     def _report_interrupt(self, what: str) -> None:
         last = getattr(self.trainer.checkpoint_callback, "last_model_path", "")
-        saved = (f"{last} holds the last finished epoch; resume with --ckpt_path {last}" if last
-                 else "no epoch had finished, nothing was saved")
+        saved = (
+            f"{last} holds the last finished epoch; resume with --ckpt_path {last}"
+            if last
+            else "no epoch had finished, nothing was saved"
+        )
         print(f"robust-train: {self.subcommand} stopped by {what}; {saved}", file=sys.stderr)
 
 
@@ -190,8 +227,10 @@ def _keyword_checkpoint(word: str, config: Any) -> str:
     folder = latest_run_folder(experiment_dir)
     path = folder / f"{word}.ckpt" if folder is not None else None
     if path is None or not path.is_file():
-        raise FileNotFoundError(f"`--ckpt_path {word}`: no {word}.ckpt in a run folder under "
-                                f"{str(experiment_dir)!r} (check --experiment and --checkpoint_root)")
+        raise FileNotFoundError(
+            f"`--ckpt_path {word}`: no {word}.ckpt in a run folder under "
+            f"{str(experiment_dir)!r} (check --experiment and --checkpoint_root)"
+        )
     return str(path)
 
 
@@ -201,21 +240,36 @@ def _check_fits(resume: dict[str, Any], model: torch.nn.Module) -> None:
     stored = resume["shapes"]
     missing = sorted(set(own) - set(stored))
     unexpected = sorted(set(stored) - set(own))
-    shapes = [f"{k} {stored[k]} vs {own[k]}" for k in sorted(set(own) & set(stored)) if own[k] != stored[k]]
+    shapes = [
+        f"{k} {stored[k]} vs {own[k]}"
+        for k in sorted(set(own) & set(stored))
+        if own[k] != stored[k]
+    ]
     if missing or unexpected or shapes:
-        details = "; ".join(part for part in (
-            f"{len(missing)} missing key(s) e.g. {missing[0]}" if missing else "",
-            f"{len(unexpected)} unexpected key(s) e.g. {unexpected[0]}" if unexpected else "",
-            f"{len(shapes)} shape mismatch(es) e.g. {shapes[0]} (checkpoint vs model)" if shapes else "",
-        ) if part)
+        details = "; ".join(
+            part
+            for part in (
+                f"{len(missing)} missing key(s) e.g. {missing[0]}" if missing else "",
+                f"{len(unexpected)} unexpected key(s) e.g. {unexpected[0]}" if unexpected else "",
+                f"{len(shapes)} shape mismatch(es) e.g. {shapes[0]} (checkpoint vs model)"
+                if shapes
+                else "",
+            )
+            if part
+        )
         name = type(getattr(model, "model", model)).__name__
-        raise CheckpointError(f"checkpoint {resume['path']!r} does not fit the configured model "
-                              f"({name}): {details}; pass the config it was trained with")
+        raise CheckpointError(
+            f"checkpoint {resume['path']!r} does not fit the configured model "
+            f"({name}): {details}; pass the config it was trained with"
+        )
 
 
 def _is_wandb_logger(logger: Any) -> bool:
-    return logger is not None and not isinstance(logger, (bool, list)) and \
-        str(getattr(logger, "class_path", "")).endswith("WandbLogger")
+    return (
+        logger is not None
+        and not isinstance(logger, (bool, list))
+        and str(getattr(logger, "class_path", "")).endswith("WandbLogger")
+    )
 
 
 def _is_default_logger(logger: Any) -> bool:

@@ -36,8 +36,12 @@ def quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
-    for name in ("pytorch_lightning", "pytorch_lightning.utilities.rank_zero", "lightning.pytorch",
-                 "lightning.pytorch.utilities.rank_zero"):
+    for name in (
+        "pytorch_lightning",
+        "pytorch_lightning.utilities.rank_zero",
+        "lightning.pytorch",
+        "lightning.pytorch.utilities.rank_zero",
+    ):
         logger = logging.getLogger(name)
         if _FILTER not in logger.filters:
             logger.addFilter(_FILTER)

@@ -125,15 +125,24 @@ class RunCheckpoint(ModelCheckpoint):
             self._fresh_folder = not (folder.is_dir() and any(folder.glob("*.ckpt")))
 
     def _fitting(self, trainer: pl.Trainer) -> bool:
-        return (trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
-                and not trainer.fast_dev_run)
+        return (
+            trainer.state.fn == TrainerFn.FITTING
+            and not trainer.sanity_checking
+            and not getattr(trainer, "fast_dev_run", False)
+        )
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         super().on_train_epoch_end(trainer, pl_module)
-        if self.save_last and self._fitting(trainer) and self._last_step_of_last != trainer.global_step:
+        if (
+            self.save_last
+            and self._fitting(trainer)
+            and self._last_step_of_last != trainer.global_step
+        ):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
-    def _save_last_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict[str, Any]) -> None:
+    def _save_last_checkpoint(
+        self, trainer: pl.Trainer, monitor_candidates: dict[str, Any]
+    ) -> None:
         super()._save_last_checkpoint(trainer, monitor_candidates)
         if self.save_last:
             self._last_step_of_last = trainer.global_step
@@ -145,27 +154,38 @@ class RunCheckpoint(ModelCheckpoint):
         if trainer.is_global_zero and VERSION.match(folder.name):
             _point_latest(folder)
 
-    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                           checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         checkpoint["rng_states"] = rng_states(pl_module)
         for logger in trainer.loggers:
             run = getattr(logger, "_experiment", None) if isinstance(logger, WandbLogger) else None
             if run is not None and getattr(run, "id", None):
-                checkpoint["wandb_run"] = {"id": run.id, "project": getattr(run, "project", None),
-                                           "name": getattr(run, "name", None),
-                                           "save_dir": getattr(logger, "save_dir", None)}
+                checkpoint["wandb_run"] = {
+                    "id": run.id,
+                    "project": getattr(run, "project", None),
+                    "name": getattr(run, "name", None),
+                    "save_dir": getattr(logger, "save_dir", None),
+                }
                 break
 
-    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                           checkpoint: dict[str, Any]) -> None:
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
         if trainer.state.fn == TrainerFn.FITTING and "rng_states" in checkpoint:
             set_rng_states(checkpoint["rng_states"], pl_module)
 
-    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
-                     exception: BaseException) -> None:
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
         super().on_exception(trainer, pl_module, exception)
-        if (trainer.is_global_zero and self._fresh_folder and not self._saved_this_run
-                and trainer.state.fn == TrainerFn.FITTING and self.dirpath):
+        if (
+            trainer.is_global_zero
+            and self._fresh_folder
+            and not self._saved_this_run
+            and trainer.state.fn == TrainerFn.FITTING
+            and self.dirpath
+        ):
             _remove_if_no_checkpoint(Path(self.dirpath))
 
 
@@ -197,12 +217,14 @@ def rng_states(module: torch.nn.Module | None = None) -> dict[str, Any]:
         >>> a = torch.rand(1); set_rng_states(state); bool(torch.equal(a, torch.rand(1)))
         True
     """
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()  # noqa: NPY002 - the global one
     states: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+        "numpy": [kind, np.asarray(keys).tolist(), int(pos), int(has_gauss), float(cached)],
         "python": random.getstate(),
-        "generators": {k: g.get_state() for k, g in _generators(module).items()} if module is not None else {},
+        "generators": {k: g.get_state() for k, g in _generators(module).items()}
+        if module is not None
+        else {},
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         states["cuda"] = torch.cuda.get_rng_state_all()
@@ -213,7 +235,7 @@ def set_rng_states(states: dict[str, Any], module: torch.nn.Module | None = None
     """Restore what `rng_states` returned (generators matched by their attribute path)."""
     torch.set_rng_state(states["torch"])
     kind, keys, pos, has_gauss, cached = states["numpy"]
-    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))  # noqa: NPY002
     python = states["python"]
     random.setstate((python[0], tuple(python[1]), python[2]))
     if "cuda" in states and torch.cuda.is_available():

@@ -26,22 +26,48 @@ PROG = "robust-train"
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 # name -> (one-line description, "module:function" taking argv and returning an exit code)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "fit": ("train a model from a config (LightningCLI; --ckpt_path last resumes)",
-            "robust_train._lightning_cli:run_subcommand"),
-    "validate": ("one pass over the validation set of a checkpoint", "robust_train._lightning_cli:run_subcommand"),
-    "test": ("one pass over the test set of a checkpoint", "robust_train._lightning_cli:run_subcommand"),
-    "predict": ("class probabilities for the predict set", "robust_train._lightning_cli:run_subcommand"),
-    "demo": ("train a baseline and a robust model on digits, evaluate both, write a report",
-             "robust_train.demo:main"),
-    "evaluate": ("robustness suite (attacks, Lipschitz, fidelity) on one checkpoint",
-                 "robust_train.commands:evaluate_main"),
-    "compare": ("the same suite on two or more checkpoints, side by side, with plots",
-                "robust_train.commands:compare_main"),
-    "export": ("strip a fit checkpoint to weights and metadata for sharing", "robust_train.commands:export_main"),
+    "fit": (
+        "train a model from a config (LightningCLI; --ckpt_path last resumes)",
+        "robust_train._lightning_cli:run_subcommand",
+    ),
+    "validate": (
+        "one pass over the validation set of a checkpoint",
+        "robust_train._lightning_cli:run_subcommand",
+    ),
+    "test": (
+        "one pass over the test set of a checkpoint",
+        "robust_train._lightning_cli:run_subcommand",
+    ),
+    "predict": (
+        "class probabilities for the predict set",
+        "robust_train._lightning_cli:run_subcommand",
+    ),
+    "demo": (
+        "train a baseline and a robust model on digits, evaluate both, write a report",
+        "robust_train.demo:main",
+    ),
+    "evaluate": (
+        "robustness suite (attacks, Lipschitz, fidelity) on one checkpoint",
+        "robust_train.commands:evaluate_main",
+    ),
+    "compare": (
+        "the same suite on two or more checkpoints, side by side, with plots",
+        "robust_train.commands:compare_main",
+    ),
+    "export": (
+        "strip a fit checkpoint to weights and metadata for sharing",
+        "robust_train.commands:export_main",
+    ),
 }
 # Exceptions that mean "the input is wrong" (exit 2); anything else is an internal error (exit 1).
-USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, TypeError, LookupError, OSError,
-                                                FloatingPointError, argparse.ArgumentError)
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError,
+    TypeError,
+    LookupError,
+    OSError,
+    FloatingPointError,
+    argparse.ArgumentError,
+)
 
 
 class UsageError(Exception):
@@ -56,12 +82,20 @@ def help_text() -> str:
         True
     """
     width = max(map(len, COMMANDS)) + 2
-    lines = [f"usage: {PROG} <command> [options]     ({PROG} <command> --help: that command's options)",
-             "", "Train image classifiers with robust explanations, and measure that robustness.", "",
-             "commands:"]
+    lines = [
+        f"usage: {PROG} <command> [options]     ({PROG} <command> --help: that command's options)",
+        "",
+        "Train image classifiers with robust explanations, and measure that robustness.",
+        "",
+        "commands:",
+    ]
     lines += [f"  {name:<{width}}{description}" for name, (description, _) in COMMANDS.items()]
-    lines += ["", "options:", "  -h, --help  show this help and exit",
-              "  --debug     show the full traceback of an error (also ROBUST_TRAIN_DEBUG=1)"]
+    lines += [
+        "",
+        "options:",
+        "  -h, --help  show this help and exit",
+        "  --debug     show the full traceback of an error (also ROBUST_TRAIN_DEBUG=1)",
+    ]
     return "\n".join(lines)
 
 
@@ -73,10 +107,14 @@ def suggest(word: str) -> str:
         "unknown command 'exprot'; did you mean 'export'?"
     """
     if word.startswith("-"):
-        return f"the command comes first: {PROG} <command> [options] (got {word!r}; see {PROG} --help)"
+        return (
+            f"the command comes first: {PROG} <command> [options] (got {word!r}; see {PROG} --help)"
+        )
     close = difflib.get_close_matches(word, list(COMMANDS), n=2, cutoff=0.6)
     if close:
-        return f"unknown command {word!r}; did you mean " + " or ".join(repr(c) for c in close) + "?"
+        return (
+            f"unknown command {word!r}; did you mean " + " or ".join(repr(c) for c in close) + "?"
+        )
     return f"unknown command {word!r}; choose from {', '.join(COMMANDS)}"
 
 
@@ -100,13 +138,19 @@ def one_line(err: BaseException) -> str:
     current: BaseException | None = err
     while current is not None and all(current is not seen for seen in chain):
         chain.append(current)
-        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+        current = current.__cause__ or (
+            None if current.__suppress_context__ else current.__context__
+        )
     for candidate in chain:
         text = str(candidate).strip()
         if text and "\n" not in text:
-            return text if isinstance(candidate, USER_ERRORS) or candidate is err or \
-                getattr(candidate, "user_error", False) \
+            return (
+                text
+                if isinstance(candidate, USER_ERRORS)
+                or candidate is err
+                or getattr(candidate, "user_error", False)
                 else f"{type(candidate).__name__}: {text}"
+            )
     lines = str(err).strip().splitlines()
     return lines[0] if lines else type(err).__name__
 
@@ -127,7 +171,11 @@ def _run(name: str, argv: list[str], debug: bool) -> int:
     except Exception as err:
         if debug:
             raise
-        user = isinstance(err, USER_ERRORS) or getattr(err, "user_error", False) or _is_jsonargparse_error(err)
+        user = (
+            isinstance(err, USER_ERRORS)
+            or getattr(err, "user_error", False)
+            or _is_jsonargparse_error(err)
+        )
         suffix = "" if user else " (internal error; rerun with --debug for the traceback)"
         print(f"{PROG}: error: {one_line(err)}{suffix}", file=sys.stderr)
         return 2 if user else 1

@@ -32,27 +32,63 @@ from robust_train._checkpoint_io import (
 )
 from robust_train.evaluation import ATTACKS, PROTOCOLS, EvaluationSettings
 
-__all__ = ["KEEP_KEYS", "add_settings_arguments", "compare_main", "data_config_from_yaml",
-           "default_out", "evaluate_checkpoint", "evaluate_main", "export_checkpoint", "export_main",
-           "heldout_tensors", "instantiate", "load_checkpoint", "settings_from", "summary_markdown"]
+__all__ = [
+    "KEEP_KEYS",
+    "add_settings_arguments",
+    "compare_main",
+    "data_config_from_yaml",
+    "default_out",
+    "evaluate_checkpoint",
+    "evaluate_main",
+    "export_checkpoint",
+    "export_main",
+    "heldout_tensors",
+    "instantiate",
+    "load_checkpoint",
+    "settings_from",
+    "summary_markdown",
+]
 
 # Flag -> EvaluationSettings field; flags left unset keep the preset's (or the default) value.
-SETTING_FLAGS = {"n_samples": int, "explainers": str, "attack_explainer": str, "attacks": str,
-                 "epsilon": float, "n_steps": int, "k": int, "lipschitz_samples": int,
-                 "fidelity_steps": int, "ig_steps": int, "seed": int}
+SETTING_FLAGS = {
+    "n_samples": int,
+    "explainers": str,
+    "attack_explainer": str,
+    "attacks": str,
+    "epsilon": float,
+    "n_steps": int,
+    "k": int,
+    "lipschitz_samples": int,
+    "fidelity_steps": int,
+    "ig_steps": int,
+    "seed": int,
+}
 DIRECTIONS = (
     ("accuracy", "higher is better"),
-    ("top-k intersection, Spearman, Kendall (attack rows)", "higher is more robust: the attacked "
-     "map keeps more of the clean map (1 = unchanged)"),
+    (
+        "top-k intersection, Spearman, Kendall (attack rows)",
+        "higher is more robust: the attacked map keeps more of the clean map (1 = unchanged)",
+    ),
     ("center shift (px)", "lower is more robust: how far the map's center of mass moved"),
-    ("map mass in target region", "lower is more robust: the share of the map a targeted attack "
-     "pushed into its target region"),
-    ("images not measured", "attacks that could not move an image (zero direction) are counted "
-     "here and left out of the means; they are not robustness"),
-    ("Lipschitz estimate", "lower is more robust: largest change of the explanation per unit of "
-     "input change"),
-    ("fidelity estimate (AUC LIF - AUC MIF)", "higher is better: removing the pixels the map "
-     "ranks first hurts the prediction more than removing the last ones"),
+    (
+        "map mass in target region",
+        "lower is more robust: the share of the map a targeted attack "
+        "pushed into its target region",
+    ),
+    (
+        "images not measured",
+        "attacks that could not move an image (zero direction) are counted "
+        "here and left out of the means; they are not robustness",
+    ),
+    (
+        "Lipschitz estimate",
+        "lower is more robust: largest change of the explanation per unit of input change",
+    ),
+    (
+        "fidelity estimate (AUC LIF - AUC MIF)",
+        "higher is better: removing the pixels the map "
+        "ranks first hurts the prediction more than removing the last ones",
+    ),
 )
 
 
@@ -76,31 +112,59 @@ def _positive(kind: type) -> Any:
 
 def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     d = EvaluationSettings()
-    parser.add_argument("--protocol", choices=sorted(PROTOCOLS), default=None,
-                        help="a literature preset (rar: Chen et al. 2019, the RAR/ART protocol); "
-                             "flags given beside it override its fields")
-    parser.add_argument("--data-config", help="LightningCLI YAML whose `data:` section gives the held-out "
-                        "data (default: the datamodule stored in the checkpoint)")
+    parser.add_argument(
+        "--protocol",
+        choices=sorted(PROTOCOLS),
+        default=None,
+        help="a literature preset (rar: Chen et al. 2019, the RAR/ART protocol); "
+        "flags given beside it override its fields",
+    )
+    parser.add_argument(
+        "--data-config",
+        help="LightningCLI YAML whose `data:` section gives the held-out "
+        "data (default: the datamodule stored in the checkpoint)",
+    )
     parser.add_argument("--split", choices=("test", "val"), default="test")
-    parser.add_argument("--n-samples", type=_positive(int), help=f"held-out images evaluated ({d.n_samples})")
-    parser.add_argument("--explainers", nargs="+", help=f"explainers scored ({' '.join(d.explainers)})")
-    parser.add_argument("--attack-explainer", help=f"explainer the attacks target ({d.attack_explainer})")
+    parser.add_argument(
+        "--n-samples", type=_positive(int), help=f"held-out images evaluated ({d.n_samples})"
+    )
+    parser.add_argument(
+        "--explainers", nargs="+", help=f"explainers scored ({' '.join(d.explainers)})"
+    )
+    parser.add_argument(
+        "--attack-explainer", help=f"explainer the attacks target ({d.attack_explainer})"
+    )
     parser.add_argument("--attacks", nargs="+", choices=ATTACKS, help=f"({' '.join(d.attacks)})")
-    parser.add_argument("--epsilon", type=_positive(float),
-                        help="L_inf budget (default 0.1 up to 28 px, else 8/255)")
+    parser.add_argument(
+        "--epsilon",
+        type=_positive(float),
+        help="L_inf budget (default 0.1 up to 28 px, else 8/255)",
+    )
     parser.add_argument("--n-steps", type=_positive(int), help=f"attack steps ({d.n_steps})")
-    parser.add_argument("--k", type=_positive(int), help="top-k size (default: an eighth of the pixels)")
+    parser.add_argument(
+        "--k", type=_positive(int), help="top-k size (default: an eighth of the pixels)"
+    )
     parser.add_argument("--lipschitz-samples", type=_positive(int), help=f"({d.lipschitz_samples})")
     parser.add_argument("--fidelity-steps", type=_positive(int), help=f"({d.fidelity_steps})")
-    parser.add_argument("--ig-steps", type=_positive(int),
-                        help=f"integration steps of integrated gradients ({d.ig_steps})")
+    parser.add_argument(
+        "--ig-steps",
+        type=_positive(int),
+        help=f"integration steps of integrated gradients ({d.ig_steps})",
+    )
     parser.add_argument("--seed", type=int, help=f"({d.seed})")
     parser.add_argument("--no-progress", action="store_true")
-    parser.add_argument("--no-wandb", action="store_true",
-                        help="do not add the numbers to the W&B run the checkpoint was trained in")
-    parser.add_argument("--threads", type=_positive(int), default=None,
-                        help="torch CPU threads (default: 1 for models under a million parameters, where "
-                             "one thread is fastest, else torch's default)")
+    parser.add_argument(
+        "--no-wandb",
+        action="store_true",
+        help="do not add the numbers to the W&B run the checkpoint was trained in",
+    )
+    parser.add_argument(
+        "--threads",
+        type=_positive(int),
+        default=None,
+        help="torch CPU threads (default: 1 for models under a million parameters, where "
+        "one thread is fastest, else torch's default)",
+    )
 
 
 def settings_from(args: argparse.Namespace) -> EvaluationSettings:
@@ -114,7 +178,9 @@ def settings_from(args: argparse.Namespace) -> EvaluationSettings:
         (10, 0.3)
     """
     base = PROTOCOLS[args.protocol] if getattr(args, "protocol", None) else EvaluationSettings()
-    given = {name: getattr(args, name) for name in SETTING_FLAGS if getattr(args, name, None) is not None}
+    given = {
+        name: getattr(args, name) for name in SETTING_FLAGS if getattr(args, name, None) is not None
+    }
     for name in ("explainers", "attacks"):
         if name in given:
             given[name] = tuple(given[name])
@@ -150,18 +216,29 @@ def _check_out(out: Path, ckpt: str | Path, overwrite: bool) -> None:
     except (ValueError, OSError):
         other = None
     if other != str(Path(ckpt).resolve()):
-        raise FileExistsError(f"`--out` {str(out)!r} holds the results of another checkpoint "
-                              f"({other or 'unknown'}); pick another --out or pass --overwrite")
+        raise FileExistsError(
+            f"`--out` {str(out)!r} holds the results of another checkpoint "
+            f"({other or 'unknown'}); pick another --out or pass --overwrite"
+        )
 
 
 def summary_markdown(name: str, result: dict[str, Any], table: str) -> str:
     """summary.md: the table, where it came from, the settings and how to read each metric."""
     settings = result.get("settings", {})
-    lines = [f"# Robustness of {name}", "", table, "",
-             f"Checkpoint: `{result.get('checkpoint')}` (epoch {result.get('epoch', '-')}); "
-             f"{result.get('split', 'test')} split; {result.get('n_samples', '-')} images, "
-             f"{result.get('n_attacked', '-')} attacked.", "", "## Settings", "",
-             "| setting | value |", "|---|---|"]
+    lines = [
+        f"# Robustness of {name}",
+        "",
+        table,
+        "",
+        f"Checkpoint: `{result.get('checkpoint')}` (epoch {result.get('epoch', '-')}); "
+        f"{result.get('split', 'test')} split; {result.get('n_samples', '-')} images, "
+        f"{result.get('n_attacked', '-')} attacked.",
+        "",
+        "## Settings",
+        "",
+        "| setting | value |",
+        "|---|---|",
+    ]
     lines += [f"| {key} | {value} |" for key, value in settings.items()]
     lines += ["", "## How to read it", ""]
     lines += [f"- **{metric}**: {note}." for metric, note in DIRECTIONS]
@@ -180,11 +257,18 @@ def _record(ckpt: str | Path, result: dict[str, Any], skip: bool) -> None:
 def evaluate_main(argv: list[str]) -> int:
     from robust_train.report import summary_table, to_json
 
-    parser = CommandParser(prog="robust-train evaluate", description="Robustness suite on one checkpoint.")
+    parser = CommandParser(
+        prog="robust-train evaluate", description="Robustness suite on one checkpoint."
+    )
     parser.add_argument("--ckpt", required=True, help="a .ckpt written by `robust-train fit`")
-    parser.add_argument("--out", default=None, help="folder for results.json and summary.md "
-                        "(default runs/eval/<checkpoint path>)")
-    parser.add_argument("--overwrite", action="store_true", help="write over another checkpoint's results")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="folder for results.json and summary.md (default runs/eval/<checkpoint path>)",
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="write over another checkpoint's results"
+    )
     add_settings_arguments(parser)
     args = parser.parse_args(argv)
     settings = settings_from(args)
@@ -194,8 +278,14 @@ def evaluate_main(argv: list[str]) -> int:
         raise FileNotFoundError(f"`--data-config` {args.data_config!r} does not exist")
     out = Path(args.out) if args.out else default_out(args.ckpt)
     _check_out(out, args.ckpt, args.overwrite)
-    result = evaluate_checkpoint(args.ckpt, settings, data_config=args.data_config, split=args.split,
-                                 progress=not args.no_progress, threads=args.threads)
+    result = evaluate_checkpoint(
+        args.ckpt,
+        settings,
+        data_config=args.data_config,
+        split=args.split,
+        progress=not args.no_progress,
+        threads=args.threads,
+    )
     result["checkpoint_path"] = str(Path(args.ckpt).resolve())
     out.mkdir(parents=True, exist_ok=True)
     name = Path(args.ckpt).stem
@@ -204,24 +294,32 @@ def evaluate_main(argv: list[str]) -> int:
     (out / "summary.md").write_text(summary_markdown(args.ckpt, result, table))
     _record(args.ckpt, result, args.no_wandb)
     print(table)
-    print(f"\nevaluated in {result['evaluation_seconds']:.1f} s; wrote {out / 'results.json'} and "
-          f"{out / 'summary.md'}")
+    print(
+        f"\nevaluated in {result['evaluation_seconds']:.1f} s; wrote {out / 'results.json'} and "
+        f"{out / 'summary.md'}"
+    )
     return 0
 
 
 def compare_main(argv: list[str]) -> int:
     from robust_train.report import summary_table, write_report
 
-    parser = CommandParser(prog="robust-train compare",
-                           description="Evaluate several checkpoints with the same suite; write a report.")
+    parser = CommandParser(
+        prog="robust-train compare",
+        description="Evaluate several checkpoints with the same suite; write a report.",
+    )
     parser.add_argument("ckpts", nargs="+", help="two or more checkpoints")
     parser.add_argument("--names", nargs="+", help="column names (default: file stems)")
-    parser.add_argument("--out", default="runs/compare", help="folder for report.md, results.json and plots")
+    parser.add_argument(
+        "--out", default="runs/compare", help="folder for report.md, results.json and plots"
+    )
     add_settings_arguments(parser)
     args = parser.parse_args(argv)
     if len(args.ckpts) < 2:
-        raise ValueError(f"compare needs two or more checkpoints, got {len(args.ckpts)} "
-                         "(use `robust-train evaluate --ckpt` for one)")
+        raise ValueError(
+            f"compare needs two or more checkpoints, got {len(args.ckpts)} "
+            "(use `robust-train evaluate --ckpt` for one)"
+        )
     names = args.names or [Path(c).stem for c in args.ckpts]
     if len(names) != len(args.ckpts):
         raise ValueError(f"`--names` has {len(names)} entries for {len(args.ckpts)} checkpoints")
@@ -231,9 +329,17 @@ def compare_main(argv: list[str]) -> int:
     for ckpt in args.ckpts:
         if not Path(ckpt).is_file():
             raise FileNotFoundError(f"checkpoint {ckpt!r} does not exist")
-    results = {n: evaluate_checkpoint(c, settings, data_config=args.data_config, split=args.split,
-                                      progress=not args.no_progress, threads=args.threads)
-               for n, c in zip(names, args.ckpts, strict=True)}
+    results = {
+        n: evaluate_checkpoint(
+            c,
+            settings,
+            data_config=args.data_config,
+            split=args.split,
+            progress=not args.no_progress,
+            threads=args.threads,
+        )
+        for n, c in zip(names, args.ckpts, strict=True)
+    }
     path = write_report(results, args.out)
     print(summary_table(results))
     print(f"\nreport: {path}")
@@ -241,8 +347,10 @@ def compare_main(argv: list[str]) -> int:
 
 
 def export_main(argv: list[str]) -> int:
-    parser = CommandParser(prog="robust-train export",
-                           description="Strip a fit checkpoint to weights + metadata for sharing.")
+    parser = CommandParser(
+        prog="robust-train export",
+        description="Strip a fit checkpoint to weights + metadata for sharing.",
+    )
     parser.add_argument("src")
     parser.add_argument("dst")
     args = parser.parse_args(argv)

@@ -46,8 +46,13 @@ class SafeWandbLogger(WandbLogger):
         True
     """
 
-    def __init__(self, save_dir: str = "runs", project: str = "robust-train", offline: bool | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        save_dir: str = "runs",
+        project: str = "robust-train",
+        offline: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
         if offline is None:
             offline = os.environ.get("WANDB_MODE", "offline").lower() != "online"
         # Absolute: W&B's writer is a separate long-lived process with a working directory of its own.
@@ -56,7 +61,9 @@ class SafeWandbLogger(WandbLogger):
         log_model = kwargs.pop("log_model", False)
         # WandbLogger refuses log_model offline, yet W&B records artifacts offline and uploads
         # them with `wandb sync`: set it after the check.
-        super().__init__(save_dir=save_dir, project=project, offline=offline, log_model=False, **kwargs)
+        super().__init__(
+            save_dir=save_dir, project=project, offline=offline, log_model=False, **kwargs
+        )
         self._log_model = log_model
         if self._wandb_init.get("anonymous") is None:
             self._wandb_init.pop("anonymous", None)  # W&B warns on every run when it is passed
@@ -74,8 +81,10 @@ class SafeWandbLogger(WandbLogger):
         except Exception as err:  # noqa: BLE001 - any logging failure must not kill training
             self.failures[what] = f"{type(err).__name__}: {err}"
             scope = "all W&B logging" if what == "starting the run" else f"W&B {what} calls"
-            rank_zero_warn(f"W&B {what} failed ({self.failures[what]}); {scope} skipped for the rest of this run. "
-                           "Training continues and checkpoints are still written.")
+            rank_zero_warn(
+                f"W&B {what} failed ({self.failures[what]}); {scope} skipped for the rest of this run. "
+                "Training continues and checkpoints are still written."
+            )
             if what == "starting the run":
                 self.failed = self.failures[what]
             return None
@@ -95,22 +104,39 @@ class SafeWandbLogger(WandbLogger):
         self._guard("log_metrics", lambda: super(SafeWandbLogger, self).log_metrics(metrics, step))
 
     @rank_zero_only
-    def log_image(self, key: str, images: list[Any], step: int | None = None, **kwargs: Any) -> None:
-        self._guard("log_image", lambda: super(SafeWandbLogger, self).log_image(key, images, step, **kwargs))
+    def log_image(
+        self, key: str, images: list[Any], step: int | None = None, **kwargs: Any
+    ) -> None:
+        self._guard(
+            "log_image", lambda: super(SafeWandbLogger, self).log_image(key, images, step, **kwargs)
+        )
 
     @rank_zero_only
-    def log_table(self, key: str, columns: Any = None, data: Any = None, dataframe: Any = None,
-                  step: int | None = None) -> None:
-        self._guard("log_table", lambda: super(SafeWandbLogger, self).log_table(key, columns, data, dataframe, step))
+    def log_table(
+        self,
+        key: str,
+        columns: Any = None,
+        data: Any = None,
+        dataframe: Any = None,
+        step: int | None = None,
+    ) -> None:
+        self._guard(
+            "log_table",
+            lambda: super(SafeWandbLogger, self).log_table(key, columns, data, dataframe, step),
+        )
 
     def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
         self.checkpoint_saved = True
         self._checkpoint_callback = checkpoint_callback
-        self._guard("after_save_checkpoint", lambda: super(SafeWandbLogger, self).after_save_checkpoint(checkpoint_callback))
+        self._guard(
+            "after_save_checkpoint",
+            lambda: super(SafeWandbLogger, self).after_save_checkpoint(checkpoint_callback),
+        )
 
     @rank_zero_only
     def save_file(self, name: str, text: str) -> None:
         """Write `text` as `name` in the run's files (uploaded with the run)."""
+
         def write() -> None:
             run = self.experiment
             if run is not None and getattr(run, "dir", None):
@@ -131,9 +157,11 @@ class SafeWandbLogger(WandbLogger):
         callback, run = self._checkpoint_callback, self._experiment
         if callback is None or run is None:
             return
-        summary = {"checkpoint/best_path": getattr(callback, "best_model_path", "") or None,
-                   "checkpoint/last_path": getattr(callback, "last_model_path", "") or None,
-                   "checkpoint/monitor": getattr(callback, "monitor", None)}
+        summary = {
+            "checkpoint/best_path": getattr(callback, "best_model_path", "") or None,
+            "checkpoint/last_path": getattr(callback, "last_model_path", "") or None,
+            "checkpoint/monitor": getattr(callback, "monitor", None),
+        }
         score = getattr(callback, "best_model_score", None)
         if score is not None:
             summary["checkpoint/best_score"] = float(score)
@@ -143,6 +171,8 @@ class SafeWandbLogger(WandbLogger):
         """A fit that failed before its first checkpoint: finish its run as failed and, offline,
         delete it (nothing in it can be resumed or compared)."""
         run, self._experiment = self._experiment, None
+        if run is None:
+            return
         folder = Path(run.dir).parent if getattr(run, "dir", None) else None
         if self.is_offline:
             try:
@@ -165,8 +195,9 @@ def _flatten(prefix: str, value: Any, out: dict[str, float]) -> None:
         out[prefix] = float(value)
 
 
-def record_evaluation(wandb_run: Mapping[str, Any] | None, result: Mapping[str, Any],
-                      prefix: str = "eval") -> str | None:
+def record_evaluation(
+    wandb_run: Mapping[str, Any] | None, result: Mapping[str, Any], prefix: str = "eval"
+) -> str | None:
     """Add the numbers of an evaluation to the summary of the W&B run a checkpoint came from.
 
     Args:
@@ -193,13 +224,22 @@ def record_evaluation(wandb_run: Mapping[str, Any] | None, result: Mapping[str, 
         offline = os.environ.get("WANDB_MODE", "offline").lower() != "online"
         save_dir = wandb_run.get("save_dir") or "runs"
         os.makedirs(save_dir, exist_ok=True)
-        run = wandb.init(id=wandb_run["id"], project=wandb_run.get("project"), dir=os.path.abspath(save_dir),
-                         resume="allow", mode="offline" if offline else "online", reinit="create_new",
-                         settings=wandb.Settings(silent=True))
+        run = wandb.init(
+            id=wandb_run["id"],
+            project=wandb_run.get("project"),
+            dir=os.path.abspath(save_dir),
+            resume="allow",
+            mode="offline" if offline else "online",
+            reinit="create_new",
+            settings=wandb.Settings(silent=True),
+        )
         run.summary.update(numbers)
         run.finish()
         return str(wandb_run["id"])
     except Exception as err:  # noqa: BLE001 - a failing record must not lose the evaluation
-        print(f"robust-train: warning: could not add the evaluation to W&B run {wandb_run['id']}: "
-              f"{type(err).__name__}: {err}", file=sys.stderr)
+        print(
+            f"robust-train: warning: could not add the evaluation to W&B run {wandb_run['id']}: "
+            f"{type(err).__name__}: {err}",
+            file=sys.stderr,
+        )
         return None

@@ -47,13 +47,17 @@ def read_checkpoint(path: str | os.PathLike[str], map_location: Any = "cpu") -> 
     except pickle.UnpicklingError:
         pass  # Python objects inside: retry with full unpickling below
     except Exception as err:
-        raise CheckpointError(f"cannot read {str(file)!r} as a torch checkpoint (corrupt or not a "
-                              f"checkpoint): {_first_line(err)}") from err
+        raise CheckpointError(
+            f"cannot read {str(file)!r} as a torch checkpoint (corrupt or not a "
+            f"checkpoint): {_first_line(err)}"
+        ) from err
     try:
         return torch.load(file, map_location=map_location, weights_only=False)
     except Exception as err:
-        raise CheckpointError(f"cannot read {str(file)!r} as a torch checkpoint (corrupt or not a "
-                              f"checkpoint): {_first_line(err)}") from err
+        raise CheckpointError(
+            f"cannot read {str(file)!r} as a torch checkpoint (corrupt or not a "
+            f"checkpoint): {_first_line(err)}"
+        ) from err
 
 
 def load_classifier(
@@ -99,7 +103,9 @@ def load_classifier(
         state = obj["state_dict"]
         meta = obj.get("robust_train") or {}
     if not isinstance(state, Mapping) or not all(isinstance(k, str) for k in state):
-        raise ValueError(f"{str(path)!r} holds neither a checkpoint with a 'state_dict' nor a state dict")
+        raise ValueError(
+            f"{str(path)!r} holds neither a checkpoint with a 'state_dict' nor a state dict"
+        )
 
     if isinstance(model, nn.Module):
         net = model
@@ -119,8 +125,11 @@ def load_classifier(
     state = _match_keys(dict(state), own)
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))
-    mis_shaped = [f"{k}: file {tuple(v.shape)} vs model {tuple(own[k].shape)}" for k, v in state.items()
-                  if k in own and isinstance(v, Tensor) and v.shape != own[k].shape]
+    mis_shaped = [
+        f"{k}: file {tuple(v.shape)} vs model {tuple(own[k].shape)}"
+        for k, v in state.items()
+        if k in own and isinstance(v, Tensor) and v.shape != own[k].shape
+    ]
     if missing or unexpected or mis_shaped:
         raise CheckpointError(
             f"the state dict in {str(path)!r} does not fit {type(net).__name__}: "
@@ -137,5 +146,5 @@ def _match_keys(state: dict[str, Any], own: Mapping[str, Any]) -> dict[str, Any]
     """Use the keys as they are when they fit; else keep the "model."-prefixed ones, stripped."""
     if set(state) == set(own):
         return state
-    stripped = {k[len(PREFIX):]: v for k, v in state.items() if k.startswith(PREFIX)}
+    stripped = {k[len(PREFIX) :]: v for k, v in state.items() if k.startswith(PREFIX)}
     return stripped if stripped else state

@@ -12,19 +12,29 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
 SCRIPT = Path(sys.executable).parent / "robust-train"
-TINY = ["--trainer.limit_train_batches=3", "--trainer.limit_val_batches=2",
-        "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
+TINY = [
+    "--trainer.limit_train_batches=3",
+    "--trainer.limit_val_batches=2",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+]
 
 
-def robust_train(*args: str, cwd: Path, env: dict[str, str] | None = None,
-                 timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def robust_train(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     """`robust-train *args` in `cwd` with one torch thread; stdout and stderr captured."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_SILENT": "true", **(env or {})}
     full_env.pop("ROBUST_TRAIN_DEBUG", None)
     full_env.pop("WANDB_MODE", None)
-    command = [str(SCRIPT) if SCRIPT.is_file() else sys.executable, *([] if SCRIPT.is_file() else
-               ["-m", "robust_train.cli"]), *args]
-    return subprocess.run(command, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+    command = [
+        str(SCRIPT) if SCRIPT.is_file() else sys.executable,
+        *([] if SCRIPT.is_file() else ["-m", "robust_train.cli"]),
+        *args,
+    ]
+    return subprocess.run(
+        command, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture

@@ -14,8 +14,13 @@ from wandb_reader import read_run
 from robust_train.cli import lightning_main, main
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
-SHORT = ["--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
-         "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
+SHORT = [
+    "--trainer.max_epochs=1",
+    "--trainer.limit_train_batches=2",
+    "--trainer.limit_val_batches=1",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+]
 
 
 def _tiny_image_folder(root: Path, size: int = 40, per_class: int = 4) -> Path:
@@ -27,7 +32,9 @@ def _tiny_image_folder(root: Path, size: int = 40, per_class: int = 4) -> Path:
             folder = root / split / cls
             folder.mkdir(parents=True)
             for i in range(per_class):
-                Image.fromarray(rng.integers(0, 255, (size, size, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+                Image.fromarray(rng.integers(0, 255, (size, size, 3), dtype=np.uint8)).save(
+                    folder / f"{i}.png"
+                )
     return root
 
 
@@ -35,15 +42,28 @@ def _override(config: Path, tmp_path: Path) -> list[str]:
     """Point configs that need external data at data the test creates."""
     data = yaml.safe_load(config.read_text())["data"]["class_path"]
     if data.endswith("CIFAR10DataModule"):
-        override = {"data": {"class_path": "robust_train.data.SyntheticDataModule",
-                             "init_args": {"num_samples": 32, "image_size": 32, "in_channels": 3,
-                                           "num_classes": 10, "batch_size": 8}},
-                    "trainer": {"precision": "32-true", "accelerator": "cpu"}}
+        override = {
+            "data": {
+                "class_path": "robust_train.data.SyntheticDataModule",
+                "init_args": {
+                    "num_samples": 32,
+                    "image_size": 32,
+                    "in_channels": 3,
+                    "num_classes": 10,
+                    "batch_size": 8,
+                },
+            },
+            "trainer": {"precision": "32-true", "accelerator": "cpu"},
+        }
     elif data.endswith("ImageFolderDataModule"):
         root = _tiny_image_folder(tmp_path / "images")
-        override = {"data": {"class_path": "robust_train.data.ImageFolderDataModule",
-                             "init_args": {"root": str(root), "image_size": 32, "batch_size": 4}},
-                    "trainer": {"accelerator": "cpu"}}
+        override = {
+            "data": {
+                "class_path": "robust_train.data.ImageFolderDataModule",
+                "init_args": {"root": str(root), "image_size": 32, "batch_size": 4},
+            },
+            "trainer": {"accelerator": "cpu"},
+        }
     else:
         return []
     path = tmp_path / "override.yaml"
@@ -53,8 +73,15 @@ def _override(config: Path, tmp_path: Path) -> list[str]:
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
 def test_config_runs(config: Path, tmp_path: Path):
-    args = ["--config", str(config), *_override(config, tmp_path), *SHORT, "--trainer.logger=false",
-            "--checkpoint_root", str(tmp_path / "ckpt")]
+    args = [
+        "--config",
+        str(config),
+        *_override(config, tmp_path),
+        *SHORT,
+        "--trainer.logger=false",
+        "--checkpoint_root",
+        str(tmp_path / "ckpt"),
+    ]
     cli = lightning_main(args, run=False)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     experiment = yaml.safe_load(config.read_text())["experiment"]
@@ -85,5 +112,12 @@ def test_fit_subcommand_with_default_offline_wandb_logger(tmp_path: Path, monkey
 def test_unknown_penalty_class_is_a_clear_error(tmp_path: Path):
     config = next(c for c in CONFIGS if c.stem == "digits_smoothness")
     with pytest.raises(Exception, match="NoSuchPenalty"):
-        lightning_main(["--config", str(config), "--model.penalties", '[{"class_path": "robust_train.NoSuchPenalty"}]'],
-                       run=False)
+        lightning_main(
+            [
+                "--config",
+                str(config),
+                "--model.penalties",
+                '[{"class_path": "robust_train.NoSuchPenalty"}]',
+            ],
+            run=False,
+        )

@@ -11,8 +11,14 @@ import pytest
 import torch
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-SMOOTH = ["--config", str(CONFIGS / "digits_smoothness.yaml"), "--trainer.max_epochs=1",
-          "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=1", "--trainer.enable_progress_bar=false"]
+SMOOTH = [
+    "--config",
+    str(CONFIGS / "digits_smoothness.yaml"),
+    "--trainer.max_epochs=1",
+    "--trainer.limit_train_batches=3",
+    "--trainer.limit_val_batches=1",
+    "--trainer.enable_progress_bar=false",
+]
 NOISE = ("args parameter is intended", "litlogger", "anonymous setting", "LeafSpec")
 
 
@@ -37,22 +43,44 @@ def test_user_errors_are_one_line_with_exit_code_2(tmp_path: Path, run_cli):
     for folder in sandboxes.values():
         folder.mkdir()
     (tmp_path / "bad.ckpt").write_text("garbage")
-    torch.save({"state_dict": {"model.other.weight": torch.zeros(3, 3)}, "epoch": 0}, tmp_path / "other.ckpt")
+    torch.save(
+        {"state_dict": {"model.other.weight": torch.zeros(3, 3)}, "epoch": 0},
+        tmp_path / "other.ckpt",
+    )
     cases = {
         "help": (["--help"], tmp_path),
         "typo": (["evalute"], tmp_path),
-        "negative": ([*SMOOTH, "--trainer.logger=false", "--model.penalties.init_args.weight=-1"], tmp_path),
-        "images": (["--config", str(CONFIGS / "finetune_torchvision.yaml"), "--trainer.max_epochs=1",
-                    "--data.init_args.root", str(tmp_path / "no_images")], sandboxes["images"]),
+        "negative": (
+            [*SMOOTH, "--trainer.logger=false", "--model.penalties.init_args.weight=-1"],
+            tmp_path,
+        ),
+        "images": (
+            [
+                "--config",
+                str(CONFIGS / "finetune_torchvision.yaml"),
+                "--trainer.max_epochs=1",
+                "--data.init_args.root",
+                str(tmp_path / "no_images"),
+            ],
+            sandboxes["images"],
+        ),
         "nonfinite": ([*SMOOTH, "--model.optimizer.init_args.lr=1e12"], sandboxes["nonfinite"]),
-        "corrupt": ([*SMOOTH, "--trainer.logger=false", "--ckpt_path", str(tmp_path / "bad.ckpt")], tmp_path),
-        "architecture": ([*SMOOTH, "--trainer.logger=false", "--ckpt_path", str(tmp_path / "other.ckpt")], tmp_path),
+        "corrupt": (
+            [*SMOOTH, "--trainer.logger=false", "--ckpt_path", str(tmp_path / "bad.ckpt")],
+            tmp_path,
+        ),
+        "architecture": (
+            [*SMOOTH, "--trainer.logger=false", "--ckpt_path", str(tmp_path / "other.ckpt")],
+            tmp_path,
+        ),
         "explainer": (["evaluate", "--ckpt", "missing.ckpt", "--explainers", "gradcam"], tmp_path),
     }
     fit = {"negative", "images", "nonfinite", "corrupt", "architecture"}
     with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {name: pool.submit(run_cli, *(["fit"] if name in fit else []), *args, cwd=cwd)
-                   for name, (args, cwd) in cases.items()}
+        futures = {
+            name: pool.submit(run_cli, *(["fit"] if name in fit else []), *args, cwd=cwd)
+            for name, (args, cwd) in cases.items()
+        }
         out = {name: future.result() for name, future in futures.items()}
 
     assert out["help"].returncode == 0
@@ -81,6 +109,11 @@ def test_debug_shows_the_traceback_and_compare_needs_two_checkpoints(tmp_path: P
         main([*args, "--debug"])
     assert main(["compare", str(tmp_path / "a.ckpt")]) == 2
     assert "needs two or more checkpoints, got 1" in capsys.readouterr().err
+    assert main(["fit", *SMOOTH, "--trainer.max_epochz", "3"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "robust-train: error: unrecognized arguments: "
+        "--trainer.max_epochz 3 (did you mean --trainer.max_epochs?)"
+    )
 
 
 def test_threads_option_sets_torch_threads(tmp_path: Path):
@@ -90,7 +123,10 @@ def test_threads_option_sets_torch_threads(tmp_path: Path):
     try:
         for flag, expected in ((["--threads", "2"], 2), ([], 1)):  # default: 1 for a small model
             torch.set_num_threads(4)
-            lightning_main([*SMOOTH, "--trainer.logger=false", "--checkpoint_root", str(tmp_path), *flag], run=False)
+            lightning_main(
+                [*SMOOTH, "--trainer.logger=false", "--checkpoint_root", str(tmp_path), *flag],
+                run=False,
+            )
             assert torch.get_num_threads() == expected
         with pytest.raises(Exception, match="threads"):
             lightning_main([*SMOOTH, "--trainer.logger=false", "--threads", "0"], run=False)

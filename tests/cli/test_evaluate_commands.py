@@ -11,16 +11,36 @@ import torch
 from robust_train.cli import lightning_main, main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-FAST = ["--n-samples", "24", "--n-steps", "5", "--lipschitz-samples", "2", "--fidelity-steps", "4",
-        "--ig-steps", "4", "--no-progress"]
+FAST = [
+    "--n-samples",
+    "24",
+    "--n-steps",
+    "5",
+    "--lipschitz-samples",
+    "2",
+    "--fidelity-steps",
+    "4",
+    "--ig-steps",
+    "4",
+    "--no-progress",
+]
 
 
 @pytest.fixture(scope="module")
 def baseline_ckpt(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("fit")
-    cli = lightning_main(["--config", str(CONFIGS / "digits_baseline.yaml"), "--trainer.max_epochs=2",
-                          "--trainer.logger=false", "--trainer.enable_progress_bar=false",
-                          "--checkpoint_root", str(root)], run=False)
+    cli = lightning_main(
+        [
+            "--config",
+            str(CONFIGS / "digits_baseline.yaml"),
+            "--trainer.max_epochs=2",
+            "--trainer.logger=false",
+            "--trainer.enable_progress_bar=false",
+            "--checkpoint_root",
+            str(root),
+        ],
+        run=False,
+    )
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     return root / "digits_baseline" / "latest" / "last.ckpt"
 
@@ -36,8 +56,35 @@ def test_evaluate_writes_results_and_summary(baseline_ckpt, tmp_path, capsys):
     assert "topk: top-k intersection" in capsys.readouterr().out
 
 
-def test_default_out_follows_the_checkpoint_path_and_never_mixes_checkpoints(baseline_ckpt, tmp_path,
-                                                                             monkeypatch, capsys):
+def test_test_subcommand_on_the_best_checkpoint_of_the_latest_run(baseline_ckpt, capsys):
+    """The README's `robust-train test --config ... --ckpt_path ...` (issue 9, item 3)."""
+    root = baseline_ckpt.parents[2]
+    before = sorted(p.name for p in (root / "digits_baseline").iterdir())
+    assert (
+        main(
+            [
+                "test",
+                "--config",
+                str(CONFIGS / "digits_baseline.yaml"),
+                "--checkpoint_root",
+                str(root),
+                "--ckpt_path",
+                "best",
+                "--trainer.logger=false",
+                "--trainer.enable_progress_bar=false",
+            ]
+        )
+        == 0
+    )
+    assert "test/acc" in capsys.readouterr().out
+    assert (
+        sorted(p.name for p in (root / "digits_baseline").iterdir()) == before
+    )  # no new run folder
+
+
+def test_default_out_follows_the_checkpoint_path_and_never_mixes_checkpoints(
+    baseline_ckpt, tmp_path, monkeypatch, capsys
+):
     from robust_train.commands import default_out
 
     monkeypatch.chdir(tmp_path)
@@ -51,12 +98,18 @@ def test_default_out_follows_the_checkpoint_path_and_never_mixes_checkpoints(bas
     assert main(["evaluate", "--ckpt", str(a), *FAST, "--attacks", "topk", "--no-wandb"]) == 0
     out = tmp_path / "runs" / "eval" / "one" / "version_0" / "best"
     summary = (out / "summary.md").read_text()
-    assert "## Settings" in summary and "| n_steps | 5 |" in summary and "| n_samples | 24 |" in summary
+    assert (
+        "## Settings" in summary
+        and "| n_steps | 5 |" in summary
+        and "| n_samples | 24 |" in summary
+    )
     assert "higher is more robust" in summary and "lower is more robust" in summary
     capsys.readouterr()
     assert main(["evaluate", "--ckpt", str(b), "--out", str(out), *FAST, "--attacks", "topk"]) == 2
     assert "holds the results of another checkpoint" in capsys.readouterr().err
-    assert main(["evaluate", "--ckpt", str(a), *FAST, "--attacks", "topk", "--no-wandb"]) == 0  # same one: fine
+    assert (
+        main(["evaluate", "--ckpt", str(a), *FAST, "--attacks", "topk", "--no-wandb"]) == 0
+    )  # same one: fine
 
 
 def test_protocol_preset_with_explicit_flags_on_top():
@@ -69,18 +122,45 @@ def test_protocol_preset_with_explicit_flags_on_top():
     add_settings_arguments(parser)
     rar = settings_from(parser.parse_args(["--protocol", "rar"]))
     assert rar == PROTOCOLS["rar"]
-    mixed = settings_from(parser.parse_args(["--protocol", "rar", "--n-steps", "7", "--explainers", "saliency"]))
-    assert (mixed.n_steps, mixed.explainers, mixed.epsilon, mixed.n_restarts) == (7, ("saliency",), 0.3, 3)
+    mixed = settings_from(
+        parser.parse_args(["--protocol", "rar", "--n-steps", "7", "--explainers", "saliency"])
+    )
+    assert (mixed.n_steps, mixed.explainers, mixed.epsilon, mixed.n_restarts) == (
+        7,
+        ("saliency",),
+        0.3,
+        3,
+    )
     plain = settings_from(parser.parse_args(["--epsilon", "0.2"]))
     assert plain.epsilon == 0.2 and plain.n_restarts == 1
 
 
 def test_compare_writes_a_report_with_a_column_per_checkpoint(baseline_ckpt, tmp_path):
-    assert main(["compare", str(baseline_ckpt), str(baseline_ckpt), "--names", "a", "b", "--out", str(tmp_path),
-                 "--attacks", "topk", "--explainers", "saliency", *FAST]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                str(baseline_ckpt),
+                str(baseline_ckpt),
+                "--names",
+                "a",
+                "b",
+                "--out",
+                str(tmp_path),
+                "--attacks",
+                "topk",
+                "--explainers",
+                "saliency",
+                *FAST,
+            ]
+        )
+        == 0
+    )
     text = (tmp_path / "report.md").read_text()
     assert "| metric | a | b |" in text
-    assert (tmp_path / "fidelity_curves.png").is_file() and (tmp_path / "attack_examples.png").is_file()
+    assert (tmp_path / "fidelity_curves.png").is_file() and (
+        tmp_path / "attack_examples.png"
+    ).is_file()
 
 
 def test_accuracy_covers_the_whole_split(baseline_ckpt):

@@ -25,24 +25,44 @@ class KillAt(Callback):
             os.kill(os.getpid(), self.sig)
 '''
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-MONITOR = {"class_path": "robust_train.callbacks.RobustnessMonitor",
-           "init_args": {"every_n_epochs": 2, "n_samples": 8, "max_overhead": None, "log_images": False}}
+MONITOR = {
+    "class_path": "robust_train.callbacks.RobustnessMonitor",
+    "init_args": {"every_n_epochs": 2, "n_samples": 8, "max_overhead": None, "log_images": False},
+}
 
 
 def _override(tmp: Path, name: str, kill: bool, sig: str = "SIGKILL", epochs: int = 4) -> Path:
     killer = {"class_path": "killer.KillAt", "init_args": {"epoch": 2, "sig": sig}}
     callbacks = [MONITOR, *([killer] if kill else [])]
-    config = {"trainer": {"max_epochs": epochs, "logger": False, "limit_train_batches": 3,
-                          "limit_val_batches": 2, "enable_progress_bar": False,
-                          "enable_model_summary": False, "callbacks": callbacks}}
+    config = {
+        "trainer": {
+            "max_epochs": epochs,
+            "logger": False,
+            "limit_train_batches": 3,
+            "limit_val_batches": 2,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "callbacks": callbacks,
+        }
+    }
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
 
 
 def _fit(run_cli, tmp: Path, root: str, override: Path, *extra: str):
-    return run_cli("fit", "--config", str(CONFIGS / "digits_smoothness.yaml"), "--config", str(override),
-                        "--checkpoint_root", root, *extra, cwd=tmp, env={"PYTHONPATH": str(tmp)})
+    return run_cli(
+        "fit",
+        "--config",
+        str(CONFIGS / "digits_smoothness.yaml"),
+        "--config",
+        str(override),
+        "--checkpoint_root",
+        root,
+        *extra,
+        cwd=tmp,
+        env={"PYTHONPATH": str(tmp)},
+    )
 
 
 def _load(path: Path) -> dict:
@@ -59,12 +79,18 @@ def test_killed_fit_resumes_to_the_weights_of_an_uninterrupted_fit(tmp_path: Pat
     assert killed.returncode == -9, killed.stderr[-2000:]
     folder = tmp_path / "cut" / "digits_smoothness"
     cut = _load(folder / "latest" / "last.ckpt")
-    assert cut["epoch"] == 1, "last.ckpt must hold the end of the latest finished epoch (epoch 2 of 4)"
+    assert cut["epoch"] == 1, (
+        "last.ckpt must hold the end of the latest finished epoch (epoch 2 of 4)"
+    )
 
-    resumed = _fit(run_cli, tmp_path, "cut", _override(tmp_path, "resume", kill=False), "--ckpt_path", "last")
+    resumed = _fit(
+        run_cli, tmp_path, "cut", _override(tmp_path, "resume", kill=False), "--ckpt_path", "last"
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "does not accept option" not in resumed.stderr
-    assert sorted(p.name for p in folder.iterdir()) == ["latest", "version_0"], "resume continues its folder"
+    assert sorted(p.name for p in folder.iterdir()) == ["latest", "version_0"], (
+        "resume continues its folder"
+    )
 
     whole = _load(tmp_path / "whole" / "digits_smoothness" / "latest" / "last.ckpt")
     end = _load(folder / "latest" / "last.ckpt")
@@ -79,13 +105,19 @@ def test_killed_fit_resumes_to_the_weights_of_an_uninterrupted_fit(tmp_path: Pat
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
-def test_interrupt_during_an_epoch_leaves_the_last_finished_epoch(tmp_path: Path, run_cli, sig: str, code: int):
+def test_interrupt_during_an_epoch_leaves_the_last_finished_epoch(
+    tmp_path: Path, run_cli, sig: str, code: int
+):
     (tmp_path / "killer.py").write_text(KILLER)
-    stopped = _fit(run_cli, tmp_path, "ckpt", _override(tmp_path, "stop", kill=True, sig=sig, epochs=3))
+    stopped = _fit(
+        run_cli, tmp_path, "ckpt", _override(tmp_path, "stop", kill=True, sig=sig, epochs=3)
+    )
     assert stopped.returncode == code, stopped.stderr[-2000:]
     last = tmp_path / "ckpt" / "digits_smoothness" / "latest" / "last.ckpt"
     assert _load(last)["epoch"] == 1
     what = "interrupt" if sig == "SIGINT" else "SIGTERM"
     saved = str(last.parent.resolve() / "last.ckpt")
-    assert f"robust-train: fit stopped by {what}; {saved} holds the last finished epoch; " \
-           f"resume with --ckpt_path {saved}" in stopped.stderr
+    assert (
+        f"robust-train: fit stopped by {what}; {saved} holds the last finished epoch; "
+        f"resume with --ckpt_path {saved}" in stopped.stderr
+    )

@@ -36,8 +36,15 @@ def test_a_run_that_cannot_start_does_not_stop_training_or_checkpointing(tmp_pat
     x, y = digits_tensors()
     loader = DataLoader(TensorDataset(x[:128], y[:128]), batch_size=64)
     logger = BrokenStart(save_dir=str(tmp_path))
-    trainer = pl.Trainer(max_epochs=2, logger=logger, default_root_dir=str(tmp_path), accelerator="cpu",
-                         enable_progress_bar=False, enable_model_summary=False, log_every_n_steps=1)
+    trainer = pl.Trainer(
+        max_epochs=2,
+        logger=logger,
+        default_root_dir=str(tmp_path),
+        accelerator="cpu",
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        log_every_n_steps=1,
+    )
     with pytest.warns(UserWarning, match="W&B starting the run failed.*unreachable") as record:
         trainer.fit(RobustClassifier(TinyCNN()), loader, loader)
     assert sum("W&B" in str(w.message) for w in record) == 1

@@ -16,10 +16,30 @@ from wandb_reader import read_run
 from robust_train.cli import main
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "digits_smoothness.yaml"
-TINY = ["--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1", "--trainer.enable_progress_bar=false",
-        "--trainer.enable_model_summary=false", "--trainer.callbacks=[]"]
-FAST_EVAL = ["--n-samples", "8", "--n-steps", "2", "--lipschitz-samples", "2", "--fidelity-steps", "3",
-             "--ig-steps", "2", "--attacks", "topk", "--explainers", "saliency", "--no-progress"]
+TINY = [
+    "--trainer.limit_train_batches=2",
+    "--trainer.limit_val_batches=1",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+    "--trainer.callbacks=[]",
+]
+FAST_EVAL = [
+    "--n-samples",
+    "8",
+    "--n-steps",
+    "2",
+    "--lipschitz-samples",
+    "2",
+    "--fidelity-steps",
+    "3",
+    "--ig-steps",
+    "2",
+    "--attacks",
+    "topk",
+    "--explainers",
+    "saliency",
+    "--no-progress",
+]
 
 
 def _runs(folder: Path) -> list[Path]:
@@ -42,17 +62,38 @@ def test_fit_resume_and_evaluate_share_one_complete_wandb_run(tmp_path: Path, mo
     assert first.config["model"]["optimizer"]["init_args"]["lr"] == pytest.approx(0.003)
     assert first.config["model"]["model"]["class_path"] == "robust_train.models.SmallCNN"
     penalty = first.config["model"]["penalties"][0]
-    assert penalty["class_path"].endswith("ExplanationSmoothness") and penalty["init_args"]["radius"] == 0.1
-    assert first.config["trainer"]["max_epochs"] == 2 and first.config["checkpoint"]["monitor"] == "val/acc"
-    assert first.config["model_class"] == "SmallCNN" and first.config["penalty_terms"][0].startswith("Explanation")
+    assert (
+        penalty["class_path"].endswith("ExplanationSmoothness")
+        and penalty["init_args"]["radius"] == 0.1
+    )
+    assert (
+        first.config["trainer"]["max_epochs"] == 2
+        and first.config["checkpoint"]["monitor"] == "val/acc"
+    )
+    assert first.config["model_class"] == "SmallCNN" and first.config["penalty_terms"][
+        0
+    ].startswith("Explanation")
     saved = yaml.safe_load((first.files_dir / "config.yaml").read_text())
     assert saved["model"]["optimizer"]["init_args"]["lr"] == pytest.approx(0.003)
     assert first.summary["checkpoint/monitor"] == "val/acc"
     assert first.summary["checkpoint/best_path"].endswith("best.ckpt")
 
     # Resume: the same W&B run continues; checkpoint artifacts work offline.
-    assert main(["fit", "--config", str(CONFIG), *TINY, "--trainer.max_epochs=3", "--ckpt_path", "last",
-                 "--trainer.logger.init_args.log_model=true"]) == 0
+    assert (
+        main(
+            [
+                "fit",
+                "--config",
+                str(CONFIG),
+                *TINY,
+                "--trainer.max_epochs=3",
+                "--ckpt_path",
+                "last",
+                "--trainer.logger.init_args.log_model=true",
+            ]
+        )
+        == 0
+    )
     wandb.finish()
     runs = _runs(tmp_path)
     assert len(runs) == 2 and all(r.name.endswith(stored["id"]) for r in runs)

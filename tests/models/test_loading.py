@@ -20,7 +20,9 @@ from robust_train.models import (
 def _trained_like(model: nn.Module) -> nn.Module:
     """Perturb every parameter and buffer so that a fresh build can not match by chance."""
     with torch.no_grad():
-        for tensor in list(model.parameters()) + [b for b in model.buffers() if b.is_floating_point()]:
+        for tensor in list(model.parameters()) + [
+            b for b in model.buffers() if b.is_floating_point()
+        ]:
             tensor.add_(0.1 * torch.randn_like(tensor))
     return model.eval()
 
@@ -29,10 +31,15 @@ def _fit_checkpoint(model: nn.Module, beta: float | None = None, **extra) -> dic
     state = {f"model.{k}": v for k, v in model.state_dict().items()}
     state["penalty.scale"] = torch.ones(1)  # other parts of the LightningModule are ignored
     return {
-        "epoch": 3, "global_step": 120, "pytorch-lightning_version": "2.6.6",
+        "epoch": 3,
+        "global_step": 120,
+        "pytorch-lightning_version": "2.6.6",
         "state_dict": state,
-        "robust_train": {"model": model_config(model), "softplus_beta": beta,
-                         "datamodule": {"class_path": "robust_train.data.DigitsDataModule", "init_args": {}}},
+        "robust_train": {
+            "model": model_config(model),
+            "softplus_beta": beta,
+            "datamodule": {"class_path": "robust_train.data.DigitsDataModule", "init_args": {}},
+        },
         **extra,
     }
 
@@ -67,10 +74,13 @@ def test_fit_checkpoint_with_python_objects_in_hyperparameters(tmp_path):
 
 def test_pretrained_config_is_rebuilt_without_downloading(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "empty_torch_home"))
-    model = _trained_like(TorchvisionClassifier("squeezenet1_1", num_classes=4, weights="DEFAULT",
-                                                load_weights=False))
+    model = _trained_like(
+        TorchvisionClassifier("squeezenet1_1", num_classes=4, weights="DEFAULT", load_weights=False)
+    )
     checkpoint = _fit_checkpoint(model)
-    checkpoint["robust_train"]["model"]["init_args"]["load_weights"] = True  # as fit would record it
+    checkpoint["robust_train"]["model"]["init_args"]["load_weights"] = (
+        True  # as fit would record it
+    )
     torch.save(checkpoint, tmp_path / "tv.ckpt")
     loaded = load_classifier(tmp_path / "tv.ckpt")
     x = torch.rand(2, 3, 64, 64)
@@ -123,10 +133,15 @@ def test_mismatched_keys_and_shapes_are_named(tmp_path):
     state["extra.weight"] = torch.zeros(1)
     del state["classifier.bias"]
     torch.save(state, tmp_path / "bad.pt")
-    with pytest.raises(RuntimeError, match=r"missing keys \['classifier.bias'\].*unexpected keys \['extra.weight'\]"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"missing keys \['classifier.bias'\].*unexpected keys \['extra.weight'\]",
+    ):
         load_classifier(tmp_path / "bad.pt", model=SmallCNN(width=4))
     torch.save(SmallCNN(width=4, num_classes=3).state_dict(), tmp_path / "shape.pt")
-    with pytest.raises(RuntimeError, match=r"classifier.weight: file \(3, 128\) vs model \(10, 128\)"):
+    with pytest.raises(
+        RuntimeError, match=r"classifier.weight: file \(3, 128\) vs model \(10, 128\)"
+    ):
         load_classifier(tmp_path / "shape.pt", model=SmallCNN(width=4))
 
 

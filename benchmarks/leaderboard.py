@@ -25,7 +25,7 @@ import math
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -37,23 +37,24 @@ LR, BATCH, EPOCHS, FINETUNE_EPOCHS, FINETUNE_LR = 3e-3, 64, 6, 2, 1e-3
 
 # name -> (penalty, fixed CPU-sized kwargs, swept argument, sweep values, what the paper used)
 METHODS: dict[str, tuple[str | None, dict[str, Any], str, list[float], str]] = {
+    # Listed (and scheduled) from the most expensive to the cheapest.
     "natural": (None, {}, "", [], "plain cross-entropy"),
-    "smoothness": ("smoothness", {"radius": 0.1}, "weight", [1.0, 3.0],
-                   "this project: L1 of saliency maps at x and x + U(-0.1, 0.1)"),
-    "gradnorm": ("gradnorm", {}, "weight", [1.0, 10.0], "Ross & Doshi-Velez 2018"),
-    "curvature": ("curvature", {"h": 0.05}, "weight", [0.01, 0.1], "this project, zero-order"),
-    "adversarial": ("adversarial", {"step_size": 0.1, "n_steps": 3}, "epsilon", [0.1, 0.3],
-                    "Madry et al. 2018: eps 0.3, 40 steps of 0.01"),
-    "ig_norm": ("ig_norm", {"step_size": 0.15, "n_steps": 2, "n_attack_points": 2,
-                            "n_points": 4}, "weight", [0.1, 1.0],
-                "RAR: lambda 1, eps 0.3, 40 steps of 0.01, 10 / 50 path points"),
+    "igr": ("igr", {"radius": 0.3, "n_ascent_steps": 1, "n_ig_steps": 3}, "weight", [1.0, 3.0],
+            "Wang & Kong 2022: 1 - cos(IG(x), IG(x')) with AT/TRADES; eval attack 200 steps"),
     "ig_sum_norm": ("ig_sum_norm", {"step_size": 0.15, "n_steps": 2, "n_attack_points": 2,
                                     "n_points": 4}, "beta", [0.1, 1.0],
                     "RAR: beta 0.1, eps 0.3, 40 steps of 0.01, 10 / 50 path points"),
-    "ssr": ("ssr", {"n_iterations": 3}, "weight", [0.1, 1.0],
+    "ig_norm": ("ig_norm", {"step_size": 0.15, "n_steps": 2, "n_attack_points": 2,
+                            "n_points": 4}, "weight", [0.1, 1.0],
+                "RAR: lambda 1, eps 0.3, 40 steps of 0.01, 10 / 50 path points"),
+    "ssr": ("ssr", {"n_iterations": 3}, "weight", [1.0, 10.0],
             "Wang et al. 2020: lambda_max of the Gauss-Newton input Hessian (CIFAR, a = 0.3)"),
-    "igr": ("igr", {"radius": 0.3, "n_ascent_steps": 1, "n_ig_steps": 3}, "weight", [1.0, 3.0],
-            "Wang & Kong 2022: 1 - cos(IG(x), IG(x')), with AT; attack 200 steps"),
+    "adversarial": ("adversarial", {"step_size": 0.1, "n_steps": 3}, "epsilon", [0.1, 0.3],
+                    "Madry et al. 2018: eps 0.3, 40 steps of 0.01"),
+    "smoothness": ("smoothness", {"radius": 0.1}, "weight", [1.0, 3.0],
+                   "this project: L1 of saliency maps at x and x + U(-0.1, 0.1)"),
+    "curvature": ("curvature", {"h": 0.05}, "weight", [0.01, 0.1], "this project, zero-order"),
+    "gradnorm": ("gradnorm", {}, "weight", [1.0, 10.0], "Ross & Doshi-Velez 2018"),
 }
 
 
@@ -65,12 +66,12 @@ class Plan:
     finetune_epochs: int = FINETUNE_EPOCHS
     limit_batches: int | None = None
     seeds: tuple[int, ...] = (0, 1)
-    val_images: int = 200
+    val_images: int = 100
     val_steps: int = 20
-    test_images: int = 200
-    test_steps: int = 30
+    test_images: int = 100
+    test_steps: int = 20
     test_restarts: int = 1
-    ig_steps: int = 10
+    ig_steps: int = 8
     lipschitz_samples: int = 8
     fidelity_steps: int = 10
 
@@ -140,6 +141,8 @@ def train_job(job: dict[str, Any]) -> dict[str, Any]:
               "final_loss": float(loss) if loss is not None else math.nan, "ckpt": str(ckpt)}
     if job.get("score_val"):
         result["val"] = evaluate(module.model, "val", plan)
+    if job.get("test"):
+        result["test"] = evaluate(module.model, "test", plan)
     return result
 
 
@@ -188,6 +191,7 @@ def _mean(value: Any) -> float:
 
 
 def test_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Evaluate a saved run on the test split."""
     from robust_train.models import load_classifier
 
     return {**job, "test": evaluate(load_classifier(job["ckpt"]), "test", job["plan"])}
@@ -206,25 +210,46 @@ def _val_robustness(run: dict[str, Any]) -> float:
     return value if math.isfinite(value) else -math.inf
 
 
-class Runner:
-    """Runs jobs on a process pool (or inline with one worker) and stops at the time budget."""
+class Scheduler:
+    """Runs jobs on a process pool (inline with one worker), most urgent first; no job starts
+    after the time budget; `on_done` may queue follow-up jobs."""
 
     def __init__(self, workers: int, budget_s: float) -> None:
+        self.workers = workers
         self.pool = ProcessPoolExecutor(workers) if workers > 1 else None
         self.deadline = time.time() + budget_s
+        self.queue: list[tuple[float, int, Any, dict[str, Any]]] = []
         self.skipped: list[str] = []
+        self._count = 0
 
-    def map(self, fn: Any, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        jobs = [j for j in jobs if self._admit(j)]
-        if self.pool is None:
-            return [fn(j) for j in jobs if self._admit(j)]
-        return list(self.pool.map(fn, jobs))
+    def add(self, fn: Any, job: dict[str, Any], priority: float) -> None:
+        self._count += 1
+        self.queue.append((priority, self._count, fn, job))
+        self.queue.sort(key=lambda item: (item[0], item[1]))
 
-    def _admit(self, job: dict[str, Any]) -> bool:
-        if time.time() < self.deadline:
-            return True
-        self.skipped.append(job.get("id", "?"))
-        return False
+    def run(self, on_done: Any) -> None:
+        running: dict[Future[Any], dict[str, Any]] = {}
+        while self.queue or running:
+            while self.queue and len(running) < max(1, self.workers):
+                _, _, fn, job = self.queue.pop(0)
+                if time.time() > self.deadline:
+                    self.skipped.append(job["id"])
+                    continue
+                if self.pool is None:
+                    on_done(fn(job))
+                    continue
+                running[self.pool.submit(fn, job)] = job
+            if running:
+                done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                for future in done:
+                    job = running.pop(future)
+                    try:
+                        on_done(future.result())
+                    except Exception as err:  # a failed run is reported, the others go on
+                        print(f"job {job['id']} failed: {err!r}", flush=True)
+                        on_done({**job, "failed": repr(err)})
+        if self.pool is not None:
+            self.pool.shutdown()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -248,66 +273,115 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     md = Path(args.md) if args.md else (out if args.quick else ROOT / "benchmarks")
-    start = time.time()
-    runner = Runner(args.workers, args.budget_min * 60)
-    results = run_all(names, plan, out, runner)
-    results["wall_seconds"] = time.time() - start
-    results["skipped"] = runner.skipped
-    results["plan"] = dataclasses.asdict(plan)
-    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    board = Leaderboard(names, plan, out, Scheduler(args.workers, args.budget_min * 60))
+    results = board.run()
     write_report(results, md, quick=args.quick)
-    print(f"leaderboard in {time.time() - start:.0f} s -> {md}")
+    print(f"leaderboard in {results['wall_seconds']:.0f} s -> {md}", flush=True)
     return 0
 
 
-def run_all(names: list[str], plan: Plan, out: Path, runner: Runner) -> dict[str, Any]:
-    seeds = plan.seeds
-    base = {"plan": plan, "out": str(out), "epochs": plan.epochs, "score_val": True}
-    # Stage 1: natural (every seed) and every sweep value of every method on the first seed.
-    jobs = [{**base, "id": f"natural_s{s}", "method": "natural", "penalty": None, "kwargs": {},
-             "seed": s, "value": None} for s in seeds]
-    for name in names:
-        penalty, fixed, arg, values, _ = METHODS[name]
-        if penalty is None:
-            continue
-        for v in values:
-            jobs.append({**base, "id": f"{name}_{arg}{v:g}_s{seeds[0]}", "method": name,
-                         "penalty": penalty, "kwargs": {**fixed, arg: v}, "seed": seeds[0],
-                         "value": v})
-    stage1 = runner.map(train_job, jobs)
-    natural = [r for r in stage1 if r["method"] == "natural"]
-    nat_val = natural[0]["val"]["accuracy"] if natural else 1.0
-    chosen: dict[str, dict[str, Any]] = {}
-    sweeps: dict[str, list[dict[str, Any]]] = {}
-    for name in names:
-        runs = [r for r in stage1 if r["method"] == name and r["value"] is not None]
-        if runs:
-            sweeps[name] = runs
-            chosen[name] = choose(runs, nat_val)
-    # The best method: largest val robustness among the chosen within 1 point of natural.
-    eligible = [c for c in chosen.values() if c["val"]["accuracy"] >= nat_val - 0.01] or list(
-        chosen.values())
-    best = max(eligible, key=_val_robustness) if eligible else None
-    # Stage 2: the chosen settings on the other seeds; fine-tuning the natural models with the best.
-    jobs = [{**{k: v for k, v in c.items() if k != "val"}, "plan": plan,
-             "id": f"{c['method']}_chosen_s{s}", "seed": s, "score_val": False}
-            for c in chosen.values() for s in seeds[1:]]
-    if best is not None:
-        jobs += [{**base, "id": f"finetune_{best['method']}_s{n['seed']}", "method": "finetune",
-                  "penalty": best["penalty"], "kwargs": best["kwargs"], "seed": n["seed"],
-                  "value": best["value"], "init": n["ckpt"], "epochs": plan.finetune_epochs,
-                  "lr": FINETUNE_LR, "score_val": False, "base_method": best["method"]}
-                 for n in natural]
-    stage2 = runner.map(train_job, jobs)
-    final = natural + list(chosen.values()) + stage2
-    tested = runner.map(test_job, [{**r, "plan": plan} for r in final])
-    for r in tested:
-        r.pop("plan", None)
-    return {"rows": tested, "sweeps": {k: [{kk: vv for kk, vv in r.items() if kk != "plan"}
-                                           for r in v] for k, v in sweeps.items()},
-            "natural_val_accuracy": nat_val, "best": best["method"] if best else None,
+class Leaderboard:
+    """The run: sweeps on the first seed, then per method (as soon as its sweep is done) the test
+    evaluation of the chosen run and the other seeds; the fine-tuning row once every sweep is
+    done. results.json is rewritten after every job, so a stopped run leaves what it measured."""
+
+    def __init__(self, names: list[str], plan: Plan, out: Path, scheduler: Scheduler) -> None:
+        self.names, self.plan, self.out, self.sched = names, plan, out, scheduler
+        self.start = time.time()
+        self.rows: list[dict[str, Any]] = []
+        self.sweeps: dict[str, list[dict[str, Any]]] = {n: [] for n in names if n != "natural"}
+        self.natural: list[dict[str, Any]] = []
+        self.chosen: dict[str, dict[str, Any]] = {}
+        self.best: dict[str, Any] | None = None
+        self.failed: list[dict[str, Any]] = []
+
+    def _job(self, **kw: Any) -> dict[str, Any]:
+        return {"plan": self.plan, "out": str(self.out), "epochs": self.plan.epochs,
+                "score_val": False, "test": False, "value": None, "kwargs": {}, **kw}
+
+    def run(self) -> dict[str, Any]:
+        seeds = self.plan.seeds
+        for s in seeds:
+            self.sched.add(train_job, self._job(id=f"natural_s{s}", method="natural",
+                                                penalty=None, seed=s, score_val=s == seeds[0],
+                                                test=True), 0)
+        for rank, name in enumerate(self.names):
+            penalty, fixed, arg, values, _ = METHODS[name]
+            for v in values if penalty else []:
+                self.sched.add(train_job, self._job(
+                    id=f"{name}_{arg}{v:g}_s{seeds[0]}", method=name, penalty=penalty,
+                    kwargs={**fixed, arg: v}, seed=seeds[0], value=v, score_val=True), 1 + rank)
+        self.sched.run(self._done)
+        return self.results()
+
+    def _done(self, r: dict[str, Any]) -> None:
+        if "failed" in r:
+            self.failed.append({k: v for k, v in r.items() if k != "plan"})
+        elif r["method"] == "natural" and r.get("score_val"):
+            self.natural.insert(0, r)
+        elif r["method"] == "natural":
+            self.natural.append(r)
+        elif "val" in r and r["method"] in self.sweeps and not r.get("test"):
+            self.sweeps[r["method"]].append(r)
+        if r.get("test") and "failed" not in r:
+            self.rows.append({k: v for k, v in r.items() if k != "plan"})
+        for name in self.sweeps:
+            if name not in self.chosen:
+                self._maybe_choose(name)
+        self._maybe_finetune()
+        (self.out / "results.json").write_text(json.dumps(self.results(), indent=1, default=str))
+        print(f"[{(time.time() - self.start) / 60:5.1f} min] {r['id']} done", flush=True)
+
+    def _natural_val(self) -> float | None:
+        scored = [n for n in self.natural if "val" in n]
+        return scored[0]["val"]["accuracy"] if scored else None
+
+    def _maybe_choose(self, name: str) -> None:
+        nat = self._natural_val()
+        runs = self.sweeps[name]
+        if nat is None or not runs or len(runs) < len(METHODS[name][3]):
+            return
+        c = choose(runs, nat)
+        self.chosen[name] = c
+        base = {k: v for k, v in c.items() if k not in ("val", "plan", "seconds", "ckpt")}
+        self.sched.add(test_job, {**c, "plan": self.plan, "test": True}, -1)
+        for s in self.plan.seeds[1:]:
+            self.sched.add(train_job, self._job(**{**base, "id": f"{name}_chosen_s{s}", "seed": s,
+                                                    "score_val": False, "test": True}), 0.5)
+
+    def _maybe_finetune(self) -> None:
+        nat = self._natural_val()
+        pending = [n for n in self.sweeps if n not in self.chosen and self._could_finish(n)]
+        if self.best is not None or nat is None or pending or not self.chosen:
+            return
+        if len(self.natural) < len(self.plan.seeds):
+            return
+        eligible = [c for c in self.chosen.values() if c["val"]["accuracy"] >= nat - 0.01]
+        self.best = max(eligible or list(self.chosen.values()), key=_val_robustness)
+        b = self.best
+        for n in self.natural:
+            self.sched.add(train_job, self._job(
+                id=f"finetune_{b['method']}_s{n['seed']}", method="finetune",
+                penalty=b["penalty"], kwargs=b["kwargs"], seed=n["seed"], value=b["value"],
+                init=n["ckpt"], epochs=self.plan.finetune_epochs, lr=FINETUNE_LR, test=True,
+                base_method=b["method"]), 0.25)
+
+    def _could_finish(self, name: str) -> bool:
+        """False when a sweep run of `name` failed or was skipped (it will never be chosen)."""
+        lost = {f["id"] for f in self.failed} | set(self.sched.skipped)
+        return not any(i.startswith(f"{name}_") for i in lost)
+
+    def results(self) -> dict[str, Any]:
+        strip = lambda r: {k: v for k, v in r.items() if k != "plan"}  # noqa: E731
+        return {
+            "rows": self.rows, "sweeps": {k: [strip(r) for r in v] for k, v in self.sweeps.items()},
+            "natural_val_accuracy": self._natural_val(),
+            "best": self.best["method"] if self.best else None,
             "methods": {k: {"penalty": v[0], "fixed": v[1], "swept": v[2], "values": v[3],
-                            "paper": v[4]} for k, v in METHODS.items() if k in names}}
+                            "paper": v[4]} for k, v in METHODS.items() if k in self.names},
+            "wall_seconds": time.time() - self.start, "skipped": list(self.sched.skipped),
+            "failed": self.failed, "plan": dataclasses.asdict(self.plan),
+        }
 
 
 # ------------------------------------------------------------------------------------ report

@@ -57,7 +57,8 @@ class MNIST5kDataModule(ImageDataModule):
     """MNIST-5k: a fixed, seeded, stratified split into 3,500 train / 500 val / 1,000 test.
 
     Images are float in [0, 1], shape (B, 1, 28, 28); every split holds the same share of each
-    class (350 / 50 / 100 per class). The split depends on `seed` only.
+    class (350 / 50 / 100 per class), in a shuffled order (the first N images of a split mix
+    the classes). The split depends on `seed` only.
 
     Args:
         batch_size: batch size of every dataloader.
@@ -91,7 +92,8 @@ class MNIST5kDataModule(ImageDataModule):
         return (28, 28)
 
     def split_indices(self) -> dict[str, Tensor]:
-        """Indices into `load_mnist5k_tensors()` of each split (stratified, seeded)."""
+        """Indices into `load_mnist5k_tensors()` of each split (stratified, seeded), in a seeded
+        random order: the file is sorted by class, and evaluations take the first N images."""
         _, labels = _read_csv()
         rng = np.random.default_rng(self.hparams["seed"])
         n_classes = int(labels.max()) + 1
@@ -103,7 +105,7 @@ class MNIST5kDataModule(ImageDataModule):
             parts["test"].append(idx[:n_test])
             parts["val"].append(idx[n_test:n_test + n_val])
             parts["train"].append(idx[n_test + n_val:])
-        return {k: torch.from_numpy(np.sort(np.concatenate(v))) for k, v in parts.items()}
+        return {k: torch.from_numpy(rng.permutation(np.concatenate(v))) for k, v in parts.items()}
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:

@@ -75,8 +75,8 @@ class InputGradientNorm(PenaltyTerm):
     needs_input_grad = True
 
     def __init__(self, weight: float = 1.0, method: str = "double_backprop", h: float = 0.01,
-                 name: str | None = None) -> None:
-        super().__init__(weight, name)
+                 name: str | None = None, seed: int | None = None) -> None:
+        super().__init__(weight, name, seed)
         check_gradient_norm_args(method, h)
         self.method, self.h = method, h
 

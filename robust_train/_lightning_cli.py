@@ -87,12 +87,9 @@ class SaveConfigToRun(SaveConfigCallback):
         text = self.parser.dump(self.config, skip_none=False)
         config = yaml.safe_load(text)
         config.pop("config", None)  # the paths of the --config files, not settings
-        penalties = getattr(pl_module, "penalties", None)
-        if penalties is not None:
-            config["penalty_terms"] = [repr(t) for t in penalties]
-        model = getattr(pl_module, "model", None)
-        if model is not None:
-            config["model_class"] = type(model).__name__
+        describe = getattr(pl_module, "run_config", None)  # model class, penalty terms
+        if callable(describe):
+            config.update(describe())
         for logger in trainer.loggers:
             logger.log_hyperparams(config)
             save_file = getattr(logger, "save_file", None)

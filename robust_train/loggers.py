@@ -146,7 +146,13 @@ class SafeWandbLogger(WandbLogger):
 
     @rank_zero_only
     def finalize(self, status: str) -> None:
-        if status != "success" and not self.checkpoint_saved and self._experiment is not None:
+        new_run = self._id is None  # a run resumed by id (a resumed fit, `test`) is never discarded
+        if (
+            status != "success"
+            and new_run
+            and not self.checkpoint_saved
+            and self._experiment is not None
+        ):
             self._guard("finalize", self._discard_run)
             return
         self._guard("finalize", lambda: super(SafeWandbLogger, self).finalize(status))

@@ -70,7 +70,17 @@ def new_run_folder(experiment_dir: str | os.PathLike[str]) -> Path:
 
 
 def latest_run_folder(experiment_dir: str | os.PathLike[str]) -> Path | None:
-    """The run folder `latest` points to (else the highest version holding a checkpoint), or None."""
+    """The run folder `latest` points to (else the highest version holding a checkpoint), or None.
+
+    Example:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> latest_run_folder(root) is None
+        True
+        >>> (root / "version_0").mkdir(); (root / "version_0" / "last.ckpt").touch()
+        >>> latest_run_folder(root).name
+        'version_0'
+    """
     folder = Path(experiment_dir)
     link = folder / LATEST
     if link.is_dir():

@@ -1,0 +1,60 @@
+"""Run folders and what each checkpoint holds (issue 9, items 4-5): every fit gets
+`<root>/<experiment>/version_<N>/`, `latest` points to the newest, `last.ckpt` is the latest
+finished epoch even when the monitored value never improves, `best.ckpt` follows the monitor."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from robust_train.checkpointing import latest_run_folder, new_run_folder
+from robust_train.cli import lightning_main
+
+CONFIG = Path(__file__).resolve().parents[2] / "configs" / "digits_baseline.yaml"
+TINY = [
+    "--trainer.limit_train_batches=2",
+    "--trainer.limit_val_batches=1",
+    "--trainer.logger=false",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+    "--trainer.callbacks=[]",
+]
+
+
+def _fit(root: Path, *extra: str) -> None:
+    cli = lightning_main(
+        ["--config", str(CONFIG), *TINY, "--checkpoint_root", str(root), *extra], run=False
+    )
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+
+
+def _epoch(path: Path) -> int:
+    return int(torch.load(path, map_location="cpu", weights_only=True)["epoch"])
+
+
+def test_last_is_the_latest_epoch_when_the_monitor_never_improves(tmp_path: Path):
+    # `epoch` with mode=min is best at epoch 0 and never improves: Lightning >= 2.5 alone would
+    # leave last.ckpt at epoch 0 (it rewrites last only beside a new best).
+    _fit(tmp_path, "--trainer.max_epochs=3", "--checkpoint.monitor=epoch", "--checkpoint.mode=min")
+    run = tmp_path / "digits_baseline" / "version_0"
+    assert _epoch(run / "last.ckpt") == 2
+    assert _epoch(run / "best.ckpt") == 0
+    assert sorted(p.name for p in run.iterdir()) == ["best.ckpt", "config.yaml", "last.ckpt"]
+
+
+def test_each_fit_gets_a_run_folder_and_latest_points_to_the_newest(tmp_path: Path):
+    for _ in range(2):
+        _fit(tmp_path, "--trainer.max_epochs=1")
+    experiment = tmp_path / "digits_baseline"
+    assert sorted(p.name for p in experiment.iterdir()) == ["latest", "version_0", "version_1"]
+    for version in ("version_0", "version_1"):  # nothing mixed, no -v1 files
+        assert sorted(p.name for p in (experiment / version).iterdir()) == [
+            "best.ckpt",
+            "config.yaml",
+            "last.ckpt",
+        ]
+    assert os.readlink(experiment / "latest") == "version_1"
+    assert latest_run_folder(experiment) == (experiment / "version_1").resolve()
+    assert new_run_folder(experiment).name == "version_2"

@@ -12,6 +12,7 @@ from robust_train.cli import lightning_main
 from robust_train.commands import export_checkpoint, heldout_tensors, load_checkpoint
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
 from robust_train.models import SmallCNN, load_classifier
+from robust_train.models.loading import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ("digits_baseline", "digits_robust")
@@ -41,7 +42,7 @@ def test_export_keeps_what_loading_needs(tmp_path):
     dst = export_checkpoint(src, tmp_path / "copy.ckpt")
     x = torch.rand(3, 1, 8, 8)
     assert torch.equal(load_classifier(src)(x), load_classifier(dst)(x))
-    with pytest.raises(ValueError, match="src"):
+    with pytest.raises(CheckpointError, match="src"):
         torch.save({"weights": 1}, tmp_path / "bad.ckpt")
         export_checkpoint(tmp_path / "bad.ckpt", tmp_path / "out.ckpt")
 

@@ -33,28 +33,56 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 MODEL = {"channels": [16, 32], "hidden": 128}
-LR, BATCH, EPOCHS, FINETUNE_EPOCHS, FINETUNE_LR = 3e-3, 64, 6, 2, 1e-3
+LR, BATCH, EPOCHS, FINETUNE_EPOCHS, FINETUNE_LR = 3e-3, 64, 5, 2, 1e-3
 
 # name -> (penalty, fixed CPU-sized kwargs, swept argument, sweep values, what the paper used)
 METHODS: dict[str, tuple[str | None, dict[str, Any], str, list[float], str]] = {
-    # Listed (and scheduled) from the most expensive to the cheapest.
+    # Scheduled in this order. One value = the paper's, not swept (the costliest methods).
     "natural": (None, {}, "", [], "plain cross-entropy"),
-    "igr": ("igr", {"radius": 0.3, "n_ascent_steps": 1, "n_ig_steps": 3}, "weight", [1.0, 3.0],
-            "Wang & Kong 2022: 1 - cos(IG(x), IG(x')) with AT/TRADES; eval attack 200 steps"),
-    "ig_sum_norm": ("ig_sum_norm", {"step_size": 0.15, "n_steps": 2, "n_attack_points": 2,
-                                    "n_points": 4}, "beta", [0.1, 1.0],
-                    "RAR: beta 0.1, eps 0.3, 40 steps of 0.01, 10 / 50 path points"),
-    "ig_norm": ("ig_norm", {"step_size": 0.15, "n_steps": 2, "n_attack_points": 2,
-                            "n_points": 4}, "weight", [0.1, 1.0],
-                "RAR: lambda 1, eps 0.3, 40 steps of 0.01, 10 / 50 path points"),
-    "ssr": ("ssr", {"n_iterations": 3}, "weight", [1.0, 10.0],
-            "Wang et al. 2020: lambda_max of the Gauss-Newton input Hessian (CIFAR, a = 0.3)"),
-    "adversarial": ("adversarial", {"step_size": 0.1, "n_steps": 3}, "epsilon", [0.1, 0.3],
-                    "Madry et al. 2018: eps 0.3, 40 steps of 0.01"),
-    "smoothness": ("smoothness", {"radius": 0.1}, "weight", [1.0, 3.0],
-                   "this project: L1 of saliency maps at x and x + U(-0.1, 0.1)"),
+    "smoothness": (
+        "smoothness",
+        {"radius": 0.1},
+        "weight",
+        [1.0, 3.0],
+        "this project: L1 of saliency maps at x and x + U(-0.1, 0.1)",
+    ),
+    "adversarial": (
+        "adversarial",
+        {"step_size": 0.1, "n_steps": 3},
+        "epsilon",
+        [0.1, 0.3],
+        "Madry et al. 2018: eps 0.3, 40 steps of 0.01",
+    ),
+    "ig_norm": (
+        "ig_norm",
+        {"step_size": 0.3, "n_steps": 1, "n_attack_points": 2, "n_points": 3},
+        "weight",
+        [0.1, 1.0],
+        "RAR: lambda 1, eps 0.3, 40 steps of 0.01, 10 / 50 path points",
+    ),
+    "ssr": (
+        "ssr",
+        {"n_iterations": 2},
+        "weight",
+        [1.0, 10.0],
+        "Wang et al. 2020: lambda_max of the Gauss-Newton input Hessian (CIFAR, a = 0.3)",
+    ),
     "curvature": ("curvature", {"h": 0.05}, "weight", [0.01, 0.1], "this project, zero-order"),
     "gradnorm": ("gradnorm", {}, "weight", [1.0, 10.0], "Ross & Doshi-Velez 2018"),
+    "ig_sum_norm": (
+        "ig_sum_norm",
+        {"step_size": 0.3, "n_steps": 1, "n_attack_points": 2, "n_points": 3},
+        "beta",
+        [0.1],
+        "RAR: beta 0.1, eps 0.3, 40 steps of 0.01, 10 / 50 path points",
+    ),
+    "igr": (
+        "igr",
+        {"radius": 0.3, "n_ascent_steps": 1, "n_ig_steps": 3},
+        "weight",
+        [1.0],
+        "Wang & Kong 2022: 1 - cos(IG(x), IG(x')) with AT/TRADES; eval attack 200 steps",
+    ),
 }
 
 
@@ -67,18 +95,28 @@ class Plan:
     limit_batches: int | None = None
     seeds: tuple[int, ...] = (0, 1)
     val_images: int = 100
-    val_steps: int = 20
+    val_steps: int = 10
     test_images: int = 100
-    test_steps: int = 20
+    test_steps: int = 10
     test_restarts: int = 1
-    ig_steps: int = 8
-    lipschitz_samples: int = 8
-    fidelity_steps: int = 10
+    ig_steps: int = 5
+    lipschitz_samples: int = 4
+    fidelity_steps: int = 5
 
 
 def quick_plan() -> Plan:
-    return Plan(epochs=1, finetune_epochs=1, limit_batches=2, val_images=8, val_steps=2,
-                test_images=8, test_steps=2, ig_steps=2, lipschitz_samples=2, fidelity_steps=3)
+    return Plan(
+        epochs=1,
+        finetune_epochs=1,
+        limit_batches=2,
+        val_images=8,
+        val_steps=2,
+        test_images=8,
+        test_steps=2,
+        ig_steps=2,
+        lipschitz_samples=2,
+        fidelity_steps=3,
+    )
 
 
 def settings(plan: Plan, split: str) -> Any:
@@ -87,15 +125,26 @@ def settings(plan: Plan, split: str) -> Any:
 
     rar = PROTOCOLS["rar"]
     if split == "val":
-        return dataclasses.replace(rar, n_samples=plan.val_images, n_steps=plan.val_steps,
-                                   step_size=0.3 * 2.5 / plan.val_steps, n_restarts=1,
-                                   attacks=("topk",), attack_explainers=("saliency",),
-                                   explainers=())
-    return dataclasses.replace(rar, n_samples=plan.test_images, n_steps=plan.test_steps,
-                               step_size=max(0.01, 0.3 * 2.5 / plan.test_steps),
-                               n_restarts=plan.test_restarts, ig_steps=plan.ig_steps,
-                               lipschitz_samples=plan.lipschitz_samples,
-                               fidelity_steps=plan.fidelity_steps)
+        return dataclasses.replace(
+            rar,
+            n_samples=plan.val_images,
+            n_steps=plan.val_steps,
+            step_size=0.3 * 2.5 / plan.val_steps,
+            n_restarts=1,
+            attacks=("topk",),
+            attack_explainers=("saliency",),
+            explainers=(),
+        )
+    return dataclasses.replace(
+        rar,
+        n_samples=plan.test_images,
+        n_steps=plan.test_steps,
+        step_size=max(0.01, 0.3 * 2.5 / plan.test_steps),
+        n_restarts=plan.test_restarts,
+        ig_steps=plan.ig_steps,
+        lipschitz_samples=plan.lipschitz_samples,
+        fidelity_steps=plan.fidelity_steps,
+    )
 
 
 def _tensors(split: str) -> tuple[Any, Any]:
@@ -124,21 +173,35 @@ def train_job(job: dict[str, Any]) -> dict[str, Any]:
     if job["penalty"]:
         penalties = [get_penalty(job["penalty"], seed=job["seed"], **job["kwargs"])]
     lr = job.get("lr", LR)
-    module = RobustClassifier(MNISTConvNet(**MODEL), penalties,
-                              optimizer=lambda p: torch.optim.Adam(p, lr=lr),
-                              init_checkpoint=job.get("init"))
-    trainer = pl.Trainer(max_epochs=job["epochs"], accelerator="cpu", logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, limit_val_batches=0,
-                         num_sanity_val_steps=0, limit_train_batches=plan.limit_batches)
+    module = RobustClassifier(
+        MNISTConvNet(**MODEL),
+        penalties,
+        optimizer=lambda p: torch.optim.Adam(p, lr=lr),
+        init_checkpoint=job.get("init"),
+    )
+    trainer = pl.Trainer(
+        max_epochs=job["epochs"],
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        limit_train_batches=plan.limit_batches,
+    )
     start = time.perf_counter()
     trainer.fit(module, datamodule=MNIST5kDataModule(batch_size=BATCH, seed=0))
     seconds = time.perf_counter() - start
     ckpt = Path(job["out"]) / f"{job['id']}.ckpt"
     trainer.save_checkpoint(ckpt)
     loss = trainer.callback_metrics.get("train/loss_epoch")
-    result = {**{k: v for k, v in job.items() if k != "plan"}, "seconds": seconds,
-              "final_loss": float(loss) if loss is not None else math.nan, "ckpt": str(ckpt)}
+    result = {
+        **{k: v for k, v in job.items() if k != "plan"},
+        "seconds": seconds,
+        "final_loss": float(loss) if loss is not None else math.nan,
+        "ckpt": str(ckpt),
+    }
     if job.get("score_val"):
         result["val"] = evaluate(module.model, "val", plan)
     if job.get("test"):
@@ -167,8 +230,11 @@ def evaluate(model: Any, split: str, plan: Plan) -> dict[str, Any]:
     model.eval()
     accuracy = float((predict(model, x, 256) == y).float().mean())  # the whole split
     r = evaluate_classifier(model, x, y, settings(plan, split), progress=False)
-    out: dict[str, Any] = {"accuracy": accuracy, "n_attacked": r["n_attacked"],
-                           "eval_seconds": sum(r["seconds"].values())}
+    out: dict[str, Any] = {
+        "accuracy": accuracy,
+        "n_attacked": r["n_attacked"],
+        "eval_seconds": sum(r["seconds"].values()),
+    }
     for explainer, rows in r["attacks_by_explainer"].items():
         short = "sal" if explainer == "saliency" else "ig"
         for attack, row in rows.items():
@@ -257,11 +323,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny smoke run (seconds)")
     parser.add_argument("--methods", nargs="*", default=None, help="subset of METHODS")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--budget-min", type=float, default=40.0,
-                        help="no new job starts after this many minutes (results say partial)")
+    parser.add_argument(
+        "--budget-min",
+        type=float,
+        default=40.0,
+        help="no new job starts after this many minutes (results say partial)",
+    )
     parser.add_argument("--out", default=str(ROOT / "runs" / "leaderboard"))
-    parser.add_argument("--md", default=None, help="markdown output (default: benchmarks/ for "
-                        "the full run, --out for --quick)")
+    parser.add_argument(
+        "--md",
+        default=None,
+        help="markdown output (default: benchmarks/ for the full run, --out for --quick)",
+    )
     args = parser.parse_args(argv)
     plan = quick_plan() if args.quick else Plan()
     names = args.methods or list(METHODS)
@@ -296,21 +369,54 @@ class Leaderboard:
         self.failed: list[dict[str, Any]] = []
 
     def _job(self, **kw: Any) -> dict[str, Any]:
-        return {"plan": self.plan, "out": str(self.out), "epochs": self.plan.epochs,
-                "score_val": False, "test": False, "value": None, "kwargs": {}, **kw}
+        return {
+            "plan": self.plan,
+            "out": str(self.out),
+            "epochs": self.plan.epochs,
+            "score_val": False,
+            "test": False,
+            "value": None,
+            "kwargs": {},
+            **kw,
+        }
 
     def run(self) -> dict[str, Any]:
         seeds = self.plan.seeds
         for s in seeds:
-            self.sched.add(train_job, self._job(id=f"natural_s{s}", method="natural",
-                                                penalty=None, seed=s, score_val=s == seeds[0],
-                                                test=True), 0)
+            self.sched.add(
+                train_job,
+                self._job(
+                    id=f"natural_s{s}",
+                    method="natural",
+                    penalty=None,
+                    seed=s,
+                    score_val=s == seeds[0],
+                    test=True,
+                ),
+                0,
+            )
         for rank, name in enumerate(self.names):
             penalty, fixed, arg, values, _ = METHODS[name]
-            for v in values if penalty else []:
-                self.sched.add(train_job, self._job(
-                    id=f"{name}_{arg}{v:g}_s{seeds[0]}", method=name, penalty=penalty,
-                    kwargs={**fixed, arg: v}, seed=seeds[0], value=v, score_val=True), 1 + rank)
+            if penalty is None:
+                continue
+            # One value (not swept): every seed starts now, each evaluated on test in its job.
+            single = len(values) == 1
+            for v in values:
+                for s in seeds if single else seeds[:1]:
+                    self.sched.add(
+                        train_job,
+                        self._job(
+                            id=f"{name}_{arg}{v:g}_s{s}",
+                            method=name,
+                            penalty=penalty,
+                            kwargs={**fixed, arg: v},
+                            seed=s,
+                            value=v,
+                            score_val=s == seeds[0],
+                            test=single,
+                        ),
+                        1 + rank,
+                    )
         self.sched.run(self._done)
         return self.results()
 
@@ -321,9 +427,11 @@ class Leaderboard:
             self.natural.insert(0, r)
         elif r["method"] == "natural":
             self.natural.append(r)
-        elif "val" in r and r["method"] in self.sweeps and not r.get("test"):
+        elif "val" in r and r["method"] in self.sweeps and not isinstance(r.get("test"), dict):
             self.sweeps[r["method"]].append(r)
-        if r.get("test") and "failed" not in r:
+        elif "val" in r and r["method"] in self.sweeps and len(METHODS[r["method"]][3]) == 1:
+            self.sweeps[r["method"]].append(r)  # a single value's first seed: tested already
+        if isinstance(r.get("test"), dict) and "failed" not in r:
             self.rows.append({k: v for k, v in r.items() if k != "plan"})
         for name in self.sweeps:
             if name not in self.chosen:
@@ -343,11 +451,24 @@ class Leaderboard:
             return
         c = choose(runs, nat)
         self.chosen[name] = c
+        if len(METHODS[name][3]) == 1:
+            return  # not swept: every seed was scheduled (and tested) from the start
         base = {k: v for k, v in c.items() if k not in ("val", "plan", "seconds", "ckpt")}
         self.sched.add(test_job, {**c, "plan": self.plan, "test": True}, -1)
         for s in self.plan.seeds[1:]:
-            self.sched.add(train_job, self._job(**{**base, "id": f"{name}_chosen_s{s}", "seed": s,
-                                                    "score_val": False, "test": True}), 0.5)
+            self.sched.add(
+                train_job,
+                self._job(
+                    **{
+                        **base,
+                        "id": f"{name}_chosen_s{s}",
+                        "seed": s,
+                        "score_val": False,
+                        "test": True,
+                    }
+                ),
+                0.5,
+            )
 
     def _maybe_finetune(self) -> None:
         nat = self._natural_val()
@@ -360,11 +481,23 @@ class Leaderboard:
         self.best = max(eligible or list(self.chosen.values()), key=_val_robustness)
         b = self.best
         for n in self.natural:
-            self.sched.add(train_job, self._job(
-                id=f"finetune_{b['method']}_s{n['seed']}", method="finetune",
-                penalty=b["penalty"], kwargs=b["kwargs"], seed=n["seed"], value=b["value"],
-                init=n["ckpt"], epochs=self.plan.finetune_epochs, lr=FINETUNE_LR, test=True,
-                base_method=b["method"]), 0.25)
+            self.sched.add(
+                train_job,
+                self._job(
+                    id=f"finetune_{b['method']}_s{n['seed']}",
+                    method="finetune",
+                    penalty=b["penalty"],
+                    kwargs=b["kwargs"],
+                    seed=n["seed"],
+                    value=b["value"],
+                    init=n["ckpt"],
+                    epochs=self.plan.finetune_epochs,
+                    lr=FINETUNE_LR,
+                    test=True,
+                    base_method=b["method"],
+                ),
+                0.25,
+            )
 
     def _could_finish(self, name: str) -> bool:
         """False when a sweep run of `name` failed or was skipped (it will never be chosen)."""
@@ -374,13 +507,19 @@ class Leaderboard:
     def results(self) -> dict[str, Any]:
         strip = lambda r: {k: v for k, v in r.items() if k != "plan"}  # noqa: E731
         return {
-            "rows": self.rows, "sweeps": {k: [strip(r) for r in v] for k, v in self.sweeps.items()},
+            "rows": self.rows,
+            "sweeps": {k: [strip(r) for r in v] for k, v in self.sweeps.items()},
             "natural_val_accuracy": self._natural_val(),
             "best": self.best["method"] if self.best else None,
-            "methods": {k: {"penalty": v[0], "fixed": v[1], "swept": v[2], "values": v[3],
-                            "paper": v[4]} for k, v in METHODS.items() if k in self.names},
-            "wall_seconds": time.time() - self.start, "skipped": list(self.sched.skipped),
-            "failed": self.failed, "plan": dataclasses.asdict(self.plan),
+            "methods": {
+                k: {"penalty": v[0], "fixed": v[1], "swept": v[2], "values": v[3], "paper": v[4]}
+                for k, v in METHODS.items()
+                if k in self.names
+            },
+            "wall_seconds": time.time() - self.start,
+            "skipped": list(self.sched.skipped),
+            "failed": self.failed,
+            "plan": dataclasses.asdict(self.plan),
         }
 
 
@@ -431,14 +570,22 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
         setting = f"{arg}={runs[0]['value']:g}" if runs[0].get("value") is not None else "-"
         seconds = [r["seconds"] for r in runs]
         sal = [r["test"]["sal/topk/topk_intersection"] for r in runs]
-        rows.append({
-            "method": key, "setting": setting, "n_seeds": len(runs),
-            "cells": [_fmt([r["test"].get(c, math.nan) for r in runs], d) for c, _, d in COLUMNS],
-            "seconds": _stats(seconds)[0], "relative_time": _stats(seconds)[0] / nat_time,
-            "gain": _stats(sal)[0] - nat_sal, "gain_half": _stats(sal)[1],
-            "finite": all(math.isfinite(r["final_loss"]) for r in runs),
-            "accuracy": _stats([r["test"]["accuracy"] for r in runs])[0],
-        })
+        rows.append(
+            {
+                "method": key,
+                "setting": setting,
+                "n_seeds": len(runs),
+                "cells": [
+                    _fmt([r["test"].get(c, math.nan) for r in runs], d) for c, _, d in COLUMNS
+                ],
+                "seconds": _stats(seconds)[0],
+                "relative_time": _stats(seconds)[0] / nat_time,
+                "gain": _stats(sal)[0] - nat_sal,
+                "gain_half": _stats(sal)[1],
+                "finite": all(math.isfinite(r["final_loss"]) for r in runs),
+                "accuracy": _stats([r["test"]["accuracy"] for r in runs])[0],
+            }
+        )
     return rows
 
 
@@ -457,13 +604,30 @@ def pareto_plot(rows: list[dict[str, Any]], path: Path) -> None:
             front.append(r)
             best = r["gain"]
     for r in pts:
-        ax.errorbar(r["relative_time"], r["gain"], yerr=r["gain_half"], fmt="o",
-                    color="tab:red" if r in front else "tab:gray", capsize=3)
-        ax.annotate(r["method"], (r["relative_time"], r["gain"]), textcoords="offset points",
-                    xytext=(5, 4), fontsize=8)
+        ax.errorbar(
+            r["relative_time"],
+            r["gain"],
+            yerr=r["gain_half"],
+            fmt="o",
+            color="tab:red" if r in front else "tab:gray",
+            capsize=3,
+        )
+        ax.annotate(
+            r["method"],
+            (r["relative_time"], r["gain"]),
+            textcoords="offset points",
+            xytext=(5, 4),
+            fontsize=8,
+        )
     if front:
-        ax.plot([r["relative_time"] for r in front], [r["gain"] for r in front], "--",
-                color="tab:red", lw=1, label="Pareto front")
+        ax.plot(
+            [r["relative_time"] for r in front],
+            [r["gain"] for r in front],
+            "--",
+            color="tab:red",
+            lw=1,
+            label="Pareto front",
+        )
         ax.legend(loc="lower right")
     ax.set_xscale("log")
     ax.set_xlabel("training time relative to natural (same machine, same run; log)")
@@ -487,52 +651,80 @@ def write_report(results: dict[str, Any], folder: Path, *, quick: bool) -> Path:
     if quick:
         lines += ["**QUICK SMOKE RUN: sizes are tiny, the numbers mean nothing.**", ""]
     if partial:
-        lines += [f"**PARTIAL: the time budget ran out; not run: {', '.join(results['skipped'])}.**",
-                  ""]
+        lines += [
+            f"**PARTIAL: the time budget ran out; not run: {', '.join(results['skipped'])}.**",
+            "",
+        ]
     lines += [
         "Command: `OMP_NUM_THREADS=1 .venv/bin/python benchmarks/leaderboard.py` "
-        f"(wall {results['wall_seconds'] / 60:.1f} min, {plan['seeds'].__len__()} seeds).", "",
-        "| method | setting | " + " | ".join(h for _, h, _ in COLUMNS)
+        f"(wall {results['wall_seconds'] / 60:.1f} min, {plan['seeds'].__len__()} seeds).",
+        "",
+        "| method | setting | "
+        + " | ".join(h for _, h, _ in COLUMNS)
         + " | train s | time × natural | finite loss |",
         "|" + "---|" * (len(COLUMNS) + 5),
     ]
     for r in rows:
-        lines.append(f"| {r['method']} | {r['setting']} | " + " | ".join(r["cells"])
-                     + f" | {r['seconds']:.0f} | {r['relative_time']:.1f} | "
-                     + ("yes" if r["finite"] else "NO") + " |")
-    lines += ["", "Mean ± half the range over seeds. Attack rows: the RAR top-k attack "
-              "(attack k 200, reported k 100); noise rows: random signs of the same budget.", "",
-              f"![Pareto plot]({png.name})", "", "## Weight sweeps (val split, first seed)", "",
-              f"Natural val accuracy: {results['natural_val_accuracy']:.3f}. Rule: the value with "
-              "the largest val saliency top-k intersection whose val accuracy is within 1 point "
-              "of natural; when none is, the best val accuracy. Best method by the same rule: "
-              f"**{results['best']}** (fine-tuning row).", "",
-              "| method | value | val acc | val sal top-k ∩ | train s | chosen |", "|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {r['method']} | {r['setting']} | "
+            + " | ".join(r["cells"])
+            + f" | {r['seconds']:.0f} | {r['relative_time']:.1f} | "
+            + ("yes" if r["finite"] else "NO")
+            + " |"
+        )
+    lines += [
+        "",
+        "Mean ± half the range over seeds. Attack rows: the RAR top-k attack "
+        "(attack k 200, reported k 100); noise rows: random signs of the same budget.",
+        "",
+        f"![Pareto plot]({png.name})",
+        "",
+        "## Weight sweeps (val split, first seed)",
+        "",
+        f"Natural val accuracy: {results['natural_val_accuracy']:.3f}. Rule: the value with "
+        "the largest val saliency top-k intersection whose val accuracy is within 1 point "
+        "of natural; when none is, the best val accuracy. Best method by the same rule: "
+        f"**{results['best']}** (fine-tuning row).",
+        "",
+        "| method | value | val acc | val sal top-k ∩ | train s | chosen |",
+        "|---|---|---|---|---|---|",
+    ]
     chosen_ids = {r["id"] for r in results["rows"]}
     for name, runs in results["sweeps"].items():
         arg = METHODS[name][2]
         for r in runs:
-            lines.append(f"| {name} | {arg}={r['value']:g} | {r['val']['accuracy']:.3f} | "
-                         f"{r['val']['sal/topk/topk_intersection']:.3f} | {r['seconds']:.0f} | "
-                         + ("**yes**" if r["id"] in chosen_ids else "") + " |")
-    lines += ["", "## Settings here versus the papers", "",
-              f"Model: MNISTConvNet(channels={MODEL['channels']}, hidden={MODEL['hidden']}) "
-              f"(RAR's layout at reduced width); Adam lr {LR}, batch {BATCH}, {plan['epochs']} "
-              f"epochs on the 3,500 training images (RAR: 100k steps of batch 50); fine-tuning "
-              f"{plan['finetune_epochs']} epochs at lr {FINETUNE_LR}. One thread per run, "
-              "runs in parallel on the 2-core machine next to other work, so times are noisy.",
-              "",
-              f"Evaluation: the RAR preset on the first {plan['test_images']} test images "
-              f"(correctly classified ones attacked), {plan['test_steps']} steps of "
-              f"{max(0.01, 0.75 / plan['test_steps']):.3g}, {plan['test_restarts']} restart(s), "
-              f"IG with {plan['ig_steps']} points, Lipschitz {plan['lipschitz_samples']} samples, "
-              f"fidelity {plan['fidelity_steps']} steps (paper: all 10,000 test images, 100 "
-              "steps of 0.01, 3 restarts, IG 100 points). Val score: saliency top-k attack, "
-              f"{plan['val_steps']} steps, first {plan['val_images']} val images.", "",
-              "| method | here (fixed) | swept | paper |", "|---|---|---|---|"]
+            lines.append(
+                f"| {name} | {arg}={r['value']:g} | {r['val']['accuracy']:.3f} | "
+                f"{r['val']['sal/topk/topk_intersection']:.3f} | {r['seconds']:.0f} | "
+                + ("**yes**" if r["id"] in chosen_ids else "")
+                + " |"
+            )
+    lines += [
+        "",
+        "## Settings here versus the papers",
+        "",
+        f"Model: MNISTConvNet(channels={MODEL['channels']}, hidden={MODEL['hidden']}) "
+        f"(RAR's layout at reduced width); Adam lr {LR}, batch {BATCH}, {plan['epochs']} "
+        f"epochs on the 3,500 training images (RAR: 100k steps of batch 50); fine-tuning "
+        f"{plan['finetune_epochs']} epochs at lr {FINETUNE_LR}. One thread per run, "
+        "runs in parallel on the 2-core machine next to other work, so times are noisy.",
+        "",
+        f"Evaluation: the RAR preset on the first {plan['test_images']} test images "
+        f"(correctly classified ones attacked), {plan['test_steps']} steps of "
+        f"{max(0.01, 0.75 / plan['test_steps']):.3g}, {plan['test_restarts']} restart(s), "
+        f"IG with {plan['ig_steps']} points, Lipschitz {plan['lipschitz_samples']} samples, "
+        f"fidelity {plan['fidelity_steps']} steps (paper: all 10,000 test images, 100 "
+        "steps of 0.01, 3 restarts, IG 100 points). Val score: saliency top-k attack, "
+        f"{plan['val_steps']} steps, first {plan['val_images']} val images.",
+        "",
+        "| method | here (fixed) | swept | paper |",
+        "|---|---|---|---|",
+    ]
     for name, m in results["methods"].items():
-        lines.append(f"| {name} | {m['fixed'] or '-'} | {m['swept'] or '-'} {m['values'] or ''} "
-                     f"| {m['paper']} |")
+        lines.append(
+            f"| {name} | {m['fixed'] or '-'} | {m['swept'] or '-'} {m['values'] or ''} "
+            f"| {m['paper']} |"
+        )
     path = folder / "LEADERBOARD.md"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -25,13 +25,21 @@ def _module():
 
 def test_quick_leaderboard_writes_table_sweeps_and_plot(tmp_path: Path):
     lb = _module()
-    assert lb.main(["--quick", "--workers", "1", "--methods", "adversarial",
-                    "--out", str(tmp_path)]) == 0
+    assert (
+        lb.main(["--quick", "--workers", "1", "--methods", "adversarial", "--out", str(tmp_path)])
+        == 0
+    )
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["failed"] == [] and results["skipped"] == []
     methods = sorted({(r["method"], r["seed"]) for r in results["rows"]})
-    assert methods == [("adversarial", 0), ("adversarial", 1), ("finetune", 0), ("finetune", 1),
-                       ("natural", 0), ("natural", 1)]
+    assert methods == [
+        ("adversarial", 0),
+        ("adversarial", 1),
+        ("finetune", 0),
+        ("finetune", 1),
+        ("natural", 0),
+        ("natural", 1),
+    ]
     assert len(results["sweeps"]["adversarial"]) == 2
     assert results["best"] == "adversarial"
     for row in results["rows"]:
@@ -50,6 +58,12 @@ def test_weight_rule_prefers_robustness_within_one_point():
 
     runs = [run(0.97, 0.3), run(0.965, 0.5), run(0.90, 0.9)]
     assert lb.choose(runs, natural_val_acc=0.97) is runs[1]
-    assert lb.choose([run(0.8, 0.9), run(0.85, 0.1)], natural_val_acc=0.97)["val"]["accuracy"] == 0.85
-    assert lb.choose([run(0.97, float("nan")), run(0.97, 0.2)], 0.97)["val"][
-        "sal/topk/topk_intersection"] == 0.2
+    assert (
+        lb.choose([run(0.8, 0.9), run(0.85, 0.1)], natural_val_acc=0.97)["val"]["accuracy"] == 0.85
+    )
+    assert (
+        lb.choose([run(0.97, float("nan")), run(0.97, 0.2)], 0.97)["val"][
+            "sal/topk/topk_intersection"
+        ]
+        == 0.2
+    )

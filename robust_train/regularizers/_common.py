@@ -18,7 +18,11 @@ def forward_logits(model: nn.Module, inputs: Tensor, logits: Tensor | None) -> T
 
 
 def ce_input_gradient(
-    model: nn.Module, inputs: Tensor, target: Tensor, *, logits: Tensor | None = None,
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    *,
+    logits: Tensor | None = None,
     create_graph: bool,
 ) -> tuple[Tensor, Tensor]:
     """Per-sample cross-entropy (B,) and its gradient with respect to `inputs` (which require grad).
@@ -29,8 +33,9 @@ def ce_input_gradient(
     with torch.enable_grad():
         out = forward_logits(model, inputs, logits)
         ce = F.cross_entropy(out, target, reduction="none")
-        (grad,) = torch.autograd.grad(ce.sum(), inputs, create_graph=create_graph,
-                                      retain_graph=True)
+        (grad,) = torch.autograd.grad(
+            ce.sum(), inputs, create_graph=create_graph, retain_graph=True
+        )
     return ce, grad
 
 
@@ -45,7 +50,10 @@ def expand_like(v: Tensor, t: Tensor) -> Tensor:
 
 
 def sample_in_ball(
-    inputs: Tensor, radius: float, n_samples: int, ball: str,
+    inputs: Tensor,
+    radius: float,
+    n_samples: int,
+    ball: str,
     generator: torch.Generator | None = None,
 ) -> Tensor:
     """`n_samples` uniform perturbations per input in an L_inf or L2 ball, shape (n*B, C, H, W).

@@ -62,7 +62,12 @@ def linf_pgd(
 
 
 def loss_path_ig(
-    model: nn.Module, inputs: Tensor, endpoints: Tensor, target: Tensor, *, n_points: int,
+    model: nn.Module,
+    inputs: Tensor,
+    endpoints: Tensor,
+    target: Tensor,
+    *,
+    n_points: int,
     create_graph: bool,
 ) -> tuple[Tensor, Tensor]:
     """IG of the cross-entropy from x to x', and the per-sample CE at x' (both with graph).

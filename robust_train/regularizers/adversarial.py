@@ -16,8 +16,14 @@ from robust_train.regularizers.base import PenaltyTerm, register_penalty
 
 
 def adversarial_loss(
-    model: nn.Module, inputs: Tensor, target: Tensor, *, epsilon: float = 0.3,
-    step_size: float = 0.01, n_steps: int = 40, random_start: bool = True,
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    *,
+    epsilon: float = 0.3,
+    step_size: float = 0.01,
+    n_steps: int = 40,
+    random_start: bool = True,
     generator: torch.Generator | None = None,
 ) -> Tensor:
     """Per-sample cross-entropy at a PGD adversarial example, shape (B,).
@@ -44,8 +50,15 @@ def adversarial_loss(
     def objective(adv: Tensor) -> Tensor:
         return F.cross_entropy(model(adv), target, reduction="none")
 
-    adv = linf_pgd(objective, inputs, epsilon=epsilon, step_size=step_size, n_steps=n_steps,
-                   random_start=random_start, generator=generator)
+    adv = linf_pgd(
+        objective,
+        inputs,
+        epsilon=epsilon,
+        step_size=step_size,
+        n_steps=n_steps,
+        random_start=random_start,
+        generator=generator,
+    )
     return F.cross_entropy(model(adv), target, reduction="none")
 
 
@@ -62,14 +75,20 @@ class AdversarialTraining(PenaltyTerm):
     double_backprop = False
 
     def __init__(
-        self, weight: float = 1.0, epsilon: float = 0.3, step_size: float = 0.01,
-        n_steps: int = 40, random_start: bool = True, name: str | None = None,
+        self,
+        weight: float = 1.0,
+        epsilon: float = 0.3,
+        step_size: float = 0.01,
+        n_steps: int = 40,
+        random_start: bool = True,
+        name: str | None = None,
         seed: int | None = None,
     ) -> None:
         super().__init__(weight, name, seed)
         check_pgd_args(epsilon, step_size, n_steps)
-        self.kwargs = dict(epsilon=epsilon, step_size=step_size, n_steps=n_steps,
-                           random_start=random_start)
+        self.kwargs = dict(
+            epsilon=epsilon, step_size=step_size, n_steps=n_steps, random_start=random_start
+        )
 
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None

@@ -85,8 +85,10 @@ def register_penalty(name: str) -> Callable[[T], T]:
     def decorate(cls: T) -> T:
         if not (isinstance(cls, type) and issubclass(cls, PenaltyTerm)):
             raise TypeError(
-                f"register_penalty({name!r}) decorates PenaltyTerm subclasses, got {cls!r}")
-        if name in PENALTIES and PENALTIES[name] is not cls:
+                f"register_penalty({name!r}) decorates PenaltyTerm subclasses, got {cls!r}"
+            )
+        taken = PENALTIES.get(name)
+        if taken is not None and _path(taken) != _path(cls):  # a re-import is not a clash
             raise ValueError(f"penalty name {name!r} is already registered by {PENALTIES[name]!r}")
         if "default_name" not in cls.__dict__:
             cls.default_name = name
@@ -94,6 +96,10 @@ def register_penalty(name: str) -> Callable[[T], T]:
         return cls
 
     return decorate
+
+
+def _path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def get_penalty(name: str, **kwargs: object) -> PenaltyTerm:

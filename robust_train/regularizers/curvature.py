@@ -70,7 +70,11 @@ def curvature(
 
 
 def _zero_order(
-    model: nn.Module, inputs: Tensor, h: float, n_directions: int, logits: Tensor | None,
+    model: nn.Module,
+    inputs: Tensor,
+    h: float,
+    n_directions: int,
+    logits: Tensor | None,
     generator: torch.Generator | None,
 ) -> Tensor:
     b = inputs.shape[0]
@@ -80,7 +84,7 @@ def _zero_order(
     u = u / expand_like(per_sample_norm(u).clamp_min(1e-12), u) * h
     x_rep = x0.repeat(n_directions, 1, 1, 1)
     both = model(torch.cat([x_rep + u, x_rep - u]))
-    plus, minus = both[: n_directions * b], both[n_directions * b:]
+    plus, minus = both[: n_directions * b], both[n_directions * b :]
     second = (plus + minus - 2 * clean.repeat(n_directions, 1)) / h**2
     return second.pow(2).sum(1).view(n_directions, b).mean(0)
 
@@ -109,8 +113,15 @@ class Curvature(PenaltyTerm):
 
     needs_input_grad = True
 
-    def __init__(self, weight: float = 1.0, method: str = "zero_order", h: float = 0.05,
-                 n_directions: int = 1, name: str | None = None, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        weight: float = 1.0,
+        method: str = "zero_order",
+        h: float = 0.05,
+        n_directions: int = 1,
+        name: str | None = None,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(weight, name, seed)
         check_curvature_args(method, h, n_directions)
         self.method, self.h, self.n_directions = method, h, n_directions
@@ -118,5 +129,13 @@ class Curvature(PenaltyTerm):
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
     ) -> Tensor:
-        return curvature(model, inputs, target, method=self.method, h=self.h,
-                         n_directions=self.n_directions, logits=logits, generator=self.generator)
+        return curvature(
+            model,
+            inputs,
+            target,
+            method=self.method,
+            h=self.h,
+            n_directions=self.n_directions,
+            logits=logits,
+            generator=self.generator,
+        )

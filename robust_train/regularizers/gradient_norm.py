@@ -74,8 +74,14 @@ class InputGradientNorm(PenaltyTerm):
 
     needs_input_grad = True
 
-    def __init__(self, weight: float = 1.0, method: str = "double_backprop", h: float = 0.01,
-                 name: str | None = None, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        weight: float = 1.0,
+        method: str = "double_backprop",
+        h: float = 0.01,
+        name: str | None = None,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(weight, name, seed)
         check_gradient_norm_args(method, h)
         self.method, self.h = method, h
@@ -83,5 +89,6 @@ class InputGradientNorm(PenaltyTerm):
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
     ) -> Tensor:
-        return input_gradient_norm(model, inputs, target, method=self.method, h=self.h,
-                                   logits=logits)
+        return input_gradient_norm(
+            model, inputs, target, method=self.method, h=self.h, logits=logits
+        )

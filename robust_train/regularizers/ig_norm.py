@@ -24,7 +24,11 @@ from robust_train.regularizers.base import PenaltyTerm, register_penalty
 
 
 def check_ig_args(
-    epsilon: float, step_size: float, n_steps: int, n_attack_points: int, n_points: int,
+    epsilon: float,
+    step_size: float,
+    n_steps: int,
+    n_attack_points: int,
+    n_points: int,
     beta: float = 0.0,
 ) -> None:
     """The one argument check of the IG-NORM functions and terms."""
@@ -39,9 +43,17 @@ def _ig_l1(ig: Tensor) -> Tensor:
 
 
 def ig_norm(
-    model: nn.Module, inputs: Tensor, target: Tensor, *, epsilon: float = 0.3,
-    step_size: float = 0.01, n_steps: int = 40, n_attack_points: int = 10, n_points: int = 50,
-    random_start: bool = True, generator: torch.Generator | None = None,
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    *,
+    epsilon: float = 0.3,
+    step_size: float = 0.01,
+    n_steps: int = 40,
+    n_attack_points: int = 10,
+    n_points: int = 50,
+    random_start: bool = True,
+    generator: torch.Generator | None = None,
 ) -> Tensor:
     """Per-sample max_{x'} ||IG(x, x')||_1 of the cross-entropy (IG-NORM's penalty), shape (B,).
 
@@ -71,16 +83,32 @@ def ig_norm(
         ig, _ = loss_path_ig(model, x0, adv, target, n_points=n_attack_points, create_graph=True)
         return _ig_l1(ig)
 
-    adv = linf_pgd(objective, x0, epsilon=epsilon, step_size=step_size, n_steps=n_steps,
-                   random_start=random_start, generator=generator)
+    adv = linf_pgd(
+        objective,
+        x0,
+        epsilon=epsilon,
+        step_size=step_size,
+        n_steps=n_steps,
+        random_start=random_start,
+        generator=generator,
+    )
     ig, _ = loss_path_ig(model, x0, adv, target, n_points=n_points, create_graph=True)
     return _ig_l1(ig)
 
 
 def ig_sum_norm(
-    model: nn.Module, inputs: Tensor, target: Tensor, *, beta: float = 0.1, epsilon: float = 0.3,
-    step_size: float = 0.01, n_steps: int = 40, n_attack_points: int = 10, n_points: int = 50,
-    random_start: bool = True, generator: torch.Generator | None = None,
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    *,
+    beta: float = 0.1,
+    epsilon: float = 0.3,
+    step_size: float = 0.01,
+    n_steps: int = 40,
+    n_attack_points: int = 10,
+    n_points: int = 50,
+    random_start: bool = True,
+    generator: torch.Generator | None = None,
 ) -> Tensor:
     """Per-sample max_{x'} CE(x') + beta * ||IG(x, x')||_1 (IG-SUM-NORM's objective), shape (B,).
 
@@ -99,8 +127,15 @@ def ig_sum_norm(
         ig, ce = loss_path_ig(model, x0, adv, target, n_points=n_attack_points, create_graph=True)
         return ce + beta * _ig_l1(ig)
 
-    adv = linf_pgd(objective, x0, epsilon=epsilon, step_size=step_size, n_steps=n_steps,
-                   random_start=random_start, generator=generator)
+    adv = linf_pgd(
+        objective,
+        x0,
+        epsilon=epsilon,
+        step_size=step_size,
+        n_steps=n_steps,
+        random_start=random_start,
+        generator=generator,
+    )
     ig, ce = loss_path_ig(model, x0, adv, target, n_points=n_points, create_graph=True)
     return ce + beta * _ig_l1(ig)
 
@@ -119,15 +154,27 @@ class IGNorm(PenaltyTerm):
     double_backprop = True
 
     def __init__(
-        self, weight: float = 1.0, epsilon: float = 0.3, step_size: float = 0.01,
-        n_steps: int = 40, n_attack_points: int = 10, n_points: int = 50,
-        random_start: bool = True, name: str | None = None, seed: int | None = None,
+        self,
+        weight: float = 1.0,
+        epsilon: float = 0.3,
+        step_size: float = 0.01,
+        n_steps: int = 40,
+        n_attack_points: int = 10,
+        n_points: int = 50,
+        random_start: bool = True,
+        name: str | None = None,
+        seed: int | None = None,
     ) -> None:
         super().__init__(weight, name, seed)
         check_ig_args(epsilon, step_size, n_steps, n_attack_points, n_points)
-        self.kwargs = dict(epsilon=epsilon, step_size=step_size, n_steps=n_steps,
-                           n_attack_points=n_attack_points, n_points=n_points,
-                           random_start=random_start)
+        self.kwargs = dict(
+            epsilon=epsilon,
+            step_size=step_size,
+            n_steps=n_steps,
+            n_attack_points=n_attack_points,
+            n_points=n_points,
+            random_start=random_start,
+        )
 
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
@@ -151,16 +198,29 @@ class IGSumNorm(PenaltyTerm):
     replaces_task_loss = True
 
     def __init__(
-        self, weight: float = 1.0, beta: float = 0.1, epsilon: float = 0.3,
-        step_size: float = 0.01, n_steps: int = 40, n_attack_points: int = 10,
-        n_points: int = 50, random_start: bool = True, name: str | None = None,
+        self,
+        weight: float = 1.0,
+        beta: float = 0.1,
+        epsilon: float = 0.3,
+        step_size: float = 0.01,
+        n_steps: int = 40,
+        n_attack_points: int = 10,
+        n_points: int = 50,
+        random_start: bool = True,
+        name: str | None = None,
         seed: int | None = None,
     ) -> None:
         super().__init__(weight, name, seed)
         check_ig_args(epsilon, step_size, n_steps, n_attack_points, n_points, beta)
-        self.kwargs = dict(beta=beta, epsilon=epsilon, step_size=step_size, n_steps=n_steps,
-                           n_attack_points=n_attack_points, n_points=n_points,
-                           random_start=random_start)
+        self.kwargs = dict(
+            beta=beta,
+            epsilon=epsilon,
+            step_size=step_size,
+            n_steps=n_steps,
+            n_attack_points=n_attack_points,
+            n_points=n_points,
+            random_start=random_start,
+        )
 
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None

@@ -36,9 +36,15 @@ class IGRPenalty(ExplanationSmoothness):
     """
 
     def __init__(
-        self, weight: float = 1.0, radius: float = 0.3, n_ascent_steps: int = 5,
-        ascent_step_size: float | None = None, n_ig_steps: int = 10, n_samples: int = 1,
-        name: str | None = None, seed: int | None = None,
+        self,
+        weight: float = 1.0,
+        radius: float = 0.3,
+        n_ascent_steps: int = 5,
+        ascent_step_size: float | None = None,
+        n_ig_steps: int = 10,
+        n_samples: int = 1,
+        name: str | None = None,
+        seed: int | None = None,
     ) -> None:
         check_positive(n_ig_steps, "n_ig_steps", integer=True)
         if n_ig_steps < 2:
@@ -47,6 +53,17 @@ class IGRPenalty(ExplanationSmoothness):
         if step is None:
             step = 2.5 * radius / max(1, n_ascent_steps)
         explainer = get_explainer("integrated_gradients", n_steps=n_ig_steps)
-        super().__init__(weight, explainer, radius, n_samples, "linf", "cosine", False,
-                         n_ascent_steps, step, name, seed)
+        super().__init__(
+            weight,
+            explainer,
+            radius,
+            n_samples,
+            "linf",
+            "cosine",
+            False,
+            n_ascent_steps,
+            step,
+            name,
+            seed,
+        )
         self.n_ig_steps = n_ig_steps

@@ -31,14 +31,19 @@ Explainer = Callable[..., Tensor]
 
 
 def resolve_explainer(explainer: str | Explainer) -> Explainer:
-    """A name from robust_train.explain.EXPLAINERS, or a callable explainer, as a callable."""
-    from robust_train.explain import get_explainer
+    """A registered explainer name, or a callable, as a differentiable callable (the project's
+    one resolver, `robust_train.explain.resolve_explainer`; kept here for old imports)."""
+    from robust_train.explain import resolve_explainer as resolve
 
-    return get_explainer(explainer)
+    return resolve(explainer, differentiable=True, name="explainer")[0]
 
 
 def check_smoothness_args(
-    radius: float, n_samples: int, ball: str, distance: str, n_ascent_steps: int,
+    radius: float,
+    n_samples: int,
+    ball: str,
+    distance: str,
+    n_ascent_steps: int,
     ascent_step_size: float | None,
 ) -> float:
     """The one argument check of the function and its terms; returns the ascent step size."""
@@ -105,8 +110,9 @@ def explanation_smoothness(
         >>> explanation_smoothness(net, x, y, radius=0.05, n_samples=2).shape
         torch.Size([4])
     """
-    step = check_smoothness_args(radius, n_samples, ball, distance, n_ascent_steps,
-                                 ascent_step_size)
+    step = check_smoothness_args(
+        radius, n_samples, ball, distance, n_ascent_steps, ascent_step_size
+    )
     explain = resolve_explainer(explainer)
     b = inputs.shape[0]
 
@@ -117,8 +123,9 @@ def explanation_smoothness(
     delta = sample_in_ball(x0, radius, n_samples, ball, generator)
     reference = clean_map.detach().repeat(n_samples, 1, 1)
     for _ in range(n_ascent_steps):
-        delta = _ascent_step(model, explain, x0_rep, target_rep, delta, reference, distance, step,
-                             radius, ball)
+        delta = _ascent_step(
+            model, explain, x0_rep, target_rep, delta, reference, distance, step, radius, ball
+        )
     x_pert = (x0_rep + delta).clamp(0, 1)
     pert_map = importance_map(explain(model, x_pert, target_rep, create_graph=True))
     dist = map_distance(clean_map.repeat(n_samples, 1, 1), pert_map, distance)
@@ -128,8 +135,16 @@ def explanation_smoothness(
 
 
 def _ascent_step(
-    model: nn.Module, explain: Explainer, x0: Tensor, target: Tensor, delta: Tensor,
-    clean_map: Tensor, distance: str, step: float, radius: float, ball: str,
+    model: nn.Module,
+    explain: Explainer,
+    x0: Tensor,
+    target: Tensor,
+    delta: Tensor,
+    clean_map: Tensor,
+    distance: str,
+    step: float,
+    radius: float,
+    ball: str,
 ) -> Tensor:
     """One projected sign-ascent step on d(I(x), I(x + delta)) with respect to delta only."""
     delta = delta.detach().requires_grad_(True)
@@ -156,23 +171,39 @@ class ExplanationSmoothness(PenaltyTerm):
     needs_input_grad = True
 
     def __init__(
-        self, weight: float = 1.0, explainer: str | Explainer = "saliency", radius: float = 0.1,
-        n_samples: int = 1, ball: str = "linf", distance: str = "l1", lipschitz: bool = False,
-        n_ascent_steps: int = 0, ascent_step_size: float | None = None, name: str | None = None,
+        self,
+        weight: float = 1.0,
+        explainer: str | Explainer = "saliency",
+        radius: float = 0.1,
+        n_samples: int = 1,
+        ball: str = "linf",
+        distance: str = "l1",
+        lipschitz: bool = False,
+        n_ascent_steps: int = 0,
+        ascent_step_size: float | None = None,
+        name: str | None = None,
         seed: int | None = None,
     ) -> None:
         super().__init__(weight, name, seed)
         check_smoothness_args(radius, n_samples, ball, distance, n_ascent_steps, ascent_step_size)
         resolve_explainer(explainer)
-        self.kwargs = dict(explainer=explainer, radius=radius, n_samples=n_samples, ball=ball,
-                           distance=distance, lipschitz=lipschitz, n_ascent_steps=n_ascent_steps,
-                           ascent_step_size=ascent_step_size)
+        self.kwargs = dict(
+            explainer=explainer,
+            radius=radius,
+            n_samples=n_samples,
+            ball=ball,
+            distance=distance,
+            lipschitz=lipschitz,
+            n_ascent_steps=n_ascent_steps,
+            ascent_step_size=ascent_step_size,
+        )
 
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
     ) -> Tensor:
-        return explanation_smoothness(model, inputs, target, logits=logits,
-                                      generator=self.generator, **self.kwargs)
+        return explanation_smoothness(
+            model, inputs, target, logits=logits, generator=self.generator, **self.kwargs
+        )
 
 
 @register_penalty("lipschitz")
@@ -185,9 +216,28 @@ class LocalLipschitzPenalty(ExplanationSmoothness):
     """
 
     def __init__(
-        self, weight: float = 0.01, explainer: str | Explainer = "saliency", radius: float = 0.1,
-        n_samples: int = 1, ball: str = "linf", distance: str = "l1", n_ascent_steps: int = 1,
-        ascent_step_size: float | None = None, name: str | None = None, seed: int | None = None,
+        self,
+        weight: float = 0.01,
+        explainer: str | Explainer = "saliency",
+        radius: float = 0.1,
+        n_samples: int = 1,
+        ball: str = "linf",
+        distance: str = "l1",
+        n_ascent_steps: int = 1,
+        ascent_step_size: float | None = None,
+        name: str | None = None,
+        seed: int | None = None,
     ) -> None:
-        super().__init__(weight, explainer, radius, n_samples, ball, distance, True,
-                         n_ascent_steps, ascent_step_size, name, seed)
+        super().__init__(
+            weight,
+            explainer,
+            radius,
+            n_samples,
+            ball,
+            distance,
+            True,
+            n_ascent_steps,
+            ascent_step_size,
+            name,
+            seed,
+        )

@@ -36,8 +36,13 @@ def _unit(v: Tensor) -> Tensor:
 
 
 def ssr_eigenvalue(
-    model: nn.Module, inputs: Tensor, target: Tensor | None = None, *, n_iterations: int = 10,
-    logits: Tensor | None = None, generator: torch.Generator | None = None,
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor | None = None,
+    *,
+    n_iterations: int = 10,
+    logits: Tensor | None = None,
+    generator: torch.Generator | None = None,
 ) -> Tensor:
     """Per-sample largest eigenvalue of J^T (diag(p) - p p^T) J by power iteration, shape (B,).
 
@@ -70,8 +75,9 @@ def ssr_eigenvalue(
         (jt_u,) = torch.autograd.grad(out, x, grad_outputs=u0, create_graph=True)
 
         def jvp(v: Tensor, create_graph: bool) -> Tensor:
-            (w,) = torch.autograd.grad(jt_u, u0, grad_outputs=v, create_graph=create_graph,
-                                       retain_graph=True)
+            (w,) = torch.autograd.grad(
+                jt_u, u0, grad_outputs=v, create_graph=create_graph, retain_graph=True
+            )
             return w
 
         v = _unit(torch.randn(x.shape, generator=generator, dtype=torch.float32).to(x))
@@ -97,8 +103,13 @@ class SmoothedGeometry(PenaltyTerm):
     needs_input_grad = True
     double_backprop = True
 
-    def __init__(self, weight: float = 1.0, n_iterations: int = 10, name: str | None = None,
-                 seed: int | None = None) -> None:
+    def __init__(
+        self,
+        weight: float = 1.0,
+        n_iterations: int = 10,
+        name: str | None = None,
+        seed: int | None = None,
+    ) -> None:
         super().__init__(weight, name, seed)
         check_ssr_args(n_iterations)
         self.n_iterations = n_iterations
@@ -106,5 +117,11 @@ class SmoothedGeometry(PenaltyTerm):
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
     ) -> Tensor:
-        return ssr_eigenvalue(model, inputs, target, n_iterations=self.n_iterations,
-                              logits=logits, generator=self.generator)
+        return ssr_eigenvalue(
+            model,
+            inputs,
+            target,
+            n_iterations=self.n_iterations,
+            logits=logits,
+            generator=self.generator,
+        )

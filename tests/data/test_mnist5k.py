@@ -14,8 +14,9 @@ from robust_train.data import mnist5k as mnist5k_module
 def test_split_sizes_strata_range_and_shapes():
     dm = MNIST5kDataModule(batch_size=32)
     dm.setup()
-    sizes = {k: len(s) for k, s in (("train", dm.train_set), ("val", dm.val_set),
-                                     ("test", dm.test_set))}
+    sizes = {
+        k: len(s) for k, s in (("train", dm.train_set), ("val", dm.val_set), ("test", dm.test_set))
+    }
     assert sizes == {"train": 3500, "val": 500, "test": 1000}
     for split, per_class in (("train", 350), ("val", 50), ("test", 100)):
         labels = getattr(dm, f"{split}_set").tensors[1]

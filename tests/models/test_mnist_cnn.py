@@ -14,9 +14,13 @@ def test_rar_layout_by_default():
     convs = [m for m in net.modules() if isinstance(m, nn.Conv2d)]
     linears = [m for m in net.modules() if isinstance(m, nn.Linear)]
     assert [(c.in_channels, c.out_channels, c.kernel_size) for c in convs] == [
-        (1, 32, (5, 5)), (32, 64, (5, 5))]
-    assert [(lin.in_features, lin.out_features) for lin in linears] == [(7 * 7 * 64, 1024),
-                                                                       (1024, 10)]
+        (1, 32, (5, 5)),
+        (32, 64, (5, 5)),
+    ]
+    assert [(lin.in_features, lin.out_features) for lin in linears] == [
+        (7 * 7 * 64, 1024),
+        (1024, 10),
+    ]
     assert sum(isinstance(m, nn.MaxPool2d) for m in net.modules()) == 2
     assert count_relus(net) == 3
 
@@ -37,12 +41,15 @@ def test_double_backprop_reaches_first_layer():
     assert float(net.features[0].weight.grad.abs().sum()) > 0
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"input_size": 30}, "input_size.*30"),
-    ({"channels": (8,)}, "channels"),
-    ({"hidden": 0}, "hidden.*0"),
-    ({"dropout": 1.5}, "dropout.*1.5"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"input_size": 30}, "input_size.*30"),
+        ({"channels": (8,)}, "channels"),
+        ({"hidden": 0}, "hidden.*0"),
+        ({"dropout": 1.5}, "dropout.*1.5"),
+    ],
+)
 def test_bad_arguments(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         MNISTConvNet(**kwargs)

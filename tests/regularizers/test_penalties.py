@@ -39,16 +39,27 @@ def test_smoothness_of_linear_saliency_is_zero():
 def test_smoothness_matches_reference_on_same_samples(distance, ball):
     model = SmoothMLP()
     x, y = _batch()
-    value = explanation_smoothness(model, x, y, explainer=saliency, radius=0.1, n_samples=2, ball=ball,
-                                   distance=distance, generator=torch.Generator().manual_seed(3))
+    value = explanation_smoothness(
+        model,
+        x,
+        y,
+        explainer=saliency,
+        radius=0.1,
+        n_samples=2,
+        ball=ball,
+        distance=distance,
+        generator=torch.Generator().manual_seed(3),
+    )
     delta = sample_in_ball(x, 0.1, 2, ball, torch.Generator().manual_seed(3))
     ref = []
     for i in range(x.shape[0]):
-        clean = importance_map(saliency(model, x[i:i + 1], y[i:i + 1]))
+        clean = importance_map(saliency(model, x[i : i + 1], y[i : i + 1]))
         ds = []
         for s in range(2):
-            xp = (x[i:i + 1] + delta[s * x.shape[0] + i]).clamp(0, 1)
-            ds.append(map_distance(clean, importance_map(saliency(model, xp, y[i:i + 1])), distance))
+            xp = (x[i : i + 1] + delta[s * x.shape[0] + i]).clamp(0, 1)
+            ds.append(
+                map_distance(clean, importance_map(saliency(model, xp, y[i : i + 1])), distance)
+            )
         ref.append(torch.stack(ds).mean())
     assert torch.allclose(value, torch.stack(ref).flatten(), atol=1e-5)
 
@@ -57,8 +68,12 @@ def test_lipschitz_divides_by_perturbation_norm():
     model = SmoothMLP()
     x, y = _batch()
     kwargs = dict(explainer=input_x_gradient, radius=0.05, n_samples=1)
-    plain = explanation_smoothness(model, x, y, generator=torch.Generator().manual_seed(1), **kwargs)
-    ratio = explanation_smoothness(model, x, y, lipschitz=True, generator=torch.Generator().manual_seed(1), **kwargs)
+    plain = explanation_smoothness(
+        model, x, y, generator=torch.Generator().manual_seed(1), **kwargs
+    )
+    ratio = explanation_smoothness(
+        model, x, y, lipschitz=True, generator=torch.Generator().manual_seed(1), **kwargs
+    )
     delta = sample_in_ball(x, 0.05, 1, "linf", torch.Generator().manual_seed(1))
     dist = ((x + delta).clamp(0, 1) - x).flatten(1).norm(dim=1)
     assert torch.allclose(ratio, plain / dist, rtol=1e-5)
@@ -70,16 +85,26 @@ def test_sample_in_ball_respects_radius():
     l2 = sample_in_ball(x, 0.3, 2, "l2", torch.Generator().manual_seed(0))
     assert linf.shape == (100, 3, 4, 4) and float(linf.abs().max()) <= 0.3
     assert float(l2.flatten(1).norm(dim=1).max()) <= 0.3 + 1e-6
-    assert float(l2.flatten(1).norm(dim=1).min()) > 0.1  # uniform in a 48-d ball sits near its surface
+    assert (
+        float(l2.flatten(1).norm(dim=1).min()) > 0.1
+    )  # uniform in a 48-d ball sits near its surface
 
 
 def test_adversarial_search_finds_larger_distance():
     model = SmoothMLP(seed=2)
     x, y = _batch(32)
-    random = explanation_smoothness(model, x, y, explainer=saliency, radius=0.1,
-                                    generator=torch.Generator().manual_seed(0))
-    ascent = explanation_smoothness(model, x, y, explainer=saliency, radius=0.1, n_ascent_steps=3,
-                                    generator=torch.Generator().manual_seed(0))
+    random = explanation_smoothness(
+        model, x, y, explainer=saliency, radius=0.1, generator=torch.Generator().manual_seed(0)
+    )
+    ascent = explanation_smoothness(
+        model,
+        x,
+        y,
+        explainer=saliency,
+        radius=0.1,
+        n_ascent_steps=3,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert float(ascent.detach().mean()) > 1.2 * float(random.detach().mean())
 
 
@@ -97,17 +122,20 @@ def test_shared_forward_gives_the_same_penalty():
     x, y = _batch()
     xg = x.clone().requires_grad_(True)
     logits = model(xg)
-    shared = explanation_smoothness(model, xg, y, explainer=saliency, logits=logits,
-                                    generator=torch.Generator().manual_seed(0))
-    fresh = explanation_smoothness(model, x, y, explainer=saliency, generator=torch.Generator().manual_seed(0))
+    shared = explanation_smoothness(
+        model, xg, y, explainer=saliency, logits=logits, generator=torch.Generator().manual_seed(0)
+    )
+    fresh = explanation_smoothness(
+        model, x, y, explainer=saliency, generator=torch.Generator().manual_seed(0)
+    )
     assert torch.allclose(shared, fresh, atol=1e-6)
 
 
 def _per_sample_ce_grad(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     out = []
     for i in range(x.shape[0]):
-        xi = x[i:i + 1].clone().requires_grad_(True)
-        (g,) = torch.autograd.grad(F.cross_entropy(model(xi), y[i:i + 1]), xi)
+        xi = x[i : i + 1].clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(F.cross_entropy(model(xi), y[i : i + 1]), xi)
         out.append(g)
     return torch.cat(out)
 
@@ -143,8 +171,14 @@ class Quadratic(nn.Module):
 def test_zero_order_curvature_is_exact_on_a_quadratic():
     model = Quadratic()
     x = torch.rand(5, 1, 4, 4)
-    value = curvature(model, x, torch.zeros(5, dtype=torch.long), method="zero_order", h=0.1,
-                      generator=torch.Generator().manual_seed(0))
+    value = curvature(
+        model,
+        x,
+        torch.zeros(5, dtype=torch.long),
+        method="zero_order",
+        h=0.1,
+        generator=torch.Generator().manual_seed(0),
+    )
     u = torch.randn((5, 1, 4, 4), generator=torch.Generator().manual_seed(0)).flatten(1)
     u = u / u.norm(dim=1, keepdim=True)
     quad = torch.einsum("bi,kij,bj->bk", u, model.a + model.a.transpose(1, 2), u)  # u^T H_k u
@@ -166,12 +200,12 @@ def test_gradient_difference_curvature_matches_hessian_vector_product():
     h = 1e-4
     value = curvature(model, x, y, method="gradient_difference", h=h)
     for i in range(3):
-        xi = x[i:i + 1]
-        g = _per_sample_ce_grad(model, xi, y[i:i + 1])
+        xi = x[i : i + 1]
+        g = _per_sample_ce_grad(model, xi, y[i : i + 1])
         z = g.sign() / g.sign().norm()
 
         def loss(v, i=i):
-            return F.cross_entropy(model(v.view(1, 1, 8, 8)), y[i:i + 1])
+            return F.cross_entropy(model(v.view(1, 1, 8, 8)), y[i : i + 1])
 
         hess = torch.autograd.functional.hessian(loss, xi.flatten())
         hz = hess @ z.flatten()

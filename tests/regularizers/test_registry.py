@@ -33,8 +33,17 @@ CHEAP = {
 
 
 def test_every_documented_name_is_registered_and_legacy_paths_import():
-    expected = {"smoothness", "lipschitz", "gradnorm", "curvature", "ig_norm", "ig_sum_norm",
-                "adversarial", "ssr", "igr"}
+    expected = {
+        "smoothness",
+        "lipschitz",
+        "gradnorm",
+        "curvature",
+        "ig_norm",
+        "ig_sum_norm",
+        "adversarial",
+        "ssr",
+        "igr",
+    }
     assert expected <= set(PENALTIES)
     for name, cls in PENALTIES.items():
         term = get_penalty(name)
@@ -61,19 +70,23 @@ def test_literature_terms_give_finite_values_and_parameter_gradients(name):
     assert float(model.net[0].weight.grad.abs().sum()) > 0
 
 
-@pytest.mark.parametrize(("cls", "kwargs", "match"), [
-    (IGNorm, {"n_points": 0}, "n_points.*0"),
-    (IGNorm, {"epsilon": -0.1}, "epsilon.*-0.1"),
-    (IGSumNorm, {"beta": -1.0}, "beta.*-1"),
-    (IGSumNorm, {"n_attack_points": 2.5}, "n_attack_points.*2.5"),
-    (AdversarialTraining, {"step_size": 0.0}, "step_size.*0"),
-    (AdversarialTraining, {"n_steps": -1}, "n_steps.*-1"),
-    (SmoothedGeometry, {"n_iterations": 0}, "n_iterations.*0"),
-    (IGRPenalty, {"n_ig_steps": 1}, "n_ig_steps.*1"),
-    (IGRPenalty, {"radius": 0.0}, "radius.*0"),
-    (ExplanationSmoothness, {"n_ascent_steps": -2}, "n_ascent_steps.*-2"),
-    (ExplanationSmoothness, {"explainer": "bogus"}, "bogus"),
-])
+@pytest.mark.parametrize(
+    ("cls", "kwargs", "match"),
+    [
+        (IGNorm, {"n_points": 0}, "n_points.*0"),
+        (IGNorm, {"epsilon": -0.1}, "epsilon.*-0.1"),
+        (IGSumNorm, {"beta": -1.0}, "beta.*-1"),
+        (IGSumNorm, {"n_attack_points": 2.5}, "n_attack_points.*2.5"),
+        (AdversarialTraining, {"step_size": 0.0}, "step_size.*0"),
+        (AdversarialTraining, {"n_steps": -1}, "n_steps.*-1"),
+        (SmoothedGeometry, {"n_iterations": 0}, "n_iterations.*0"),
+        (IGRPenalty, {"n_ig_steps": 1}, "n_ig_steps.*1"),
+        (IGRPenalty, {"radius": 0.0}, "radius.*0"),
+        (ExplanationSmoothness, {"n_ascent_steps": -2}, "n_ascent_steps.*-2"),
+        (ExplanationSmoothness, {"explainer": "bogus"}, "bogus"),
+        (ExplanationSmoothness, {"explainer": "meaningful_perturbation"}, "not differentiable"),
+    ],
+)
 def test_bad_arguments_fail_at_construction(cls, kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         cls(**kwargs)
@@ -94,8 +107,8 @@ def test_igr_is_one_minus_cosine_of_ig_maps_at_a_random_point():
     delta = sample_in_ball(x, 0.3, 1, "linf", torch.Generator().manual_seed(3))
     xp = (x + delta).clamp(0, 1)
     for i in range(5):
-        a = importance_map(integrated_gradients(model, x[i:i + 1], y[i:i + 1], n_steps=6))
-        b = importance_map(integrated_gradients(model, xp[i:i + 1], y[i:i + 1], n_steps=6))
+        a = importance_map(integrated_gradients(model, x[i : i + 1], y[i : i + 1], n_steps=6))
+        b = importance_map(integrated_gradients(model, xp[i : i + 1], y[i : i + 1], n_steps=6))
         cos = torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0)
         torch.testing.assert_close(value[i].detach(), 1 - cos, rtol=1e-4, atol=1e-6)
         torch.testing.assert_close(map_distance(a, b, "cosine")[0], 1 - cos, rtol=1e-4, atol=1e-6)

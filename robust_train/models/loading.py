@@ -24,7 +24,7 @@ __all__ = ["CheckpointError", "load_classifier", "read_checkpoint"]
 PREFIX = "model."
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(RuntimeError, ValueError):
     """A checkpoint file that cannot be read, or whose weights do not fit the model (a user error:
     the console script prints it as one line)."""
 

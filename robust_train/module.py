@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, cast
 
 import pytorch_lightning as pl
@@ -312,6 +313,8 @@ class RobustClassifier(pl.LightningModule):
             )
         self._fit_start = time.perf_counter()
         self._skip_warned = False
+        if self.hparams["on_nonfinite"] == "skip":  # skipping is on purpose: our warning says it
+            warnings.filterwarnings("ignore", message=r"`training_step` returned `None`")
         for logger in self.loggers:  # descriptions beside the hparams in each run's config
             logger.log_hyperparams(self.run_config())
 

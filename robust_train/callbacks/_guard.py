@@ -114,11 +114,13 @@ def warnings_once(seen: set[tuple[str, int]]) -> Iterator[None]:
 
     Example:
         >>> seen: set[tuple[str, int]] = set()
-        >>> for _ in range(3):
-        ...     with warnings_once(seen):
-        ...         warnings.warn("the direction was zero", RuntimeWarning)
-        >>> len(seen)
-        1
+        >>> with warnings.catch_warnings(record=True) as passed_on:
+        ...     warnings.simplefilter("always")
+        ...     for _ in range(3):
+        ...         with warnings_once(seen):
+        ...             warnings.warn("the direction was zero", RuntimeWarning)
+        >>> len(passed_on), len(seen)
+        (1, 1)
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -125,6 +125,10 @@ def test_sgd_lr_1e6_with_the_monitor_finishes_and_logs_the_nonfinite_count(tmp_p
     monitor_warnings = [m for m in _nonfinite_warnings(caught) if "RobustnessMonitor" in m]
     assert len(monitor_warnings) == 1, monitor_warnings
     assert all("set on_nonfinite" not in m for m in _nonfinite_warnings(caught))
+    # Each place that warns during the evaluations (the attack meeting a dead or diverged model,
+    # at every epoch and for every objective) is heard once.
+    places = [(w.filename, w.lineno) for w in caught if "robust_train" in w.filename]
+    assert len(places) == len(set(places)), places
 
 
 def test_a_monitor_on_nan_weights_reports_only_the_count(tmp_path):

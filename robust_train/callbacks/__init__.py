@@ -10,7 +10,10 @@
 
 Each logs its cost as `robustness/seconds/<monitor>` (`robustness/seconds/total` for
 `RobustnessMonitor`, with one key per part), through `LightningModule.log`, so every Lightning
-logger receives the scalars; figures go to W&B (images, line charts) or to PNG files.
+logger receives the scalars; figures go to W&B (images, line charts) or to PNG files. A model
+with NaN/inf weights, or an evaluation that meets NaN/inf maps or scores (a diverged fit), never
+stops training: the monitor logs `robustness/nonfinite` (how many such values; 0 otherwise) and
+no robustness number for what it could not measure, and warns once.
 """
 
 from robust_train.callbacks._base import DEFAULT_N_SAMPLES, RobustnessCallback

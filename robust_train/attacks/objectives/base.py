@@ -16,7 +16,8 @@ import torch
 from torch import Tensor
 
 from robust_train.explain.maps import normalize_map
-from robust_train.explain.similarity import spearman_correlation, topk_intersection, topk_mask
+from robust_train.explain.ranked_reference import RankedReference
+from robust_train.explain.similarity import topk_mask
 
 __all__ = ["OBJECTIVES", "FragilityObjective", "get_objective", "register_objective"]
 
@@ -60,6 +61,7 @@ class FragilityObjective:
         self.clean_map = clean_map
         self.k, self.measure_k, self.region = k, measure_k, region
         self.clean_topk = topk_mask(clean_map, k)
+        self._reference: RankedReference | None = None
 
     def start_restart(self, restart: int, generator: torch.Generator) -> None:
         """Reset per-restart state (e.g. a random tie-break direction); nothing by default."""
@@ -83,11 +85,14 @@ class FragilityObjective:
         raise NotImplementedError(f"objective {self.name!r} has no gradient")
 
     def score(self, maps: Tensor) -> Score:
-        """Rank maps of the original model: (primary, secondary), both lower-is-better, (B,)."""
-        return (
-            topk_intersection(self.clean_map, maps, self.measure_k),
-            spearman_correlation(self.clean_map, maps),
-        )
+        """Rank maps of the original model: (primary, secondary), both lower-is-better, (B,).
+
+        The top-k intersection (`measure_k`) and Spearman correlation with the clean maps; the
+        clean side is computed once (`RankedReference`), so a step costs one sort of its maps.
+        """
+        if self._reference is None:
+            self._reference = RankedReference(self.clean_map, self.measure_k)
+        return self._reference.compare(maps)
 
     def region_mass(self, maps: Tensor) -> Tensor:
         """Fraction of each (sum-normalised) map inside the target region, (B,)."""

@@ -72,14 +72,45 @@ class AttackState:
 
 
 def forward_and_maps(ctx: AttackContext, x: Tensor) -> tuple[Tensor, Tensor]:
-    """Logits (no graph) and detached importance maps of the ORIGINAL model, in chunks."""
+    """Logits (no graph) and detached importance maps of the ORIGINAL model, in chunks.
+
+    When the explainer forwards the chunk itself (saliency, input x gradient), its logits are
+    taken from that forward (a forward hook); otherwise one no-grad forward gives them.
+    """
     logits, maps = [], []
     for a, b in row_chunks(x.shape[0], ctx.chunk):
-        with torch.no_grad():
-            logits.append(ctx.model(x[a:b]))
-        explanation = ctx.explain(ctx.model, x[a:b].detach(), ctx.target[a:b], create_graph=False)
+        rows = x[a:b].detach()
+        seen = _LogitsOf(rows)
+        handle = ctx.model.register_forward_hook(seen)
+        try:
+            explanation = ctx.explain(ctx.model, rows, ctx.target[a:b], create_graph=False)
+        finally:
+            handle.remove()
         maps.append(torch.nan_to_num(importance_map(explanation).detach(), 0.0, 0.0, 0.0))
+        if seen.logits is None:
+            with torch.no_grad():
+                seen.logits = ctx.model(rows)
+        logits.append(seen.logits)
     return torch.cat(logits), torch.cat(maps)
+
+
+class _LogitsOf:
+    """Forward hook keeping the output of the first forward whose input equals `rows`."""
+
+    def __init__(self, rows: Tensor) -> None:
+        self.rows = rows
+        self.logits: Tensor | None = None
+
+    def __call__(self, module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        if self.logits is not None or len(args) != 1 or not isinstance(output, Tensor):
+            return
+        (inputs,) = args
+        if (
+            isinstance(inputs, Tensor)
+            and inputs.shape == self.rows.shape
+            and torch.equal(inputs.detach(), self.rows)
+        ):
+            self.logits = output.detach()
 
 
 def start(ctx: AttackContext) -> AttackState:

@@ -116,30 +116,33 @@ def captum_sensitivity(model: nn.Module, x: Tensor, y: Tensor, n_samples: int, r
 
 
 def bare_attack(model: nn.Module, x: Tensor, y: Tensor, *, epsilon: float, n_steps: int, k: int,
-                beta: float = 10.0, ranking: bool = False) -> Tensor:
+                beta: float = 10.0, ranking: bool = False, ig_steps: int | None = None,
+                step_size: float | None = None) -> Tensor:
     """The compute floor of a top-k fragility attack, in plain torch.
 
-    Per step: saliency of the softplus copy with create_graph, the top-k objective, its gradient
-    w.r.t. the input, a sign step, the projection, and a label-check forward of the model. With
-    `ranking=True` the label forward also gives the model's saliency map (one forward with grad
-    instead of a no-grad forward) and the top-k intersection that ranks iterates.
+    Per step: the map of the softplus copy with create_graph (saliency, or with `ig_steps`
+    integrated gradients from a zero baseline, trapezoid rule, all path points in one batch), the
+    top-k objective, its gradient w.r.t. the input, a sign step, the projection, and a
+    label-check forward of the model. With `ranking=True` the model's own map of the iterate (no
+    graph) and its top-k intersection with the clean map are computed too (for saliency its
+    forward gives the label; for IG a separate no-grad forward does).
     """
-    step = epsilon / 8
+    step = epsilon / 8 if step_size is None else step_size
     surrogate = softplus(model, beta).eval()
     for p in surrogate.parameters():
         p.requires_grad_(False)
     with torch.no_grad():
         clean_label = model(x).argmax(1)
-    clean_map = _map(model, x, y, create_graph=False)
+    clean_map = _map(model, x, y, create_graph=False, ig_steps=ig_steps)
     top = _topk(clean_map, k)
     adv = x
     for _ in range(n_steps):
         xv = adv.detach().requires_grad_(True)
-        maps = _map(surrogate, xv, y, create_graph=True)
+        maps = _map(surrogate, xv, y, create_graph=True, ig_steps=ig_steps)
         weights = maps / maps.sum(1, keepdim=True).clamp_min(1e-12)
         (grad,) = torch.autograd.grad(-(weights * top).sum(), xv)
         adv = (x + (xv.detach() + step * grad.sign() - x).clamp(-epsilon, epsilon)).clamp(0, 1)
-        if ranking:
+        if ranking and ig_steps is None:
             xr = adv.requires_grad_(True)
             logits = model(xr)
             (g,) = torch.autograd.grad(logits.gather(1, y[:, None]).sum(), xr)
@@ -149,16 +152,32 @@ def bare_attack(model: nn.Module, x: Tensor, y: Tensor, *, epsilon: float, n_ste
         else:
             with torch.no_grad():
                 _kept = model(adv).argmax(1) == clean_label
+            if ranking:
+                _score = (_topk(_map(model, adv, y, create_graph=False, ig_steps=ig_steps), k)
+                          & top).sum(1)
     return adv
 
 
-def _map(model: nn.Module, x: Tensor, y: Tensor, *, create_graph: bool) -> Tensor:
-    """Flat importance maps (B, H*W): sum over channels of |d logit_y / d x|."""
+def _map(model: nn.Module, x: Tensor, y: Tensor, *, create_graph: bool,
+         ig_steps: int | None = None) -> Tensor:
+    """Flat importance maps (B, H*W): sum over channels of |attribution|, where the attribution
+    is d logit_y / d x, or with `ig_steps` integrated gradients from a zero baseline."""
     with torch.enable_grad():
         xv = x if x.requires_grad else x.detach().requires_grad_(True)
-        score = model(xv).gather(1, y[:, None]).sum()
-        (grad,) = torch.autograd.grad(score, xv, create_graph=create_graph)
-    return grad.abs().sum(1).flatten(1)
+        if ig_steps is None:
+            score = model(xv).gather(1, y[:, None]).sum()
+            (grad,) = torch.autograd.grad(score, xv, create_graph=create_graph)
+            return grad.abs().sum(1).flatten(1)
+        alphas = torch.linspace(0.0, 1.0, ig_steps).view(-1, 1, 1, 1, 1)
+        weights = torch.full((ig_steps, 1, 1, 1, 1), 1.0 / (ig_steps - 1))
+        weights[[0, -1]] /= 2
+        points = (alphas * xv).flatten(0, 1)
+        if not create_graph:
+            points = points.detach().requires_grad_(True)
+        score = model(points).gather(1, y.repeat(ig_steps)[:, None]).sum()
+        (grad,) = torch.autograd.grad(score, points, create_graph=create_graph)
+        attribution = xv * (grad.view(ig_steps, *x.shape) * weights).sum(0)
+        return attribution.abs().sum(1).flatten(1)
 
 
 def _topk(maps: Tensor, k: int) -> Tensor:

@@ -34,5 +34,5 @@ checkpoints: $(STAMP)
 	for name in digits_baseline digits_robust; do \
 	  OMP_NUM_THREADS=1 $(BIN)/robust-train fit --config configs/$$name.yaml --trainer.logger=false \
 	    --trainer.enable_progress_bar=false --checkpoint_root runs/ship && \
-	  $(BIN)/robust-train export runs/ship/$$name/best.ckpt checkpoints/$$name.ckpt || exit 1; \
+	  $(BIN)/robust-train export runs/ship/$$name/latest/best.ckpt checkpoints/$$name.ckpt || exit 1; \
 	done

@@ -168,7 +168,7 @@ def ddp_run(tmp_path_factory):
                                      "--config", str(tmp / "override.yaml")], cwd=tmp, timeout=150)
     assert status == 0, output[-4000:]
     logged = logged_metrics(tmp / "logs" / "ddp" / "version_0" / "metrics.csv")
-    return dict(ckpt=tmp / "ckpt" / "digits_smoothness" / "last.ckpt", logged=logged, output=output,
+    return dict(ckpt=tmp / "ckpt" / "digits_smoothness" / "latest" / "last.ckpt", logged=logged, output=output,
                 init=init, dm=dm)
 
 

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from robust_train.callbacks._base import RobustnessCallback
 from robust_train.callbacks._checks import check_names
 from robust_train.callbacks._figures import Report
+from robust_train.callbacks._guard import NONFINITE_KEY
 from robust_train.callbacks.fidelity import DEFAULT_FIDELITY_STEPS, FidelityMonitor
 from robust_train.callbacks.fragility import DEFAULT_ATTACK_STEPS, DEFAULT_ATTACKS, FragilityMonitor
 from robust_train.callbacks.lipschitz import DEFAULT_LIPSCHITZ_SAMPLES, LipschitzMonitor
@@ -107,11 +108,19 @@ class RobustnessMonitor(RobustnessCallback):
     def evaluate(
         self, model: nn.Module, inputs: Tensor, targets: Tensor, predictions: Tensor
     ) -> Report:
-        """Each part in turn on the same images and predictions, timed."""
+        """Each part in turn on the same images and predictions, timed.
+
+        A part that meets non-finite values reports only their count, so the other parts'
+        results are kept; `robustness/nonfinite` sums the counts of all parts.
+        """
         report = Report()
+        nonfinite = 0.0
         for monitor in self.monitors.values():
             monitor.seed, monitor.log_images = self.seed, self.log_images  # a restored seed wins
             start = time.perf_counter()
-            report.merge(monitor.evaluate(model, inputs, targets, predictions))
+            part = monitor.evaluate_guarded(model, inputs, targets, predictions)
+            nonfinite += part.scalars.pop(NONFINITE_KEY, 0.0)
+            report.merge(part)
             report.scalars[monitor.seconds_key] = time.perf_counter() - start
+        report.scalars[NONFINITE_KEY] = nonfinite
         return report

@@ -158,3 +158,47 @@ def test_a_monitor_on_nan_weights_reports_only_the_count(tmp_path):
     assert not any(
         k.startswith(("robustness/topk", "robustness/lipschitz", "fidelity/")) for k in scalars
     )
+
+
+def test_a_part_that_meets_nonfinite_values_keeps_the_other_parts(monkeypatch):
+    """RobustnessMonitor: the Lipschitz part stops on NaN maps; fragility and fidelity are kept."""
+    from robust_train.callbacks import LipschitzMonitor
+
+    def diverged(self, model, inputs, targets, predictions):
+        raise ValueError("`values` holds 5 non-finite value(s) (NaN or inf)")
+
+    monkeypatch.setattr(LipschitzMonitor, "evaluate", diverged)
+    x, y = digits_tensors()
+    monitor = RobustnessMonitor(
+        n_samples=8,
+        inputs=x[:8],
+        targets=y[:8],
+        log_images=False,
+        max_overhead=None,
+        attacks=["topk"],
+        n_steps=1,
+        fidelity_steps=4,
+    )
+    trainer = pl.Trainer(
+        max_epochs=1,
+        logger=False,
+        limit_train_batches=2,
+        limit_val_batches=0,
+        callbacks=[monitor],
+        **TRAINER,
+    )
+    train, _ = _loaders(n_train=128)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(RobustClassifier(TinyCNN()), train)
+    scalars = monitor.last_report.scalars  # type: ignore[union-attr]
+    assert scalars["robustness/nonfinite"] == 5.0
+    assert "robustness/lipschitz/saliency" not in scalars
+    assert (
+        "robustness/topk/topk_intersection" in scalars and "fidelity/saliency/estimate" in scalars
+    )
+    assert "robustness/seconds/lipschitz" in scalars
+    assert (
+        len([w for w in caught if "RobustnessMonitor: epoch 0: 5 non-finite" in str(w.message)])
+        == 1
+    )

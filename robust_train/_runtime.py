@@ -9,6 +9,8 @@ Every explainer, attack, metric, penalty and monitor uses these helpers instead 
   and test loops), under which no input gradient can be taken and `torch.enable_grad()` does not
   help (PAPERS.md, pitfalls).
 - `row_chunks(n, size)`: `(start, stop)` ranges; `size` None is one chunk, 0 is refused.
+- `auto_chunk(row_shape, ...)`: the default rows per forward of the metrics, the attack and the
+  explainers that multiply the batch, from the size of one row and a budget of input elements.
 - `make_generator(generator, seed, device)`: the given generator, a fresh one from `seed`, or None.
 - `predict(model, inputs, batch_size)`: predicted labels without gradients, in chunks.
 - `check_optional_positive(value, name)`: None, or a number > 0.
@@ -16,7 +18,8 @@ Every explainer, attack, metric, penalty and monitor uses these helpers instead 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -25,7 +28,9 @@ from torch import Tensor, nn
 from robust_train._validation import check_positive
 
 __all__ = [
+    "CHUNK_ELEMENTS",
     "INFERENCE_MODE_ERROR",
+    "auto_chunk",
     "check_optional_positive",
     "eval_mode",
     "generator_device",
@@ -122,6 +127,44 @@ def row_chunks(n_rows: int, size: int | None) -> Iterator[tuple[int, int]]:
     step = max(n_rows, 1) if size is None else size
     for start in range(0, n_rows, step):
         yield start, min(start + step, n_rows)
+
+
+# Input elements per forward: 2**16 is 64 images of 32x32 or 83 of 28x28 on the CPU, where larger
+# batches leave the caches (benchmarks/RESULTS.md: 2112 rows of 28x28 forward 1.85x slower per
+# row than chunks of 64-256; IG double backprop on 200 rows 1.2x slower than chunks of 40); on
+# CUDA, where large batches fill the device, 2**22 (27 RGB images of 224x224, ~1 GB of ResNet-18
+# activations). Rows that keep a graph for double backprop count twice.
+CHUNK_ELEMENTS = {"cpu": 2**16, "cuda": 2**22}
+
+
+def auto_chunk(
+    row_shape: Sequence[int],
+    *,
+    device: torch.device | str = "cpu",
+    create_graph: bool = False,
+    budget: int | None = None,
+) -> int:
+    """Rows per forward for rows of `row_shape` (C, H, W): `budget // elements`, at least 1.
+
+    `budget` defaults to `CHUNK_ELEMENTS` of the device type (the CPU's for an unknown type),
+    halved when the rows keep a graph (`create_graph`). Used when `internal_batch_size` is None.
+
+    Example:
+        >>> auto_chunk((1, 28, 28)), auto_chunk((1, 32, 32)), auto_chunk((3, 224, 224))
+        (83, 64, 1)
+        >>> auto_chunk((1, 28, 28), create_graph=True), auto_chunk((3, 224, 224), device="cuda")
+        (41, 27)
+    """
+    elements = math.prod(int(d) for d in row_shape)
+    if elements < 1:
+        raise ValueError(f"`row_shape` must have positive sizes, got {tuple(row_shape)!r}")
+    if budget is None:
+        budget = CHUNK_ELEMENTS.get(torch.device(device).type, CHUNK_ELEMENTS["cpu"])
+    else:
+        check_positive(budget, "budget", integer=True)
+    if create_graph:
+        budget //= 2
+    return max(1, budget // elements)
 
 
 def make_generator(

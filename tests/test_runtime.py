@@ -118,3 +118,46 @@ def test_every_registered_explainer_follows_the_protocol() -> None:
 
     for name in EXPLAINERS:
         assert isinstance(resolve_explainer(name, differentiable=False)[0], Explainer)
+
+
+def test_auto_chunk_follows_the_image_size_and_budget() -> None:
+    from robust_train._runtime import CHUNK_ELEMENTS, auto_chunk
+
+    cpu = CHUNK_ELEMENTS["cpu"]
+    assert auto_chunk((1, 8, 8)) == cpu // 64
+    assert auto_chunk((1, 28, 28)) == cpu // 784
+    assert auto_chunk((1, 28, 28), create_graph=True) == cpu // 2 // 784
+    assert auto_chunk((3, 224, 224)) == 1  # never 0
+    assert auto_chunk((3, 224, 224), device="cuda") == CHUNK_ELEMENTS["cuda"] // (3 * 224 * 224)
+    assert auto_chunk((1, 10, 10), budget=250) == 2
+    with pytest.raises(ValueError, match="`budget` must be > 0, got 0"):
+        auto_chunk((1, 2, 2), budget=0)
+    with pytest.raises(ValueError, match="`row_shape` must have positive sizes"):
+        auto_chunk((1, 0, 2))
+
+
+def test_default_chunks_do_not_change_results() -> None:
+    """The size-aware defaults equal an explicit single batch (up to float rounding)."""
+    from robust_train.explain import integrated_gradients, smoothgrad
+    from robust_train.metrics.functional import fidelity_curves, local_lipschitz_estimate
+
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(1, 2, 3, padding=1), nn.Softplus(), nn.Flatten(), nn.Linear(2 * 28 * 28, 3)
+    ).eval()
+    x, y = torch.rand(30, 1, 28, 28), torch.randint(0, 3, (30,))
+    whole = 10_000
+    for create_graph in (False, True):  # 30 images x 8 points: chunks of whole steps, or not
+        xv = x.clone().requires_grad_(create_graph)
+        a = integrated_gradients(net, xv, y, n_steps=8, create_graph=create_graph)
+        b = integrated_gradients(net, xv, y, n_steps=8, internal_batch_size=whole)
+        assert torch.allclose(a, b, atol=1e-6)
+    a = smoothgrad(net, x, y, n_samples=5, seed=0)
+    assert torch.allclose(a, smoothgrad(net, x, y, n_samples=5, seed=0, internal_batch_size=whole))
+    maps = torch.rand(30, 28, 28)
+    a = fidelity_curves(net, x, y, maps, n_steps=4)
+    b = fidelity_curves(net, x, y, maps, n_steps=4, internal_batch_size=whole)
+    assert torch.allclose(a.mif, b.mif, atol=1e-6) and torch.allclose(a.lif, b.lif, atol=1e-6)
+    kw = dict(explainer="saliency", radius=0.1, n_samples=4, seed=0)
+    a = local_lipschitz_estimate(net, x, y, **kw)
+    assert torch.allclose(a, local_lipschitz_estimate(net, x, y, internal_batch_size=whole, **kw))

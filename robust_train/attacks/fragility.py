@@ -7,7 +7,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from robust_train._runtime import check_optional_positive, eval_mode, require_grad_mode
+from robust_train._runtime import (
+    auto_chunk,
+    check_optional_positive,
+    eval_mode,
+    require_grad_mode,
+)
 from robust_train._validation import check_images, check_positive, check_target
 from robust_train.attacks import _loop
 from robust_train.attacks._setup import check_k, check_region, restart_seeds
@@ -84,7 +89,9 @@ def fragility_attack(
         generator, seed: randomness of restarts, random signs and the mass-center tie direction
             (exclusive); with neither, torch's global generator draws the per-restart seeds.
         progress: show a tqdm bar over the steps.
-        internal_batch_size: samples per gradient computation (memory of double backprop).
+        internal_batch_size: samples per gradient computation (memory of double backprop);
+            None: chosen from the image size (`robust_train._runtime.auto_chunk` with
+            create_graph: 41 for 28x28, 32 for 32x32, all of a batch of 8x8 digits).
 
     Returns:
         FragilityResult (adversarial inputs, clean and attacked maps of the original model,
@@ -181,7 +188,8 @@ def _context(
         region=region,
         seeds=seeds,
         surrogate_beta=surrogate_beta,
-        chunk=internal_batch_size,
+        chunk=internal_batch_size
+        or auto_chunk(inputs.shape[1:], device=inputs.device, create_graph=True),
         progress=progress,
     )
 

@@ -7,7 +7,12 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from robust_train._runtime import check_optional_positive, require_grad_mode, row_chunks
+from robust_train._runtime import (
+    auto_chunk,
+    check_optional_positive,
+    require_grad_mode,
+    row_chunks,
+)
 from robust_train._validation import check_choice, check_finite, check_positive
 from robust_train.explain._autograd import input_gradient, prepare_inputs
 
@@ -79,7 +84,8 @@ def integrated_gradients(
             by the batch (e.g. the mean image) or a (B, C, H, W) tensor, one per image.
         n_steps: number of points on the path (>= 2 for "riemann_trapezoid").
         method: one of `INTEGRATION_METHODS`.
-        internal_batch_size: at most this many path points per forward; None = all at once.
+        internal_batch_size: at most this many path points per forward; None: chosen from the
+            image size (`robust_train._runtime.auto_chunk`), rounded down to whole path steps.
         create_graph: keep the graph (double backprop) so the attributions can be differentiated
             with respect to the inputs and the model parameters (attacks, penalties).
 
@@ -108,7 +114,8 @@ def integrated_gradients(
         batch = x.shape[0]
         delta = x - base
         path_integral = torch.zeros_like(x)
-        for start, stop in row_chunks(n_steps * batch, internal_batch_size):
+        chunk = internal_batch_size or _path_chunk(x, create_graph)
+        for start, stop in row_chunks(n_steps * batch, chunk):
             if start % batch == 0 and stop % batch == 0:  # whole steps: broadcast, no gathers
                 steps = (start // batch, stop // batch)
                 grads = _whole_steps(
@@ -126,6 +133,13 @@ def integrated_gradients(
             path_integral = path_integral.index_add(0, image, weighted)
         attributions = delta * path_integral
     return attributions if create_graph else attributions.detach()
+
+
+def _path_chunk(x: Tensor, create_graph: bool) -> int:
+    """Default path points per forward: `auto_chunk` of one image, in whole path steps (a
+    multiple of the batch) when it holds at least one."""
+    rows = auto_chunk(x.shape[1:], device=x.device, create_graph=create_graph)
+    return rows - rows % x.shape[0] if rows >= x.shape[0] else rows
 
 
 def _whole_steps(

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from robust_train._runtime import (
+    auto_chunk,
     check_optional_positive,
     make_generator,
     require_grad_mode,
@@ -63,7 +64,8 @@ def smoothgrad(
         noise_scale: "relative" or "absolute".
         generator: random generator for the noise; exclusive with `seed`.
         seed: draw the noise from a fresh generator seeded with this at every call.
-        internal_batch_size: at most this many noisy copies per explainer call; None = all.
+        internal_batch_size: at most this many noisy copies per explainer call; None: chosen
+            from the image size (`robust_train._runtime.auto_chunk`).
         create_graph: keep the graph (passed to `explainer`); the result is then differentiable
             with respect to the inputs (through the noisy copies and sigma) and the parameters.
         squared: average the squared explanations instead.
@@ -133,7 +135,10 @@ def _sum_over_samples(
 ) -> Tensor:
     """Sum of the explanations of the noisy copies of each image, in chunks of rows."""
     total: Tensor | None = None
-    for start, stop in row_chunks(x.shape[0] * n_samples, internal_batch_size):
+    chunk = internal_batch_size or auto_chunk(
+        x.shape[1:], device=x.device, create_graph=create_graph
+    )
+    for start, stop in row_chunks(x.shape[0] * n_samples, chunk):
         image = torch.arange(start, stop, device=x.device) // n_samples
         noisy = x[image] + sigma[image].view(-1, 1, 1, 1) * noise[start:stop]
         explanation = explainer(model, noisy, target[image], create_graph=create_graph)

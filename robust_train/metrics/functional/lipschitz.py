@@ -25,7 +25,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from robust_train._runtime import check_optional_positive, make_generator, require_grad_mode
+from robust_train._runtime import (
+    auto_chunk,
+    check_optional_positive,
+    make_generator,
+    require_grad_mode,
+)
 from robust_train._validation import check_choice, check_images, check_positive, check_target
 from robust_train.explain.registry import resolve_explainer
 from robust_train.metrics.functional._lipschitz_parts import (
@@ -96,7 +101,8 @@ def local_lipschitz_estimate(
         step_size: ascent step (sign step for L_inf, normalised-gradient step for L2);
             default 2.5 * radius / n_steps.
         clamp: clip perturbed images to [0, 1] (the distance uses the clipped image).
-        internal_batch_size: most perturbed rows per explainer call (default: all at once).
+        internal_batch_size: most perturbed rows per explainer call (default: chosen from the
+            image size, `robust_train._runtime.auto_chunk`: 83 for 28x28, 64 for 32x32).
         generator, seed: randomness (one of them, or neither for the global RNG).
 
     Returns:
@@ -119,7 +125,8 @@ def local_lipschitz_estimate(
     gen = make_generator(generator, seed, inputs.device)
     step = 2.5 * radius / n_steps if step_size is None else float(step_size)
 
-    problem = Problem(model, explain, inputs, target, settings, internal_batch_size)
+    chunk = internal_batch_size or auto_chunk(inputs.shape[1:], device=inputs.device)
+    problem = Problem(model, explain, inputs, target, settings, chunk)
     ball = Ball(float(radius), norm, sampling, clamp)
     n_restarts = n_samples // n_steps if search == "gradient" else 0
     best = random_search(problem, n_samples - n_restarts * n_steps, ball, gen)
@@ -174,7 +181,8 @@ def lipschitz_ratios(
     check_optional_positive(internal_batch_size, "internal_batch_size", integer=True)
     require_grad_mode("lipschitz_ratios")
     explain, _ = resolve_explainer(explainer, differentiable=False)
-    problem = Problem(model, explain, inputs, target, settings, internal_batch_size)
+    chunk = internal_batch_size or auto_chunk(inputs.shape[1:], device=inputs.device)
+    problem = Problem(model, explain, inputs, target, settings, chunk)
     return problem.ratios(perturbed.flatten(0, 1)).view(perturbed.shape[0], inputs.shape[0])
 
 

@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_utils as bu  # noqa: E402
 import eval_peers as peers  # noqa: E402
 
+from robust_train._runtime import auto_chunk  # noqa: E402
 from robust_train.attacks import fragility_attack  # noqa: E402
 from robust_train.explain import get_explainer, importance_map, saliency  # noqa: E402
 from robust_train.metrics.functional import (  # noqa: E402
@@ -55,6 +56,7 @@ PEER_TOLERANCE = 0.05
 # 28x28: the attack runs the RAR protocol's settings on fewer images (its cost is per image).
 ATTACK_IMAGES_28 = 20
 RAR_IG_STEPS = 10
+IMAGES_224 = 2
 
 
 def setting(name: str, n_images: int) -> tuple[str, nn.Module, Tensor, Tensor, float]:
@@ -72,6 +74,17 @@ def setting(name: str, n_images: int) -> tuple[str, nn.Module, Tensor, Tensor, f
         x, y = x[:1024 + n_images], y[:1024 + n_images]
         model = MNISTConvNet(channels=(16, 32), hidden=128)
         eps, label = 0.3, "MNISTConvNet(16, 32, 128), 28x28 MNIST"
+    elif name == "grey224":
+        # ImageNet size: an untrained torchvision ResNet-18 (weights do not change the cost) on a
+        # few synthetic one-channel images repeated to RGB (Quantus PixelFlipping cannot remove
+        # whole RGB pixels: 3 * pixels per step never divides 224 * 224); no training.
+        from torchvision.models import resnet18
+
+        x = torch.rand(n_images, 1, 224, 224, generator=torch.Generator().manual_seed(0))
+        model = nn.Sequential(_ToRGB(), resnet18(weights=None, num_classes=10)).eval()
+        with torch.no_grad():
+            y = model(x).argmax(1)
+        return "ResNet-18 (torchvision, untrained), 224x224 grey as RGB", model, x, y, 8 / 255
     else:
         from robust_train.data import SyntheticDataModule
 
@@ -88,6 +101,13 @@ def setting(name: str, n_images: int) -> tuple[str, nn.Module, Tensor, Tensor, f
             loss.backward()
             optimizer.step()
     return label, model.eval(), x, y, eps
+
+
+class _ToRGB(nn.Module):
+    """(B, 1, H, W) -> (B, 3, H, W): a grey image as the RGB input of an ImageNet network."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.expand(-1, 3, -1, -1)
 
 
 def fidelity_part(label, model, x, y, n_steps, args, device) -> list[str]:
@@ -204,6 +224,11 @@ def attack_part(label, model, x, y, eps, n_steps, args, device) -> list[str]:
             "bare loop + ranking map": lambda b=bare_kw: peers.bare_attack(
                 model, x, target, ranking=True, **b),
         }
+        if ig_steps is not None:  # the floor with the attack's default path chunks
+            rows = auto_chunk(x.shape[1:], create_graph=True)
+            per = max(1, rows // x.shape[0])
+            variants[f"bare loop, IG path in chunks of {per} steps"] = (
+                lambda b=bare_kw, p=per: peers.bare_attack(model, x, target, ig_chunk_steps=p, **b))
         t = bu.time_interleaved(variants, "bare loop (floor)", rounds=args.rounds, device=device,
                                 min_sample_seconds=args.min_sample)
         names = list(variants)
@@ -212,6 +237,11 @@ def attack_part(label, model, x, y, eps, n_steps, args, device) -> list[str]:
         rows = [[v, t[v].median * 1e3, t[v].median_wall * 1e3] for v in variants]
         per_step = 20 / x.shape[0] / steps
         what = "saliency" if ig_steps is None else f"integrated gradients, {ig_steps} points"
+        notes = []
+        if ig_steps is not None:
+            vs_chunked, chunked_range = bu.pair_ratio(t, names[0], names[3])
+            notes.append(f"attack / {names[3]}: {vs_chunked:.2f} ({chunked_range}); per step "
+                         f"and 20 images: {t[names[3]].median * per_step:.3f} s")
         out += _emit(args, f"(c) fragility attack ({what}), {label}, {x.shape[0]} images, "
                      f"{steps} steps, epsilon {eps:.3g}, k {k}", rows, [
             f"attack / bare loop: {vs_floor:.2f} ({floor_range})",
@@ -219,6 +249,7 @@ def attack_part(label, model, x, y, eps, n_steps, args, device) -> list[str]:
             f"per step and 20 images (CPU s): attack {t[names[0]].median * per_step:.3f}, "
             f"floor {t[names[1]].median * per_step:.3f}, floor + ranking map "
             f"{t[names[2]].median * per_step:.3f}",
+            *notes,
         ], [(f"fragility_attack ({what}) within 1.3x of its bare loop", vs_floor, FLOOR_LIMIT,
              None)], label)
     return out
@@ -240,7 +271,7 @@ def _emit(args, title, rows, notes, targets, label) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> str:
     parser = bu.base_parser(__doc__.splitlines()[0])
     parser.add_argument("--settings", nargs="+", default=["digits", "mnist28", "grey32"],
-                        choices=["digits", "mnist28", "grey32"])
+                        choices=["digits", "mnist28", "grey32", "grey224"])
     parser.add_argument("--chunk", type=int, default=None,
                         help="internal_batch_size of the chunked variants (default: the images)")
     parser.add_argument("--parts", nargs="+", default=["fidelity", "lipschitz", "attack"],
@@ -254,16 +285,22 @@ def main(argv: Sequence[str] | None = None) -> str:
     args.min_sample = 0.02 if args.quick else 0.3
     args.record = bu.Record("bench_eval", args, device, argv)
     n_images = 8 if args.quick else 64
-    args.chunk = args.chunk or n_images
+    chunk = args.chunk
     verdicts: list[str] = []
     for name in args.settings:
-        label, model, x, y, eps = setting(name, n_images)
+        big = name == "grey224"  # a few images, fewer steps and samples: ~4 min in all
+        n = IMAGES_224 if big else n_images
+        args.chunk = chunk or n
+        label, model, x, y, eps = setting(name, n)
         if "fidelity" in args.parts:
-            verdicts += fidelity_part(label, model, x, y, 4 if args.quick else 16, args, device)
+            steps = 4 if args.quick else (8 if big else 16)
+            verdicts += fidelity_part(label, model, x, y, steps, args, device)
         if "lipschitz" in args.parts:
-            verdicts += lipschitz_part(label, model, x, y, 4 if args.quick else 32, args, device)
+            samples = 4 if args.quick else (8 if big else 32)
+            verdicts += lipschitz_part(label, model, x, y, samples, args, device)
         if "attack" in args.parts:
-            verdicts += attack_part(label, model, x, y, eps, 3 if args.quick else 20, args, device)
+            steps = 3 if args.quick else (2 if big else 20)
+            verdicts += attack_part(label, model, x, y, eps, steps, args, device)
     args.record.add("Targets:\n\n" + "\n".join(verdicts))
     return args.record.finish()
 

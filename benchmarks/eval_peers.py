@@ -117,7 +117,7 @@ def captum_sensitivity(model: nn.Module, x: Tensor, y: Tensor, n_samples: int, r
 
 def bare_attack(model: nn.Module, x: Tensor, y: Tensor, *, epsilon: float, n_steps: int, k: int,
                 beta: float = 10.0, ranking: bool = False, ig_steps: int | None = None,
-                step_size: float | None = None) -> Tensor:
+                step_size: float | None = None, ig_chunk_steps: int | None = None) -> Tensor:
     """The compute floor of a top-k fragility attack, in plain torch.
 
     Per step: the map of the softplus copy with create_graph (saliency, or with `ig_steps`
@@ -125,7 +125,8 @@ def bare_attack(model: nn.Module, x: Tensor, y: Tensor, *, epsilon: float, n_ste
     top-k objective, its gradient w.r.t. the input, a sign step, the projection, and a
     label-check forward of the model. With `ranking=True` the model's own map of the iterate (no
     graph) and its top-k intersection with the clean map are computed too (for saliency its
-    forward gives the label; for IG a separate no-grad forward does).
+    forward gives the label; for IG a separate no-grad forward does). `ig_chunk_steps`: path
+    steps per forward of the surrogate's IG (None: the whole path in one batch).
     """
     step = epsilon / 8 if step_size is None else step_size
     surrogate = softplus(model, beta).eval()
@@ -138,7 +139,8 @@ def bare_attack(model: nn.Module, x: Tensor, y: Tensor, *, epsilon: float, n_ste
     adv = x
     for _ in range(n_steps):
         xv = adv.detach().requires_grad_(True)
-        maps = _map(surrogate, xv, y, create_graph=True, ig_steps=ig_steps)
+        maps = _map(surrogate, xv, y, create_graph=True, ig_steps=ig_steps,
+                    chunk_steps=ig_chunk_steps)
         weights = maps / maps.sum(1, keepdim=True).clamp_min(1e-12)
         (grad,) = torch.autograd.grad(-(weights * top).sum(), xv)
         adv = (x + (xv.detach() + step * grad.sign() - x).clamp(-epsilon, epsilon)).clamp(0, 1)
@@ -159,9 +161,10 @@ def bare_attack(model: nn.Module, x: Tensor, y: Tensor, *, epsilon: float, n_ste
 
 
 def _map(model: nn.Module, x: Tensor, y: Tensor, *, create_graph: bool,
-         ig_steps: int | None = None) -> Tensor:
+         ig_steps: int | None = None, chunk_steps: int | None = None) -> Tensor:
     """Flat importance maps (B, H*W): sum over channels of |attribution|, where the attribution
-    is d logit_y / d x, or with `ig_steps` integrated gradients from a zero baseline."""
+    is d logit_y / d x, or with `ig_steps` integrated gradients from a zero baseline
+    (`chunk_steps` path steps per forward)."""
     with torch.enable_grad():
         xv = x if x.requires_grad else x.detach().requires_grad_(True)
         if ig_steps is None:
@@ -171,13 +174,17 @@ def _map(model: nn.Module, x: Tensor, y: Tensor, *, create_graph: bool,
         alphas = torch.linspace(0.0, 1.0, ig_steps).view(-1, 1, 1, 1, 1)
         weights = torch.full((ig_steps, 1, 1, 1, 1), 1.0 / (ig_steps - 1))
         weights[[0, -1]] /= 2
-        points = (alphas * xv).flatten(0, 1)
-        if not create_graph:
-            points = points.detach().requires_grad_(True)
-        score = model(points).gather(1, y.repeat(ig_steps)[:, None]).sum()
-        (grad,) = torch.autograd.grad(score, points, create_graph=create_graph)
-        attribution = xv * (grad.view(ig_steps, *x.shape) * weights).sum(0)
-        return attribution.abs().sum(1).flatten(1)
+        total = torch.zeros_like(xv)
+        size = chunk_steps or ig_steps
+        for first in range(0, ig_steps, size):
+            a, w = alphas[first:first + size], weights[first:first + size]
+            points = (a * xv).flatten(0, 1)
+            if not create_graph:
+                points = points.detach().requires_grad_(True)
+            score = model(points).gather(1, y.repeat(a.shape[0])[:, None]).sum()
+            (grad,) = torch.autograd.grad(score, points, create_graph=create_graph)
+            total = total + (grad.view(a.shape[0], *x.shape) * w).sum(0)
+        return (xv * total).abs().sum(1).flatten(1)
 
 
 def _topk(maps: Tensor, k: int) -> Tensor:

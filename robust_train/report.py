@@ -180,22 +180,23 @@ def plot_examples(results: Mapping[str, Mapping[str, Any]], path: Path) -> Path 
 def plot_history(
     histories: Mapping[str, Mapping[str, list[tuple[int, float]]]], path: Path
 ) -> Path | None:
-    """Robustness metrics per epoch (one panel per metric, one line per model)."""
-    keys = sorted(
-        {k for h in histories.values() for k in h if not k.startswith("robustness/seconds")}
-    )
+    """Robustness metrics per epoch: a grid of labelled panels, one line per model.
+
+    Drawn by `robust_train.callbacks._figures.history_figure` (readable titles, higher/lower-is-
+    better y labels, whole-epoch ticks, one legend), the same figure the demo writes.
+    """
+    from robust_train.callbacks._figures import history_figure
+
+    plain = {name: dict(h) for name, h in histories.items()}
+    keys = {
+        k
+        for h in plain.values()
+        for k in h
+        if not k.startswith(("robustness/seconds", "robustness/share"))
+    }
     if not keys:
         return None
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.2 * len(keys), 3.4), squeeze=False)
-    for ax, key in zip(axes[0], keys, strict=True):
-        for i, (name, h) in enumerate(histories.items()):
-            if h.get(key):
-                epochs, values = zip(*h[key], strict=True)
-                ax.plot(epochs, values, marker="o", color=f"C{i}", label=name)
-        ax.set_title(key, fontsize=9)
-        ax.set_xlabel("epoch")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+    fig = history_figure(plain)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path

@@ -10,6 +10,14 @@ already exists and is not counted).
     python benchmarks/bench_train_step.py            # full run, appends to benchmarks/RESULTS.md
     python benchmarks/bench_train_step.py --quick --no-write
     python benchmarks/bench_train_step.py --device cuda --precision bf16 --models resnet18
+    python benchmarks/bench_train_step.py --penalties registry --models smallcnn mnist28 smallcnn32
+
+`--penalties registry` times every penalty of `robust_train.regularizers.PENALTIES` (the
+leaderboard configs' CPU-sized inner loops, `train_bare.SETTINGS`) and, beside each penalty that
+has one, a bare implementation of its formula in plain torch (`train_bare.py`: no
+RobustClassifier, no logging); the "vs bare" column is the library step over the bare step,
+measured side by side. Models: SmallCNN on 8x8 digits, MNISTConvNet(16, 32, 128) on 28x28
+MNIST-5k digits, SmallCNN on 32x32 synthetic grey images, ResNet18CIFAR on 32x32 RGB.
 """
 
 from __future__ import annotations
@@ -25,14 +33,17 @@ from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_utils as bu  # noqa: E402
+import train_bare  # noqa: E402
 
 from robust_train import RobustClassifier  # noqa: E402
 from robust_train.regularizers import (  # noqa: E402
+    PENALTIES,
     Curvature,
     ExplanationSmoothness,
     InputGradientNorm,
     LocalLipschitzPenalty,
     PenaltyTerm,
+    get_penalty,
 )
 
 PLAIN = "plain CE"
@@ -53,11 +64,21 @@ TIME_TARGETS = [
     ("smoothness (1 sample)", "resnet18", 5.0),
 ]
 MEMORY_LIMIT = 3.0
+BARE_LIMIT = 1.3
 
 
 def make_setup(key: str, quick: bool, batch: int) -> tuple[str, nn.Module, Tensor, Tensor]:
-    """(label, model, images, labels) for "smallcnn" (8x8 digits) or "resnet18" (32x32)."""
+    """(label, model, images, labels) for "smallcnn" (8x8 digits), "mnist28" (28x28 MNIST-5k),
+    "smallcnn32" (32x32 grey) or "resnet18" (32x32 RGB)."""
     torch.manual_seed(0)
+    if key == "mnist28":
+        from robust_train.data import load_mnist5k_tensors
+        from robust_train.models import MNISTConvNet
+
+        x, y = load_mnist5k_tensors()
+        model = MNISTConvNet(channels=(4, 8) if quick else (16, 32), hidden=32 if quick else 128)
+        label = "MNISTConvNet(4, 8, 32)" if quick else "MNISTConvNet(16, 32, 128)"
+        return f"{label}, 28x28 MNIST-5k", model, x[:batch], y[:batch]
     if key == "smallcnn":
         from robust_train.data import load_digits_tensors
         from robust_train.models import SmallCNN
@@ -66,7 +87,13 @@ def make_setup(key: str, quick: bool, batch: int) -> tuple[str, nn.Module, Tenso
         model = SmallCNN(width=8 if quick else 32)
         return f"SmallCNN{'(width=8)' if quick else ''}, 8x8 digits", model, x[:batch], y[:batch]
     from robust_train.data import SyntheticDataModule
-    from robust_train.models import ResNet18CIFAR
+    from robust_train.models import ResNet18CIFAR, SmallCNN
+
+    if key == "smallcnn32":
+        dm = SyntheticDataModule(num_samples=batch, image_size=32, in_channels=1, seed=0)
+        dm.setup("fit")
+        x, y = dm.train_set[:batch]
+        return "SmallCNN, 32x32 grey", SmallCNN(input_size=32, width=8 if quick else 32), x, y
 
     dm = SyntheticDataModule(num_samples=batch, image_size=32, seed=0)
     dm.setup("fit")
@@ -100,6 +127,41 @@ def profile_step(step: Callable[[], None], rows: int = 12) -> str:
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         step()
     return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
+
+
+def run_registry(key: str, args, device: torch.device, record: bu.Record) -> list[str]:
+    """Every registered penalty beside its bare formula (train_bare.py) and the plain step."""
+    label, base, x, y = make_setup(key, args.quick, args.batch)
+    x, y = x.to(device), y.to(device)
+    steps = {PLAIN: make_step(base, None, x, y, device, False)}
+    for name in PENALTIES:
+        steps[name] = make_step(base, get_penalty(name, **train_bare.SETTINGS[name]), x, y,
+                                device, False)
+        if name in train_bare.BARE:
+            steps[f"{name}, bare"] = train_bare.bare_step(
+                name, copy.deepcopy(base).to(device), x, y)
+    for step in steps.values():
+        step()
+    memory = {name: bu.peak_memory(step, device) for name, step in steps.items()}
+    rounds = args.repeats or (1 if args.quick else 5)
+    timings = bu.time_interleaved(steps, PLAIN, rounds=rounds, device=device, warmup=False,
+                                  min_sample_seconds=0.05 if args.quick else 0.3)
+    rows, verdicts = [], []
+    for name, t in timings.items():
+        vs_bare = ""
+        if f"{name}, bare" in timings:
+            ratio, spread = bu.pair_ratio(timings, name, f"{name}, bare")
+            vs_bare = f"{ratio:.2f} ({spread})"
+            verdicts.append(f"- {label}: {name} <= {BARE_LIMIT:g}x its bare formula: "
+                            + bu.verdict(ratio, BARE_LIMIT))
+        rows.append([name, t.median * 1e3, t.ratio, vs_bare, memory[name] / 2**20,
+                     memory[name] / max(memory[PLAIN], 1)])
+    record.add(f"### every registered penalty, {label}, batch {x.shape[0]}, {rounds} round(s)\n\n"
+               f"ms/step and ratios: {bu.clock_name(device)}, median over rounds; settings: "
+               "train_bare.SETTINGS (the leaderboard configs' inner loops).\n\n"
+               + bu.table(["variant", "ms/step", "vs plain", "vs bare formula", "peak MB",
+                           "memory vs plain"], rows))
+    return verdicts
 
 
 def run_model(key: str, args, device: torch.device, record: bu.Record) -> list[str]:
@@ -151,7 +213,9 @@ def run_model(key: str, args, device: torch.device, record: bu.Record) -> list[s
 def main(argv: Sequence[str] | None = None) -> str:
     parser = bu.base_parser(__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["smallcnn", "resnet18"],
-                        choices=["smallcnn", "resnet18"])
+                        choices=["smallcnn", "mnist28", "smallcnn32", "resnet18"])
+    parser.add_argument("--penalties", default="default", choices=["default", "registry"],
+                        help="registry: every PENALTIES entry beside its bare formula")
     parser.add_argument("--batch", type=int, default=None, help="batch size (default 64; 8 quick)")
     parser.add_argument("--precision", default="32", choices=["32", "bf16"],
                         help="bf16: the step runs under torch.autocast(bfloat16)")
@@ -163,8 +227,9 @@ def main(argv: Sequence[str] | None = None) -> str:
     warnings.filterwarnings("ignore", message=".*self.log.*")
     record = bu.Record("bench_train_step", args, device, argv)
     verdicts: list[str] = []
+    run = run_registry if args.penalties == "registry" else run_model
     for key in args.models:
-        verdicts += run_model(key, args, device, record)
+        verdicts += run(key, args, device, record)
     record.add("Targets:\n\n" + "\n".join(verdicts))
     return record.finish()
 

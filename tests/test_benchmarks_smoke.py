@@ -87,3 +87,27 @@ def test_bench_monitor_quick(bench, tmp_path):
     text = bench("bench_monitor").main(["--quick", "--configs", config, "--results", str(results)])
     _check_record(text, results, "bench_monitor")
     assert "| digits_baseline.yaml | default | 1 |" in text
+
+
+@pytest.mark.slow
+def test_gpu_check_cpu_smoke_writes_its_results(bench, tmp_path):
+    results = bench("gpu_check").main(["--cpu-smoke", "--out", str(tmp_path / "gpu")])
+    written = (tmp_path / "gpu.json").read_text()
+    assert '"smoothness_relative_throughput"' in written
+    assert (tmp_path / "gpu.md").read_text().startswith("# gpu_check (CPU smoke")
+    assert set(results["attack"]) == {"saliency", "integrated_gradients"}
+    assert all(a["ratio"] > 0 for a in results["attack"].values())
+
+
+@pytest.mark.slow
+def test_bench_train_step_registry_quick(bench, tmp_path):
+    from robust_train.regularizers import PENALTIES
+
+    results = tmp_path / "RESULTS.md"
+    text = bench("bench_train_step").main(
+        ["--quick", "--penalties", "registry", "--models", "mnist28", "--results", str(results)]
+    )
+    _check_record(text, results, "bench_train_step")
+    for name in PENALTIES:  # every registered penalty is timed; the bare ones beside it
+        assert f"| {name} |" in text
+    assert "| ig_norm, bare |" in text and "its bare formula" in text

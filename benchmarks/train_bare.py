@@ -1,0 +1,115 @@
+"""Bare training steps: each registered penalty's formula in plain torch, no RobustClassifier.
+
+What `bench_train_step.py --penalties registry` times beside the library's step: one forward, the
+loss (cross-entropy plus weight * mean penalty, or the penalty's own cross-entropy when it
+replaces the task loss), backward and an Adam step, written as plainly as possible from the
+papers. The settings are the leaderboard configs' CPU-sized inner loops (configs/mnist5k_*.yaml).
+Penalties without a bare version here (smoothness, lipschitz, curvature, igr) are timed against
+the plain step only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+# name -> keyword arguments of the registered term (the leaderboard configs' inner loops)
+SETTINGS: dict[str, dict[str, object]] = {
+    "adversarial": dict(epsilon=0.3, step_size=0.1, n_steps=3, seed=0),
+    "curvature": dict(seed=0),
+    "gradnorm": dict(),
+    "ig_norm": dict(epsilon=0.3, step_size=0.3, n_steps=1, n_attack_points=2, n_points=3, seed=0),
+    "ig_sum_norm": dict(beta=0.1, epsilon=0.3, step_size=0.3, n_steps=1, n_attack_points=2,
+                        n_points=3, seed=0),
+    "smoothness": dict(seed=0),
+    "lipschitz": dict(seed=0),
+    "igr": dict(radius=0.3, n_ascent_steps=1, n_ig_steps=3, seed=0),
+    "ssr": dict(n_iterations=2, seed=0),
+}
+
+
+def _pgd(objective: Callable[[Tensor], Tensor], x: Tensor, eps: float, step: float,
+         n_steps: int) -> Tensor:
+    lower, upper = (x - eps).clamp(min=0), (x + eps).clamp(max=1)
+    adv = torch.min(torch.max(x + (2 * torch.rand_like(x) - 1) * eps, lower), upper)
+    for _ in range(n_steps):
+        adv = adv.detach().requires_grad_(True)
+        (g,) = torch.autograd.grad(objective(adv).sum(), adv)
+        adv = torch.min(torch.max(adv.detach() + step * g.sign(), lower), upper)
+    return adv.detach()
+
+
+def _path_ig(model: nn.Module, x: Tensor, end: Tensor, y: Tensor, m: int) -> tuple[Tensor, Tensor]:
+    """RAR's loss IG, right Riemann sum on m points, with graph; and CE at the endpoint."""
+    alphas = (torch.arange(1, m + 1, dtype=x.dtype) / m).view(-1, 1, 1, 1, 1)
+    path = (x + alphas * (end - x)).flatten(0, 1)
+    if not path.requires_grad:
+        path.requires_grad_(True)
+    ce = F.cross_entropy(model(path), y.repeat(m), reduction="none")
+    (g,) = torch.autograd.grad(ce.sum(), path, create_graph=True)
+    return (end - x) * g.view(m, *x.shape).mean(0), ce.view(m, -1)[-1]
+
+
+def _loss(name: str, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+    s = SETTINGS[name]
+    if name == "adversarial":  # Madry et al. 2018: CE at a PGD example, replaces the CE
+        def ce(a: Tensor) -> Tensor:
+            return F.cross_entropy(model(a), y, reduction="none")
+
+        return ce(_pgd(ce, x, s["epsilon"], s["step_size"], s["n_steps"])).mean()
+    if name in ("ig_norm", "ig_sum_norm"):  # Chen et al. 2019 (RAR)
+        beta = float(s.get("beta", 0.0))
+        m_attack, m = int(s["n_attack_points"]), int(s["n_points"])
+
+        def objective(a: Tensor) -> Tensor:
+            ig, ce_a = _path_ig(model, x, a, y, m_attack)
+            value = ig.abs().flatten(1).sum(1)
+            return ce_a + beta * value if beta else value
+
+        adv = _pgd(objective, x, s["epsilon"], s["step_size"], s["n_steps"])
+        ig, ce_adv = _path_ig(model, x, adv, y, m)
+        norm = ig.abs().flatten(1).sum(1)
+        if name == "ig_sum_norm":  # replaces the task loss
+            return (ce_adv + beta * norm).mean()
+        return F.cross_entropy(model(x), y) + norm.mean()
+    xv = x.detach().requires_grad_(True)
+    logits = model(xv)
+    ce = F.cross_entropy(logits, y)
+    if name == "gradnorm":  # Drucker & LeCun 1992: ||grad_x CE||^2, double backprop
+        (g,) = torch.autograd.grad(F.cross_entropy(logits, y, reduction="sum"), xv,
+                                   create_graph=True)
+        return ce + g.flatten(1).pow(2).sum(1).mean()
+    if name == "ssr":  # Wang et al. 2020: Rayleigh quotient of J^T (diag p - p p^T) J
+        p = logits.softmax(1)
+        u0 = torch.zeros_like(logits, requires_grad=True)
+        (jt_u,) = torch.autograd.grad(logits, xv, grad_outputs=u0, create_graph=True)
+        v = torch.randn_like(x)
+        v = v / v.flatten(1).norm(dim=1).view(-1, 1, 1, 1)
+        pd = p.detach()
+        for _ in range(int(s["n_iterations"])):
+            (w,) = torch.autograd.grad(jt_u, u0, grad_outputs=v, retain_graph=True)
+            a = pd * w - pd * (pd * w).sum(1, keepdim=True)
+            (v,) = torch.autograd.grad(logits, xv, grad_outputs=a, retain_graph=True)
+            v = v / v.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, 1, 1, 1)
+        (w,) = torch.autograd.grad(jt_u, u0, grad_outputs=v, create_graph=True)
+        return ce + ((p * w.pow(2)).sum(1) - (p * w).sum(1).pow(2)).mean()
+    raise KeyError(name)
+
+
+BARE = ("adversarial", "gradnorm", "ig_norm", "ig_sum_norm", "ssr")
+
+
+def bare_step(name: str, model: nn.Module, x: Tensor, y: Tensor) -> Callable[[], None]:
+    """One bare optimisation step of `model` (in train mode) with penalty `name`."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model.train()
+
+    def step() -> None:
+        _loss(name, model, x, y).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step

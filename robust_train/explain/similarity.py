@@ -82,13 +82,27 @@ def topk_intersection(map_a: Tensor, map_b: Tensor, k: int) -> Tensor:
     return shared.flatten(1).sum(1).to(map_a.dtype) / k
 
 
+def _tie_groups(ordered: Tensor) -> tuple[Tensor, Tensor]:
+    """For each position of rows sorted ascending: the first and last position of its group of
+    equal values, int64 (B, N). One pass of cumulative max/min instead of two `searchsorted`
+    (which, batched over rows, cost ~10x more on the CPU)."""
+    n = ordered.shape[1]
+    positions = torch.arange(n, device=ordered.device).expand_as(ordered)
+    starts = torch.ones_like(ordered, dtype=torch.bool)
+    starts[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    ends = torch.ones_like(starts)
+    ends[:, :-1] = starts[:, 1:]
+    first = torch.where(starts, positions, 0).cummax(dim=1).values
+    last = torch.where(ends, positions, n - 1).flip(1).cummin(dim=1).values.flip(1)
+    return first, last
+
+
 def _average_ranks(flat: Tensor) -> Tensor:
     """1-based ranks with ties given their average rank (scipy's 'average'), float64 (B, N)."""
-    flat = flat.detach().contiguous()
-    ordered = flat.sort(dim=1).values
-    below = torch.searchsorted(ordered, flat, right=False)
-    up_to = torch.searchsorted(ordered, flat, right=True)
-    return (below + up_to + 1).double() / 2
+    ordered, order = flat.detach().sort(dim=1, stable=True)
+    first, last = _tie_groups(ordered)
+    ranks = (first + last + 2).double() / 2
+    return torch.empty_like(ranks).scatter_(1, order, ranks)
 
 
 def spearman_correlation(map_a: Tensor, map_b: Tensor) -> Tensor:
@@ -114,15 +128,15 @@ def spearman_correlation(map_a: Tensor, map_b: Tensor) -> Tensor:
 
 def _min_ranks(flat: Tensor) -> Tensor:
     """0-based integer ranks, equal values sharing the lowest rank of their group, int64 (B, N)."""
-    flat = flat.detach().contiguous()
-    return torch.searchsorted(flat.sort(dim=1).values, flat, right=False)
+    ordered, order = flat.detach().sort(dim=1, stable=True)
+    first, _ = _tie_groups(ordered)
+    return torch.empty_like(first).scatter_(1, order, first)
 
 
 def _tied_pairs(values: Tensor) -> Tensor:
     """Number of pairs with equal values per row, sum over groups of t (t - 1) / 2, int64 (B,)."""
-    ordered = values.sort(dim=1).values
-    group = torch.searchsorted(ordered, ordered, right=True) - torch.searchsorted(ordered, ordered)
-    return (group - 1).sum(1) // 2
+    first, last = _tie_groups(values.sort(dim=1).values)
+    return (last - first).sum(1) // 2
 
 
 def _count_inversions(seq: Tensor) -> Tensor:

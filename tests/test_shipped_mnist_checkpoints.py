@@ -1,0 +1,45 @@
+"""The shipped MNIST-5k checkpoints load with `load_classifier`, are small, carry their data
+config, and match the test accuracy that benchmarks/LEADERBOARD.md records for them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from robust_train.commands import load_checkpoint
+from robust_train.data import MNIST5kDataModule
+from robust_train.evaluation import predict
+from robust_train.models import MNISTConvNet, load_classifier
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ("mnist5k_baseline", "mnist5k_robust")
+
+
+def recorded_accuracy(name: str) -> float:
+    """The accuracy in LEADERBOARD.md's row `| `checkpoints/<name>.ckpt` | <accuracy> | ...`."""
+    text = (ROOT / "benchmarks" / "LEADERBOARD.md").read_text()
+    match = re.search(rf"\| `checkpoints/{name}\.ckpt` \| ([0-9.]+) \|", text)
+    assert match, f"LEADERBOARD.md has no accuracy row for checkpoints/{name}.ckpt"
+    return float(match.group(1))
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_mnist_checkpoint_loads_with_the_recorded_accuracy(name):
+    torch.set_num_threads(1)
+    path = ROOT / "checkpoints" / f"{name}.ckpt"
+    assert path.stat().st_size < 15_000_000
+    model = load_classifier(path)
+    assert isinstance(model, MNISTConvNet) and not model.training
+    _, data = load_checkpoint(path)
+    assert data["class_path"].endswith("MNIST5kDataModule")
+    dm = MNIST5kDataModule(**{k: v for k, v in data["init_args"].items() if k == "seed"})
+    dm.setup()
+    x, y = dm.test_set.tensors
+    with torch.no_grad():
+        accuracy = float((predict(model, x, 256) == y).float().mean())
+    # 1,000 images: 0.002 is two predictions flipped by a different BLAS or thread count.
+    assert accuracy == pytest.approx(recorded_accuracy(name), abs=2e-3)
+    assert accuracy >= 0.9

@@ -30,6 +30,7 @@ from robust_train._validation import check_positive
 __all__ = [
     "CHUNK_ELEMENTS",
     "INFERENCE_MODE_ERROR",
+    "MIN_CHUNK_ROWS",
     "auto_chunk",
     "check_optional_positive",
     "eval_mode",
@@ -133,8 +134,10 @@ def row_chunks(n_rows: int, size: int | None) -> Iterator[tuple[int, int]]:
 # batches leave the caches (benchmarks/RESULTS.md: 2112 rows of 28x28 forward 1.85x slower per
 # row than chunks of 64-256; IG double backprop on 200 rows 1.2x slower than chunks of 40); on
 # CUDA, where large batches fill the device, 2**22 (27 RGB images of 224x224, ~1 GB of ResNet-18
-# activations). Rows that keep a graph for double backprop count twice.
+# activations). Rows that keep a graph for double backprop count twice. At least MIN_CHUNK_ROWS:
+# ResNet-18 on 224x224 runs 15 % slower per row in chunks of 1 than of 2-4 on the CPU.
 CHUNK_ELEMENTS = {"cpu": 2**16, "cuda": 2**22}
+MIN_CHUNK_ROWS = 4
 
 
 def auto_chunk(
@@ -144,14 +147,15 @@ def auto_chunk(
     create_graph: bool = False,
     budget: int | None = None,
 ) -> int:
-    """Rows per forward for rows of `row_shape` (C, H, W): `budget // elements`, at least 1.
+    """Rows per forward for rows of `row_shape` (C, H, W): `budget // elements`, at least
+    `MIN_CHUNK_ROWS` (4).
 
     `budget` defaults to `CHUNK_ELEMENTS` of the device type (the CPU's for an unknown type),
     halved when the rows keep a graph (`create_graph`). Used when `internal_batch_size` is None.
 
     Example:
         >>> auto_chunk((1, 28, 28)), auto_chunk((1, 32, 32)), auto_chunk((3, 224, 224))
-        (83, 64, 1)
+        (83, 64, 4)
         >>> auto_chunk((1, 28, 28), create_graph=True), auto_chunk((3, 224, 224), device="cuda")
         (41, 27)
     """
@@ -164,7 +168,7 @@ def auto_chunk(
         check_positive(budget, "budget", integer=True)
     if create_graph:
         budget //= 2
-    return max(1, budget // elements)
+    return max(MIN_CHUNK_ROWS, budget // elements)
 
 
 def make_generator(

@@ -127,9 +127,9 @@ def test_auto_chunk_follows_the_image_size_and_budget() -> None:
     assert auto_chunk((1, 8, 8)) == cpu // 64
     assert auto_chunk((1, 28, 28)) == cpu // 784
     assert auto_chunk((1, 28, 28), create_graph=True) == cpu // 2 // 784
-    assert auto_chunk((3, 224, 224)) == 1  # never 0
+    assert auto_chunk((3, 224, 224)) == 4  # at least MIN_CHUNK_ROWS, never 0
     assert auto_chunk((3, 224, 224), device="cuda") == CHUNK_ELEMENTS["cuda"] // (3 * 224 * 224)
-    assert auto_chunk((1, 10, 10), budget=250) == 2
+    assert auto_chunk((1, 10, 10), budget=2500) == 25
     with pytest.raises(ValueError, match="`budget` must be > 0, got 0"):
         auto_chunk((1, 2, 2), budget=0)
     with pytest.raises(ValueError, match="`row_shape` must have positive sizes"):

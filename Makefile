@@ -24,6 +24,7 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check robust_train tests benchmarks
+	$(BIN)/ruff format --check robust_train tests benchmarks
 	$(BIN)/mypy robust_train
 
 clean:

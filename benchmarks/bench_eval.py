@@ -71,7 +71,7 @@ def setting(name: str, n_images: int) -> tuple[str, nn.Module, Tensor, Tensor, f
         from robust_train.data import load_mnist5k_tensors
 
         x, y = load_mnist5k_tensors()
-        x, y = x[:1024 + n_images], y[:1024 + n_images]
+        x, y = x[: 1024 + n_images], y[: 1024 + n_images]
         model = MNISTConvNet(channels=(16, 32), hidden=128)
         eps, label = 0.3, "MNISTConvNet(16, 32, 128), 28x28 MNIST"
     elif name == "grey224":
@@ -96,7 +96,7 @@ def setting(name: str, n_images: int) -> tuple[str, nn.Module, Tensor, Tensor, f
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     for _ in range(2):
         for i in range(0, train_x.shape[0], 64):
-            loss = F.cross_entropy(model(train_x[i:i + 64]), train_y[i:i + 64])
+            loss = F.cross_entropy(model(train_x[i : i + 64]), train_y[i : i + 64])
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -115,88 +115,156 @@ def fidelity_part(label, model, x, y, n_steps, args, device) -> list[str]:
     kw = dict(n_steps=n_steps, perturbation="zero", score="probability")
     ours = fidelity_curves(model, x, y, ranks, **kw)
     q_mif, q_lif = peers.quantus_pixel_flipping(model, x, y, ranks.double(), n_steps)
-    diff = max(np.abs(q_mif - ours.mif[:, 1:].numpy()).max(),
-               np.abs(q_lif - ours.lif[:, 1:].numpy()).max())
+    diff = max(
+        np.abs(q_mif - ours.mif[:, 1:].numpy()).max(), np.abs(q_lif - ours.lif[:, 1:].numpy()).max()
+    )
     c = args.chunk
-    names = ["fidelity_curves (MIF+LIF)", f"fidelity_curves, internal_batch_size={c}",
-             "Quantus PixelFlipping (MIF, LIF)", "bare forwards, one batch",
-             f"bare forwards, chunks of {c}"]
-    variants = dict(zip(names, [
-        lambda: fidelity_curves(model, x, y, ranks, **kw),
-        lambda: fidelity_curves(model, x, y, ranks, internal_batch_size=c, **kw),
-        lambda: peers.quantus_pixel_flipping(model, x, y, ranks.double(), n_steps),
-        peers.bare_curve_forwards(model, x, n_steps),
-        peers.bare_curve_forwards(model, x, n_steps, chunk=c),
-    ], strict=True))
-    t = bu.time_interleaved(variants, names[0], rounds=args.rounds, device=device,
-                            min_sample_seconds=args.min_sample)
+    names = [
+        "fidelity_curves (MIF+LIF)",
+        f"fidelity_curves, internal_batch_size={c}",
+        "Quantus PixelFlipping (MIF, LIF)",
+        "bare forwards, one batch",
+        f"bare forwards, chunks of {c}",
+    ]
+    variants = dict(
+        zip(
+            names,
+            [
+                lambda: fidelity_curves(model, x, y, ranks, **kw),
+                lambda: fidelity_curves(model, x, y, ranks, internal_batch_size=c, **kw),
+                lambda: peers.quantus_pixel_flipping(model, x, y, ranks.double(), n_steps),
+                peers.bare_curve_forwards(model, x, n_steps),
+                peers.bare_curve_forwards(model, x, n_steps, chunk=c),
+            ],
+            strict=True,
+        )
+    )
+    t = bu.time_interleaved(
+        variants, names[0], rounds=args.rounds, device=device, min_sample_seconds=args.min_sample
+    )
     vs_peer, peer_range = bu.pair_ratio(t, names[0], names[2])
     vs_peer_c, peer_c_range = bu.pair_ratio(t, names[1], names[2])
     vs_bare, bare_range = bu.pair_ratio(t, names[0], names[3])
     vs_bare_c, bare_c_range = bu.pair_ratio(t, names[1], names[4])
     rows = [[name, t[name].median * 1e3, t[name].median_wall * 1e3] for name in variants]
     title = f"(a) fidelity curves, {label}, {x.shape[0]} images, {n_steps} steps"
-    return _emit(args, title, rows, [
-        f"ours / Quantus: {vs_peer:.2f} ({peer_range}); with internal_batch_size={c}: "
-        f"{vs_peer_c:.2f} ({peer_c_range}); max |difference| of the curves: {diff:.2g}",
-        f"ours / bare forwards: {vs_bare:.2f} ({bare_range}); both in chunks of {c}: "
-        f"{vs_bare_c:.2f} ({bare_c_range})",
-    ], [("fidelity_curves (default chunks) no slower than Quantus", vs_peer, 1.0, diff),
-        (f"fidelity_curves (internal_batch_size={c}) no slower than Quantus", vs_peer_c, 1.0,
-         diff),
-        ("fidelity_curves within 1.3x of its bare forwards", vs_bare, FLOOR_LIMIT, None)], label)
+    return _emit(
+        args,
+        title,
+        rows,
+        [
+            f"ours / Quantus: {vs_peer:.2f} ({peer_range}); with internal_batch_size={c}: "
+            f"{vs_peer_c:.2f} ({peer_c_range}); max |difference| of the curves: {diff:.2g}",
+            f"ours / bare forwards: {vs_bare:.2f} ({bare_range}); both in chunks of {c}: "
+            f"{vs_bare_c:.2f} ({bare_c_range})",
+        ],
+        [
+            ("fidelity_curves (default chunks) no slower than Quantus", vs_peer, 1.0, diff),
+            (
+                f"fidelity_curves (internal_batch_size={c}) no slower than Quantus",
+                vs_peer_c,
+                1.0,
+                diff,
+            ),
+            ("fidelity_curves within 1.3x of its bare forwards", vs_bare, FLOOR_LIMIT, None),
+        ],
+        label,
+    )
 
 
 def lipschitz_part(label, model, x, y, n_samples, args, device) -> list[str]:
     radius, c = 0.1, args.chunk
-    q_kw = dict(explainer=saliency, radius=radius, n_samples=n_samples, sampling="gaussian",
-                clamp=False, normalize_maps="max")
-    c_kw = dict(explainer=saliency, radius=radius, n_samples=n_samples, clamp=False,
-                divide_by_distance=False)
+    q_kw = dict(
+        explainer=saliency,
+        radius=radius,
+        n_samples=n_samples,
+        sampling="gaussian",
+        clamp=False,
+        normalize_maps="max",
+    )
+    c_kw = dict(
+        explainer=saliency,
+        radius=radius,
+        n_samples=n_samples,
+        clamp=False,
+        divide_by_distance=False,
+    )
     # values on the same perturbed inputs
-    q_points = sample_perturbations(x, n_samples, radius=radius, sampling="gaussian", clamp=False,
-                                    seed=1)
+    q_points = sample_perturbations(
+        x, n_samples, radius=radius, sampling="gaussian", clamp=False, seed=1
+    )
     q_values = peers.quantus_lipschitz(model, x, y, n_samples, radius, q_points)
-    q_diff = float(np.abs(local_lipschitz_estimate(model, x, y, seed=1, **q_kw).numpy()
-                          - q_values).max())
+    q_diff = float(
+        np.abs(local_lipschitz_estimate(model, x, y, seed=1, **q_kw).numpy() - q_values).max()
+    )
     c_points = sample_perturbations(x, n_samples, radius=radius, clamp=False, seed=2)
     clean_norm = saliency(model, x, y).flatten(1).norm(dim=1)
     ours_c = local_lipschitz_estimate(model, x, y, seed=2, **c_kw) / clean_norm
-    c_diff = float((ours_c - peers.captum_sensitivity(model, x, y, n_samples, radius, c_points))
-                   .abs().max())
-    names = ["ours, Quantus settings", f"ours, Quantus settings, internal_batch_size={c}",
-             "Quantus LocalLipschitzEstimate", "ours, Captum settings",
-             f"ours, Captum settings, internal_batch_size={c}", "Captum sensitivity_max",
-             f"Captum sensitivity_max, max_examples_per_batch={c}"]
-    variants = dict(zip(names, [
-        lambda: local_lipschitz_estimate(model, x, y, **q_kw),
-        lambda: local_lipschitz_estimate(model, x, y, internal_batch_size=c, **q_kw),
-        lambda: peers.quantus_lipschitz(model, x, y, n_samples, radius),
-        lambda: local_lipschitz_estimate(model, x, y, **c_kw),
-        lambda: local_lipschitz_estimate(model, x, y, internal_batch_size=c, **c_kw),
-        lambda: peers.captum_sensitivity(model, x, y, n_samples, radius),
-        lambda: peers.captum_sensitivity(model, x, y, n_samples, radius, chunk=c),
-    ], strict=True))
-    t = bu.time_interleaved(variants, names[0], rounds=args.rounds, device=device,
-                            min_sample_seconds=args.min_sample)
+    c_diff = float(
+        (ours_c - peers.captum_sensitivity(model, x, y, n_samples, radius, c_points)).abs().max()
+    )
+    names = [
+        "ours, Quantus settings",
+        f"ours, Quantus settings, internal_batch_size={c}",
+        "Quantus LocalLipschitzEstimate",
+        "ours, Captum settings",
+        f"ours, Captum settings, internal_batch_size={c}",
+        "Captum sensitivity_max",
+        f"Captum sensitivity_max, max_examples_per_batch={c}",
+    ]
+    variants = dict(
+        zip(
+            names,
+            [
+                lambda: local_lipschitz_estimate(model, x, y, **q_kw),
+                lambda: local_lipschitz_estimate(model, x, y, internal_batch_size=c, **q_kw),
+                lambda: peers.quantus_lipschitz(model, x, y, n_samples, radius),
+                lambda: local_lipschitz_estimate(model, x, y, **c_kw),
+                lambda: local_lipschitz_estimate(model, x, y, internal_batch_size=c, **c_kw),
+                lambda: peers.captum_sensitivity(model, x, y, n_samples, radius),
+                lambda: peers.captum_sensitivity(model, x, y, n_samples, radius, chunk=c),
+            ],
+            strict=True,
+        )
+    )
+    t = bu.time_interleaved(
+        variants, names[0], rounds=args.rounds, device=device, min_sample_seconds=args.min_sample
+    )
     vs_q, q_range = bu.pair_ratio(t, names[0], names[2])
     vs_q_c, q_c_range = bu.pair_ratio(t, names[1], names[2])
     vs_c, c_range = bu.pair_ratio(t, names[3], names[5])
     vs_c_c, c_c_range = bu.pair_ratio(t, names[4], names[6])
     rows = [[name, t[name].median * 1e3, t[name].median_wall * 1e3] for name in variants]
-    return _emit(args, f"(b) local Lipschitz estimate, {label}, {x.shape[0]} images, "
-                 f"{n_samples} samples, radius {radius}", rows, [
-        f"ours / Quantus: {vs_q:.2f} ({q_range}); with internal_batch_size={c}: {vs_q_c:.2f} "
-        f"({q_c_range}); max |difference|: {q_diff:.2g} (same perturbed inputs)",
-        f"ours / Captum: {vs_c:.2f} ({c_range}); both in chunks of {c}: {vs_c_c:.2f} "
-        f"({c_c_range}); max |difference|: {c_diff:.2g} (same perturbed inputs, ours divided "
-        "by ||E(x)||)",
-    ], [("local_lipschitz_estimate (default chunks) no slower than Quantus", vs_q, 1.0, q_diff),
-        (f"local_lipschitz_estimate (internal_batch_size={c}) no slower than Quantus", vs_q_c,
-         1.0, q_diff),
-        ("local_lipschitz_estimate no slower than Captum (both default)", vs_c, 1.0, c_diff),
-        (f"local_lipschitz_estimate no slower than Captum (both in chunks of {c})", vs_c_c, 1.0,
-         c_diff)], label)
+    return _emit(
+        args,
+        f"(b) local Lipschitz estimate, {label}, {x.shape[0]} images, "
+        f"{n_samples} samples, radius {radius}",
+        rows,
+        [
+            f"ours / Quantus: {vs_q:.2f} ({q_range}); with internal_batch_size={c}: {vs_q_c:.2f} "
+            f"({q_c_range}); max |difference|: {q_diff:.2g} (same perturbed inputs)",
+            f"ours / Captum: {vs_c:.2f} ({c_range}); both in chunks of {c}: {vs_c_c:.2f} "
+            f"({c_c_range}); max |difference|: {c_diff:.2g} (same perturbed inputs, ours divided "
+            "by ||E(x)||)",
+        ],
+        [
+            ("local_lipschitz_estimate (default chunks) no slower than Quantus", vs_q, 1.0, q_diff),
+            (
+                f"local_lipschitz_estimate (internal_batch_size={c}) no slower than Quantus",
+                vs_q_c,
+                1.0,
+                q_diff,
+            ),
+            ("local_lipschitz_estimate no slower than Captum (both default)", vs_c, 1.0, c_diff),
+            (
+                f"local_lipschitz_estimate no slower than Captum (both in chunks of {c})",
+                vs_c_c,
+                1.0,
+                c_diff,
+            ),
+        ],
+        label,
+    )
 
 
 def attack_part(label, model, x, y, eps, n_steps, args, device) -> list[str]:
@@ -213,55 +281,94 @@ def attack_part(label, model, x, y, eps, n_steps, args, device) -> list[str]:
     target = model(x).argmax(1).detach()
     out = []
     for name, ig_steps in explainers.items():
-        explainer = name if ig_steps is None else get_explainer(name, n_steps=ig_steps, baseline=0.0)
+        explainer = (
+            name if ig_steps is None else get_explainer(name, n_steps=ig_steps, baseline=0.0)
+        )
         steps = n_steps if ig_steps is None else max(1, n_steps // 2)
-        bare_kw = dict(epsilon=eps, n_steps=steps, k=k, ig_steps=ig_steps,
-                       step_size=kw.get("step_size"))
+        bare_kw = dict(
+            epsilon=eps, n_steps=steps, k=k, ig_steps=ig_steps, step_size=kw.get("step_size")
+        )
         variants = {
             "fragility_attack (topk)": lambda e=explainer, s=steps: fragility_attack(
-                model, x, target, explainer=e, epsilon=eps, n_steps=s, k=k, seed=0, **kw),
+                model, x, target, explainer=e, epsilon=eps, n_steps=s, k=k, seed=0, **kw
+            ),
             "bare loop (floor)": lambda b=bare_kw: peers.bare_attack(model, x, target, **b),
             "bare loop + ranking map": lambda b=bare_kw: peers.bare_attack(
-                model, x, target, ranking=True, **b),
+                model, x, target, ranking=True, **b
+            ),
         }
         if ig_steps is not None:  # the floor with the attack's default path chunks
             rows = auto_chunk(x.shape[1:], create_graph=True)
             per = max(1, rows // x.shape[0])
-            variants[f"bare loop, IG path in chunks of {per} steps"] = (
-                lambda b=bare_kw, p=per: peers.bare_attack(model, x, target, ig_chunk_steps=p, **b))
-        t = bu.time_interleaved(variants, "bare loop (floor)", rounds=args.rounds, device=device,
-                                min_sample_seconds=args.min_sample)
+            variants[f"bare loop, IG path in chunks of {per} steps"] = lambda b=bare_kw, p=per: (
+                peers.bare_attack(model, x, target, ig_chunk_steps=p, **b)
+            )
+        t = bu.time_interleaved(
+            variants,
+            "bare loop (floor)",
+            rounds=args.rounds,
+            device=device,
+            min_sample_seconds=args.min_sample,
+        )
         names = list(variants)
         vs_floor, floor_range = bu.pair_ratio(t, names[0], names[1])
         vs_rank, rank_range = bu.pair_ratio(t, names[0], names[2])
         rows = [[v, t[v].median * 1e3, t[v].median_wall * 1e3] for v in variants]
         per_step = 20 / x.shape[0] / steps
         what = "saliency" if ig_steps is None else f"integrated gradients, {ig_steps} points"
-        notes, targets = [], [(f"fragility_attack ({what}) within 1.3x of its bare loop",
-                               vs_floor, FLOOR_LIMIT, None)]
+        notes, targets = (
+            [],
+            [
+                (
+                    f"fragility_attack ({what}) within 1.3x of its bare loop",
+                    vs_floor,
+                    FLOOR_LIMIT,
+                    None,
+                )
+            ],
+        )
         if ig_steps is not None:
             vs_chunked, chunked_range = bu.pair_ratio(t, names[0], names[3])
-            notes.append(f"attack / {names[3]}: {vs_chunked:.2f} ({chunked_range}); per step "
-                         f"and 20 images: {t[names[3]].median * per_step:.3f} s")
-            targets.append((f"fragility_attack ({what}) within 1.3x of its bare loop with the "
-                            "same path chunks", vs_chunked, FLOOR_LIMIT, None))
-        out += _emit(args, f"(c) fragility attack ({what}), {label}, {x.shape[0]} images, "
-                     f"{steps} steps, epsilon {eps:.3g}, k {k}", rows, [
-            f"attack / bare loop: {vs_floor:.2f} ({floor_range})",
-            f"attack / bare loop + ranking map: {vs_rank:.2f} ({rank_range})",
-            f"per step and 20 images (CPU s): attack {t[names[0]].median * per_step:.3f}, "
-            f"floor {t[names[1]].median * per_step:.3f}, floor + ranking map "
-            f"{t[names[2]].median * per_step:.3f}",
-            *notes,
-        ], targets, label)
+            notes.append(
+                f"attack / {names[3]}: {vs_chunked:.2f} ({chunked_range}); per step "
+                f"and 20 images: {t[names[3]].median * per_step:.3f} s"
+            )
+            targets.append(
+                (
+                    f"fragility_attack ({what}) within 1.3x of its bare loop with the "
+                    "same path chunks",
+                    vs_chunked,
+                    FLOOR_LIMIT,
+                    None,
+                )
+            )
+        out += _emit(
+            args,
+            f"(c) fragility attack ({what}), {label}, {x.shape[0]} images, "
+            f"{steps} steps, epsilon {eps:.3g}, k {k}",
+            rows,
+            [
+                f"attack / bare loop: {vs_floor:.2f} ({floor_range})",
+                f"attack / bare loop + ranking map: {vs_rank:.2f} ({rank_range})",
+                f"per step and 20 images (CPU s): attack {t[names[0]].median * per_step:.3f}, "
+                f"floor {t[names[1]].median * per_step:.3f}, floor + ranking map "
+                f"{t[names[2]].median * per_step:.3f}",
+                *notes,
+            ],
+            targets,
+            label,
+        )
     return out
 
 
 def _emit(args, title, rows, notes, targets, label) -> list[str]:
-    args.record.add(f"### {title}, {args.rounds} round(s)\n\n"
-                    f"ms/call and ratios: {bu.clock_name(args.device)}, median over rounds.\n\n"
-                    + bu.table(["variant", "ms/call", "wall ms/call"], rows) + "\n\n"
-                    + "\n".join(f"- {n}" for n in notes))
+    args.record.add(
+        f"### {title}, {args.rounds} round(s)\n\n"
+        f"ms/call and ratios: {bu.clock_name(args.device)}, median over rounds.\n\n"
+        + bu.table(["variant", "ms/call", "wall ms/call"], rows)
+        + "\n\n"
+        + "\n".join(f"- {n}" for n in notes)
+    )
     out = []
     for name, value, limit, diff in targets:
         equal = "" if diff is None else f", values {'equal' if diff < 1e-4 else 'DIFFER'}"
@@ -272,12 +379,24 @@ def _emit(args, title, rows, notes, targets, label) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> str:
     parser = bu.base_parser(__doc__.splitlines()[0])
-    parser.add_argument("--settings", nargs="+", default=["digits", "mnist28", "grey32"],
-                        choices=["digits", "mnist28", "grey32", "grey224"])
-    parser.add_argument("--chunk", type=int, default=None,
-                        help="internal_batch_size of the chunked variants (default: the images)")
-    parser.add_argument("--parts", nargs="+", default=["fidelity", "lipschitz", "attack"],
-                        choices=["fidelity", "lipschitz", "attack"])
+    parser.add_argument(
+        "--settings",
+        nargs="+",
+        default=["digits", "mnist28", "grey32"],
+        choices=["digits", "mnist28", "grey32", "grey224"],
+    )
+    parser.add_argument(
+        "--chunk",
+        type=int,
+        default=None,
+        help="internal_batch_size of the chunked variants (default: the images)",
+    )
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        default=["fidelity", "lipschitz", "attack"],
+        choices=["fidelity", "lipschitz", "attack"],
+    )
     args = parser.parse_args(argv)
     device = args.device = bu.setup_torch(args)
     if device.type != "cpu":

@@ -73,17 +73,26 @@ class TimedMonitor(RobustnessMonitor):
         return report
 
 
-def fit_seconds(config: Path, folder: str, args, monitor: TimedMonitor | None,
-                warmup: bool = False) -> tuple[float, float]:
+def fit_seconds(
+    config: Path, folder: str, args, monitor: TimedMonitor | None, warmup: bool = False
+) -> tuple[float, float]:
     """(wall, process CPU) seconds of trainer.fit for `config`, with `monitor` appended."""
     extra = [f"--trainer.max_epochs={1 if warmup else args.max_epochs}"]
     if args.quick or warmup:
         extra += ["--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1"]
-    cli = lightning_main(["--config", str(config), "--trainer.logger=false",
-                          "--trainer.enable_progress_bar=false",
-                          "--trainer.enable_model_summary=false",
-                          f"--checkpoint_root={folder}", f"--trainer.default_root_dir={folder}",
-                          *extra], run=False)
+    cli = lightning_main(
+        [
+            "--config",
+            str(config),
+            "--trainer.logger=false",
+            "--trainer.enable_progress_bar=false",
+            "--trainer.enable_model_summary=false",
+            f"--checkpoint_root={folder}",
+            f"--trainer.default_root_dir={folder}",
+            *extra,
+        ],
+        run=False,
+    )
     callbacks = cli.trainer.callbacks  # the configs' own monitors are replaced by `monitor`
     callbacks[:] = [c for c in callbacks if not isinstance(c, RobustnessCallback)]
     if monitor is not None:
@@ -111,8 +120,11 @@ def run_config(config: Path, args) -> tuple[list[list[object]], list[str]]:
         with tempfile.TemporaryDirectory() as folder:
             without.append(fit_seconds(config, folder, args, None))
         for mode, kwargs in settings.items():
-            monitor = TimedMonitor(profile=args.profile and mode == "default",
-                                   **(quick if args.quick else {}), **kwargs)
+            monitor = TimedMonitor(
+                profile=args.profile and mode == "default",
+                **(quick if args.quick else {}),
+                **kwargs,
+            )
             with tempfile.TemporaryDirectory() as folder:
                 fits[mode].append((fit_seconds(config, folder, args, monitor), monitor))
     rows, verdicts = [], []
@@ -121,20 +133,32 @@ def run_config(config: Path, args) -> tuple[list[list[object]], list[str]]:
         (fit_with, cpu_with), monitor = results[best]
         fit_without, cpu_without = without[best]
         logged = sum(h["robustness/seconds/total"] for h in monitor.history)
-        parts = [sum(h.get(f"robustness/seconds/{p}", 0.0) for h in monitor.history)
-                 for p in PARTS]
-        rows.append([config.name, mode, len(monitor.history), fit_without, fit_with, logged,
-                     *parts, logged / fit_with, sum(monitor.run_seconds) / fit_with,
-                     sum(monitor.run_cpu_seconds) / cpu_with,
-                     (cpu_with - cpu_without) / cpu_with])
+        parts = [sum(h.get(f"robustness/seconds/{p}", 0.0) for h in monitor.history) for p in PARTS]
+        rows.append(
+            [
+                config.name,
+                mode,
+                len(monitor.history),
+                fit_without,
+                fit_with,
+                logged,
+                *parts,
+                logged / fit_with,
+                sum(monitor.run_seconds) / fit_with,
+                sum(monitor.run_cpu_seconds) / cpu_with,
+                (cpu_with - cpu_without) / cpu_with,
+            ]
+        )
         if monitor.profile_text:
             print(f"cProfile of the first monitor run, {config.name}:\n{monitor.profile_text}")
         if mode == "default":
             share = bu.verdict(logged / fit_with, LIMIT)
             verdicts.append(f"- {config.name}, {mode}: logged share <= {LIMIT:.0%}: {share}")
         else:
-            verdicts.append(f"- {config.name}, {mode}: logged share {logged / fit_with:.2f} "
-                            "(the uncapped cost; not a target)")
+            verdicts.append(
+                f"- {config.name}, {mode}: logged share {logged / fit_with:.2f} "
+                "(the uncapped cost; not a target)"
+            )
     return rows, verdicts
 
 
@@ -142,8 +166,11 @@ def main(argv: Sequence[str] | None = None) -> str:
     parser = bu.base_parser(__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", type=Path, default=CONFIGS)
     parser.add_argument("--max-epochs", type=int, default=None, help="default 20 (1 with --quick)")
-    parser.add_argument("--profile", action="store_true",
-                        help="print cProfile of the first monitor run of each config")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="print cProfile of the first monitor run of each config",
+    )
     args = parser.parse_args(argv)
     device = bu.setup_torch(args)
     if device.type != "cpu":
@@ -160,11 +187,25 @@ def main(argv: Sequence[str] | None = None) -> str:
         config_rows, lines = run_config(config, args)
         rows += config_rows
         verdicts += lines
-    header = ["config", "monitor", "monitor runs", "fit s (no monitor)", "fit s (monitor)",
-              "logged s", "fragility s", "lipschitz s", "fidelity s", "logged share",
-              "hook share", "CPU share", "extra share"]
-    record.add(f"### RobustnessMonitor() at default settings, {args.max_epochs} epoch(s), "
-               f"{args.rounds} round(s)\n\n" + bu.table(header, rows))
+    header = [
+        "config",
+        "monitor",
+        "monitor runs",
+        "fit s (no monitor)",
+        "fit s (monitor)",
+        "logged s",
+        "fragility s",
+        "lipschitz s",
+        "fidelity s",
+        "logged share",
+        "hook share",
+        "CPU share",
+        "extra share",
+    ]
+    record.add(
+        f"### RobustnessMonitor() at default settings, {args.max_epochs} epoch(s), "
+        f"{args.rounds} round(s)\n\n" + bu.table(header, rows)
+    )
     record.add("Targets:\n\n" + "\n".join(verdicts))
     return record.finish()
 

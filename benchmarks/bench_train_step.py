@@ -102,8 +102,14 @@ def make_setup(key: str, quick: bool, batch: int) -> tuple[str, nn.Module, Tenso
     return f"ResNet18CIFAR{'(width=4)' if quick else ''}, 32x32", model, x, y
 
 
-def make_step(base: nn.Module, term: PenaltyTerm | None, x: Tensor, y: Tensor,
-              device: torch.device, bf16: bool) -> Callable[[], None]:
+def make_step(
+    base: nn.Module,
+    term: PenaltyTerm | None,
+    x: Tensor,
+    y: Tensor,
+    device: torch.device,
+    bf16: bool,
+) -> Callable[[], None]:
     """One optimisation step of a fresh copy of `base` with the penalty `term`."""
     module = RobustClassifier(copy.deepcopy(base), penalties=[term] if term else None).to(device)
     module.train()
@@ -135,75 +141,127 @@ def run_registry(key: str, args, device: torch.device, record: bu.Record) -> lis
     x, y = x.to(device), y.to(device)
     steps = {PLAIN: make_step(base, None, x, y, device, False)}
     for name in PENALTIES:
-        steps[name] = make_step(base, get_penalty(name, **train_bare.SETTINGS[name]), x, y,
-                                device, False)
+        steps[name] = make_step(
+            base, get_penalty(name, **train_bare.SETTINGS[name]), x, y, device, False
+        )
         if name in train_bare.BARE:
             steps[f"{name}, bare"] = train_bare.bare_step(
-                name, copy.deepcopy(base).to(device), x, y)
+                name, copy.deepcopy(base).to(device), x, y
+            )
     for step in steps.values():
         step()
     memory = {name: bu.peak_memory(step, device) for name, step in steps.items()}
     rounds = args.repeats or (1 if args.quick else 5)
-    timings = bu.time_interleaved(steps, PLAIN, rounds=rounds, device=device, warmup=False,
-                                  min_sample_seconds=0.05 if args.quick else 0.3)
+    timings = bu.time_interleaved(
+        steps,
+        PLAIN,
+        rounds=rounds,
+        device=device,
+        warmup=False,
+        min_sample_seconds=0.05 if args.quick else 0.3,
+    )
     rows, verdicts = [], []
     for name, t in timings.items():
         vs_bare = ""
         if f"{name}, bare" in timings:
             ratio, spread = bu.pair_ratio(timings, name, f"{name}, bare")
             vs_bare = f"{ratio:.2f} ({spread})"
-            verdicts.append(f"- {label}: {name} <= {BARE_LIMIT:g}x its bare formula: "
-                            + bu.verdict(ratio, BARE_LIMIT))
-        rows.append([name, t.median * 1e3, t.ratio, vs_bare, memory[name] / 2**20,
-                     memory[name] / max(memory[PLAIN], 1)])
-    record.add(f"### every registered penalty, {label}, batch {x.shape[0]}, {rounds} round(s)\n\n"
-               f"ms/step and ratios: {bu.clock_name(device)}, median over rounds; settings: "
-               "train_bare.SETTINGS (the leaderboard configs' inner loops).\n\n"
-               + bu.table(["variant", "ms/step", "vs plain", "vs bare formula", "peak MB",
-                           "memory vs plain"], rows))
+            verdicts.append(
+                f"- {label}: {name} <= {BARE_LIMIT:g}x its bare formula: "
+                + bu.verdict(ratio, BARE_LIMIT)
+            )
+        rows.append(
+            [
+                name,
+                t.median * 1e3,
+                t.ratio,
+                vs_bare,
+                memory[name] / 2**20,
+                memory[name] / max(memory[PLAIN], 1),
+            ]
+        )
+    record.add(
+        f"### every registered penalty, {label}, batch {x.shape[0]}, {rounds} round(s)\n\n"
+        f"ms/step and ratios: {bu.clock_name(device)}, median over rounds; settings: "
+        "train_bare.SETTINGS (the leaderboard configs' inner loops).\n\n"
+        + bu.table(
+            ["variant", "ms/step", "vs plain", "vs bare formula", "peak MB", "memory vs plain"],
+            rows,
+        )
+    )
     return verdicts
 
 
 def run_model(key: str, args, device: torch.device, record: bu.Record) -> list[str]:
     label, base, x, y = make_setup(key, args.quick, args.batch)
     bf16 = args.precision == "bf16"
-    steps = {name: make_step(base, factory(), x, y, device, bf16)
-             for name, factory in VARIANTS.items()}
+    steps = {
+        name: make_step(base, factory(), x, y, device, bf16) for name, factory in VARIANTS.items()
+    }
     steps[PLAIN_3X] = make_step(base, None, x.repeat(3, 1, 1, 1), y.repeat(3), device, bf16)
     for step in steps.values():  # warm-up: Adam state, lazy initialisation
         step()
     memory = {name: bu.peak_memory(step, device) for name, step in steps.items()}
     rounds = args.repeats or (1 if args.quick else (3 if key == "resnet18" else 7))
-    timings = bu.time_interleaved(steps, PLAIN, rounds=rounds, device=device, warmup=False,
-                                  min_sample_seconds=0.05 if args.quick else 0.5)
+    timings = bu.time_interleaved(
+        steps,
+        PLAIN,
+        rounds=rounds,
+        device=device,
+        warmup=False,
+        min_sample_seconds=0.05 if args.quick else 0.5,
+    )
     rows = []
     for name, t in timings.items():
-        rows.append([name, t.median * 1e3, t.median_wall * 1e3, t.ratio, t.spread(),
-                     memory[name] / 2**20, memory[name] / max(memory[PLAIN], 1)])
-    header = ["variant", "ms/step", "wall ms/step", "time ratio", "ratio range", "peak MB",
-              "memory ratio"]
-    record.add(f"### {label}, batch {x.shape[0]}, {args.precision}, {rounds} round(s)\n\n"
-               f"ms/step and ratios: {bu.clock_name(device)}, median over rounds. "
-               f"`{PLAIN_3X}` is the plain step on a batch three times as large: the compute "
-               "of the zero-order curvature (x, x + hu, x - hu), without its overhead.\n\n"
-               + bu.table(header, rows))
+        rows.append(
+            [
+                name,
+                t.median * 1e3,
+                t.median_wall * 1e3,
+                t.ratio,
+                t.spread(),
+                memory[name] / 2**20,
+                memory[name] / max(memory[PLAIN], 1),
+            ]
+        )
+    header = [
+        "variant",
+        "ms/step",
+        "wall ms/step",
+        "time ratio",
+        "ratio range",
+        "peak MB",
+        "memory ratio",
+    ]
+    record.add(
+        f"### {label}, batch {x.shape[0]}, {args.precision}, {rounds} round(s)\n\n"
+        f"ms/step and ratios: {bu.clock_name(device)}, median over rounds. "
+        f"`{PLAIN_3X}` is the plain step on a batch three times as large: the compute "
+        "of the zero-order curvature (x, x + hu, x - hu), without its overhead.\n\n"
+        + bu.table(header, rows)
+    )
     verdicts, misses = [], []
     for name, model_key, limit in TIME_TARGETS:
         if model_key in (None, key):
             line = f"- {label}: {name} time <= {limit:g}x plain: " + bu.verdict(
-                timings[name].ratio, limit)
+                timings[name].ratio, limit
+            )
             if name == "curvature zero_order":
                 floor, spread = bu.pair_ratio(timings, name, PLAIN_3X)
-                line += (f"; its compute floor ({PLAIN_3X}) costs {timings[PLAIN_3X].ratio:.2f}x "
-                         f"plain, zero_order / floor = {floor:.2f} ({spread})")
+                line += (
+                    f"; its compute floor ({PLAIN_3X}) costs {timings[PLAIN_3X].ratio:.2f}x "
+                    f"plain, zero_order / floor = {floor:.2f} ({spread})"
+                )
             verdicts.append(line)
             if timings[name].ratio > limit:
                 misses.append(name)
     for name in VARIANTS:
         if name not in (PLAIN, PLAIN_3X):
             ratio = memory[name] / max(memory[PLAIN], 1)
-            verdicts.append(f"- {label}: {name} peak memory <= {MEMORY_LIMIT:g}x plain: "
-                            f"{bu.verdict(ratio, MEMORY_LIMIT)}")
+            verdicts.append(
+                f"- {label}: {name} peak memory <= {MEMORY_LIMIT:g}x plain: "
+                f"{bu.verdict(ratio, MEMORY_LIMIT)}"
+            )
     if args.profile:
         for name in dict.fromkeys(misses + [PLAIN]):
             print(f"profile of one step, {label}, {name}:\n{profile_step(steps[name])}")
@@ -212,15 +270,30 @@ def run_model(key: str, args, device: torch.device, record: bu.Record) -> list[s
 
 def main(argv: Sequence[str] | None = None) -> str:
     parser = bu.base_parser(__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["smallcnn", "resnet18"],
-                        choices=["smallcnn", "mnist28", "smallcnn32", "resnet18"])
-    parser.add_argument("--penalties", default="default", choices=["default", "registry"],
-                        help="registry: every PENALTIES entry beside its bare formula")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=["smallcnn", "resnet18"],
+        choices=["smallcnn", "mnist28", "smallcnn32", "resnet18"],
+    )
+    parser.add_argument(
+        "--penalties",
+        default="default",
+        choices=["default", "registry"],
+        help="registry: every PENALTIES entry beside its bare formula",
+    )
     parser.add_argument("--batch", type=int, default=None, help="batch size (default 64; 8 quick)")
-    parser.add_argument("--precision", default="32", choices=["32", "bf16"],
-                        help="bf16: the step runs under torch.autocast(bfloat16)")
-    parser.add_argument("--profile", action="store_true",
-                        help="print torch.profiler top ops of the plain step and of every miss")
+    parser.add_argument(
+        "--precision",
+        default="32",
+        choices=["32", "bf16"],
+        help="bf16: the step runs under torch.autocast(bfloat16)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="print torch.profiler top ops of the plain step and of every miss",
+    )
     args = parser.parse_args(argv)
     args.batch = args.batch or (8 if args.quick else 64)
     device = bu.setup_torch(args)

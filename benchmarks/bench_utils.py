@@ -177,8 +177,10 @@ def machine(args: argparse.Namespace, device: torch.device) -> str:
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    text = (f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, torch "
-            f"{torch.__version__}, {torch.get_num_threads()} thread(s), device {device}")
+    text = (
+        f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, torch "
+        f"{torch.__version__}, {torch.get_num_threads()} thread(s), device {device}"
+    )
     if device.type == "cuda":
         text += f" ({torch.cuda.get_device_name(device)})"
     return text
@@ -200,7 +202,7 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 
 def verdict(value: float, limit: float, tolerance: float = 0.0) -> str:
-    """"met", "met within noise" (above the limit by at most `tolerance`, relative) or "MISSED"."""
+    """ "met", "met within noise" (above the limit by at most `tolerance`, relative) or "MISSED"."""
     if value <= limit:
         return f"met ({value:.2f} <= {limit:g})"
     if value <= limit * (1 + tolerance):
@@ -211,8 +213,9 @@ def verdict(value: float, limit: float, tolerance: float = 0.0) -> str:
 class Record:
     """What one run prints and appends to RESULTS.md: title, command, machine, load, sections."""
 
-    def __init__(self, title: str, args: argparse.Namespace, device: torch.device,
-                 argv: Sequence[str] | None) -> None:
+    def __init__(
+        self, title: str, args: argparse.Namespace, device: torch.device, argv: Sequence[str] | None
+    ) -> None:
         self.args = args
         script = Path(sys.argv[0]).name if argv is None else f"{title}.py"
         words = list(sys.argv[1:] if argv is None else argv)
@@ -247,6 +250,13 @@ class Record:
             self.args.results.parent.mkdir(parents=True, exist_ok=True)
             new = not self.args.results.exists()
             with open(self.args.results, "a") as f:
-                f.write(("# Benchmark results\n\nAppended by the scripts in benchmarks/ "
-                         "(see benchmarks/README.md).\n\n" if new else "\n") + text)
+                f.write(
+                    (
+                        "# Benchmark results\n\nAppended by the scripts in benchmarks/ "
+                        "(see benchmarks/README.md).\n\n"
+                        if new
+                        else "\n"
+                    )
+                    + text
+                )
         return text

@@ -29,8 +29,9 @@ def rank_map(importance: Tensor) -> Tensor:
     return (flat.shape[1] - 1 - ranks).to(torch.float64).view_as(importance)  # larger = earlier
 
 
-def quantus_pixel_flipping(model: nn.Module, x: Tensor, y: Tensor, ranks: Tensor,
-                           n_steps: int) -> tuple[np.ndarray, np.ndarray]:
+def quantus_pixel_flipping(
+    model: nn.Module, x: Tensor, y: Tensor, ranks: Tensor, n_steps: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Quantus PixelFlipping MIF and LIF curves (B, n_steps), fill 0, softmax probability.
 
     LIF is pixel flipping on the negated map. Quantus flips (channel, pixel) features; channel
@@ -40,19 +41,31 @@ def quantus_pixel_flipping(model: nn.Module, x: Tensor, y: Tensor, ranks: Tensor
     import quantus
 
     b, c, h, w = x.shape
-    metric = quantus.PixelFlipping(features_in_step=(h * w // n_steps) * c, perturb_baseline=0.0,
-                                   disable_warnings=True)
+    metric = quantus.PixelFlipping(
+        features_in_step=(h * w // n_steps) * c, perturb_baseline=0.0, disable_warnings=True
+    )
     offsets = 0.1 * np.arange(c, 0, -1).reshape(1, c, 1, 1) / c
     curves = []
     for sign in (1.0, -1.0):
         a_batch = sign * ranks[:, None].numpy() + offsets
-        curves.append(np.asarray(metric(model=model, x_batch=x.numpy(), y_batch=y.numpy(),
-                                        a_batch=a_batch, device="cpu", batch_size=b)))
+        curves.append(
+            np.asarray(
+                metric(
+                    model=model,
+                    x_batch=x.numpy(),
+                    y_batch=y.numpy(),
+                    a_batch=a_batch,
+                    device="cpu",
+                    batch_size=b,
+                )
+            )
+        )
     return curves[0], curves[1]
 
 
-def bare_curve_forwards(model: nn.Module, x: Tensor, n_steps: int,
-                        chunk: int | None = None) -> Callable[[], None]:
+def bare_curve_forwards(
+    model: nn.Module, x: Tensor, n_steps: int, chunk: int | None = None
+) -> Callable[[], None]:
     """The forwards fidelity_curves needs: the clean batch and 2 * n_steps perturbed copies of it
     (pixel values do not change the cost of a dense forward), `chunk` rows per forward."""
     rows = x.repeat(2 * n_steps, 1, 1, 1)
@@ -61,9 +74,9 @@ def bare_curve_forwards(model: nn.Module, x: Tensor, n_steps: int,
     def run() -> None:
         with torch.no_grad():
             for start in range(0, x.shape[0], size):
-                model(x[start:start + size])
+                model(x[start : start + size])
             for start in range(0, rows.shape[0], size):
-                model(rows[start:start + size])
+                model(rows[start : start + size])
 
     return run
 
@@ -75,8 +88,9 @@ def _quantus_explain(model, inputs, targets, **_):
     return saliency(model, torch.as_tensor(inputs), torch.as_tensor(targets)).detach().numpy()
 
 
-def quantus_lipschitz(model: nn.Module, x: Tensor, y: Tensor, n_samples: int, std: float,
-                      points: Tensor | None = None) -> np.ndarray:
+def quantus_lipschitz(
+    model: nn.Module, x: Tensor, y: Tensor, n_samples: int, std: float, points: Tensor | None = None
+) -> np.ndarray:
     """Quantus LocalLipschitzEstimate (Gaussian std `std`, per-image max normalisation).
 
     With `points` (N, B, C, H, W) its perturbation function replays them, one per Quantus step.
@@ -88,14 +102,35 @@ def quantus_lipschitz(model: nn.Module, x: Tensor, y: Tensor, n_samples: int, st
         replay: Iterator[np.ndarray] = iter([p.reshape(x.shape[0], -1).numpy() for p in points])
         extra["perturb_func"] = lambda arr, **_: next(replay)
     metric = quantus.LocalLipschitzEstimate(
-        nr_samples=n_samples, perturb_std=std, normalise=True, disable_warnings=True,
-        normalise_func_kwargs={"normalise_axes": (1, 2, 3)}, **extra)
-    return np.asarray(metric(model=model, x_batch=x.numpy(), y_batch=y.numpy(), a_batch=None,
-                             explain_func=_quantus_explain, device="cpu", batch_size=x.shape[0]))
+        nr_samples=n_samples,
+        perturb_std=std,
+        normalise=True,
+        disable_warnings=True,
+        normalise_func_kwargs={"normalise_axes": (1, 2, 3)},
+        **extra,
+    )
+    return np.asarray(
+        metric(
+            model=model,
+            x_batch=x.numpy(),
+            y_batch=y.numpy(),
+            a_batch=None,
+            explain_func=_quantus_explain,
+            device="cpu",
+            batch_size=x.shape[0],
+        )
+    )
 
 
-def captum_sensitivity(model: nn.Module, x: Tensor, y: Tensor, n_samples: int, radius: float,
-                       points: Tensor | None = None, chunk: int | None = None) -> Tensor:
+def captum_sensitivity(
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    n_samples: int,
+    radius: float,
+    points: Tensor | None = None,
+    chunk: int | None = None,
+) -> Tensor:
     """Captum sensitivity_max (uniform L_inf samples of `radius`); with `points` (N, B, ...)
     its perturbation function returns them, sample-minor as Captum repeats its inputs.
     `chunk` is its max_examples_per_batch (None: all samples of all images at once)."""
@@ -108,16 +143,34 @@ def captum_sensitivity(model: nn.Module, x: Tensor, y: Tensor, n_samples: int, r
     if points is not None:
         flat = points.transpose(0, 1).reshape(-1, *x.shape[1:])
         kwargs["perturb_func"] = lambda inputs, *_, **__: flat
-    return sensitivity_max(explain, x, perturb_radius=radius, n_perturb_samples=n_samples,
-                           target=y, max_examples_per_batch=chunk, **kwargs)
+    return sensitivity_max(
+        explain,
+        x,
+        perturb_radius=radius,
+        n_perturb_samples=n_samples,
+        target=y,
+        max_examples_per_batch=chunk,
+        **kwargs,
+    )
 
 
 # --------------------------------------------------------------------------- fragility attack
 
 
-def bare_attack(model: nn.Module, x: Tensor, y: Tensor, *, epsilon: float, n_steps: int, k: int,
-                beta: float = 10.0, ranking: bool = False, ig_steps: int | None = None,
-                step_size: float | None = None, ig_chunk_steps: int | None = None) -> Tensor:
+def bare_attack(
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    *,
+    epsilon: float,
+    n_steps: int,
+    k: int,
+    beta: float = 10.0,
+    ranking: bool = False,
+    ig_steps: int | None = None,
+    step_size: float | None = None,
+    ig_chunk_steps: int | None = None,
+) -> Tensor:
     """The compute floor of a top-k fragility attack, in plain torch.
 
     Per step: the map of the softplus copy with create_graph (saliency, or with `ig_steps`
@@ -139,8 +192,9 @@ def bare_attack(model: nn.Module, x: Tensor, y: Tensor, *, epsilon: float, n_ste
     adv = x
     for _ in range(n_steps):
         xv = adv.detach().requires_grad_(True)
-        maps = _map(surrogate, xv, y, create_graph=True, ig_steps=ig_steps,
-                    chunk_steps=ig_chunk_steps)
+        maps = _map(
+            surrogate, xv, y, create_graph=True, ig_steps=ig_steps, chunk_steps=ig_chunk_steps
+        )
         weights = maps / maps.sum(1, keepdim=True).clamp_min(1e-12)
         (grad,) = torch.autograd.grad(-(weights * top).sum(), xv)
         adv = (x + (xv.detach() + step * grad.sign() - x).clamp(-epsilon, epsilon)).clamp(0, 1)
@@ -155,13 +209,21 @@ def bare_attack(model: nn.Module, x: Tensor, y: Tensor, *, epsilon: float, n_ste
             with torch.no_grad():
                 _kept = model(adv).argmax(1) == clean_label
             if ranking:
-                _score = (_topk(_map(model, adv, y, create_graph=False, ig_steps=ig_steps), k)
-                          & top).sum(1)
+                _score = (
+                    _topk(_map(model, adv, y, create_graph=False, ig_steps=ig_steps), k) & top
+                ).sum(1)
     return adv
 
 
-def _map(model: nn.Module, x: Tensor, y: Tensor, *, create_graph: bool,
-         ig_steps: int | None = None, chunk_steps: int | None = None) -> Tensor:
+def _map(
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    *,
+    create_graph: bool,
+    ig_steps: int | None = None,
+    chunk_steps: int | None = None,
+) -> Tensor:
     """Flat importance maps (B, H*W): sum over channels of |attribution|, where the attribution
     is d logit_y / d x, or with `ig_steps` integrated gradients from a zero baseline
     (`chunk_steps` path steps per forward)."""
@@ -177,7 +239,7 @@ def _map(model: nn.Module, x: Tensor, y: Tensor, *, create_graph: bool,
         total = torch.zeros_like(xv)
         size = chunk_steps or ig_steps
         for first in range(0, ig_steps, size):
-            a, w = alphas[first:first + size], weights[first:first + size]
+            a, w = alphas[first : first + size], weights[first : first + size]
             points = (a * xv).flatten(0, 1)
             if not create_graph:
                 points = points.detach().requires_grad_(True)

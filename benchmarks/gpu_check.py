@@ -55,18 +55,27 @@ def fit_throughput(penalty: bool, args: argparse.Namespace, device: torch.device
             times.append(_clock(device))
 
     total = args.warmup + args.steps
-    dm = SyntheticDataModule(num_samples=args.batch * total, image_size=32, seed=0,
-                             batch_size=args.batch)
+    dm = SyntheticDataModule(
+        num_samples=args.batch * total, image_size=32, seed=0, batch_size=args.batch
+    )
     terms = [ExplanationSmoothness(n_samples=1, seed=0)] if penalty else None
     module = RobustClassifier(ResNet18CIFAR(width=args.width), penalties=terms)
     trainer = pl.Trainer(
-        accelerator=device.type, devices=1, precision=args.precision, max_steps=total,
-        max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, callbacks=[Clock()], num_sanity_val_steps=0,
+        accelerator=device.type,
+        devices=1,
+        precision=args.precision,
+        max_steps=total,
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[Clock()],
+        num_sanity_val_steps=0,
         limit_val_batches=0,
     )
     trainer.fit(module, datamodule=dm)
-    measured = times[args.warmup - 1:]
+    measured = times[args.warmup - 1 :]
     return args.batch * (len(measured) - 1) / (measured[-1] - measured[0])
 
 
@@ -93,13 +102,22 @@ def attack_ratios(args: argparse.Namespace, device: torch.device) -> dict[str, d
     target = model(x).argmax(1).detach()
     out = {}
     for name, ig_steps in (("saliency", None), ("integrated_gradients", args.ig_steps)):
-        explainer = name if ig_steps is None else get_explainer(name, n_steps=ig_steps,
-                                                                baseline=0.0)
+        explainer = (
+            name if ig_steps is None else get_explainer(name, n_steps=ig_steps, baseline=0.0)
+        )
         kw = dict(epsilon=0.3, step_size=0.01, n_steps=args.attack_steps, k=200)
-        attack = time_call(lambda e=explainer, kw=kw: fragility_attack(
-            model, x, target, explainer=e, measure_k=100, seed=0, **kw), device, args.repeats)
-        bare = time_call(lambda s=ig_steps, kw=kw: peers.bare_attack(
-            model, x, target, ig_steps=s, **kw), device, args.repeats)
+        attack = time_call(
+            lambda e=explainer, kw=kw: fragility_attack(
+                model, x, target, explainer=e, measure_k=100, seed=0, **kw
+            ),
+            device,
+            args.repeats,
+        )
+        bare = time_call(
+            lambda s=ig_steps, kw=kw: peers.bare_attack(model, x, target, ig_steps=s, **kw),
+            device,
+            args.repeats,
+        )
         out[name] = {"attack_s": attack, "bare_s": bare, "ratio": attack / bare}
     return out
 
@@ -107,8 +125,12 @@ def attack_ratios(args: argparse.Namespace, device: torch.device) -> dict[str, d
 def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu-smoke", action="store_true", help="toy sizes on the CPU")
-    parser.add_argument("--out", type=Path, default=HERE / "gpu_check_results",
-                        help="results path without suffix (.json and .md are written)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=HERE / "gpu_check_results",
+        help="results path without suffix (.json and .md are written)",
+    )
     args = parser.parse_args(argv)
     smoke = args.cpu_smoke
     if not smoke and not torch.cuda.is_available():
@@ -127,9 +149,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
     results: dict[str, object] = {
         "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu (smoke)",
         "torch": torch.__version__,
-        "fit": {"plain_images_per_s": plain, "smoothness_images_per_s": smooth,
-                "smoothness_relative_throughput": smooth / plain, "batch": args.batch,
-                "precision": args.precision, "measured_steps": args.steps},
+        "fit": {
+            "plain_images_per_s": plain,
+            "smoothness_images_per_s": smooth,
+            "smoothness_relative_throughput": smooth / plain,
+            "batch": args.batch,
+            "precision": args.precision,
+            "measured_steps": args.steps,
+        },
         "attack": attack_ratios(args, device),
     }
     results["seconds"] = time.perf_counter() - start
@@ -142,15 +169,21 @@ def main(argv: Sequence[str] | None = None) -> dict[str, object]:
 
 def _markdown(r: dict, smoke: bool) -> str:
     fit, attack = r["fit"], r["attack"]
-    lines = [f"# gpu_check{' (CPU smoke: numbers mean nothing)' if smoke else ''}", "",
-             f"device {r['device']}, torch {r['torch']}, {r['seconds']:.0f} s in all", "",
-             f"- ResNet18CIFAR 32x32 {fit['precision']} fit, batch {fit['batch']}: plain "
-             f"{fit['plain_images_per_s']:.0f} img/s, smoothness (1 sample) "
-             f"{fit['smoothness_images_per_s']:.0f} img/s = "
-             f"{fit['smoothness_relative_throughput']:.2f}x plain throughput"]
+    lines = [
+        f"# gpu_check{' (CPU smoke: numbers mean nothing)' if smoke else ''}",
+        "",
+        f"device {r['device']}, torch {r['torch']}, {r['seconds']:.0f} s in all",
+        "",
+        f"- ResNet18CIFAR 32x32 {fit['precision']} fit, batch {fit['batch']}: plain "
+        f"{fit['plain_images_per_s']:.0f} img/s, smoothness (1 sample) "
+        f"{fit['smoothness_images_per_s']:.0f} img/s = "
+        f"{fit['smoothness_relative_throughput']:.2f}x plain throughput",
+    ]
     for name, a in attack.items():
-        lines.append(f"- fragility attack ({name}), 28x28: {a['attack_s']:.3f} s, bare loop "
-                     f"{a['bare_s']:.3f} s, ratio {a['ratio']:.2f}")
+        lines.append(
+            f"- fragility attack ({name}), 28x28: {a['attack_s']:.3f} s, bare loop "
+            f"{a['bare_s']:.3f} s, ratio {a['ratio']:.2f}"
+        )
     return "\n".join(lines) + "\n"
 
 

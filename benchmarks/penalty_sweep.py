@@ -37,9 +37,19 @@ def run(name: str, config: str, extra: list[str], epochs: int, out: Path) -> dic
     from robust_train.evaluation import EvaluationSettings, evaluate_classifier
     from robust_train.models import load_classifier
 
-    args = ["--config", str(ROOT / "configs" / f"{config}.yaml"), *extra, f"--trainer.max_epochs={epochs}",
-            "--trainer.logger=false", "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false",
-            "--checkpoint_root", str(out), "--experiment", name.replace(" ", "_").replace("=", "")]
+    args = [
+        "--config",
+        str(ROOT / "configs" / f"{config}.yaml"),
+        *extra,
+        f"--trainer.max_epochs={epochs}",
+        "--trainer.logger=false",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.enable_model_summary=false",
+        "--checkpoint_root",
+        str(out),
+        "--experiment",
+        name.replace(" ", "_").replace("=", ""),
+    ]
     cli = lightning_main(args, run=False)
     start = time.perf_counter()
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
@@ -48,14 +58,23 @@ def run(name: str, config: str, extra: list[str], epochs: int, out: Path) -> dic
     model = load_classifier(best)
     meta = torch.load(best, map_location="cpu", weights_only=False)["robust_train"]
     x, y, acc = heldout_tensors(meta["datamodule"], 400, model=model)
-    settings = EvaluationSettings(n_samples=200, attacks=("random_sign", "topk"), explainers=("saliency",),
-                                  lipschitz_samples=16, fidelity_steps=10)
+    settings = EvaluationSettings(
+        n_samples=200,
+        attacks=("random_sign", "topk"),
+        explainers=("saliency",),
+        lipschitz_samples=16,
+        fidelity_steps=10,
+    )
     r = evaluate_classifier(model, x, y, settings, progress=False)
-    return {"test acc": acc, "topk: top-k": r["attacks"]["topk"]["topk_intersection"],
-            "topk: Spearman": r["attacks"]["topk"]["spearman"],
-            "random: top-k": r["attacks"]["random_sign"]["topk_intersection"],
-            "Lipschitz": r["lipschitz"]["saliency"]["mean"], "fidelity": r["fidelity"]["saliency"]["estimate"]["mean"],
-            "train s": seconds}
+    return {
+        "test acc": acc,
+        "topk: top-k": r["attacks"]["topk"]["topk_intersection"],
+        "topk: Spearman": r["attacks"]["topk"]["spearman"],
+        "random: top-k": r["attacks"]["random_sign"]["topk_intersection"],
+        "Lipschitz": r["lipschitz"]["saliency"]["mean"],
+        "fidelity": r["fidelity"]["saliency"]["estimate"]["mean"],
+        "train s": seconds,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,13 +92,23 @@ def main(argv: list[str] | None = None) -> int:
         rows[name] = run(name, config, extra, args.epochs, Path(args.out))
         print(name, {k: round(v, 4) for k, v in rows[name].items()}, flush=True)
     cols = list(next(iter(rows.values())))
-    lines = [f"## {datetime.datetime.now():%Y-%m-%d %H:%M}: penalty sweep on digits ({args.epochs} epochs)", "",
-             f"Command: `.venv/bin/python benchmarks/penalty_sweep.py {' '.join(argv or [])}`  ",
-             f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
-             f"{torch.__version__}, {args.threads} thread(s), load average {os.getloadavg()[0]:.1f}", "",
-             "| variant | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
-    lines += [f"| {n} | " + " | ".join(f"{r[c]:.3f}" if c != "train s" else f"{r[c]:.0f}" for c in cols) + " |"
-              for n, r in rows.items()]
+    lines = [
+        f"## {datetime.datetime.now():%Y-%m-%d %H:%M}: "
+        f"penalty sweep on digits ({args.epochs} epochs)",
+        "",
+        f"Command: `.venv/bin/python benchmarks/penalty_sweep.py {' '.join(argv or [])}`  ",
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
+        f"{torch.__version__}, {args.threads} thread(s), load average {os.getloadavg()[0]:.1f}",
+        "",
+        "| variant | " + " | ".join(cols) + " |",
+        "|---|" + "---|" * len(cols),
+    ]
+    lines += [
+        f"| {n} | "
+        + " | ".join(f"{r[c]:.3f}" if c != "train s" else f"{r[c]:.0f}" for c in cols)
+        + " |"
+        for n, r in rows.items()
+    ]
     text = "\n".join(lines) + "\n\n"
     print(text)
     with open(ROOT / "benchmarks" / "PENALTY_SWEEP.md", "a") as f:

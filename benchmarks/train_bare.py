@@ -22,8 +22,9 @@ SETTINGS: dict[str, dict[str, object]] = {
     "curvature": dict(seed=0),
     "gradnorm": dict(),
     "ig_norm": dict(epsilon=0.3, step_size=0.3, n_steps=1, n_attack_points=2, n_points=3, seed=0),
-    "ig_sum_norm": dict(beta=0.1, epsilon=0.3, step_size=0.3, n_steps=1, n_attack_points=2,
-                        n_points=3, seed=0),
+    "ig_sum_norm": dict(
+        beta=0.1, epsilon=0.3, step_size=0.3, n_steps=1, n_attack_points=2, n_points=3, seed=0
+    ),
     "smoothness": dict(seed=0),
     "lipschitz": dict(seed=0),
     "igr": dict(radius=0.3, n_ascent_steps=1, n_ig_steps=3, seed=0),
@@ -31,8 +32,9 @@ SETTINGS: dict[str, dict[str, object]] = {
 }
 
 
-def _pgd(objective: Callable[[Tensor], Tensor], x: Tensor, eps: float, step: float,
-         n_steps: int) -> Tensor:
+def _pgd(
+    objective: Callable[[Tensor], Tensor], x: Tensor, eps: float, step: float, n_steps: int
+) -> Tensor:
     lower, upper = (x - eps).clamp(min=0), (x + eps).clamp(max=1)
     adv = torch.min(torch.max(x + (2 * torch.rand_like(x) - 1) * eps, lower), upper)
     for _ in range(n_steps):
@@ -56,6 +58,7 @@ def _path_ig(model: nn.Module, x: Tensor, end: Tensor, y: Tensor, m: int) -> tup
 def _loss(name: str, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
     s = SETTINGS[name]
     if name == "adversarial":  # Madry et al. 2018: CE at a PGD example, replaces the CE
+
         def ce(a: Tensor) -> Tensor:
             return F.cross_entropy(model(a), y, reduction="none")
 
@@ -79,8 +82,9 @@ def _loss(name: str, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
     logits = model(xv)
     ce = F.cross_entropy(logits, y)
     if name == "gradnorm":  # Drucker & LeCun 1992: ||grad_x CE||^2, double backprop
-        (g,) = torch.autograd.grad(F.cross_entropy(logits, y, reduction="sum"), xv,
-                                   create_graph=True)
+        (g,) = torch.autograd.grad(
+            F.cross_entropy(logits, y, reduction="sum"), xv, create_graph=True
+        )
         return ce + g.flatten(1).pow(2).sum(1).mean()
     if name == "ssr":  # Wang et al. 2020: Rayleigh quotient of J^T (diag p - p p^T) J
         p = logits.softmax(1)

@@ -1,4 +1,5 @@
-"""robust_train: train image classifiers whose explanations are robust, and measure it while they train.
+"""robust_train: train image classifiers whose explanations are robust, and measure it while
+they train.
 
 `RobustClassifier` is imported on first use, so `robust-train --help` and the argument checks of
 the commands start without loading PyTorch Lightning.

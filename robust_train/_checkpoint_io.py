@@ -115,7 +115,7 @@ def evaluate_checkpoint(
     progress: bool = True,
     threads: int | None = None,
 ) -> dict[str, Any]:
-    """Load a checkpoint and its held-out data, run the suite, add the checkpoint's training time."""
+    """Load a checkpoint and its held-out data, run the suite, add the training time."""
     model, stored = load_checkpoint(ckpt)
     if threads is not None:
         torch.set_num_threads(threads)
@@ -142,7 +142,7 @@ def evaluate_checkpoint(
 
 
 def export_checkpoint(src: str | Path, dst: str | Path) -> Path:
-    """Write a small copy of a fit checkpoint: weights and rebuild metadata, no optimizer/loop state.
+    """Write a small copy of a fit checkpoint: weights and rebuild metadata, no optimizer state.
 
     The copy loads with `load_classifier`, `robust-train evaluate` and `compare`, and as
     `init_checkpoint` for fine-tuning; it cannot resume training.

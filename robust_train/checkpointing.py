@@ -200,7 +200,7 @@ class RunCheckpoint(ModelCheckpoint):
 
 
 def _remove_if_no_checkpoint(folder: Path) -> None:
-    """Remove a run folder a failed start left holding only config.yaml (nothing else is touched)."""
+    """Remove a run folder a failed start left holding only config.yaml (nothing else)."""
     if not folder.is_dir() or not VERSION.match(folder.name):
         return
     if {p.name for p in folder.iterdir()} <= {"config.yaml"}:

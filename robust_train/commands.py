@@ -2,7 +2,8 @@
 
     robust-train evaluate --ckpt checkpoints/digits_baseline/latest/best.ckpt
     robust-train evaluate --ckpt checkpoints/digits_robust.ckpt --protocol rar --n-samples 50
-    robust-train compare checkpoints/digits_baseline.ckpt checkpoints/digits_robust.ckpt --out runs/compare
+    robust-train compare checkpoints/digits_baseline.ckpt checkpoints/digits_robust.ckpt \
+        --out runs/compare
 
 Every argument is checked (names of explainers and attacks, positive counts, files) before a
 checkpoint is loaded. `evaluate` writes results.json and summary.md (the numbers, the settings and

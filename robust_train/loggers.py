@@ -55,7 +55,8 @@ class SafeWandbLogger(WandbLogger):
     ) -> None:
         if offline is None:
             offline = os.environ.get("WANDB_MODE", "offline").lower() != "online"
-        # Absolute: W&B's writer is a separate long-lived process with a working directory of its own.
+        # Absolute: W&B's writer is a separate long-lived process with a working directory of
+        # its own.
         save_dir = os.path.abspath(save_dir)
         os.makedirs(save_dir, exist_ok=True)
         log_model = kwargs.pop("log_model", False)
@@ -82,7 +83,8 @@ class SafeWandbLogger(WandbLogger):
             self.failures[what] = f"{type(err).__name__}: {err}"
             scope = "all W&B logging" if what == "starting the run" else f"W&B {what} calls"
             rank_zero_warn(
-                f"W&B {what} failed ({self.failures[what]}); {scope} skipped for the rest of this run. "
+                f"W&B {what} failed ({self.failures[what]}); {scope} skipped for the rest of "
+                "this run. "
                 "Training continues and checkpoints are still written."
             )
             if what == "starting the run":

@@ -1,4 +1,4 @@
-"""Tiny deterministic models and data for tests (Captum's basic_models idea, written for this project)."""
+"""Tiny deterministic models and data for tests (Captum's basic_models idea, written here)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ def seeded(seed: int = 0) -> torch.Generator:
 class LinearModel(nn.Module):
     """logits = W vec(x) + b: saliency is constant, input x gradient is x * W[target]."""
 
-    def __init__(self, in_shape: tuple[int, int, int] = (1, 8, 8), num_classes: int = 10, seed: int = 0):
+    def __init__(
+        self, in_shape: tuple[int, int, int] = (1, 8, 8), num_classes: int = 10, seed: int = 0
+    ):
         super().__init__()
         torch.manual_seed(seed)
         self.flatten = nn.Flatten()
@@ -27,15 +29,28 @@ class LinearModel(nn.Module):
 class TinyCNN(nn.Module):
     """Conv-ReLU-pool-linear, with optional BatchNorm and Dropout (train/eval behaviour differs)."""
 
-    def __init__(self, in_channels: int = 1, num_classes: int = 10, size: int = 8, *, batchnorm: bool = False,
-                 dropout: float = 0.0, seed: int = 0):
+    def __init__(
+        self,
+        in_channels: int = 1,
+        num_classes: int = 10,
+        size: int = 8,
+        *,
+        batchnorm: bool = False,
+        dropout: float = 0.0,
+        seed: int = 0,
+    ):
         super().__init__()
         torch.manual_seed(seed)
         layers: list[nn.Module] = [nn.Conv2d(in_channels, 8, 3, padding=1)]
         if batchnorm:
             layers.append(nn.BatchNorm2d(8))
-        layers += [nn.ReLU(inplace=True), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(4),
-                   nn.Flatten()]
+        layers += [
+            nn.ReLU(inplace=True),
+            nn.Conv2d(8, 8, 3, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(4),
+            nn.Flatten(),
+        ]
         if dropout:
             layers.append(nn.Dropout(dropout))
         layers.append(nn.Linear(8 * 16, num_classes))
@@ -48,11 +63,17 @@ class TinyCNN(nn.Module):
 class SmoothMLP(nn.Module):
     """Two-layer softplus MLP: non-zero second derivatives everywhere."""
 
-    def __init__(self, in_shape: tuple[int, int, int] = (1, 8, 8), num_classes: int = 10, seed: int = 0):
+    def __init__(
+        self, in_shape: tuple[int, int, int] = (1, 8, 8), num_classes: int = 10, seed: int = 0
+    ):
         super().__init__()
         torch.manual_seed(seed)
-        self.net = nn.Sequential(nn.Flatten(), nn.Linear(int(np.prod(in_shape)), 32), nn.Softplus(beta=5.0),
-                                 nn.Linear(32, num_classes))
+        self.net = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(int(np.prod(in_shape)), 32),
+            nn.Softplus(beta=5.0),
+            nn.Linear(32, num_classes),
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)
@@ -69,7 +90,7 @@ def digits_tensors() -> tuple[Tensor, Tensor]:
 
 
 def train_digits_cnn(epochs: int = 8, seed: int = 0) -> tuple[nn.Module, Tensor, Tensor]:
-    """Train a TinyCNN on the first 1400 digits; return (eval-mode model, held-out x, held-out y)."""
+    """Train a TinyCNN on the first 1400 digits; return (eval model, held-out x, held-out y)."""
     x, y = digits_tensors()
     g = torch.Generator().manual_seed(seed)
     perm = torch.randperm(len(x), generator=g)
@@ -79,7 +100,7 @@ def train_digits_cnn(epochs: int = 8, seed: int = 0) -> tuple[nn.Module, Tensor,
     for _ in range(epochs):
         for i in range(0, 1400, 64):
             opt.zero_grad()
-            loss = nn.functional.cross_entropy(model(x[i:i + 64]), y[i:i + 64])
+            loss = nn.functional.cross_entropy(model(x[i : i + 64]), y[i : i + 64])
             loss.backward()
             opt.step()
     return model.eval(), x[1400:], y[1400:]

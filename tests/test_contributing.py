@@ -31,7 +31,8 @@ def clean_registries():
             registry.pop(name)
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)), ids=["penalty", "objective", "explainer",
-                                                            "monitor"])
+@pytest.mark.parametrize(
+    "index", range(len(BLOCKS)), ids=["penalty", "objective", "explainer", "monitor"]
+)
 def test_example_runs(index: int, clean_registries) -> None:
     exec(compile(BLOCKS[index], f"CONTRIBUTING.md block {index}", "exec"), {"__name__": "doc"})

@@ -45,7 +45,9 @@ class ImageTensorDataset(Dataset):
 
     def __init__(self, images: Tensor, targets: Tensor, size: tuple[int, int] | None = None):
         if images.dim() != 4 or len(images) != len(targets):
-            raise ValueError(f"images {tuple(images.shape)} and targets {tuple(targets.shape)} do not match")
+            raise ValueError(
+                f"images {tuple(images.shape)} and targets {tuple(targets.shape)} do not match"
+            )
         self.images = images
         self.targets = targets.long()
         self.size = size
@@ -96,9 +98,16 @@ class ImageDataModule(pl.LightningDataModule):
 
     def _loader(self, dataset: Dataset | None, split: str, shuffle: bool) -> DataLoader:
         if dataset is None:
-            raise RuntimeError(f"{type(self).__name__} has no {split} split yet: call setup() first")
-        return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0)
+            raise RuntimeError(
+                f"{type(self).__name__} has no {split} split yet: call setup() first"
+            )
+        return DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, "train", shuffle=True)

@@ -63,7 +63,8 @@ class DigitsDataModule(ImageDataModule):
                 raise ValueError(f"`{name}` must lie in (0, 1), got {value!r}")
         if val_fraction + test_fraction >= 1:
             raise ValueError(
-                f"`val_fraction` + `test_fraction` must be < 1, got {val_fraction!r} + {test_fraction!r}"
+                "`val_fraction` + `test_fraction` must be < 1, got "
+                f"{val_fraction!r} + {test_fraction!r}"
             )
         check_non_negative(seed, "seed", integer=True)
         self.resize = as_size(resize)
@@ -89,11 +90,16 @@ class DigitsDataModule(ImageDataModule):
         images = resize_images(images, self.resize)
         hp = self.hparams
         index = torch.arange(len(targets)).numpy()
-        rest, test = train_test_split(index, test_size=hp["test_fraction"], stratify=targets.numpy(),
-                                      random_state=hp["seed"])
+        rest, test = train_test_split(
+            index, test_size=hp["test_fraction"], stratify=targets.numpy(), random_state=hp["seed"]
+        )
         val_share = hp["val_fraction"] / (1.0 - hp["test_fraction"])
-        train, val = train_test_split(rest, test_size=val_share, stratify=targets.numpy()[rest],
-                                      random_state=hp["seed"])
+        train, val = train_test_split(
+            rest, test_size=val_share, stratify=targets.numpy()[rest], random_state=hp["seed"]
+        )
         split = {"train": train, "val": val, "test": test}
-        sets = {k: TensorDataset(images[torch.as_tensor(v)], targets[torch.as_tensor(v)]) for k, v in split.items()}
+        sets = {
+            k: TensorDataset(images[torch.as_tensor(v)], targets[torch.as_tensor(v)])
+            for k, v in split.items()
+        }
         self.train_set, self.val_set, self.test_set = sets["train"], sets["val"], sets["test"]

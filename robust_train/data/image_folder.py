@@ -29,7 +29,9 @@ class _FixedClassesFolder(ImageFolder):
         present = sorted(e.name for e in os.scandir(directory) if e.is_dir())
         unknown = sorted(set(present) - set(self._fixed))
         if unknown:
-            raise ValueError(f"{str(directory)!r} has class folders {unknown} that the train folder lacks")
+            raise ValueError(
+                f"{str(directory)!r} has class folders {unknown} that the train folder lacks"
+            )
         return list(self._fixed), {c: i for i, c in enumerate(self._fixed)}
 
 
@@ -88,8 +90,10 @@ class ImageFolderDataModule(ImageDataModule):
             train = self._split_dir("train")
             if not train.is_dir():
                 raise FileNotFoundError(
-                    f"ImageFolderDataModule needs {str(train)!r} with one sub-folder of images per class "
-                    f"(and optionally {str(self._split_dir('val'))!r}, {str(self._split_dir('test'))!r})"
+                    f"ImageFolderDataModule needs {str(train)!r} with one sub-folder of images "
+                    "per class "
+                    f"(and optionally {str(self._split_dir('val'))!r}, "
+                    f"{str(self._split_dir('test'))!r})"
                 )
             self._classes = sorted(e.name for e in os.scandir(train) if e.is_dir())
             if not self._classes:
@@ -109,7 +113,9 @@ class ImageFolderDataModule(ImageDataModule):
         if self.hparams["grayscale"]:
             steps.append(transforms.Grayscale(num_output_channels=1))
         steps.append(transforms.ToTensor())
-        return _FixedClassesFolder(str(self._split_dir(split)), self.class_names, transforms.Compose(steps))
+        return _FixedClassesFolder(
+            str(self._split_dir(split)), self.class_names, transforms.Compose(steps)
+        )
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
@@ -123,11 +129,14 @@ class ImageFolderDataModule(ImageDataModule):
             n_val = int(round(self.hparams["val_fraction"] * len(train)))
             if n_val < 1 or n_val >= len(train):
                 raise ValueError(
-                    f"val_fraction={self.hparams['val_fraction']} of {len(train)} training images leaves an "
+                    f"val_fraction={self.hparams['val_fraction']} of {len(train)} training "
+                    "images leaves an "
                     f"empty split; add {str(self._split_dir('val'))!r} or change val_fraction"
                 )
             generator = torch.Generator().manual_seed(self.hparams["seed"])
-            self.train_set, self.val_set = random_split(train, [len(train) - n_val, n_val], generator=generator)
+            self.train_set, self.val_set = random_split(
+                train, [len(train) - n_val, n_val], generator=generator
+            )
         if self._split_dir("test").is_dir():
             self.test_set = self._folder("test")
 

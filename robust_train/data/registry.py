@@ -39,7 +39,9 @@ def get_datamodule(name: str, **kwargs: Any) -> pl.LightningDataModule:
         32
     """
     if name not in DATAMODULES:
-        raise ValueError(f"Unknown datamodule `name` {name!r}; expected one of {sorted(DATAMODULES)}")
+        raise ValueError(
+            f"Unknown datamodule `name` {name!r}; expected one of {sorted(DATAMODULES)}"
+        )
     return DATAMODULES[name](**kwargs)
 
 
@@ -54,6 +56,9 @@ def datamodule_config(datamodule: pl.LightningDataModule) -> dict[str, Any]:
     cls = type(datamodule)
     module = cls.__module__
     public = "robust_train.data"
-    if module.startswith(public + ".") and getattr(sys.modules.get(public), cls.__qualname__, None) is cls:
+    if (
+        module.startswith(public + ".")
+        and getattr(sys.modules.get(public), cls.__qualname__, None) is cls
+    ):
         module = public
     return {"class_path": f"{module}.{cls.__qualname__}", "init_args": dict(datamodule.hparams)}

@@ -47,8 +47,11 @@ class SyntheticDataModule(ImageDataModule):
     ):
         super().__init__(batch_size, num_workers)
         self.save_hyperparameters()
-        for value, name in ((num_samples, "num_samples"), (in_channels, "in_channels"),
-                            (num_classes, "num_classes")):
+        for value, name in (
+            (num_samples, "num_samples"),
+            (in_channels, "in_channels"),
+            (num_classes, "num_classes"),
+        ):
             check_positive(value, name, integer=True)
         check_non_negative(seed, "seed", integer=True)
         check_probability(noise, "noise")
@@ -78,7 +81,9 @@ class SyntheticDataModule(ImageDataModule):
             return
         hp = self.hparams
         generator = torch.Generator().manual_seed(hp["seed"])
-        templates = torch.rand((hp["num_classes"], hp["in_channels"], *self.size), generator=generator)
+        templates = torch.rand(
+            (hp["num_classes"], hp["in_channels"], *self.size), generator=generator
+        )
         n_eval = max(1, hp["num_samples"] // 4)
         self.train_set = self._make(hp["num_samples"], generator, templates)
         self.val_set = self._make(n_eval, generator, templates)

@@ -20,7 +20,18 @@ from robust_train.data._base import ImageDataModule, ImageTensorDataset, as_size
 
 __all__ = ["MNISTDataModule", "FashionMNISTDataModule", "CIFAR10DataModule"]
 
-CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+CIFAR10_CLASSES = [
+    "airplane",
+    "automobile",
+    "bird",
+    "cat",
+    "deer",
+    "dog",
+    "frog",
+    "horse",
+    "ship",
+    "truck",
+]
 
 
 class _TorchvisionDataModule(ImageDataModule):
@@ -31,8 +42,17 @@ class _TorchvisionDataModule(ImageDataModule):
     channels: ClassVar[int]
     names: ClassVar[list[str]]
 
-    def __init__(self, data_dir: str, download: bool, batch_size: int, val_size: int, seed: int,
-                 num_workers: int, resize: int | Sequence[int] | None, subset: int | None):
+    def __init__(
+        self,
+        data_dir: str,
+        download: bool,
+        batch_size: int,
+        val_size: int,
+        seed: int,
+        num_workers: int,
+        resize: int | Sequence[int] | None,
+        subset: int | None,
+    ):
         super().__init__(batch_size, num_workers)
         check_non_negative(val_size, "val_size", integer=True)
         check_non_negative(seed, "seed", integer=True)
@@ -63,8 +83,10 @@ class _TorchvisionDataModule(ImageDataModule):
         raise NotImplementedError
 
     def _how_to_provide(self) -> str:
-        return (f"Pass download=True (needs internet) to download them there, or copy the files "
-                f"{self.expected_files()} into {str(self.data_folder())!r}.")
+        return (
+            f"Pass download=True (needs internet) to download them there, or copy the files "
+            f"{self.expected_files()} into {str(self.data_folder())!r}."
+        )
 
     def _open(self, train: bool) -> Any:
         try:
@@ -72,7 +94,8 @@ class _TorchvisionDataModule(ImageDataModule):
         except RuntimeError as err:
             raise FileNotFoundError(
                 f"{self.dataset_cls.__name__} files not found (or not intact) in "
-                f"{str(self.data_folder())!r} (data_dir={str(self.data_dir)!r}). {self._how_to_provide()}"
+                f"{str(self.data_folder())!r} (data_dir={str(self.data_dir)!r}). "
+                f"{self._how_to_provide()}"
             ) from err
 
     def prepare_data(self) -> None:
@@ -103,12 +126,21 @@ class _TorchvisionDataModule(ImageDataModule):
         train_images, train_targets = self._as_images(self._open(train=True))
         test_images, test_targets = self._as_images(self._open(train=False))
         if hp["val_size"] >= len(train_images):
-            raise ValueError(f"`val_size` {hp['val_size']} must be smaller than the {len(train_images)} training images")
-        order = torch.randperm(len(train_images), generator=torch.Generator().manual_seed(hp["seed"]))
-        val_idx, train_idx = order[: hp["val_size"]], order[hp["val_size"]:]
+            raise ValueError(
+                f"`val_size` {hp['val_size']} must be smaller than the {len(train_images)} "
+                "training images"
+            )
+        order = torch.randperm(
+            len(train_images), generator=torch.Generator().manual_seed(hp["seed"])
+        )
+        val_idx, train_idx = order[: hp["val_size"]], order[hp["val_size"] :]
         n = hp["subset"]
-        self.train_set = ImageTensorDataset(train_images[train_idx[:n]], train_targets[train_idx[:n]], self.resize)
-        self.val_set = ImageTensorDataset(train_images[val_idx[:n]], train_targets[val_idx[:n]], self.resize)
+        self.train_set = ImageTensorDataset(
+            train_images[train_idx[:n]], train_targets[train_idx[:n]], self.resize
+        )
+        self.val_set = ImageTensorDataset(
+            train_images[val_idx[:n]], train_targets[val_idx[:n]], self.resize
+        )
         self.test_set = ImageTensorDataset(test_images[:n], test_targets[:n], self.resize)
 
 
@@ -136,10 +168,20 @@ class MNISTDataModule(_TorchvisionDataModule):
     channels = 1
     names = [str(i) for i in range(10)]
 
-    def __init__(self, data_dir: str = "data", download: bool = False, batch_size: int = 128,
-                 val_size: int = 5000, seed: int = 0, num_workers: int = 0,
-                 resize: int | Sequence[int] | None = None, subset: int | None = None):
-        super().__init__(data_dir, download, batch_size, val_size, seed, num_workers, resize, subset)
+    def __init__(
+        self,
+        data_dir: str = "data",
+        download: bool = False,
+        batch_size: int = 128,
+        val_size: int = 5000,
+        seed: int = 0,
+        num_workers: int = 0,
+        resize: int | Sequence[int] | None = None,
+        subset: int | None = None,
+    ):
+        super().__init__(
+            data_dir, download, batch_size, val_size, seed, num_workers, resize, subset
+        )
         self.save_hyperparameters()
 
     def data_folder(self) -> Path:
@@ -178,10 +220,20 @@ class CIFAR10DataModule(_TorchvisionDataModule):
     channels = 3
     names = CIFAR10_CLASSES
 
-    def __init__(self, data_dir: str = "data", download: bool = False, batch_size: int = 128,
-                 val_size: int = 5000, seed: int = 0, num_workers: int = 0,
-                 resize: int | Sequence[int] | None = None, subset: int | None = None):
-        super().__init__(data_dir, download, batch_size, val_size, seed, num_workers, resize, subset)
+    def __init__(
+        self,
+        data_dir: str = "data",
+        download: bool = False,
+        batch_size: int = 128,
+        val_size: int = 5000,
+        seed: int = 0,
+        num_workers: int = 0,
+        resize: int | Sequence[int] | None = None,
+        subset: int | None = None,
+    ):
+        super().__init__(
+            data_dir, download, batch_size, val_size, seed, num_workers, resize, subset
+        )
         self.save_hyperparameters()
 
     def data_folder(self) -> Path:
@@ -192,5 +244,8 @@ class CIFAR10DataModule(_TorchvisionDataModule):
         return [name for name, _ in cls.train_list + cls.test_list] + [cls.meta["filename"]]
 
     def _how_to_provide(self) -> str:
-        return (super()._how_to_provide() + f" (the python version; or put {self.dataset_cls.filename!r} "
-                f"in {str(self.data_dir)!r} and use download=True, which then only extracts it)")
+        return (
+            super()._how_to_provide()
+            + f" (the python version; or put {self.dataset_cls.filename!r} "
+            f"in {str(self.data_dir)!r} and use download=True, which then only extracts it)"
+        )

@@ -12,10 +12,12 @@ _AUX_PREFIXES = ("aux1.", "aux2.", "AuxLogits.")
 
 
 def build_kwargs(name: str, weights: Any) -> dict[str, Any]:
-    """Constructor arguments torchvision's builder would set for `weights` (without loading them)."""
+    """Constructor arguments torchvision's builder would set for `weights` (not loading them)."""
     kwargs: dict[str, Any] = {}
     if name in ("googlenet", "inception_v3"):
-        kwargs.update(aux_logits=False, init_weights=weights is None, transform_input=weights is not None)
+        kwargs.update(
+            aux_logits=False, init_weights=weights is None, transform_input=weights is not None
+        )
     if weights is not None and name.startswith("vit_"):
         kwargs["image_size"] = weights.meta["min_size"][0]
     if weights is not None and name.startswith("maxvit"):
@@ -45,7 +47,8 @@ def find_head(model: nn.Module) -> tuple[nn.Module, str, str]:
                     return module, child_name, f"{attr}.{child_name}"
     found = {a: type(getattr(model, a)).__name__ for a in _HEAD_ATTRS if hasattr(model, a)}
     raise ValueError(
-        f"Cannot find the classification head of {type(model).__name__}: looked for a Linear/Conv2d "
+        f"Cannot find the classification head of {type(model).__name__}: "
+        "looked for a Linear/Conv2d "
         f"(or a Sequential ending in one) at {list(_HEAD_ATTRS)}, found {found or 'none of them'}"
     )
 
@@ -76,9 +79,17 @@ def adapt_first_conv(model: nn.Module, in_channels: int) -> None:
     for module in model.modules():
         for attr, child in module.named_children():
             if isinstance(child, nn.Conv2d) and child.in_channels == 3:
-                new = nn.Conv2d(in_channels, child.out_channels, child.kernel_size,  # type: ignore[arg-type]
-                                child.stride, child.padding, child.dilation,  # type: ignore[arg-type]
-                                child.groups, child.bias is not None, child.padding_mode)
+                new = nn.Conv2d(
+                    in_channels,
+                    child.out_channels,
+                    child.kernel_size,  # type: ignore[arg-type]
+                    child.stride,  # type: ignore[arg-type]
+                    child.padding,  # type: ignore[arg-type]
+                    child.dilation,  # type: ignore[arg-type]
+                    child.groups,
+                    child.bias is not None,
+                    child.padding_mode,
+                )
                 with torch.no_grad():
                     mean = child.weight.mean(dim=1, keepdim=True)
                     new.weight.copy_(mean.repeat(1, in_channels, 1, 1) * (3.0 / in_channels))
@@ -86,7 +97,9 @@ def adapt_first_conv(model: nn.Module, in_channels: int) -> None:
                         new.bias.copy_(child.bias)
                 setattr(module, attr, new)
                 return
-    raise ValueError(f"{type(model).__name__} has no 3-channel Conv2d to adapt to {in_channels} channels")
+    raise ValueError(
+        f"{type(model).__name__} has no 3-channel Conv2d to adapt to {in_channels} channels"
+    )
 
 
 class ConvBNReLU(nn.Module):
@@ -110,7 +123,11 @@ def expose_functional_relus(model: nn.Module) -> int:
     count = 0
     for module in list(model.modules()):
         for attr, child in list(module.named_children()):
-            if type(child).__name__ == "BasicConv2d" and hasattr(child, "conv") and hasattr(child, "bn"):
+            if (
+                type(child).__name__ == "BasicConv2d"
+                and hasattr(child, "conv")
+                and hasattr(child, "bn")
+            ):
                 setattr(module, attr, ConvBNReLU(getattr(child, "conv"), getattr(child, "bn")))  # noqa: B009
                 count += 1
     return count

@@ -23,7 +23,8 @@ _FLAG = "_rt_recording_init"
 class RecordsConfig:
     """Mixin: record the constructor arguments of every instance (defaults included).
 
-    Put it before `nn.Module` in the bases. Subclasses are recorded too: the arguments kept are those
+    Put it before `nn.Module` in the bases. Subclasses are recorded too: the arguments kept are
+    those
     of the outermost `__init__` call. `skip_pretrained_args` lists init args that `build_model(...,
     skip_pretrained=True)` overrides, for models whose constructor would otherwise fetch weights.
 
@@ -67,7 +68,9 @@ def _recording(init: Callable[..., None]) -> Callable[..., None]:
                     recorded.update(value)
                 elif kind is inspect.Parameter.VAR_POSITIONAL:
                     if value:
-                        raise TypeError(f"{type(self).__name__} records its config by name: do not pass *{name}")
+                        raise TypeError(
+                            f"{type(self).__name__} records its config by name: do not pass *{name}"
+                        )
                 else:
                     recorded[name] = value
             object.__setattr__(self, "_model_config", {"init_args": recorded})
@@ -121,7 +124,9 @@ def model_config(model: nn.Module) -> dict[str, Any]:
             f"{type(model).__name__} does not record its constructor arguments; derive it from "
             "robust_train.models.RecordsConfig, or pass a config dict / module to load_classifier"
         )
-    init_args = {k: _plain(v, f"`{k}` of {type(model).__name__}") for k, v in recorded["init_args"].items()}
+    init_args = {
+        k: _plain(v, f"`{k}` of {type(model).__name__}") for k, v in recorded["init_args"].items()
+    }
     return {"class_path": _class_path(type(model)), "init_args": init_args}
 
 
@@ -150,7 +155,9 @@ def build_model(config: Mapping[str, Any], *, skip_pretrained: bool = False) -> 
             (used when a state dict will be loaded next, so no weights are downloaded).
 
     Example:
-        >>> net = build_model({"class_path": "robust_train.models.SmallCNN", "init_args": {"width": 8}})
+        >>> net = build_model(
+        ...     {"class_path": "robust_train.models.SmallCNN", "init_args": {"width": 8}}
+        ... )
         >>> type(net).__name__
         'SmallCNN'
     """
@@ -168,4 +175,6 @@ def build_model(config: Mapping[str, Any], *, skip_pretrained: bool = False) -> 
     try:
         return cls(**args)
     except TypeError as err:
-        raise TypeError(f"cannot build {config['class_path']} with init_args {args!r}: {err}") from err
+        raise TypeError(
+            f"cannot build {config['class_path']} with init_args {args!r}: {err}"
+        ) from err

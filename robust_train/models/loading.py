@@ -73,7 +73,8 @@ def load_classifier(
             "model." prefix).
         model: None (use the config stored in the checkpoint), a config dict
             `{"class_path", "init_args"}` to build, or an `nn.Module` to load into (in place).
-        map_location: passed to `torch.load`; a device (string or torch.device) also moves the model.
+        map_location: passed to `torch.load`; a device (string or torch.device) also moves the
+            model.
 
     Returns:
         The classifier (softplus-swapped when the checkpoint says it was trained that way, and

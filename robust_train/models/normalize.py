@@ -39,7 +39,9 @@ def channel_stats(values: float | Sequence[float], in_channels: int) -> list[flo
         return vals
     if len(vals) == 3 or len(vals) == 1:
         return [sum(vals) / len(vals)] * in_channels
-    raise ValueError(f"statistics {vals!r} have {len(vals)} entries; the model takes {in_channels} channel(s)")
+    raise ValueError(
+        f"statistics {vals!r} have {len(vals)} entries; the model takes {in_channels} channel(s)"
+    )
 
 
 class Normalize(nn.Module):
@@ -65,7 +67,9 @@ class Normalize(nn.Module):
         if mean_t.numel() == 0 or std_t.numel() == 0:
             raise ValueError(f"`mean` and `std` must not be empty, got mean={mean!r}, std={std!r}")
         if mean_t.numel() != std_t.numel() and min(mean_t.numel(), std_t.numel()) != 1:
-            raise ValueError(f"`mean` and `std` must have the same length, got mean={mean!r}, std={std!r}")
+            raise ValueError(
+                f"`mean` and `std` must have the same length, got mean={mean!r}, std={std!r}"
+            )
         if not all(math.isfinite(v) for v in mean_t.tolist()):
             raise ValueError(f"`mean` must be finite, got {mean!r}")
         if not all(math.isfinite(v) and v > 0 for v in std_t.tolist()):
@@ -78,7 +82,8 @@ class Normalize(nn.Module):
         n = self.mean.numel()
         if x.dim() < 2 or (n > 1 and x.shape[1] != n):
             raise ValueError(
-                f"Normalize holds statistics for {n} channel(s) but got input of shape {tuple(x.shape)}"
+                f"Normalize holds statistics for {n} channel(s) but got input of shape "
+                f"{tuple(x.shape)}"
             )
         shape = (1, n) + (1,) * (x.dim() - 2)
         return (x - self.mean.view(shape)) / self.std.view(shape)

@@ -38,7 +38,9 @@ def resolve_weights(name: str, weights: str | None) -> Any:
         return enum[key]
     except KeyError:
         options = ["DEFAULT", *enum.__members__]
-        raise ValueError(f"Unknown `weights` {weights!r} for {name!r}; expected None or one of {options}") from None
+        raise ValueError(
+            f"Unknown `weights` {weights!r} for {name!r}; expected None or one of {options}"
+        ) from None
 
 
 def hub_checkpoint_path(weights: Any) -> Path:
@@ -56,7 +58,9 @@ def load_state_dict_file(path: str | os.PathLike[str]) -> dict[str, Tensor]:
     if isinstance(state, Mapping) and isinstance(state.get("state_dict"), Mapping):
         state = state["state_dict"]
     if not isinstance(state, Mapping) or not all(isinstance(v, Tensor) for v in state.values()):
-        raise ValueError(f"{str(file)!r} does not hold a state dict (a mapping of names to tensors)")
+        raise ValueError(
+            f"{str(file)!r} does not hold a state dict (a mapping of names to tensors)"
+        )
     return dict(state)
 
 

@@ -24,7 +24,8 @@ MODELS: dict[str, type[nn.Module]] = {
 
 
 def get_model(name: str, **kwargs: Any) -> nn.Module:
-    """Build a model by name: "small_cnn", "mnist_cnn", "resnet18_cifar", or any torchvision classifier name
+    """Build a model by name: "small_cnn", "mnist_cnn", "resnet18_cifar", or any torchvision
+    classifier name
     (e.g. "resnet18", "vgg11", "densenet121": a `TorchvisionClassifier(name=name, **kwargs)`).
 
     Example:

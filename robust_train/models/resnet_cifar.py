@@ -1,4 +1,5 @@
-"""ResNet-18 for 32x32 images (He et al., "Deep Residual Learning for Image Recognition", CVPR 2016).
+"""ResNet-18 for 32x32 images (He et al., "Deep Residual Learning for Image Recognition",
+CVPR 2016).
 
 The CIFAR variant: a 3x3 stride-1 stem and no max pool, so the four stages run at 32, 16, 8 and 4
 pixels. Every activation is its own non-inplace `nn.ReLU` module: `softplus()` finds all of them,
@@ -67,10 +68,16 @@ class ResNet18CIFAR(RecordsConfig, nn.Module):
         width: int = 64,
     ):
         super().__init__()
-        for value, name in ((num_classes, "num_classes"), (in_channels, "in_channels"), (width, "width")):
+        for value, name in (
+            (num_classes, "num_classes"),
+            (in_channels, "in_channels"),
+            (width, "width"),
+        ):
             check_positive(value, name, integer=True)
-        self.normalize = Normalize(channel_stats(CIFAR10_MEAN if mean is None else mean, in_channels),
-                                   channel_stats(CIFAR10_STD if std is None else std, in_channels))
+        self.normalize = Normalize(
+            channel_stats(CIFAR10_MEAN if mean is None else mean, in_channels),
+            channel_stats(CIFAR10_STD if std is None else std, in_channels),
+        )
         self.conv1 = nn.Conv2d(in_channels, width, 3, stride=1, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(width)
         self.relu = nn.ReLU()
@@ -78,7 +85,9 @@ class ResNet18CIFAR(RecordsConfig, nn.Module):
         in_planes = width
         for i, stride in enumerate((1, 2, 2, 2)):
             planes = width * 2**i
-            stages.append(nn.Sequential(BasicBlock(in_planes, planes, stride), BasicBlock(planes, planes, 1)))
+            stages.append(
+                nn.Sequential(BasicBlock(in_planes, planes, stride), BasicBlock(planes, planes, 1))
+            )
             in_planes = planes
         self.layer1, self.layer2, self.layer3, self.layer4 = stages
         self.pool = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())

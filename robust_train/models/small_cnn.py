@@ -60,12 +60,19 @@ class SmallCNN(RecordsConfig, nn.Module):
         pool_size: int = 4,
     ):
         super().__init__()
-        for value, name in ((in_channels, "in_channels"), (num_classes, "num_classes"),
-                            (input_size, "input_size"), (width, "width"), (pool_size, "pool_size")):
+        for value, name in (
+            (in_channels, "in_channels"),
+            (num_classes, "num_classes"),
+            (input_size, "input_size"),
+            (width, "width"),
+            (pool_size, "pool_size"),
+        ):
             check_positive(value, name, integer=True)
         check_probability(dropout, "dropout")
-        self.normalize = Normalize(channel_stats(0.0 if mean is None else mean, in_channels),
-                                   channel_stats(1.0 if std is None else std, in_channels))
+        self.normalize = Normalize(
+            channel_stats(0.0 if mean is None else mean, in_channels),
+            channel_stats(1.0 if std is None else std, in_channels),
+        )
         n_pools = 1 + max(0, int(math.floor(math.log2(max(input_size, 8) / 8))))
         pool_after = {1, 0, 2} if n_pools >= 3 else ({1, 0} if n_pools == 2 else {1})
         layers: list[nn.Module] = []

@@ -76,7 +76,9 @@ class TorchvisionClassifier(RecordsConfig, nn.Module):
         check_positive(in_channels, "in_channels", integer=True)
         names = torchvision_classifier_names()
         if name not in names:
-            raise ValueError(f"Unknown torchvision classifier `name` {name!r}; expected one of {names}")
+            raise ValueError(
+                f"Unknown torchvision classifier `name` {name!r}; expected one of {names}"
+            )
         self.name = name
         weights_enum = resolve_weights(name, weights)
         kwargs = {**parts.build_kwargs(name, weights_enum), **dict(model_kwargs or {})}
@@ -86,7 +88,9 @@ class TorchvisionClassifier(RecordsConfig, nn.Module):
                 state = load_state_dict_file(weights_path)
             else:
                 state = fetch_state_dict(weights_enum, name)
-            _load_backbone(backbone, parts.drop_aux_keys(state), source=weights_path or repr(weights_enum))
+            _load_backbone(
+                backbone, parts.drop_aux_keys(state), source=weights_path or repr(weights_enum)
+            )
         if parts.head_out_features(backbone) != num_classes:
             parts.replace_head(backbone, num_classes)
         parts.expose_functional_relus(backbone)
@@ -95,7 +99,9 @@ class TorchvisionClassifier(RecordsConfig, nn.Module):
         self.repeat_gray = in_channels == 1
         if in_channels not in (1, 3):
             if getattr(backbone, "transform_input", False):
-                raise ValueError(f"{name} with pretrained weights needs RGB input; got in_channels={in_channels}")
+                raise ValueError(
+                    f"{name} with pretrained weights needs RGB input; got in_channels={in_channels}"
+                )
             parts.adapt_first_conv(backbone, in_channels)
         self.backbone = backbone
         self.math_attention = any(isinstance(m, nn.MultiheadAttention) for m in backbone.modules())
@@ -126,7 +132,7 @@ class TorchvisionClassifier(RecordsConfig, nn.Module):
 def _load_backbone(backbone: nn.Module, state: dict[str, Tensor], source: str) -> None:
     """Load a torchvision-format state dict (any head size) into `backbone`, strictly."""
     if any(k.startswith("backbone.") for k in state):  # a TorchvisionClassifier state dict
-        state = {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}
+        state = {k[len("backbone.") :]: v for k, v in state.items() if k.startswith("backbone.")}
     _, _, head = parts.find_head(backbone)
     head_weight = state.get(f"{head}.weight")
     if head_weight is not None and head_weight.shape[0] != parts.head_out_features(backbone):
@@ -134,9 +140,12 @@ def _load_backbone(backbone: nn.Module, state: dict[str, Tensor], source: str) -
     try:
         result = backbone.load_state_dict(state, strict=False)
     except RuntimeError as err:  # shape mismatches
-        raise RuntimeError(f"weights from {source} do not fit torchvision's {type(backbone).__name__}: {err}") from err
+        raise RuntimeError(
+            f"weights from {source} do not fit torchvision's {type(backbone).__name__}: {err}"
+        ) from err
     if result.missing_keys or result.unexpected_keys:
         raise RuntimeError(
             f"weights from {source} do not match torchvision's {type(backbone).__name__}: "
-            f"missing keys {result.missing_keys[:10]}, unexpected keys {result.unexpected_keys[:10]}"
+            f"missing keys {result.missing_keys[:10]}, "
+            f"unexpected keys {result.unexpected_keys[:10]}"
         )

@@ -7,6 +7,8 @@ predictions do not by themselves give robust attributions.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -42,7 +44,9 @@ def adversarial_loss(
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(16, 3))
         >>> x, y = torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 2, 0])
         >>> clean = F.cross_entropy(net(x), y, reduction="none")
-        >>> bool((adversarial_loss(net, x, y, n_steps=5) >= clean - 1e-6).all())
+        >>> # from x (no random start): CE is convex in x here, so each ascent step raises it
+        >>> adv = adversarial_loss(net, x, y, n_steps=5, random_start=False)
+        >>> bool((adv >= clean - 1e-6).all())
         True
     """
     check_pgd_args(epsilon, step_size, n_steps)
@@ -86,7 +90,7 @@ class AdversarialTraining(PenaltyTerm):
     ) -> None:
         super().__init__(weight, name, seed)
         check_pgd_args(epsilon, step_size, n_steps)
-        self.kwargs = dict(
+        self.kwargs: dict[str, Any] = dict(
             epsilon=epsilon, step_size=step_size, n_steps=n_steps, random_start=random_start
         )
 

@@ -15,6 +15,8 @@ the attack, 50 in the update). x' is detached; the parameter gradient flows thro
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -167,7 +169,7 @@ class IGNorm(PenaltyTerm):
     ) -> None:
         super().__init__(weight, name, seed)
         check_ig_args(epsilon, step_size, n_steps, n_attack_points, n_points)
-        self.kwargs = dict(
+        self.kwargs: dict[str, Any] = dict(
             epsilon=epsilon,
             step_size=step_size,
             n_steps=n_steps,
@@ -212,7 +214,7 @@ class IGSumNorm(PenaltyTerm):
     ) -> None:
         super().__init__(weight, name, seed)
         check_ig_args(epsilon, step_size, n_steps, n_attack_points, n_points, beta)
-        self.kwargs = dict(
+        self.kwargs: dict[str, Any] = dict(
             beta=beta,
             epsilon=epsilon,
             step_size=step_size,

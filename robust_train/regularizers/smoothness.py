@@ -9,6 +9,7 @@ sign-ascent steps (the adversarial variant, as in FAR/ART, at a few extra double
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -187,7 +188,7 @@ class ExplanationSmoothness(PenaltyTerm):
         super().__init__(weight, name, seed)
         check_smoothness_args(radius, n_samples, ball, distance, n_ascent_steps, ascent_step_size)
         resolve_explainer(explainer)
-        self.kwargs = dict(
+        self.kwargs: dict[str, Any] = dict(
             explainer=explainer,
             radius=radius,
             n_samples=n_samples,

@@ -1,4 +1,4 @@
-"""Fixture `run_cli`: the real `robust-train` console script in a subprocess (command-line tests)."""
+"""Fixture `run_cli`: the real `robust-train` console script in a subprocess."""
 
 from __future__ import annotations
 

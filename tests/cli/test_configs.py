@@ -1,4 +1,4 @@
-"""Every YAML in configs/ parses and trains for a few batches (on embedded, synthetic or tiny data)."""
+"""Every YAML in configs/ parses and trains for a few batches (embedded, synthetic or tiny data)."""
 
 from __future__ import annotations
 

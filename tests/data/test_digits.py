@@ -34,8 +34,13 @@ def test_splits_partition_the_scikit_learn_digits():
     dm = DigitsDataModule()
     dm.setup()
     digits = load_digits()
-    reference = torch.cat([torch.tensor(digits.images, dtype=torch.float32).flatten(1) / 16.0,
-                           torch.tensor(digits.target, dtype=torch.float32).unsqueeze(1)], dim=1)
+    reference = torch.cat(
+        [
+            torch.tensor(digits.images, dtype=torch.float32).flatten(1) / 16.0,
+            torch.tensor(digits.target, dtype=torch.float32).unsqueeze(1),
+        ],
+        dim=1,
+    )
     ours = torch.cat([_rows(dm.train_set), _rows(dm.val_set), _rows(dm.test_set)])
     assert torch.equal(_sorted_rows(ours), _sorted_rows(reference))
     assert (len(dm.train_set), len(dm.val_set), len(dm.test_set)) == (1167, 270, 360)
@@ -64,16 +69,24 @@ def test_resize_matches_torchvision_bilinear(size):
     plain = DigitsDataModule()
     dm.setup()
     plain.setup()
-    expected = resize(plain.test_set.tensors[0], list(dm.image_size), InterpolationMode.BILINEAR, antialias=True)
+    expected = resize(
+        plain.test_set.tensors[0], list(dm.image_size), InterpolationMode.BILINEAR, antialias=True
+    )
     torch.testing.assert_close(dm.test_set.tensors[0], expected.clamp(0, 1))
     assert dm.image_size == ((28, 28) if size == 28 else (16, 12))
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"val_fraction": 0.0}, "val_fraction"), ({"test_fraction": 1.2}, "test_fraction"),
-    ({"val_fraction": 0.5, "test_fraction": 0.5}, "< 1"), ({"batch_size": 0}, "batch_size"),
-    ({"resize": (8, 8, 8)}, "resize"), ({"seed": -1}, "seed"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"val_fraction": 0.0}, "val_fraction"),
+        ({"test_fraction": 1.2}, "test_fraction"),
+        ({"val_fraction": 0.5, "test_fraction": 0.5}, "< 1"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"resize": (8, 8, 8)}, "resize"),
+        ({"seed": -1}, "seed"),
+    ],
+)
 def test_invalid_arguments(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         DigitsDataModule(**kwargs)

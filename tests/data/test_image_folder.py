@@ -31,7 +31,12 @@ def root(tmp_path: Path) -> Path:
 
 def test_images_are_resized_tensors_in_unit_range_with_consistent_labels(root):
     dm = ImageFolderDataModule(root, image_size=(8, 12), batch_size=4)
-    assert (dm.class_names, dm.num_classes, dm.in_channels, dm.image_size) == (["apple", "berry"], 2, 3, (8, 12))
+    assert (dm.class_names, dm.num_classes, dm.in_channels, dm.image_size) == (
+        ["apple", "berry"],
+        2,
+        3,
+        (8, 12),
+    )
     dm.setup()
     assert (len(dm.train_set), len(dm.val_set), len(dm.test_set)) == (6, 2, 2)
     x, y = next(iter(dm.test_dataloader()))
@@ -73,4 +78,3 @@ def test_missing_and_inconsistent_folders(tmp_path, root):
     _write(root / "val" / "cherry", RED, 1)
     with pytest.raises(ValueError, match="cherry"):
         ImageFolderDataModule(root, image_size=4).setup()
-

@@ -21,14 +21,18 @@ from robust_train.models import SmallCNN
 
 
 def test_synthetic_shapes_range_and_seed():
-    dm = SyntheticDataModule(num_samples=40, image_size=(12, 10), in_channels=2, num_classes=4, seed=3)
+    dm = SyntheticDataModule(
+        num_samples=40, image_size=(12, 10), in_channels=2, num_classes=4, seed=3
+    )
     assert (dm.num_classes, dm.in_channels, dm.image_size) == (4, 2, (12, 10))
     dm.setup()
     x, y = dm.train_set.tensors
     assert x.shape == (40, 2, 12, 10) and y.shape == (40,) and int(y.max()) < 4
     assert float(x.min()) >= 0 and float(x.max()) <= 1
     assert len(dm.val_set) == len(dm.test_set) == 10
-    same = SyntheticDataModule(num_samples=40, image_size=(12, 10), in_channels=2, num_classes=4, seed=3)
+    same = SyntheticDataModule(
+        num_samples=40, image_size=(12, 10), in_channels=2, num_classes=4, seed=3
+    )
     same.setup()
     assert torch.equal(same.test_set.tensors[0], dm.test_set.tensors[0])
 
@@ -46,7 +50,15 @@ def test_synthetic_labels_carry_signal_unless_pure_noise(noise, learnable):
 
 
 def test_get_datamodule_and_config_round_trip():
-    assert set(DATAMODULES) == {"digits", "mnist", "fashion_mnist", "cifar10", "image_folder", "synthetic"}
+    assert set(DATAMODULES) == {
+        "digits",
+        "mnist5k",
+        "mnist",
+        "fashion_mnist",
+        "cifar10",
+        "image_folder",
+        "synthetic",
+    }
     assert isinstance(get_datamodule("cifar10", data_dir="somewhere"), CIFAR10DataModule)
     with pytest.raises(ValueError, match="digits"):
         get_datamodule("imagenet")
@@ -77,7 +89,14 @@ class _Classifier(pl.LightningModule):
 
 def test_lightning_trainer_runs_on_a_datamodule(tmp_path):
     dm = SyntheticDataModule(num_samples=16, batch_size=8)
-    trainer = pl.Trainer(max_epochs=1, limit_val_batches=1, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    trainer = pl.Trainer(
+        max_epochs=1,
+        limit_val_batches=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
     trainer.fit(_Classifier(), datamodule=dm)
     assert trainer.global_step == 2 and "val_loss" in trainer.callback_metrics

@@ -20,8 +20,12 @@ def _write_idx(folder: Path, prefix: str, images: np.ndarray, labels: np.ndarray
     """MNIST's idx layout: big-endian magic (0x0803 images, 0x0801 labels), sizes, then uint8."""
     folder.mkdir(parents=True, exist_ok=True)
     n, rows, cols = images.shape
-    (folder / f"{prefix}-images-idx3-ubyte").write_bytes(struct.pack(">IIII", 2051, n, rows, cols) + images.tobytes())
-    (folder / f"{prefix}-labels-idx1-ubyte").write_bytes(struct.pack(">II", 2049, n) + labels.tobytes())
+    (folder / f"{prefix}-images-idx3-ubyte").write_bytes(
+        struct.pack(">IIII", 2051, n, rows, cols) + images.tobytes()
+    )
+    (folder / f"{prefix}-labels-idx1-ubyte").write_bytes(
+        struct.pack(">II", 2049, n) + labels.tobytes()
+    )
 
 
 def _tiny_mnist(root: Path, name: str, n_train: int = 12, n_test: int = 5):
@@ -41,7 +45,9 @@ def _stack(dataset):
     return torch.stack(xs), torch.stack(ys)
 
 
-@pytest.mark.parametrize(("cls", "folder"), [(MNISTDataModule, "MNIST"), (FashionMNISTDataModule, "FashionMNIST")])
+@pytest.mark.parametrize(
+    ("cls", "folder"), [(MNISTDataModule, "MNIST"), (FashionMNISTDataModule, "FashionMNIST")]
+)
 def test_tiny_mnist_layout_loads(tmp_path, cls, folder):
     train, train_labels, test, test_labels = _tiny_mnist(tmp_path, folder)
     dm = cls(data_dir=str(tmp_path), val_size=4, batch_size=5)
@@ -67,7 +73,10 @@ def test_subset_resize_and_seeded_validation(tmp_path):
     dm.setup()
     assert (len(dm.train_set), len(dm.val_set), len(dm.test_set)) == (3, 3, 3)
     assert dm.image_size == (32, 32) and dm.test_set[0][0].shape == (1, 32, 32)
-    first, second = MNISTDataModule(str(tmp_path), val_size=4), MNISTDataModule(str(tmp_path), val_size=4, seed=1)
+    first, second = (
+        MNISTDataModule(str(tmp_path), val_size=4),
+        MNISTDataModule(str(tmp_path), val_size=4, seed=1),
+    )
     first.setup()
     second.setup()
     assert not torch.equal(_stack(first.val_set)[0], _stack(second.val_set)[0])
@@ -96,7 +105,9 @@ def _offline() -> bool:
 @pytest.mark.skipif(not _offline(), reason="needs to be offline (the download would succeed)")
 def test_failed_download_names_folder(tmp_path):
     dm = FashionMNISTDataModule(data_dir=str(tmp_path), download=True)
-    with pytest.raises(RuntimeError, match=r"Downloading FashionMNIST into .*FashionMNIST/raw.* failed"):
+    with pytest.raises(
+        RuntimeError, match=r"Downloading FashionMNIST into .*FashionMNIST/raw.* failed"
+    ):
         dm.prepare_data()
 
 
@@ -108,7 +119,11 @@ def test_missing_cifar_names_folder_and_files(tmp_path):
         dm.setup()
     message = str(info.value)
     assert str(tmp_path / "cifar-10-batches-py") in message
-    assert "data_batch_1" in message and "download=True" in message and "cifar-10-python.tar.gz" in message
+    assert (
+        "data_batch_1" in message
+        and "download=True" in message
+        and "cifar-10-python.tar.gz" in message
+    )
 
 
 def _tiny_cifar(root: Path) -> tuple[dict[str, str], np.ndarray, list[int]]:
@@ -124,7 +139,18 @@ def _tiny_cifar(root: Path) -> tuple[dict[str, str], np.ndarray, list[int]]:
         (folder / name).write_bytes(pickle.dumps({"data": data, "labels": labels}))
         md5[name] = hashlib.md5((folder / name).read_bytes()).hexdigest()
         test_data, test_labels = data, labels
-    names = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+    names = [
+        "airplane",
+        "automobile",
+        "bird",
+        "cat",
+        "deer",
+        "dog",
+        "frog",
+        "horse",
+        "ship",
+        "truck",
+    ]
     (folder / "batches.meta").write_bytes(pickle.dumps({"label_names": names}))
     md5["batches.meta"] = hashlib.md5((folder / "batches.meta").read_bytes()).hexdigest()
     return md5, test_data, test_labels

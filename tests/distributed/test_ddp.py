@@ -1,4 +1,5 @@
-"""`robust-train fit` under DDP on the CPU (2 processes, gloo) trains and logs what one process computes.
+"""`robust-train fit` under DDP on the CPU (2 processes, gloo) trains and logs what one process
+computes.
 
 Lightning's "ddp" strategy re-launches the command for rank 1, so the fit runs as a subprocess
 (`python -m robust_train.cli fit ...`). It starts from weights pre-trained here (so most held-out
@@ -47,21 +48,42 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "digits_smoothness.yaml"
 SETTINGS = yaml.safe_load(CONFIG.read_text())
 LR, STEPS, WORLD = 0.05, 3, 2
-MONITOR = dict(include=["fragility", "fidelity"], attacks=["topk"], n_samples=32, seed=0,
-               log_images=False, max_overhead=None, every_n_epochs=1)
+MONITOR = dict(
+    include=["fragility", "fidelity"],
+    attacks=["topk"],
+    n_samples=32,
+    seed=0,
+    log_images=False,
+    max_overhead=None,
+    every_n_epochs=1,
+)
 # Deterministic on a fixed model: the top-k attack (no random start with one restart) and the
 # fidelity curves with the mean fill. The Lipschitz search and random_sign draw per-rank noise.
-DETERMINISTIC = ("robustness/topk/topk_intersection", "robustness/topk/spearman",
-                 "robustness/topk/kendall", "robustness/topk/center_shift", "robustness/n_attacked",
-                 "fidelity/saliency/mif_auc", "fidelity/saliency/lif_auc", "fidelity/saliency/estimate")
+DETERMINISTIC = (
+    "robustness/topk/topk_intersection",
+    "robustness/topk/spearman",
+    "robustness/topk/kendall",
+    "robustness/topk/center_shift",
+    "robustness/n_attacked",
+    "fidelity/saliency/mif_auc",
+    "fidelity/saliency/lif_auc",
+    "fidelity/saliency/estimate",
+)
 
 
 def run_in_session(args: list[str], cwd: Path, timeout: float) -> tuple[int, str]:
     """Run a command in its own session (a hung fit and the rank Lightning spawned both get killed
     on timeout); returns (exit status, stdout and stderr together)."""
     env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        args,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -77,25 +99,33 @@ def logged_metrics(metrics_csv: Path) -> dict[str, float]:
     return {k: float(v) for row in rows for k, v in row.items() if v not in ("", None)}
 
 
-def rank_batches(dataset: Dataset, world_size: int, batch_size: int, n_batches: int,
-                 seed: int) -> list[list[tuple[Tensor, Tensor]]]:
+def rank_batches(
+    dataset: Dataset, world_size: int, batch_size: int, n_batches: int, seed: int
+) -> list[list[tuple[Tensor, Tensor]]]:
     """The first `n_batches` training batches of each rank, as Lightning's DistributedSampler
     (shuffle, seed = PL_GLOBAL_SEED, epoch 0) hands them out: [rank][batch] -> (x, y)."""
     out = []
     for rank in range(world_size):
-        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+        sampler = DistributedSampler(
+            dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed
+        )
         sampler.set_epoch(0)
         order = list(sampler)
         batches = []
         for b in range(n_batches):
-            items = [dataset[i] for i in order[b * batch_size:(b + 1) * batch_size]]
+            items = [dataset[i] for i in order[b * batch_size : (b + 1) * batch_size]]
             batches.append((torch.stack([x for x, _ in items]), torch.stack([y for _, y in items])))
         out.append(batches)
     return out
 
 
-def replay_sgd(model: nn.Module, batches: list[list[tuple[Tensor, Tensor]]],
-               make_penalty: Callable[[], PenaltyTerm], lr: float, ranks: list[int] | None = None) -> None:
+def replay_sgd(
+    model: nn.Module,
+    batches: list[list[tuple[Tensor, Tensor]]],
+    make_penalty: Callable[[], PenaltyTerm],
+    lr: float,
+    ranks: list[int] | None = None,
+) -> None:
     """Plain-SGD steps of RobustClassifier's loss (CE + weight * mean penalty), in place, with the
     gradients of the chosen ranks averaged as DDP's all-reduce does; each rank has its own
     penalty term (its own seeded generator), as each DDP process does."""
@@ -151,25 +181,55 @@ def ddp_run(tmp_path_factory):
     init = _pretrained(dm)
     torch.save(init.state_dict(), tmp / "init.pt")
     override = {
-        "model": {"init_checkpoint": str(tmp / "init.pt"),
-                  "optimizer": {"class_path": "torch.optim.SGD", "init_args": {"lr": LR}}},
+        "model": {
+            "init_checkpoint": str(tmp / "init.pt"),
+            "optimizer": {"class_path": "torch.optim.SGD", "init_args": {"lr": LR}},
+        },
         "trainer": {
-            "strategy": "ddp", "accelerator": "cpu", "devices": WORLD, "max_epochs": 1,
-            "limit_train_batches": STEPS, "limit_val_batches": 2, "num_sanity_val_steps": 0,
-            "log_every_n_steps": 1, "enable_progress_bar": False, "enable_model_summary": False,
-            "logger": {"class_path": "pytorch_lightning.loggers.CSVLogger",
-                       "init_args": {"save_dir": str(tmp / "logs"), "name": "ddp"}},
-            "callbacks": [{"class_path": "robust_train.callbacks.RobustnessMonitor", "init_args": MONITOR}],
+            "strategy": "ddp",
+            "accelerator": "cpu",
+            "devices": WORLD,
+            "max_epochs": 1,
+            "limit_train_batches": STEPS,
+            "limit_val_batches": 2,
+            "num_sanity_val_steps": 0,
+            "log_every_n_steps": 1,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "logger": {
+                "class_path": "pytorch_lightning.loggers.CSVLogger",
+                "init_args": {"save_dir": str(tmp / "logs"), "name": "ddp"},
+            },
+            "callbacks": [
+                {"class_path": "robust_train.callbacks.RobustnessMonitor", "init_args": MONITOR}
+            ],
         },
         "checkpoint_root": str(tmp / "ckpt"),
     }
     (tmp / "override.yaml").write_text(yaml.safe_dump(override))
-    status, output = run_in_session([sys.executable, "-m", "robust_train.cli", "fit", "--config", str(CONFIG),
-                                     "--config", str(tmp / "override.yaml")], cwd=tmp, timeout=150)
+    status, output = run_in_session(
+        [
+            sys.executable,
+            "-m",
+            "robust_train.cli",
+            "fit",
+            "--config",
+            str(CONFIG),
+            "--config",
+            str(tmp / "override.yaml"),
+        ],
+        cwd=tmp,
+        timeout=150,
+    )
     assert status == 0, output[-4000:]
     logged = logged_metrics(tmp / "logs" / "ddp" / "version_0" / "metrics.csv")
-    return dict(ckpt=tmp / "ckpt" / "digits_smoothness" / "latest" / "last.ckpt", logged=logged, output=output,
-                init=init, dm=dm)
+    return dict(
+        ckpt=tmp / "ckpt" / "digits_smoothness" / "latest" / "last.ckpt",
+        logged=logged,
+        output=output,
+        init=init,
+        dm=dm,
+    )
 
 
 @pytest.mark.slow
@@ -191,8 +251,9 @@ def test_ddp_weights_equal_one_process_replay_of_averaged_gradients(ddp_run):
     model, _ = load_checkpoint(ddp_run["ckpt"])
     trained = dict(model.named_parameters())
     seed = int(SETTINGS["seed_everything"])
-    batches = rank_batches(ddp_run["dm"].train_set, WORLD, SETTINGS["data"]["init_args"]["batch_size"],
-                           STEPS, seed)
+    batches = rank_batches(
+        ddp_run["dm"].train_set, WORLD, SETTINGS["data"]["init_args"]["batch_size"], STEPS, seed
+    )
 
     def replay(ranks: list[int]) -> dict[str, torch.Tensor]:
         net = copy.deepcopy(ddp_run["init"])
@@ -213,18 +274,25 @@ def test_ddp_monitor_values_equal_one_process(ddp_run):
     model, data_config = load_checkpoint(ddp_run["ckpt"])
     dm = instantiate(data_config)
     dm.setup("fit")
-    inputs, targets = from_dataloader(dm.val_dataloader(), MONITOR["n_samples"], MONITOR["seed"],
-                                      "val dataloader")
+    inputs, targets = from_dataloader(
+        dm.val_dataloader(), MONITOR["n_samples"], MONITOR["seed"], "val dataloader"
+    )
 
     def evaluate(x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
         with torch.enable_grad():
-            report = RobustnessMonitor(**MONITOR).evaluate(model.eval(), x, y, predict(model, x, None))
+            report = RobustnessMonitor(**MONITOR).evaluate(
+                model.eval(), x, y, predict(model, x, None)
+            )
         return {k: report.scalars[k] for k in DETERMINISTIC}
 
     one_process, ddp = evaluate(inputs, targets), {k: ddp_run["logged"][k] for k in DETERMINISTIC}
     assert one_process["robustness/n_attacked"] >= 16, "too few correct images to compare attacks"
     for key in DETERMINISTIC:
-        assert ddp[key] == pytest.approx(one_process[key], rel=1e-5, abs=1e-6), (key, ddp, one_process)
+        assert ddp[key] == pytest.approx(one_process[key], rel=1e-5, abs=1e-6), (
+            key,
+            ddp,
+            one_process,
+        )
     # The logged values are the reduction over both shards, not rank 0's own.
     rank0 = evaluate(*shard(inputs, targets, 0, WORLD))
     assert rank0["robustness/n_attacked"] < ddp["robustness/n_attacked"]
@@ -234,8 +302,9 @@ def test_ddp_monitor_values_equal_one_process(ddp_run):
 def test_skip_on_nonfinite_is_refused_under_ddp():
     """Lightning raises on a rank whose training_step returns None under DDP, so
     on_nonfinite='skip' is refused when fit starts; 'raise' works (every rank stops)."""
-    trainer = pl.Trainer(strategy="ddp", accelerator="cpu", devices=WORLD, logger=False,
-                         enable_checkpointing=False)  # built, not launched
+    trainer = pl.Trainer(
+        strategy="ddp", accelerator="cpu", devices=WORLD, logger=False, enable_checkpointing=False
+    )  # built, not launched
     assert trainer.world_size == WORLD
     skipping = RobustClassifier(SmallCNN(width=8), on_nonfinite="skip")
     skipping.trainer = trainer

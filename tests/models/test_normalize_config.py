@@ -36,13 +36,16 @@ def test_normalize_scalar_broadcasts_and_buffers_persist():
     assert norm.double()(x.double()).dtype == torch.float64
 
 
-@pytest.mark.parametrize(("mean", "std", "match"), [
-    ([0.5, 0.5], [1.0, 1.0, 1.0], "same length"),
-    (0.5, 0.0, "std"),
-    ([0.5], [-1.0], "std"),
-    (float("nan"), 1.0, "mean"),
-    ([], [], "empty"),
-])
+@pytest.mark.parametrize(
+    ("mean", "std", "match"),
+    [
+        ([0.5, 0.5], [1.0, 1.0, 1.0], "same length"),
+        (0.5, 0.0, "std"),
+        ([0.5], [-1.0], "std"),
+        (float("nan"), 1.0, "mean"),
+        ([], [], "empty"),
+    ],
+)
 def test_normalize_rejects_bad_statistics(mean, std, match):
     with pytest.raises(ValueError, match=match):
         Normalize(mean, std)
@@ -60,11 +63,14 @@ def test_channel_stats():
         channel_stats([0.1, 0.2], 3)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: SmallCNN(in_channels=3, width=8, mean=(0.1, 0.2, 0.3), std=0.5, batchnorm=True),
-    lambda: ResNet18CIFAR(num_classes=4, width=4),
-    lambda: TorchvisionClassifier("squeezenet1_1", num_classes=5),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: SmallCNN(in_channels=3, width=8, mean=(0.1, 0.2, 0.3), std=0.5, batchnorm=True),
+        lambda: ResNet18CIFAR(num_classes=4, width=4),
+        lambda: TorchvisionClassifier("squeezenet1_1", num_classes=5),
+    ],
+)
 def test_config_round_trip(make):
     model = make().eval()
     config = model_config(model)
@@ -80,8 +86,15 @@ def test_config_records_defaults_with_public_path_and_plain_values():
     config = model_config(SmallCNN(width=8, mean=(0.3,), std=torch.tensor([0.4])))
     assert config["class_path"] == "robust_train.models.SmallCNN"
     assert config["init_args"] == {
-        "in_channels": 1, "num_classes": 10, "input_size": 8, "width": 8, "mean": [0.3],
-        "std": [pytest.approx(0.4)], "dropout": 0.0, "batchnorm": False, "pool_size": 4,
+        "in_channels": 1,
+        "num_classes": 10,
+        "input_size": 8,
+        "width": 8,
+        "mean": [0.3],
+        "std": [pytest.approx(0.4)],
+        "dropout": 0.0,
+        "batchnorm": False,
+        "pool_size": 4,
     }
     buffer = io.BytesIO()
     torch.save({"model": config}, buffer)
@@ -126,22 +139,38 @@ def test_model_config_rejects_objects():
         model_config(_Bad(width=object()))
 
 
-@pytest.mark.parametrize(("config", "error", "match"), [
-    ({"init_args": {}}, ValueError, "class_path"),
-    ({"class_path": "robust_train.models.NoSuchNet"}, ImportError, "NoSuchNet"),
-    ({"class_path": "nowhere.Net"}, ImportError, "nowhere"),
-    ({"class_path": "robust_train.models.Normalize.forward"}, TypeError, "not an nn.Module class"),
-    ({"class_path": "robust_train.models.SmallCNN", "init_args": {"depth": 3}}, TypeError, "depth"),
-    ({"class_path": "robust_train.models.SmallCNN", "init_args": [1]}, ValueError, "init_args"),
-])
+@pytest.mark.parametrize(
+    ("config", "error", "match"),
+    [
+        ({"init_args": {}}, ValueError, "class_path"),
+        ({"class_path": "robust_train.models.NoSuchNet"}, ImportError, "NoSuchNet"),
+        ({"class_path": "nowhere.Net"}, ImportError, "nowhere"),
+        (
+            {"class_path": "robust_train.models.Normalize.forward"},
+            TypeError,
+            "not an nn.Module class",
+        ),
+        (
+            {"class_path": "robust_train.models.SmallCNN", "init_args": {"depth": 3}},
+            TypeError,
+            "depth",
+        ),
+        ({"class_path": "robust_train.models.SmallCNN", "init_args": [1]}, ValueError, "init_args"),
+    ],
+)
 def test_build_model_errors(config, error, match):
     with pytest.raises(error, match=match):
         build_model(config)
 
 
 def test_build_model_skip_pretrained_applies_class_overrides():
-    config = {"class_path": "robust_train.models.TorchvisionClassifier",
-              "init_args": {"name": "squeezenet1_1", "weights_path": "/nonexistent/file.pth"}}
+    config = {
+        "class_path": "robust_train.models.TorchvisionClassifier",
+        "init_args": {"name": "squeezenet1_1", "weights_path": "/nonexistent/file.pth"},
+    }
     with pytest.raises(FileNotFoundError, match="nonexistent"):
         build_model(config)
-    assert model_config(build_model(config, skip_pretrained=True))["init_args"]["load_weights"] is False
+    assert (
+        model_config(build_model(config, skip_pretrained=True))["init_args"]["load_weights"]
+        is False
+    )

@@ -11,7 +11,8 @@ from robust_train.models.normalize import CIFAR10_MEAN
 
 
 def test_parameter_count_matches_the_standard_cifar_resnet18():
-    # 11,173,962 trainable parameters: the usual CIFAR ResNet-18 (3x3 stem, no max pool, 10 classes).
+    # 11,173,962 trainable parameters: the usual CIFAR ResNet-18 (3x3 stem, no max pool, 10
+    # classes).
     model = ResNet18CIFAR()
     assert sum(p.numel() for p in model.parameters()) == 11_173_962
     assert not any(isinstance(m, nn.MaxPool2d) for m in model.modules())

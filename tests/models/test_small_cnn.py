@@ -12,7 +12,9 @@ from robust_train.data import DigitsDataModule
 from robust_train.models import SmallCNN, count_relus, softplus
 
 
-@pytest.mark.parametrize(("size", "channels", "n_pools"), [(8, 1, 1), (28, 1, 2), (32, 3, 3), (16, 2, 2)])
+@pytest.mark.parametrize(
+    ("size", "channels", "n_pools"), [(8, 1, 1), (28, 1, 2), (32, 3, 3), (16, 2, 2)]
+)
 def test_shapes_and_pools(size, channels, n_pools):
     model = SmallCNN(in_channels=channels, num_classes=7, input_size=size, width=4)
     assert sum(isinstance(m, nn.AvgPool2d) for m in model.modules()) == n_pools
@@ -79,10 +81,15 @@ def test_dropout_and_batchnorm_variants():
     assert torch.equal(model(x), model(x))
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [
-    ({"width": 0}, "width"), ({"dropout": 1.5}, "dropout"), ({"in_channels": 1.0}, "in_channels"),
-    ({"mean": [0.1, 0.2]}, "entries"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"width": 0}, "width"),
+        ({"dropout": 1.5}, "dropout"),
+        ({"in_channels": 1.0}, "in_channels"),
+        ({"mean": [0.1, 0.2]}, "entries"),
+    ],
+)
 def test_invalid_arguments(kwargs, match):
     with pytest.raises((ValueError, TypeError), match=match):
         SmallCNN(**kwargs)
@@ -105,5 +112,8 @@ def test_reaches_95_percent_on_digits_in_20_epochs():
     with torch.no_grad():
         correct = sum(int((model(x).argmax(1) == y).sum()) for x, y in dm.test_dataloader())
     accuracy = correct / len(dm.test_set)
-    print(f"SmallCNN digits: test accuracy {accuracy:.4f} after 20 epochs in {time.perf_counter() - start:.1f}s")
+    print(
+        f"SmallCNN digits: test accuracy {accuracy:.4f} after 20 epochs in "
+        f"{time.perf_counter() - start:.1f}s"
+    )
     assert accuracy >= 0.95

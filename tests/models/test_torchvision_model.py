@@ -1,4 +1,4 @@
-"""TorchvisionClassifier: heads, ReLU exposure, channels, and pretrained-weight loading (offline)."""
+"""TorchvisionClassifier: heads, ReLU exposure, channels, pretrained-weight loading (offline)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,15 @@ from robust_train.models.normalize import IMAGENET_MEAN, IMAGENET_STD
 from robust_train.models.pretrained import hub_checkpoint_path, resolve_weights
 
 CHEAP_HEADS = [
-    ("resnet18", "fc"), ("squeezenet1_1", "classifier.1"), ("mobilenet_v3_small", "classifier.3"),
-    ("shufflenet_v2_x0_5", "fc"), ("mnasnet0_5", "classifier.1"), ("densenet121", "classifier"),
-    ("efficientnet_b0", "classifier.1"), ("regnet_x_400mf", "fc"), ("googlenet", "fc"),
+    ("resnet18", "fc"),
+    ("squeezenet1_1", "classifier.1"),
+    ("mobilenet_v3_small", "classifier.3"),
+    ("shufflenet_v2_x0_5", "fc"),
+    ("mnasnet0_5", "classifier.1"),
+    ("densenet121", "classifier"),
+    ("efficientnet_b0", "classifier.1"),
+    ("regnet_x_400mf", "fc"),
+    ("googlenet", "fc"),
 ]
 
 
@@ -45,11 +51,14 @@ def test_head_is_replaced_and_double_backprop_runs(name, head):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "head", "kwargs", "size"), [
-    ("vit_b_16", "heads.head", {"model_kwargs": {"image_size": 32}}, 32),
-    ("convnext_tiny", "classifier.2", {}, 32),
-    ("swin_t", "head", {}, 64),
-])
+@pytest.mark.parametrize(
+    ("name", "head", "kwargs", "size"),
+    [
+        ("vit_b_16", "heads.head", {"model_kwargs": {"image_size": 32}}, 32),
+        ("convnext_tiny", "classifier.2", {}, 32),
+        ("swin_t", "head", {}, 64),
+    ],
+)
 def test_attention_and_gelu_families(name, head, kwargs, size):
     model = TorchvisionClassifier(name, num_classes=3, **kwargs).eval()
     assert find_head(model.backbone)[2] == head
@@ -67,7 +76,9 @@ def test_densenet_forward_equals_torchvision_and_exposes_final_relu():
 
 def test_googlenet_relu_modules_keep_outputs_and_state_dict_keys():
     model = TorchvisionClassifier("googlenet", num_classes=5).eval()
-    reference = torchvision.models.googlenet(weights=None, num_classes=5, aux_logits=False, init_weights=False)
+    reference = torchvision.models.googlenet(
+        weights=None, num_classes=5, aux_logits=False, init_weights=False
+    )
     reference.load_state_dict(model.backbone.state_dict())  # same keys after the BasicConv2d swap
     x = torch.rand(2, 3, 64, 64)
     with torch.no_grad():
@@ -143,7 +154,10 @@ def test_offline_download_error_names_folder_file_and_remedies(tmp_path, monkeyp
     message = str(info.value)
     assert str(folder) in message and "resnet18-f37072fd.pth" in message
     assert "weights_path" in message and "place it at" in message
-    assert hub_checkpoint_path(torchvision.models.ResNet18_Weights.DEFAULT) == folder / "resnet18-f37072fd.pth"
+    assert (
+        hub_checkpoint_path(torchvision.models.ResNet18_Weights.DEFAULT)
+        == folder / "resnet18-f37072fd.pth"
+    )
 
 
 def test_file_placed_in_hub_folder_is_used(tmp_path, monkeypatch):

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 MODEL = {"channels": [16, 32], "hidden": 128}
-LR, BATCH, EPOCHS, FINETUNE_EPOCHS, FINETUNE_LR = 3e-3, 64, 5, 2, 1e-3
+LR, BATCH, EPOCHS, FINETUNE_EPOCHS, FINETUNE_LR = 3e-3, 64, 6, 2, 1e-3
 
 # name -> (penalty, fixed CPU-sized kwargs, swept argument, sweep values, what the paper used)
 METHODS: dict[str, tuple[str | None, dict[str, Any], str, list[float], str]] = {

@@ -358,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         results = json.loads((Path(args.ship) / "results.json").read_text())
         results["step_ms"] = step_profile(results)
         results["shipped"] = ship(results, Path(args.ship_to))
+        results["out"] = args.ship
         (Path(args.ship) / "results.json").write_text(json.dumps(results, indent=1, default=str))
         write_report(results, Path(args.md) if args.md else ROOT / "benchmarks", quick=False)
         return 0
@@ -699,8 +700,9 @@ def write_report(results: dict[str, Any], folder: Path, *, quick: bool) -> Path:
         ]
     lines += [
         "Commands: `OMP_NUM_THREADS=1 .venv/bin/python benchmarks/leaderboard.py --workers 2 "
-        "--budget-min 50 --out runs/leaderboard`, then `... benchmarks/leaderboard.py --ship "
-        f"runs/leaderboard` (step profile, shipped checkpoints). Wall "
+        f"--budget-min 28 --out {results.get('out', 'RUN_DIR')}`, then `... "
+        f"benchmarks/leaderboard.py --ship {results.get('out', 'RUN_DIR')}` (step profile, "
+        "shipped checkpoints). Wall "
         f"{results['wall_seconds'] / 60:.1f} min for {len(plan['seeds'])} seeds, 2 runs at a "
         "time, 1 thread each, on the 2-core CPU machine shared with other work.",
         "",

@@ -651,11 +651,18 @@ def pareto_plot(rows: list[dict[str, Any]], path: Path) -> None:
             color="tab:red" if r in front else "tab:gray",
             capsize=3,
         )
+    placed: list[tuple[float, float]] = []
+    for r in sorted(pts, key=lambda r: r["x"]):
+        # A label whose point sits close to an already labelled one goes below its point.
+        crowded = any(
+            abs(math.log(r["x"] / x)) < 0.7 and abs(r["gain"] - g) < 0.03 for x, g in placed
+        )
+        placed.append((r["x"], r["gain"]))
         ax.annotate(
             f"{r['method']} (acc {r['accuracy']:.3f})",
             (r["x"], r["gain"]),
             textcoords="offset points",
-            xytext=(5, 4),
+            xytext=(5, -11) if crowded else (5, 4),
             fontsize=8,
         )
     if front:

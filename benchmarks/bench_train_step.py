@@ -148,6 +148,9 @@ def run_registry(key: str, args, device: torch.device, record: bu.Record) -> lis
             steps[f"{name}, bare"] = train_bare.bare_step(
                 name, copy.deepcopy(base).to(device), x, y
             )
+        if name == "smoothness":  # issue 11: no double backprop through the clean map
+            detached = get_penalty(name, **train_bare.SETTINGS[name], detach_clean=True)
+            steps["smoothness (detach_clean)"] = make_step(base, detached, x, y, device, False)
     for step in steps.values():
         step()
     memory = {name: bu.peak_memory(step, device) for name, step in steps.items()}

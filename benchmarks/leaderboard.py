@@ -46,6 +46,13 @@ METHODS: dict[str, tuple[str | None, dict[str, Any], str, list[float], str]] = {
         [1.0, 3.0],
         "this project: L1 of saliency maps at x and x + U(-0.1, 0.1)",
     ),
+    "smoothness_detached": (
+        "smoothness",
+        {"radius": 0.1, "detach_clean": True},
+        "weight",
+        [1.0],
+        "this project: smoothness with the clean map detached (issue 11), not swept",
+    ),
     "adversarial": (
         "adversarial",
         {"step_size": 0.1, "n_steps": 3},

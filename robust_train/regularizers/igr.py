@@ -28,6 +28,7 @@ class IGRPenalty(ExplanationSmoothness):
         n_ig_steps: path points of the integrated gradients (trapezoid rule).
         n_samples: x' per input.
         name, seed: as every term.
+        detach_clean: the clean IG map without create_graph (see `explanation_smoothness`).
 
     Example:
         >>> term = IGRPenalty(n_ig_steps=8)
@@ -45,6 +46,7 @@ class IGRPenalty(ExplanationSmoothness):
         n_samples: int = 1,
         name: str | None = None,
         seed: int | None = None,
+        detach_clean: bool = False,
     ) -> None:
         check_positive(n_ig_steps, "n_ig_steps", integer=True)
         if n_ig_steps < 2:
@@ -65,5 +67,6 @@ class IGRPenalty(ExplanationSmoothness):
             step,
             name,
             seed,
+            detach_clean,
         )
         self.n_ig_steps = n_ig_steps

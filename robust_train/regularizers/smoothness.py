@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from robust_train._validation import check_choice, check_non_negative, check_positive
-from robust_train.explain._autograd import gradient_of_target
+from robust_train.explain._autograd import gradient_of_target, target_scores
 from robust_train.explain.gradient import input_x_gradient, saliency
 from robust_train.explain.maps import importance_map
 from robust_train.regularizers._common import (
@@ -46,8 +46,11 @@ def check_smoothness_args(
     distance: str,
     n_ascent_steps: int,
     ascent_step_size: float | None,
+    detach_clean: bool = False,
 ) -> float:
     """The one argument check of the function and its terms; returns the ascent step size."""
+    if not isinstance(detach_clean, bool):
+        raise TypeError(f"`detach_clean` must be a bool, got {type(detach_clean).__name__}")
     check_positive(radius, "radius")
     check_positive(n_samples, "n_samples", integer=True)
     check_non_negative(n_ascent_steps, "n_ascent_steps", integer=True)
@@ -59,12 +62,24 @@ def check_smoothness_args(
 
 
 def _clean_explanation(
-    model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None, explainer: Explainer
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    logits: Tensor | None,
+    explainer: Explainer,
+    detach: bool = False,
 ) -> Tensor:
-    """E(x) with create_graph, reusing the task loss's forward for the gradient explainers."""
+    """E(x) with create_graph (or detached), reusing the task loss's forward for the gradient
+    explainers."""
     if logits is not None and inputs.requires_grad and explainer in (saliency, input_x_gradient):
+        if detach:
+            scores = target_scores(logits, target).sum()
+            (grad,) = torch.autograd.grad(scores, inputs, retain_graph=True)
+            return (grad if explainer is saliency else inputs * grad).detach()
         grad = gradient_of_target(logits, inputs, target, create_graph=True)
         return grad if explainer is saliency else inputs * grad
+    if detach:
+        return explainer(model, inputs.detach(), target, create_graph=False).detach()
     return explainer(model, inputs, target, create_graph=True)
 
 
@@ -81,6 +96,7 @@ def explanation_smoothness(
     lipschitz: bool = False,
     n_ascent_steps: int = 0,
     ascent_step_size: float | None = None,
+    detach_clean: bool = False,
     logits: Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> Tensor:
@@ -100,6 +116,8 @@ def explanation_smoothness(
         n_ascent_steps: projected sign-ascent steps on the distance before the final evaluation
             (0 = random samples only). The ascent point x' is detached.
         ascent_step_size: step of the ascent (default radius / 2).
+        detach_clean: compute the clean map without create_graph, so the gradient flows through
+            the perturbed map only (no double backprop through I(x); less memory).
         logits: the clean forward, when the caller already ran it.
         generator: RNG for the samples (CPU generator).
 
@@ -112,12 +130,14 @@ def explanation_smoothness(
         torch.Size([4])
     """
     step = check_smoothness_args(
-        radius, n_samples, ball, distance, n_ascent_steps, ascent_step_size
+        radius, n_samples, ball, distance, n_ascent_steps, ascent_step_size, detach_clean
     )
     explain = resolve_explainer(explainer)
     b = inputs.shape[0]
 
-    clean_map = importance_map(_clean_explanation(model, inputs, target, logits, explain))
+    clean_map = importance_map(
+        _clean_explanation(model, inputs, target, logits, explain, detach_clean)
+    )
     x0 = inputs.detach()
     x0_rep = x0.repeat(n_samples, 1, 1, 1)
     target_rep = target.repeat(n_samples)
@@ -184,9 +204,12 @@ class ExplanationSmoothness(PenaltyTerm):
         ascent_step_size: float | None = None,
         name: str | None = None,
         seed: int | None = None,
+        detach_clean: bool = False,
     ) -> None:
         super().__init__(weight, name, seed)
-        check_smoothness_args(radius, n_samples, ball, distance, n_ascent_steps, ascent_step_size)
+        check_smoothness_args(
+            radius, n_samples, ball, distance, n_ascent_steps, ascent_step_size, detach_clean
+        )
         resolve_explainer(explainer)
         self.kwargs: dict[str, Any] = dict(
             explainer=explainer,
@@ -197,6 +220,7 @@ class ExplanationSmoothness(PenaltyTerm):
             lipschitz=lipschitz,
             n_ascent_steps=n_ascent_steps,
             ascent_step_size=ascent_step_size,
+            detach_clean=detach_clean,
         )
 
     def penalty(
@@ -210,6 +234,9 @@ class ExplanationSmoothness(PenaltyTerm):
 @register_penalty("lipschitz")
 class LocalLipschitzPenalty(ExplanationSmoothness):
     """Explanation smoothness divided by ||x - x'||: a penalty on the local Lipschitz ratio.
+
+    Takes the arguments of `ExplanationSmoothness` except `lipschitz` (always True); with
+    `detach_clean` the clean map is computed without create_graph.
 
     Example:
         >>> LocalLipschitzPenalty().kwargs["lipschitz"]
@@ -228,6 +255,7 @@ class LocalLipschitzPenalty(ExplanationSmoothness):
         ascent_step_size: float | None = None,
         name: str | None = None,
         seed: int | None = None,
+        detach_clean: bool = False,
     ) -> None:
         super().__init__(
             weight,
@@ -241,4 +269,5 @@ class LocalLipschitzPenalty(ExplanationSmoothness):
             ascent_step_size,
             name,
             seed,
+            detach_clean,
         )

@@ -3,9 +3,14 @@
 What `bench_train_step.py --penalties registry` times beside the library's step: one forward, the
 loss (cross-entropy plus weight * mean penalty, or the penalty's own cross-entropy when it
 replaces the task loss), backward and an Adam step, written as plainly as possible from the
-papers. The settings are the leaderboard configs' CPU-sized inner loops (configs/mnist5k_*.yaml).
-Penalties without a bare version here (smoothness, lipschitz, curvature, igr) are timed against
-the plain step only.
+papers. The settings are the leaderboard configs' CPU-sized inner loops (configs/mnist5k_*.yaml);
+smoothness, lipschitz, curvature and igr list the numbers their bare formulas read, at the
+terms' defaults (explainer, distance and ball are written into the formulas: saliency of the target
+logit with sum-normalised L1 for smoothness and lipschitz, IG of the target logit from a black
+baseline with 1 - cosine for igr, L_inf balls). Every registered penalty has a bare version
+(`BARE`); tests/test_train_bare.py checks that the bare loss and its parameter gradients equal
+the library step's for the same random draws (the bare draws come from the global generator,
+seeded as the term's).
 """
 
 from __future__ import annotations
@@ -19,14 +24,14 @@ from torch import Tensor, nn
 # name -> keyword arguments of the registered term (the leaderboard configs' inner loops)
 SETTINGS: dict[str, dict[str, object]] = {
     "adversarial": dict(epsilon=0.3, step_size=0.1, n_steps=3, seed=0),
-    "curvature": dict(seed=0),
+    "curvature": dict(h=0.05, seed=0),
     "gradnorm": dict(),
     "ig_norm": dict(epsilon=0.3, step_size=0.3, n_steps=1, n_attack_points=2, n_points=3, seed=0),
     "ig_sum_norm": dict(
         beta=0.1, epsilon=0.3, step_size=0.3, n_steps=1, n_attack_points=2, n_points=3, seed=0
     ),
-    "smoothness": dict(seed=0),
-    "lipschitz": dict(seed=0),
+    "smoothness": dict(radius=0.1, seed=0),
+    "lipschitz": dict(weight=0.01, radius=0.1, n_ascent_steps=1, seed=0),
     "igr": dict(radius=0.3, n_ascent_steps=1, n_ig_steps=3, seed=0),
     "ssr": dict(n_iterations=2, seed=0),
 }
@@ -55,6 +60,78 @@ def _path_ig(model: nn.Module, x: Tensor, end: Tensor, y: Tensor, m: int) -> tup
     return (end - x) * g.view(m, *x.shape).mean(0), ce.view(m, -1)[-1]
 
 
+def _saliency_map(model: nn.Module, a: Tensor, y: Tensor, logits: Tensor | None = None) -> Tensor:
+    """sum_c |d z_y / d a| (B, H*W), with graph; `logits` = model(a) when already run."""
+    if not a.requires_grad:
+        a = a.requires_grad_(True)
+    z = model(a) if logits is None else logits
+    (g,) = torch.autograd.grad(z.gather(1, y[:, None]).sum(), a, create_graph=True)
+    return g.abs().sum(1).flatten(1)
+
+
+def _ig_map(model: nn.Module, a: Tensor, y: Tensor, m: int) -> Tensor:
+    """sum_c |IG_c(a)| (B, H*W): integrated gradients of z_y from a black baseline (Sundararajan
+    et al. 2017), trapezoid rule on m points of [0, 1] (weights 1/(m-1), halved at the ends),
+    all points in one forward, with graph."""
+    alphas = torch.linspace(0, 1, m, dtype=a.dtype).view(-1, 1, 1, 1, 1)
+    weights = torch.full((m, 1, 1, 1, 1), 1 / (m - 1), dtype=a.dtype)
+    weights[[0, -1]] /= 2
+    path = (alphas * a).flatten(0, 1)
+    if not path.requires_grad:
+        path.requires_grad_(True)
+    z = model(path).gather(1, y.repeat(m)[:, None])
+    (g,) = torch.autograd.grad(z.sum(), path, create_graph=True)
+    return (a * (weights * g.view(m, *a.shape)).sum(0)).abs().sum(1).flatten(1)
+
+
+def _map_shift(
+    name: str, model: nn.Module, x: Tensor, logits: Tensor, y: Tensor, s: dict[str, object]
+) -> Tensor:
+    """Per-sample distance between the importance maps at x and at x' in B_inf(x, radius).
+
+    smoothness (SENN, Alvarez-Melis & Jaakkola 2018): L1 distance of the sum-normalised saliency
+    maps (target logit), x' uniform in the ball. lipschitz: the same over ||x' - x||_2, x' after
+    projected sign-ascent steps of radius / 2 on the distance. igr (Wang & Kong 2022):
+    1 - cosine of the IG maps, x' after ascent steps of 2.5 radius / steps. The clean map keeps
+    its graph (it reuses the CE's forward for saliency); x' is detached.
+    """
+    r = float(s["radius"])
+    n_ascent = int(s.get("n_ascent_steps", 0))
+    if name == "igr":
+        m = int(s["n_ig_steps"])
+        step = 2.5 * r / max(1, n_ascent)
+
+        def explain(a: Tensor) -> Tensor:
+            return _ig_map(model, a, y, m)
+
+        def dist(p: Tensor, q: Tensor) -> Tensor:
+            return 1 - F.cosine_similarity(p, q, dim=1, eps=1e-12)
+
+        clean = explain(x)
+    else:
+        step = r / 2
+
+        def explain(a: Tensor) -> Tensor:
+            return _saliency_map(model, a, y)
+
+        def dist(p: Tensor, q: Tensor) -> Tensor:
+            return (p / p.sum(1, keepdim=True) - q / q.sum(1, keepdim=True)).abs().sum(1)
+
+        clean = _saliency_map(model, x, y, logits)
+    x0 = x.detach()
+    delta = (2 * torch.rand_like(x0) - 1) * r
+    for _ in range(n_ascent):
+        delta.requires_grad_(True)
+        shift = dist(clean.detach(), explain((x0 + delta).clamp(0, 1))).sum()
+        (g,) = torch.autograd.grad(shift, delta)
+        delta = (delta.detach() + step * g.sign()).clamp(-r, r)
+    x_pert = (x0 + delta).clamp(0, 1)
+    value = dist(clean, explain(x_pert))
+    if name == "lipschitz":
+        value = value / (x_pert - x0).flatten(1).norm(dim=1)
+    return value
+
+
 def _loss(name: str, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
     s = SETTINGS[name]
     if name == "adversarial":  # Madry et al. 2018: CE at a PGD example, replaces the CE
@@ -78,9 +155,19 @@ def _loss(name: str, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
         if name == "ig_sum_norm":  # replaces the task loss
             return (ce_adv + beta * norm).mean()
         return F.cross_entropy(model(x), y) + norm.mean()
+    if name == "curvature":  # zero-order: ||z(x + hu) + z(x - hu) - 2 z(x)||^2 / h^4, ||u|| = 1
+        h, weight = float(s["h"]), float(s.get("weight", 1.0))
+        logits = model(x)
+        u = torch.randn_like(x)
+        u = u / u.flatten(1).norm(dim=1).view(-1, 1, 1, 1) * h
+        plus, minus = model(torch.cat([x + u, x - u])).chunk(2)
+        second = (plus + minus - 2 * logits) / h**2
+        return F.cross_entropy(logits, y) + weight * second.pow(2).sum(1).mean()
     xv = x.detach().requires_grad_(True)
     logits = model(xv)
     ce = F.cross_entropy(logits, y)
+    if name in ("smoothness", "lipschitz", "igr"):
+        return ce + float(s.get("weight", 1.0)) * _map_shift(name, model, xv, logits, y, s).mean()
     if name == "gradnorm":  # Drucker & LeCun 1992: ||grad_x CE||^2, double backprop
         (g,) = torch.autograd.grad(
             F.cross_entropy(logits, y, reduction="sum"), xv, create_graph=True
@@ -103,7 +190,17 @@ def _loss(name: str, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
     raise KeyError(name)
 
 
-BARE = ("adversarial", "gradnorm", "ig_norm", "ig_sum_norm", "ssr")
+BARE = (
+    "adversarial",
+    "curvature",
+    "gradnorm",
+    "ig_norm",
+    "ig_sum_norm",
+    "smoothness",
+    "lipschitz",
+    "igr",
+    "ssr",
+)
 
 
 def bare_step(name: str, model: nn.Module, x: Tensor, y: Tensor) -> Callable[[], None]:

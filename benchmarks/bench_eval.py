@@ -297,11 +297,17 @@ def attack_part(label, model, x, y, eps, n_steps, args, device) -> list[str]:
                 model, x, target, ranking=True, **b
             ),
         }
-        if ig_steps is not None:  # the floor with the attack's default path chunks
-            rows = auto_chunk(x.shape[1:], create_graph=True)
-            per = max(1, rows // x.shape[0])
-            variants[f"bare loop, IG path in chunks of {per} steps"] = lambda b=bare_kw, p=per: (
-                peers.bare_attack(model, x, target, ig_chunk_steps=p, **b)
+        if ig_steps is not None:  # the floors with the attack's default path chunks
+            per, rank_per = _attack_path_steps(x)
+            chunked = f"bare loop, IG path in chunks of {per} steps"
+            chunked_rank = (
+                f"bare loop + ranking map, IG paths in chunks of {per} / {rank_per} steps"
+            )
+            variants[chunked] = lambda b=bare_kw, p=per: peers.bare_attack(
+                model, x, target, ig_chunk_steps=p, **b
+            )
+            variants[chunked_rank] = lambda b=bare_kw, p=per, r=rank_per: peers.bare_attack(
+                model, x, target, ranking=True, ig_chunk_steps=p, rank_chunk_steps=r, **b
             )
         t = bu.time_interleaved(
             variants,
@@ -329,19 +335,31 @@ def attack_part(label, model, x, y, eps, n_steps, args, device) -> list[str]:
         )
         if ig_steps is not None:
             vs_chunked, chunked_range = bu.pair_ratio(t, names[0], names[3])
-            notes.append(
-                f"attack / {names[3]}: {vs_chunked:.2f} ({chunked_range}); per step "
-                f"and 20 images: {t[names[3]].median * per_step:.3f} s"
-            )
-            targets.append(
+            vs_chunked_rank, chunked_rank_range = bu.pair_ratio(t, names[0], names[4])
+            notes += [
+                f"(a) attack / {names[3]} (surrogate only): {vs_chunked:.2f} ({chunked_range})",
+                f"(b) attack / {names[4]} (the same algorithm): {vs_chunked_rank:.2f} "
+                f"({chunked_rank_range})",
+                f"per step and 20 images (CPU s), same path chunks as the attack: floor "
+                f"{t[names[3]].median * per_step:.3f}, floor + ranking map "
+                f"{t[names[4]].median * per_step:.3f}",
+            ]
+            targets += [
                 (
-                    f"fragility_attack ({what}) within 1.3x of its bare loop with the "
-                    "same path chunks",
+                    f"fragility_attack ({what}) within 1.3x of its bare surrogate-only loop with "
+                    "the same path chunks",
                     vs_chunked,
                     FLOOR_LIMIT,
                     None,
-                )
-            )
+                ),
+                (
+                    f"fragility_attack ({what}) within 1.3x of the bare loop of the same "
+                    "algorithm (+ ranking map) with the same path chunks",
+                    vs_chunked_rank,
+                    FLOOR_LIMIT,
+                    None,
+                ),
+            ]
         out += _emit(
             args,
             f"(c) fragility attack ({what}), {label}, {x.shape[0]} images, "
@@ -359,6 +377,17 @@ def attack_part(label, model, x, y, eps, n_steps, args, device) -> list[str]:
             label,
         )
     return out
+
+
+def _attack_path_steps(x: Tensor) -> tuple[int, int]:
+    """IG path steps per forward that fragility_attack uses by default on the batch `x`: with
+    create_graph for the surrogate's direction, without for the ranking map (`auto_chunk` rows
+    rounded down to whole steps, as `integrated_gradients` does)."""
+    steps = []
+    for create_graph in (True, False):
+        rows = auto_chunk(x.shape[1:], create_graph=create_graph)
+        steps.append(max(1, rows // x.shape[0]))
+    return steps[0], steps[1]
 
 
 def _emit(args, title, rows, notes, targets, label) -> list[str]:

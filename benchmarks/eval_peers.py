@@ -170,16 +170,22 @@ def bare_attack(
     ig_steps: int | None = None,
     step_size: float | None = None,
     ig_chunk_steps: int | None = None,
+    rank_chunk_steps: int | None = None,
 ) -> Tensor:
     """The compute floor of a top-k fragility attack, in plain torch.
 
     Per step: the map of the softplus copy with create_graph (saliency, or with `ig_steps`
-    integrated gradients from a zero baseline, trapezoid rule, all path points in one batch), the
-    top-k objective, its gradient w.r.t. the input, a sign step, the projection, and a
-    label-check forward of the model. With `ranking=True` the model's own map of the iterate (no
-    graph) and its top-k intersection with the clean map are computed too (for saliency its
-    forward gives the label; for IG a separate no-grad forward does). `ig_chunk_steps`: path
-    steps per forward of the surrogate's IG (None: the whole path in one batch).
+    integrated gradients from a zero baseline, trapezoid rule), the top-k objective, its gradient
+    w.r.t. the input, a sign step, the projection, and a label-check forward of the model.
+    `ig_chunk_steps`: path steps per forward of the surrogate's IG (None: the whole path in one
+    batch).
+
+    With `ranking=True` the loop is the bare loop of the whole algorithm (Ghorbani et al. 2019
+    score every iterate with the ORIGINAL model's map and keep the best label-keeping one): the
+    model's map of the iterate (no graph), its top-k intersection with the clean map, and the
+    label, taken from a forward the map already runs (the saliency forward; for IG the path point
+    alpha = 1, which is the iterate itself), so no separate label forward. `rank_chunk_steps`:
+    path steps per forward of that IG (None: the whole path in one batch).
     """
     step = epsilon / 8 if step_size is None else step_size
     surrogate = softplus(model, beta).eval()
@@ -187,31 +193,26 @@ def bare_attack(
         p.requires_grad_(False)
     with torch.no_grad():
         clean_label = model(x).argmax(1)
-    clean_map = _map(model, x, y, create_graph=False, ig_steps=ig_steps)
+    clean_map, _ = _map(model, x, y, create_graph=False, ig_steps=ig_steps)
     top = _topk(clean_map, k)
     adv = x
     for _ in range(n_steps):
         xv = adv.detach().requires_grad_(True)
-        maps = _map(
+        maps, _ = _map(
             surrogate, xv, y, create_graph=True, ig_steps=ig_steps, chunk_steps=ig_chunk_steps
         )
         weights = maps / maps.sum(1, keepdim=True).clamp_min(1e-12)
         (grad,) = torch.autograd.grad(-(weights * top).sum(), xv)
         adv = (x + (xv.detach() + step * grad.sign() - x).clamp(-epsilon, epsilon)).clamp(0, 1)
-        if ranking and ig_steps is None:
-            xr = adv.requires_grad_(True)
-            logits = model(xr)
-            (g,) = torch.autograd.grad(logits.gather(1, y[:, None]).sum(), xr)
+        if ranking:
+            rank_map_, logits = _map(
+                model, adv, y, create_graph=False, ig_steps=ig_steps, chunk_steps=rank_chunk_steps
+            )
             _kept = logits.argmax(1) == clean_label
-            _score = (_topk(g.abs().sum(1).flatten(1), k) & top).sum(1)
-            adv = adv.detach()
+            _score = (_topk(rank_map_, k) & top).sum(1)
         else:
             with torch.no_grad():
                 _kept = model(adv).argmax(1) == clean_label
-            if ranking:
-                _score = (
-                    _topk(_map(model, adv, y, create_graph=False, ig_steps=ig_steps), k) & top
-                ).sum(1)
     return adv
 
 
@@ -223,16 +224,18 @@ def _map(
     create_graph: bool,
     ig_steps: int | None = None,
     chunk_steps: int | None = None,
-) -> Tensor:
-    """Flat importance maps (B, H*W): sum over channels of |attribution|, where the attribution
-    is d logit_y / d x, or with `ig_steps` integrated gradients from a zero baseline
-    (`chunk_steps` path steps per forward)."""
+) -> tuple[Tensor, Tensor]:
+    """Flat importance maps (B, H*W), sum over channels of |attribution|, and the logits of `x`
+    (detached). The attribution is d logit_y / d x, or with `ig_steps` integrated gradients from
+    a zero baseline (`chunk_steps` path steps per forward), whose last path point (alpha = 1) is
+    `x` itself and gives the logits."""
     with torch.enable_grad():
         xv = x if x.requires_grad else x.detach().requires_grad_(True)
         if ig_steps is None:
-            score = model(xv).gather(1, y[:, None]).sum()
+            logits = model(xv)
+            score = logits.gather(1, y[:, None]).sum()
             (grad,) = torch.autograd.grad(score, xv, create_graph=create_graph)
-            return grad.abs().sum(1).flatten(1)
+            return grad.abs().sum(1).flatten(1), logits.detach()
         alphas = torch.linspace(0.0, 1.0, ig_steps).view(-1, 1, 1, 1, 1)
         weights = torch.full((ig_steps, 1, 1, 1, 1), 1.0 / (ig_steps - 1))
         weights[[0, -1]] /= 2
@@ -243,10 +246,11 @@ def _map(
             points = (a * xv).flatten(0, 1)
             if not create_graph:
                 points = points.detach().requires_grad_(True)
-            score = model(points).gather(1, y.repeat(a.shape[0])[:, None]).sum()
+            logits = model(points)
+            score = logits.gather(1, y.repeat(a.shape[0])[:, None]).sum()
             (grad,) = torch.autograd.grad(score, points, create_graph=create_graph)
             total = total + (grad.view(a.shape[0], *x.shape) * w).sum(0)
-        return (xv * total).abs().sum(1).flatten(1)
+        return (xv * total).abs().sum(1).flatten(1), logits[-x.shape[0] :].detach()
 
 
 def _topk(maps: Tensor, k: int) -> Tensor:

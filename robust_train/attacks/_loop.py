@@ -74,8 +74,11 @@ class AttackState:
 def forward_and_maps(ctx: AttackContext, x: Tensor) -> tuple[Tensor, Tensor]:
     """Logits (no graph) and detached importance maps of the ORIGINAL model, in chunks.
 
-    When the explainer forwards the chunk itself (saliency, input x gradient), its logits are
-    taken from that forward (a forward hook); otherwise one no-grad forward gives them.
+    When the explainer forwards the chunk itself, its logits are taken from that forward (a
+    forward hook): saliency and input x gradient forward the chunk as it is; integrated gradients
+    from a zero baseline with a rule that ends at alpha = 1 (the default trapezoid rule) forwards
+    it as the last path step, a block of its batch of path points. Otherwise one no-grad forward
+    gives them.
     """
     logits, maps = [], []
     for a, b in row_chunks(x.shape[0], ctx.chunk):
@@ -95,7 +98,13 @@ def forward_and_maps(ctx: AttackContext, x: Tensor) -> tuple[Tensor, Tensor]:
 
 
 class _LogitsOf:
-    """Forward hook keeping the output of the first forward whose input equals `rows`."""
+    """Forward hook keeping the logits of `rows` from the first forward that contains them: an
+    input equal to `rows`, or an input of whole blocks of `len(rows)` rows one of which equals
+    `rows` (searched from the last block, where an integrated-gradients path puts alpha = 1).
+
+    Only bit-for-bit equal inputs match, so the kept logits are the model's output on `rows`
+    (in eval mode rows do not interact: they equal a separate forward's up to float rounding).
+    """
 
     def __init__(self, rows: Tensor) -> None:
         self.rows = rows
@@ -105,12 +114,19 @@ class _LogitsOf:
         if self.logits is not None or len(args) != 1 or not isinstance(output, Tensor):
             return
         (inputs,) = args
+        n = self.rows.shape[0]
         if (
-            isinstance(inputs, Tensor)
-            and inputs.shape == self.rows.shape
-            and torch.equal(inputs.detach(), self.rows)
+            not isinstance(inputs, Tensor)
+            or n == 0
+            or inputs.shape[1:] != self.rows.shape[1:]
+            or inputs.shape[0] % n
+            or output.shape[0] != inputs.shape[0]
         ):
-            self.logits = output.detach()
+            return
+        for start in range(inputs.shape[0] - n, -1, -n):
+            if torch.equal(inputs[start : start + n].detach(), self.rows):
+                self.logits = output[start : start + n].detach()
+                return
 
 
 def start(ctx: AttackContext) -> AttackState:

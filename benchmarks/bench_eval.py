@@ -13,7 +13,10 @@
     map of the model that ranks iterates: saliency at every size, and at 28x28 also integrated
     gradients with the RAR protocol's settings (epsilon 0.3, step 0.01, k 200, measure_k 100,
     10 IG points, zero baseline; 20 images), whose cost per step and 20 images is reported
-    beside its floor (the bare double-backprop steps).
+    beside its floor (the bare double-backprop steps). For IG, both bare loops also run with the
+    attack's default path chunks: (a) the surrogate-only loop and (b) the bare loop of the same
+    algorithm (+ the ORIGINAL model's IG map of every iterate, which ranks iterates; its alpha = 1
+    path point gives the label).
 Models: SmallCNN trained for two epochs on 8x8 digits, MNISTConvNet(channels=(16, 32),
 hidden=128) (the leaderboard's MNIST model) on 28x28 MNIST-5k digits, and SmallCNN on 32x32
 one-channel synthetic images

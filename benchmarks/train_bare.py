@@ -92,8 +92,9 @@ def _map_shift(
     smoothness (SENN, Alvarez-Melis & Jaakkola 2018): L1 distance of the sum-normalised saliency
     maps (target logit), x' uniform in the ball. lipschitz: the same over ||x' - x||_2, x' after
     projected sign-ascent steps of radius / 2 on the distance. igr (Wang & Kong 2022):
-    1 - cosine of the IG maps, x' after ascent steps of 2.5 radius / steps. The clean map keeps
-    its graph (it reuses the CE's forward for saliency); x' is detached.
+    1 - cosine of the IG maps, x' after ascent steps of 2.5 radius / steps. The ascent direction
+    comes from the model with its ReLUs as Softplus(10) (the terms' default `ascent_beta`). The
+    clean map keeps its graph (it reuses the CE's forward for saliency); x' is detached.
     """
     r = float(s["radius"])
     n_ascent = int(s.get("n_ascent_steps", 0))
@@ -120,11 +121,25 @@ def _map_shift(
         clean = _saliency_map(model, x, y, logits)
     x0 = x.detach()
     delta = (2 * torch.rand_like(x0) - 1) * r
-    for _ in range(n_ascent):
-        delta.requires_grad_(True)
-        shift = dist(clean.detach(), explain((x0 + delta).clamp(0, 1))).sum()
-        (g,) = torch.autograd.grad(shift, delta)
-        delta = (delta.detach() + step * g.sign()).clamp(-r, r)
+    # The ascent direction is taken with every nn.ReLU swapped for Softplus(10) (the map of a
+    # ReLU network is piecewise constant in x: its gradient is zero); the value uses the model.
+    relus = [
+        (parent, key, child)
+        for parent in list(model.modules())
+        for key, child in parent.named_children()
+        if isinstance(child, nn.ReLU) and n_ascent
+    ]
+    for parent, key, _ in relus:
+        setattr(parent, key, nn.Softplus(beta=10.0))
+    try:
+        for _ in range(n_ascent):
+            delta.requires_grad_(True)
+            shift = dist(clean.detach(), explain((x0 + delta).clamp(0, 1))).sum()
+            (g,) = torch.autograd.grad(shift, delta)
+            delta = (delta.detach() + step * g.sign()).clamp(-r, r)
+    finally:
+        for parent, key, child in relus:
+            setattr(parent, key, child)
     x_pert = (x0 + delta).clamp(0, 1)
     value = dist(clean, explain(x_pert))
     if name == "lipschitz":

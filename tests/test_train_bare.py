@@ -35,13 +35,13 @@ def train_bare():
         sys.path.remove(str(BENCHMARKS))
 
 
-def _tiny(side: int) -> nn.Module:
-    """Conv -> softplus -> pool -> linear, 5 classes; the convolution scaled up so that its
-    outputs reach the bend of the softplus (curvature ~1e-2, not ~1e-5, of the CE)."""
+def _tiny(side: int, activation: type[nn.Module] | None = None) -> nn.Module:
+    """Conv -> softplus (or `activation`) -> pool -> linear, 5 classes; the convolution scaled up
+    so that its outputs reach the bend of the softplus (curvature ~1e-2, not ~1e-5, of the CE)."""
     torch.manual_seed(1)
     model = nn.Sequential(
         nn.Conv2d(1, 4, 3, padding=1),
-        nn.Softplus(beta=5.0),
+        nn.Softplus(beta=5.0) if activation is None else activation(),
         nn.AvgPool2d(2),
         nn.Flatten(),
         nn.Linear(4 * (side // 2) ** 2, 5),
@@ -107,6 +107,32 @@ def test_bare_loss_and_gradients_equal_the_library_step(
     assert float(value - ce) > 1e-3 * float(ce)
     other, _ = _bare(train_bare, name, seed + 1, model, x, y)
     assert abs(float(other - value)) > 1e-3 * float(value - ce)
+
+
+@pytest.mark.parametrize("name", ["lipschitz", "igr"])
+def test_bare_ascent_on_a_relu_model_takes_the_softplus_direction_like_the_library(
+    train_bare, monkeypatch, name
+):
+    """On a ReLU network the ascent direction comes from Softplus(10) in both (the terms' default
+    ascent_beta); with ascent_beta=None the library's value differs (its ascent would not move),
+    so the agreement is that of the surrogate ascent. The model keeps its ReLU modules."""
+    monkeypatch.setitem(train_bare.SETTINGS, name, {**train_bare.SETTINGS[name], "weight": 5.0})
+    settings = train_bare.SETTINGS[name]
+    model, (x, y) = _tiny(12, nn.ReLU), _batch(12)
+    value, grads = _library(name, settings, model, x, y)
+    bare_model = copy.deepcopy(model)
+    relu = bare_model[1]
+    torch.manual_seed(int(settings["seed"]))
+    bare_value = train_bare._loss(name, bare_model, x, y)
+    bare_grads = _grads(bare_model, bare_value)
+    assert bare_model[1] is relu
+    assert _close(bare_value.detach(), value), (float(bare_value), float(value))
+    assert _close(bare_grads, grads), float((bare_grads - grads).abs().max())
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the zero-direction warning
+        no_surrogate, _ = _library(name, {**settings, "ascent_beta": None}, model, x, y)
+    assert abs(float(no_surrogate - value)) > 1e-4 * float(value)
 
 
 def test_every_registered_penalty_has_a_bare_formula(train_bare):

@@ -106,12 +106,16 @@ def _gradient_difference(
 class Curvature(PenaltyTerm):
     """Zero-order (logit second difference) or CURE-style gradient-difference curvature.
 
+    `needs_input_grad` is True for "gradient_difference" only (it reuses the clean forward's
+    input gradient); the zero-order form reads the clean logits alone, so the shared forward runs
+    on inputs that do not require grad.
+
     Example:
         >>> Curvature(weight=0.01)
         Curvature(name='curvature', weight=0.01)
+        >>> Curvature().needs_input_grad, Curvature(method="gradient_difference").needs_input_grad
+        (False, True)
     """
-
-    needs_input_grad = True
 
     def __init__(
         self,
@@ -125,6 +129,10 @@ class Curvature(PenaltyTerm):
         super().__init__(weight, name, seed)
         check_curvature_args(method, h, n_directions)
         self.method, self.h, self.n_directions = method, h, n_directions
+
+    @property
+    def needs_input_grad(self) -> bool:  # type: ignore[override]  # follows `method`
+        return self.method == "gradient_difference"
 
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None

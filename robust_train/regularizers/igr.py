@@ -29,6 +29,9 @@ class IGRPenalty(ExplanationSmoothness):
         n_samples: x' per input.
         name, seed: as every term.
         detach_clean: the clean IG map without create_graph (see `explanation_smoothness`).
+        ascent_beta: the ascent direction is taken with every ReLU module swapped for
+            Softplus(ascent_beta) (None: the model itself; on a ReLU network the IG map is then
+            moved only through its (x - baseline) factor); the penalty uses the model itself.
 
     Example:
         >>> term = IGRPenalty(n_ig_steps=8)
@@ -47,6 +50,7 @@ class IGRPenalty(ExplanationSmoothness):
         name: str | None = None,
         seed: int | None = None,
         detach_clean: bool = False,
+        ascent_beta: float | None = 10.0,
     ) -> None:
         check_positive(n_ig_steps, "n_ig_steps", integer=True)
         if n_ig_steps < 2:
@@ -68,5 +72,6 @@ class IGRPenalty(ExplanationSmoothness):
             name,
             seed,
             detach_clean,
+            ascent_beta,
         )
         self.n_ig_steps = n_ig_steps

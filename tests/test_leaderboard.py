@@ -9,6 +9,8 @@ import math
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -67,3 +69,45 @@ def test_weight_rule_prefers_robustness_within_one_point():
         ]
         == 0.2
     )
+
+
+def test_quick_leaderboard_fine_tunes_from_each_seeds_natural_model(tmp_path: Path):
+    """A fine-tuned method starts from the natural model of its own seed, is swept on val like
+    the others, can be the shipped robust pick, and its cost counts the natural training."""
+    lb = _module()
+    assert (
+        lb.main(
+            [
+                "--quick",
+                "--workers",
+                "1",
+                "--methods",
+                "finetune_smoothness",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["failed"] == [] and results["skipped"] == []
+    natural = {r["seed"]: r["ckpt"] for r in results["rows"] if r["method"] == "natural"}
+    tuned = [r for r in results["rows"] if r["method"] == "finetune_smoothness"]
+    assert sorted(r["seed"] for r in tuned) == [0, 1]
+    for r in tuned:
+        assert r["init"] == natural[r["seed"]] and r["epochs"] == results["plan"]["finetune_epochs"]
+    assert len(results["sweeps"]["finetune_smoothness"]) == len(
+        lb.METHODS["finetune_smoothness"][3]
+    )
+    assert all(r["init"] == natural[0] for r in results["sweeps"]["finetune_smoothness"])
+    # No method trained from scratch: no generic fine-tuning row; the pick is the fine-tuned one.
+    assert results["best"] is None and results["robust"] == "finetune_smoothness"
+    row = next(
+        r
+        for r in lb.table_rows(
+            {**results, "step_ms": {"natural": 10.0, "finetune_smoothness": 50.0}}
+        )
+        if r["method"] == "finetune_smoothness"
+    )
+    plan = results["plan"]
+    assert row["cost"] == pytest.approx(1 + plan["finetune_epochs"] / plan["epochs"] * 5.0)

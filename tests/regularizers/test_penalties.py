@@ -193,6 +193,48 @@ def test_zero_order_curvature_of_linear_model_is_zero_and_has_parameter_gradient
     assert float(model.net[1].weight.grad.abs().sum()) > 0
 
 
+def test_curvature_needs_the_input_gradient_only_for_gradient_difference():
+    assert Curvature().needs_input_grad is False
+    assert Curvature(method="gradient_difference").needs_input_grad is True
+    term = Curvature()
+    term.method = "gradient_difference"  # read per step, so it follows the method
+    assert term.needs_input_grad is True
+
+
+@pytest.mark.parametrize("method", ["zero_order", "gradient_difference"])
+def test_curvature_training_step_equals_the_one_with_an_input_gradient(method):
+    """The library step with the term as it is, and with a copy forced to the old
+    needs_input_grad=True: same loss and parameter gradients; zero_order's clean forward runs on
+    inputs that do not require grad (no input gradient built), gradient_difference's on inputs
+    that do."""
+    import copy
+    import warnings
+
+    from robust_train import RobustClassifier
+
+    class Forced(Curvature):
+        needs_input_grad = True  # the class attribute before the change
+
+    model, (x, y) = SmoothMLP(), _batch()
+    results = []
+    for cls in (Curvature, Forced):
+        module = RobustClassifier(copy.deepcopy(model), penalties=[cls(method=method, seed=0)])
+        module.train()
+        seen: list[bool] = []
+        module.model.register_forward_pre_hook(lambda _, a, s=seen: s.append(a[0].requires_grad))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*self.log.*")
+            loss = module.training_step((x, y), 0)
+        loss.backward()
+        grads = torch.cat([p.grad.flatten() for p in module.model.parameters()])
+        results.append((loss.detach(), grads, seen[0]))
+    (loss, grads, clean_requires_grad), (forced_loss, forced_grads, forced_requires_grad) = results
+    assert forced_requires_grad is True
+    assert clean_requires_grad is (method == "gradient_difference")
+    assert torch.equal(loss, forced_loss)
+    assert torch.equal(grads, forced_grads)
+
+
 def test_gradient_difference_curvature_matches_hessian_vector_product():
     model = SmoothMLP().double()
     x, y = _batch(3)

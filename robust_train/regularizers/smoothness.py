@@ -397,6 +397,8 @@ class ExplanationSmoothness(PenaltyTerm):
             detach_clean=detach_clean,
         )
         self.warned_zero_direction = False
+        # The zero-direction check reads a device value (a GPU sync): only on the first calls.
+        self._zero_checks_left = 3
 
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
@@ -407,9 +409,10 @@ class ExplanationSmoothness(PenaltyTerm):
             target,
             logits=logits,
             generator=self.generator,
-            check_zero=not self.warned_zero_direction,
+            check_zero=not self.warned_zero_direction and self._zero_checks_left > 0,
             **self.kwargs,
         )
+        self._zero_checks_left -= 1
         if zero_cause is not None:
             self.warned_zero_direction = True
             warnings.warn(f"penalty {self.name!r}: {zero_cause}", RuntimeWarning, stacklevel=2)

@@ -63,6 +63,8 @@ class RobustClassifier(pl.LightningModule):
             "skip" skips that optimisation step (one warning per fit, `train/skipped_steps` per
             epoch; one process only: refused under DDP).
         label_smoothing: passed to the cross-entropy.
+        lr_scheduler_interval: "epoch" steps `lr_scheduler` after every epoch, "step" after every
+            optimisation step (e.g. `CosineAnnealingLR` with `T_max` = the fit's total steps).
 
     Example:
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
@@ -84,6 +86,7 @@ class RobustClassifier(pl.LightningModule):
         init_checkpoint: str | None = None,
         on_nonfinite: str = "raise",
         label_smoothing: float = 0.0,
+        lr_scheduler_interval: str = "epoch",
     ) -> None:
         super().__init__()
         if not isinstance(model, nn.Module):
@@ -94,6 +97,7 @@ class RobustClassifier(pl.LightningModule):
         check_non_negative(penalty_warmup_epochs, "penalty_warmup_epochs")
         check_non_negative(freeze_backbone_epochs, "freeze_backbone_epochs", integer=True)
         check_choice(on_nonfinite, "on_nonfinite", ("raise", "skip"))
+        check_choice(lr_scheduler_interval, "lr_scheduler_interval", ("epoch", "step"))
         if softplus_beta is not None:
             check_positive(softplus_beta, "softplus_beta")
         penalties = list(penalties or [])
@@ -304,7 +308,11 @@ class RobustClassifier(pl.LightningModule):
         optimizer = self.optimizer_factory(self.parameters())
         if self.scheduler_factory is None:
             return optimizer
-        return {"optimizer": optimizer, "lr_scheduler": self.scheduler_factory(optimizer)}
+        scheduler = {
+            "scheduler": self.scheduler_factory(optimizer),
+            "interval": self.hparams["lr_scheduler_interval"],
+        }
+        return {"optimizer": optimizer, "lr_scheduler": scheduler}
 
     # ------------------------------------------------------------------------------- checkpoints
     def on_fit_start(self) -> None:

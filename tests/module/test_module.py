@@ -162,3 +162,23 @@ def test_images_outside_unit_range_are_refused_in_training():
     loader = DataLoader(TensorDataset(x[:64] * 16, y[:64]), batch_size=32)
     with pytest.raises(ValueError, match=r"batch images.*\[0, 1\]"):
         _trainer(limit_val_batches=0).fit(RobustClassifier(TinyCNN()), loader)
+
+
+@pytest.mark.parametrize("interval, expected_steps", [("step", 8), ("epoch", 2)])
+def test_lr_scheduler_interval_steps_the_scheduler_per_step_or_epoch(interval, expected_steps):
+    train, _ = _loaders(n_train=256)  # 4 batches of 64
+    module = RobustClassifier(
+        TinyCNN(),
+        optimizer=lambda p: torch.optim.SGD(p, lr=1.0),
+        lr_scheduler=lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=1, gamma=0.5),
+        lr_scheduler_interval=interval,
+    )
+    trainer = _trainer(max_epochs=2, limit_val_batches=0)
+    trainer.fit(module, train)
+    (optimizer,) = trainer.optimizers
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.5**expected_steps)
+
+
+def test_lr_scheduler_interval_is_checked():
+    with pytest.raises(ValueError, match="lr_scheduler_interval.*'batch'"):
+        RobustClassifier(TinyCNN(), lr_scheduler_interval="batch")

@@ -31,9 +31,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # leaderboard_report, also when imported by a test
 
 MODEL = {"channels": [16, 32], "hidden": 128}
-LR, BATCH, EPOCHS, FINETUNE_EPOCHS, FINETUNE_LR = 3e-3, 64, 6, 2, 1e-3
+LR, BATCH, EPOCHS, FINETUNE_EPOCHS, FINETUNE_LR = 3e-3, 64, 6, 2, 2e-3
+TRAIN_IMAGES = 3500  # MNIST5kDataModule's train split
 
 # name -> (penalty, fixed CPU-sized kwargs, swept argument, sweep values, what the paper used)
 METHODS: dict[str, tuple[str | None, dict[str, Any], str, list[float], str]] = {
@@ -85,11 +87,12 @@ METHODS: dict[str, tuple[str | None, dict[str, Any], str, list[float], str]] = {
     ),
     "finetune_smoothness": (
         "smoothness",
-        {"radius": 0.3},
+        {"radius": 0.3, "distance": "cosine"},
         "weight",
-        [5.0, 10.0],
+        [10.0, 20.0, 30.0, 40.0],
         "this project: the natural model of the same seed fine-tuned with the smoothness penalty "
-        "(the cheap path for an existing classifier)",
+        "(1 - cosine of the saliency maps at x and x + U(-0.3, 0.3); the cheap path for an "
+        "existing classifier)",
     ),
     "igr": (
         "igr",
@@ -100,8 +103,8 @@ METHODS: dict[str, tuple[str | None, dict[str, Any], str, list[float], str]] = {
     ),
 }
 
-# Methods that start from the natural model of their seed (FINETUNE_EPOCHS at FINETUNE_LR);
-# their cost counts the natural training too.
+# Methods that start from the natural model of their seed (FINETUNE_EPOCHS at FINETUNE_LR, decayed
+# to 0 by a per-step cosine schedule); their cost counts the natural training too.
 FINETUNED = frozenset({"finetune_smoothness"})
 
 
@@ -192,10 +195,16 @@ def train_job(job: dict[str, Any]) -> dict[str, Any]:
     if job["penalty"]:
         penalties = [get_penalty(job["penalty"], seed=job["seed"], **job["kwargs"])]
     lr = job.get("lr", LR)
+    scheduler = None
+    if job.get("cosine"):  # fine-tuning: the rate decays to 0 over the fit's steps
+        steps = job["epochs"] * (plan.limit_batches or math.ceil(TRAIN_IMAGES / BATCH))
+        scheduler = lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=steps)  # noqa: E731
     module = RobustClassifier(
         MNISTConvNet(**MODEL),
         penalties,
         optimizer=lambda p: torch.optim.Adam(p, lr=lr),
+        lr_scheduler=scheduler,
+        lr_scheduler_interval="step",
         init_checkpoint=job.get("init"),
     )
     trainer = pl.Trainer(
@@ -338,6 +347,8 @@ class Scheduler:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from leaderboard_report import write_report  # it imports this module's method table
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny smoke run (seconds)")
     parser.add_argument("--methods", nargs="*", default=None, help="subset of METHODS")
@@ -474,6 +485,7 @@ class Leaderboard:
             init=natural["ckpt"],
             epochs=self.plan.finetune_epochs,
             lr=FINETUNE_LR,
+            cosine=True,
             **kw,
         )
 
@@ -594,6 +606,7 @@ class Leaderboard:
                     init=n["ckpt"],
                     epochs=self.plan.finetune_epochs,
                     lr=FINETUNE_LR,
+                    cosine=True,
                     test=True,
                     base_method=b["method"],
                 ),
@@ -633,253 +646,7 @@ class Leaderboard:
         }
 
 
-# ------------------------------------------------------------------------------------ report
-COLUMNS = [  # (key in row["test"], header, digits)
-    ("accuracy", "test acc", 3),
-    ("sal/topk/topk_intersection", "sal top-k ∩ (attack)", 3),
-    ("sal/topk/kendall", "sal Kendall", 3),
-    ("sal/topk/spearman", "sal Spearman", 3),
-    ("sal/random_sign/topk_intersection", "sal top-k ∩ (noise)", 3),
-    ("ig/topk/topk_intersection", "IG top-k ∩ (attack)", 3),
-    ("ig/topk/kendall", "IG Kendall", 3),
-    ("ig/topk/spearman", "IG Spearman", 3),
-    ("ig/random_sign/topk_intersection", "IG top-k ∩ (noise)", 3),
-    ("fidelity/saliency", "fidelity (sal)", 3),
-    ("lipschitz/saliency", "Lipschitz (sal)", 2),
-]
-
-
-def _stats(values: list[float]) -> tuple[float, float]:
-    v = [x for x in values if isinstance(x, (int, float)) and math.isfinite(x)]
-    if not v:
-        return math.nan, math.nan
-    mean = sum(v) / len(v)
-    return mean, (max(v) - min(v)) / 2
-
-
-def _fmt(values: list[float], digits: int) -> str:
-    mean, half = _stats(values)
-    if math.isnan(mean):
-        return "n/a"
-    n_finite = sum(1 for v in values if isinstance(v, (int, float)) and math.isfinite(v))
-    if n_finite < len(values):  # a seed measured nothing (e.g. a collapsed model)
-        return f"{mean:.{digits}f} ({n_finite} of {len(values)} seeds)"
-    return f"{mean:.{digits}f} ± {half:.{digits}f}" if len(values) > 1 else f"{mean:.{digits}f}"
-
-
-def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """One aggregated row per method (mean and half-range over seeds)."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for r in results["rows"]:
-        key = r["method"] if r["method"] != "finetune" else f"finetune ({r['base_method']})"
-        groups.setdefault(key, []).append(r)
-    nat = groups.get("natural", [])
-    nat_time = _stats([r["seconds"] for r in nat])[0] if nat else math.nan
-    nat_sal = _stats([r["test"]["sal/topk/topk_intersection"] for r in nat])[0] if nat else 0.0
-    step_ms = results.get("step_ms") or {}
-    plan = results["plan"]
-    rows = []
-    for key, runs in groups.items():
-        method = runs[0]["method"] if runs[0]["method"] != "finetune" else runs[0]["base_method"]
-        _, _, arg, _, _ = METHODS[method]
-        setting = f"{arg}={runs[0]['value']:g}" if runs[0].get("value") is not None else "-"
-        seconds = [r["seconds"] for r in runs]
-        sal = [r["test"]["sal/topk/topk_intersection"] for r in runs]
-        ratio = step_ms.get(method, math.nan) / step_ms.get("natural", math.nan)
-        if runs[0]["method"] == "finetune" or method in FINETUNED:
-            # the natural training plus a few epochs of the method
-            ratio = 1 + plan["finetune_epochs"] / plan["epochs"] * ratio
-        rows.append(
-            {
-                "method": key,
-                "setting": setting,
-                "n_seeds": len(runs),
-                "cells": [
-                    _fmt([r["test"].get(c, math.nan) for r in runs], d) for c, _, d in COLUMNS
-                ],
-                "seconds": _stats(seconds)[0],
-                "relative_time": _stats(seconds)[0] / nat_time,
-                "step_ms": step_ms.get(method, math.nan),
-                "cost": ratio,
-                "gain": _stats(sal)[0] - nat_sal,
-                "gain_half": _stats(sal)[1],
-                "finite": all(math.isfinite(r["final_loss"]) for r in runs),
-                "accuracy": _stats([r["test"]["accuracy"] for r in runs])[0],
-            }
-        )
-    return rows
-
-
-def pareto_plot(rows: list[dict[str, Any]], path: Path) -> None:
-    """Robustness gain (saliency top-k intersection over natural) against training time."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    for r in rows:  # the step profile when there is one, else the runs' wall time
-        r["x"] = r["cost"] if math.isfinite(r["cost"]) else r["relative_time"]
-    pts = [r for r in rows if math.isfinite(r["x"]) and math.isfinite(r["gain"])]
-    natural_acc = next((r["accuracy"] for r in rows if r["method"] == "natural"), 0.0)
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    front, best = [], -math.inf
-    for r in sorted(pts, key=lambda r: r["x"]):
-        if r["gain"] > best:
-            front.append(r)
-            best = r["gain"]
-    for r in pts:
-        ax.errorbar(
-            r["x"],
-            r["gain"],
-            yerr=r["gain_half"],
-            fmt="o" if r["accuracy"] >= natural_acc - 0.01 else "x",
-            color="tab:red" if r in front else "tab:gray",
-            capsize=3,
-        )
-    placed: list[tuple[float, float]] = []
-    for r in sorted(pts, key=lambda r: r["x"]):
-        # A label whose point sits close to an already labelled one goes below its point.
-        crowded = any(
-            abs(math.log(r["x"] / x)) < 0.7 and abs(r["gain"] - g) < 0.03 for x, g in placed
-        )
-        placed.append((r["x"], r["gain"]))
-        ax.annotate(
-            f"{r['method']} (acc {r['accuracy']:.3f})",
-            (r["x"], r["gain"]),
-            textcoords="offset points",
-            xytext=(5, -11) if crowded else (5, 4),
-            fontsize=8,
-        )
-    if front:
-        ax.plot(
-            [r["x"] for r in front],
-            [r["gain"] for r in front],
-            "--",
-            color="tab:red",
-            lw=1,
-            label="Pareto front",
-        )
-        ax.legend(loc="lower right")
-    ax.set_xscale("log")
-    ax.set_xlabel("training cost relative to natural (step profile x epochs; log)")
-    ax.set_ylabel("gain in saliency top-100 intersection\nunder the RAR attack (test)")
-    ax.axhline(0, color="k", lw=0.5)
-    ax.set_title(
-        "MNIST-5k: robustness gain vs training cost (mean ± half-range, 2 seeds)\n"
-        "x: test accuracy more than 1 point below natural",
-        fontsize=10,
-    )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def write_report(results: dict[str, Any], folder: Path, *, quick: bool) -> Path:
-    """LEADERBOARD.md (table, sweeps, settings vs papers) and the Pareto plot in `folder`."""
-    folder.mkdir(parents=True, exist_ok=True)
-    rows = table_rows(results)
-    plan = results["plan"]
-    png = folder / "leaderboard_pareto.png"
-    pareto_plot(rows, png)
-    partial = bool(results["skipped"])
-    lines = ["# MNIST-5k attributional-robustness leaderboard", ""]
-    if quick:
-        lines += ["**QUICK SMOKE RUN: sizes are tiny, the numbers mean nothing.**", ""]
-    if partial:
-        lines += [
-            f"**PARTIAL: the time budget ran out; not run: {', '.join(results['skipped'])}.**",
-            "",
-        ]
-    lines += [
-        "Commands: `OMP_NUM_THREADS=1 .venv/bin/python benchmarks/leaderboard.py --workers 2 "
-        f"--budget-min 28 --out {results.get('out', 'RUN_DIR')}`, then `... "
-        f"benchmarks/leaderboard.py --ship {results.get('out', 'RUN_DIR')}` (step profile, "
-        "shipped checkpoints). Wall "
-        f"{results['wall_seconds'] / 60:.1f} min for {len(plan['seeds'])} seeds, 2 runs at a "
-        "time, 1 thread each, on the 2-core CPU machine shared with other work.",
-        "",
-        "| method | setting | "
-        + " | ".join(h for _, h, _ in COLUMNS)
-        + " | step ms | cost × natural | run s | finite loss |",
-        "|" + "---|" * (len(COLUMNS) + 6),
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['method']} | {r['setting']} | "
-            + " | ".join(r["cells"])
-            + f" | {r['step_ms']:.0f} | {r['cost']:.1f} | {r['seconds']:.0f} | "
-            + ("yes" if r["finite"] else "NO")
-            + " |"
-        )
-    lines += [
-        "",
-        "Test acc: the whole 1,000-image test split. "
-        "Mean ± half the range over seeds. Attack columns: the RAR top-k attack "
-        "(attack k 200, reported k 100); noise columns: random signs of the same budget. "
-        "Fidelity: AUC_LIF - AUC_MIF (higher is better); Lipschitz: local Lipschitz estimate of "
-        "the max-normalised saliency map (lower is smoother). step ms: one training step of "
-        "batch 64, one thread, measured one method after the other in one process "
-        "(`step_profile`); cost × natural: step ms × epochs over natural's (fine-tuning: the "
-        "natural training plus its epochs of the method). run s: wall time of each training "
-        "run, two runs at a time on the shared 2-core machine (noisy).",
-        "",
-        f"![Pareto plot]({png.name})",
-        "",
-        "## Weight sweeps (val split, first seed)",
-        "",
-        f"Natural val accuracy: {results['natural_val_accuracy']:.3f}. Rule: the value with "
-        "the largest val saliency top-k intersection whose val accuracy is within 1 point "
-        "of natural; when none is, the best val accuracy. Best method trained from scratch "
-        f"by the same rule: **{results['best']}** (the finetune row); best of all, fine-tuned "
-        f"methods included (the shipped robust model): **{results.get('robust')}**. "
-        f"{', '.join(sorted(FINETUNED))}: the first seed's natural model fine-tuned "
-        f"{plan['finetune_epochs']} epochs at lr {FINETUNE_LR}.",
-        "",
-        "| method | value | val acc | val sal top-k ∩ | train s | chosen |",
-        "|---|---|---|---|---|---|",
-    ]
-    chosen_ids = {r["id"] for r in results["rows"]}
-    for name, runs in results["sweeps"].items():
-        arg = METHODS[name][2]
-        for r in runs:
-            lines.append(
-                f"| {name} | {arg}={r['value']:g} | {r['val']['accuracy']:.3f} | "
-                f"{r['val']['sal/topk/topk_intersection']:.3f} | {r['seconds']:.0f} | "
-                + ("**yes**" if r["id"] in chosen_ids else "")
-                + " |"
-            )
-    lines += [
-        "",
-        "## Settings here versus the papers",
-        "",
-        f"Model: MNISTConvNet(channels={MODEL['channels']}, hidden={MODEL['hidden']}) "
-        f"(RAR's layout at reduced width); Adam lr {LR}, batch {BATCH}, {plan['epochs']} "
-        f"epochs on the 3,500 training images (RAR: 100k steps of batch 50); fine-tuning "
-        f"{plan['finetune_epochs']} epochs at lr {FINETUNE_LR}. One thread per run, "
-        "runs in parallel on the 2-core machine next to other work, so times are noisy.",
-        "",
-        f"Evaluation: the RAR preset on the first {plan['test_images']} test images "
-        f"(correctly classified ones attacked), {plan['test_steps']} steps of "
-        f"{max(0.01, 0.75 / plan['test_steps']):.3g}, {plan['test_restarts']} restart(s), "
-        f"IG with {plan['ig_steps']} points, Lipschitz {plan['lipschitz_samples']} samples, "
-        f"fidelity {plan['fidelity_steps']} steps (paper: all 10,000 test images, 100 "
-        "steps of 0.01, 3 restarts, IG 100 points). Val score: saliency top-k attack, "
-        f"{plan['val_steps']} steps, first {plan['val_images']} val images.",
-        "",
-        "| method | here (fixed) | swept | paper |",
-        "|---|---|---|---|",
-    ]
-    for name, m in results["methods"].items():
-        lines.append(
-            f"| {name} | {m['fixed'] or '-'} | {m['swept'] or '-'} {m['values'] or ''} "
-            f"| {m['paper']} |"
-        )
-    lines += shipped_section(results.get("shipped"))
-    path = folder / "LEADERBOARD.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
+# ------------------------------------------------------------------------------- shipping
 def step_profile(results: dict[str, Any], n_steps: int = 10) -> dict[str, float]:
     """Milliseconds per training step (batch 64, one thread, one process, one after the other)
     of natural training and of every method at its chosen setting: a steadier cost measure
@@ -951,29 +718,6 @@ def ship(results: dict[str, Any], folder: Path) -> dict[str, dict[str, Any]]:
             "ig": run["test"]["ig/topk/topk_intersection"],
         }
     return shipped
-
-
-def shipped_section(shipped: dict[str, dict[str, Any]] | None) -> list[str]:
-    """The shipped checkpoints' table; tests/test_shipped_mnist_checkpoints.py reads it."""
-    if not shipped:
-        return []
-    lines = [
-        "",
-        "## Shipped checkpoints",
-        "",
-        "Accuracy on the whole 1,000-image test split (the RAR columns come from the table "
-        "above: first seed, first test images).",
-        "",
-        "| checkpoint | test acc | run | sal top-k ∩ | IG top-k ∩ | train s | size |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name, s in shipped.items():
-        lines.append(
-            f"| `checkpoints/{name}.ckpt` | {s['accuracy']:.3f} | {s['run']} | "
-            f"{s['sal']:.3f} | {s['ig']:.3f} | {s['seconds']:.0f} | "
-            f"{s['bytes'] / 1e6:.2f} MB |"
-        )
-    return lines
 
 
 if __name__ == "__main__":

@@ -13,7 +13,10 @@ results.json and the checkpoints.
 
 Weight rule (stated in the output): among a method's sweep values, the largest val robustness
 (saliency top-k intersection under the val attack) whose val accuracy is within 1 point of the
-natural model's; when none is, the value with the best val accuracy.
+natural model's, allowing for the noise of the 500-image val split (`eligible`: the drop may
+exceed 1 point by 1.645 standard errors of the paired per-image difference, so a setting is
+excluded only when val shows it loses more than 1 point); when none is, the value with the best
+val accuracy.
 """
 
 from __future__ import annotations
@@ -89,7 +92,7 @@ METHODS: dict[str, tuple[str | None, dict[str, Any], str, list[float], str]] = {
         "smoothness",
         {"radius": 0.3, "distance": "cosine"},
         "weight",
-        [10.0, 20.0, 30.0, 40.0],
+        [20.0, 40.0, 60.0, 80.0],
         "this project: the natural model of the same seed fine-tuned with the smoothness penalty "
         "(1 - cosine of the saliency maps at x and x + U(-0.3, 0.3); the cheap path for an "
         "existing classifier)",
@@ -256,13 +259,15 @@ def evaluate(model: Any, split: str, plan: Plan) -> dict[str, Any]:
     torch.set_num_threads(1)
     x, y = _tensors(split)
     model.eval()
-    accuracy = float((predict(model, x, 256) == y).float().mean())  # the whole split
+    correct = predict(model, x, 256) == y  # the whole split
     r = evaluate_classifier(model, x, y, settings(plan, split), progress=False)
     out: dict[str, Any] = {
-        "accuracy": accuracy,
+        "accuracy": float(correct.float().mean()),
         "n_attacked": r["n_attacked"],
         "eval_seconds": sum(r["seconds"].values()),
     }
+    if split == "val":  # per image, for the paired accuracy comparison of the weight rule
+        out["correct"] = correct.int().tolist()
     for explainer, rows in r["attacks_by_explainer"].items():
         short = "sal" if explainer == "saliency" else "ig"
         for attack, row in rows.items():
@@ -291,9 +296,38 @@ def test_job(job: dict[str, Any]) -> dict[str, Any]:
     return {**job, "test": evaluate(load_classifier(job["ckpt"]), "test", job["plan"])}
 
 
-def choose(runs: list[dict[str, Any]], natural_val_acc: float) -> dict[str, Any]:
-    """The weight rule: best val robustness within 1 point of natural val accuracy."""
-    ok = [r for r in runs if r["val"]["accuracy"] >= natural_val_acc - 0.01]
+ACCURACY_MARGIN = 0.01  # "within 1 point of natural"
+Z_ONE_SIDED_95 = 1.645
+
+
+def eligible(
+    run: dict[str, Any], natural_val_acc: float, natural_correct: list[int] | None = None
+) -> bool:
+    """True when the run's val accuracy is within 1 point of natural's, up to the val noise.
+
+    With per-image results of both models (`val["correct"]`, the same images), the allowed drop
+    is 1 point plus 1.645 standard errors of the mean paired difference natural - run (one-sided
+    95%): on 500 images one image is 0.2 points, and a 1-point threshold on its own mostly
+    measures which images the split happens to hold. Without them, exactly 1 point.
+    """
+    margin = ACCURACY_MARGIN
+    correct = run["val"].get("correct")
+    if natural_correct is not None and correct is not None and len(correct) == len(natural_correct):
+        d = [a - b for a, b in zip(natural_correct, correct, strict=True)]
+        n = len(d)
+        mean = sum(d) / n
+        var = sum((v - mean) ** 2 for v in d) / (n - 1) if n > 1 else 0.0
+        margin += Z_ONE_SIDED_95 * math.sqrt(var / n)
+    return run["val"]["accuracy"] >= natural_val_acc - margin - 1e-9
+
+
+def choose(
+    runs: list[dict[str, Any]],
+    natural_val_acc: float,
+    natural_correct: list[int] | None = None,
+) -> dict[str, Any]:
+    """The weight rule: best val robustness among the `eligible` runs, else best val accuracy."""
+    ok = [r for r in runs if eligible(r, natural_val_acc, natural_correct)]
     if ok:
         return max(ok, key=_val_robustness)
     return max(runs, key=lambda r: r["val"]["accuracy"])
@@ -537,6 +571,11 @@ class Leaderboard:
         scored = [n for n in self.natural if "val" in n]
         return scored[0]["val"]["accuracy"] if scored else None
 
+    def _natural_correct(self) -> list[int] | None:
+        """The first seed's natural model, per val image (the weight rule's paired reference)."""
+        scored = [n for n in self.natural if "val" in n]
+        return scored[0]["val"].get("correct") if scored else None
+
     def _maybe_choose(self, name: str) -> None:
         nat = self._natural_val()
         runs = self.sweeps[name]
@@ -544,7 +583,7 @@ class Leaderboard:
             return
         if name in FINETUNED and len(self.natural) < len(self.plan.seeds):
             return  # the other seeds start from their natural models: wait for them
-        c = choose(runs, nat)
+        c = choose(runs, nat, self._natural_correct())
         self.chosen[name] = c
         if len(METHODS[name][3]) == 1 and name not in FINETUNED:
             return  # not swept: every seed was scheduled (and tested) from the start
@@ -590,8 +629,8 @@ class Leaderboard:
         scratch = [c for c in self.chosen.values() if c["method"] not in FINETUNED]
         if not scratch:
             return
-        eligible = [c for c in scratch if c["val"]["accuracy"] >= nat - 0.01]
-        self.best = max(eligible or scratch, key=_val_robustness)
+        ok = [c for c in scratch if eligible(c, nat, self._natural_correct())]
+        self.best = max(ok or scratch, key=_val_robustness)
         b = self.best
         for n in self.natural:
             self.sched.add(
@@ -619,7 +658,7 @@ class Leaderboard:
         nat = self._natural_val()
         if nat is None or not self.chosen:
             return None
-        return choose(list(self.chosen.values()), nat)["method"]
+        return choose(list(self.chosen.values()), nat, self._natural_correct())["method"]
 
     def _could_finish(self, name: str) -> bool:
         """False when a sweep run of `name` failed or was skipped (it will never be chosen)."""

@@ -9,6 +9,7 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,6 +77,35 @@ def test_weight_rule_prefers_robustness_within_one_point():
         ]
         == 0.2
     )
+
+
+def test_weight_rule_allows_for_the_noise_of_the_val_split():
+    lb = _module()
+    natural = [1] * 500
+
+    def run(n_wrong: int, rob: float) -> dict:
+        correct = [0] * n_wrong + [1] * (500 - n_wrong)
+        return {
+            "val": {"accuracy": sum(correct) / 500, "correct": correct},
+            "sal/topk/topk_intersection": rob,
+        }
+
+    # 8 more errors (1.6 points) is within 1 point + 1.645 paired standard errors; 12 (2.4) not.
+    for n_wrong, expected in ((5, True), (8, True), (12, False), (20, False)):
+        r = run(n_wrong, 0.5)
+        d = np.array(natural) - np.array(r["val"]["correct"])
+        margin = 0.01 + 1.645 * d.std(ddof=1) / np.sqrt(d.size)
+        assert bool(n_wrong / 500 <= margin) is expected
+        assert lb.eligible(r, 1.0, natural) is expected
+        assert lb.eligible(r, 1.0) is (n_wrong <= 5)  # no per-image results: exactly 1 point
+    # identical per-image results: no noise allowance beyond the point
+    same = {"val": {"accuracy": 0.96, "correct": [1] * 480 + [0] * 20}}
+    assert not lb.eligible(same, 0.975, [1] * 480 + [0] * 20)
+    runs = [run(4, 0.3), run(8, 0.6), run(12, 0.9)]
+    for r in runs:
+        r["val"]["sal/topk/topk_intersection"] = r.pop("sal/topk/topk_intersection")
+    assert lb.choose(runs, 1.0, natural) is runs[1]
+    assert lb.choose(runs, 1.0) is runs[0]
 
 
 def test_quick_leaderboard_fine_tunes_from_each_seeds_natural_model(tmp_path: Path):

@@ -308,11 +308,36 @@ class RobustClassifier(pl.LightningModule):
         optimizer = self.optimizer_factory(self.parameters())
         if self.scheduler_factory is None:
             return optimizer
-        scheduler = {
-            "scheduler": self.scheduler_factory(optimizer),
-            "interval": self.hparams["lr_scheduler_interval"],
-        }
-        return {"optimizer": optimizer, "lr_scheduler": scheduler}
+        scheduler = self.scheduler_factory(optimizer)
+        self._check_cosine_period(scheduler)
+        config = {"scheduler": scheduler, "interval": self.hparams["lr_scheduler_interval"]}
+        return {"optimizer": optimizer, "lr_scheduler": config}
+
+    def _check_cosine_period(self, scheduler: Any) -> None:
+        """Warn when a cosine decay's period is not the fit's length: past `T_max` the rate of
+        `CosineAnnealingLR` climbs back up, which a short fine-tune never means to do."""
+        if not isinstance(scheduler, torch.optim.lr_scheduler.CosineAnnealingLR):
+            return
+        trainer = self._trainer
+        if trainer is None:
+            return
+        per_step = self.hparams["lr_scheduler_interval"] == "step"
+        try:
+            total = int(trainer.estimated_stepping_batches) if per_step else trainer.max_epochs
+        except Exception:  # an infinite or not yet known length: nothing to compare with
+            return
+        if total is None or total <= 0 or total >= 2**31 or scheduler.T_max == total:
+            return
+        unit = "optimisation steps" if per_step else "epochs"
+        rank_zero_warn(
+            f"`CosineAnnealingLR` has T_max={scheduler.T_max} but this fit runs {total} {unit}: "
+            + (
+                "the learning rate climbs back up after T_max"
+                if scheduler.T_max < total
+                else "the learning rate never reaches eta_min"
+            )
+            + f"; set T_max: {total} to decay over the whole fit"
+        )
 
     # ------------------------------------------------------------------------------- checkpoints
     def on_fit_start(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import pytorch_lightning as pl
@@ -177,6 +178,29 @@ def test_lr_scheduler_interval_steps_the_scheduler_per_step_or_epoch(interval, e
     trainer.fit(module, train)
     (optimizer,) = trainer.optimizers
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.5**expected_steps)
+
+
+@pytest.mark.parametrize("t_max, warns", [(8, False), (4, True), (20, True)])
+def test_cosine_period_other_than_the_fit_warns(t_max, warns):
+    train, _ = _loaders(n_train=256)  # 4 batches of 64, 2 epochs: 8 optimisation steps
+    module = RobustClassifier(
+        TinyCNN(),
+        optimizer=lambda p: torch.optim.SGD(p, lr=1.0),
+        lr_scheduler=lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=t_max),
+        lr_scheduler_interval="step",
+    )
+    trainer = _trainer(max_epochs=2, limit_val_batches=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(module, train)
+    messages = [str(w.message) for w in caught if "T_max" in str(w.message)]
+    assert bool(messages) is warns
+    if warns:
+        assert f"T_max={t_max}" in messages[0] and "8 optimisation steps" in messages[0]
+        assert "set T_max: 8" in messages[0]
+    (optimizer,) = trainer.optimizers
+    if not warns:  # decayed to eta_min = 0 exactly at the end of the fit
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)
 
 
 def test_lr_scheduler_interval_is_checked():

@@ -438,6 +438,8 @@ def main(argv: list[str] | None = None) -> int:
     md = Path(args.md) if args.md else (out if args.quick else ROOT / "benchmarks")
     board = Leaderboard(names, plan, out, Scheduler(args.workers, args.budget_min * 60))
     results = board.run()
+    results["budget_min"] = args.budget_min
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     write_report(results, md, quick=args.quick)
     print(f"leaderboard in {results['wall_seconds']:.0f} s -> {md}", flush=True)
     return 0

@@ -88,6 +88,70 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+# Label offsets (points) tried in turn: right of the point, then left, above, below, further out.
+_OFFSETS = [
+    (5, 3, "left", "bottom"),
+    (5, -3, "left", "top"),
+    (-5, 3, "right", "bottom"),
+    (-5, -3, "right", "top"),
+    (0, 7, "center", "bottom"),
+    (0, -7, "center", "top"),
+    (5, 13, "left", "bottom"),
+    (5, -13, "left", "top"),
+    (-5, 13, "right", "bottom"),
+    (-5, -13, "right", "top"),
+]
+
+
+def _place_labels(fig: Any, ax: Any, items: list[tuple[float, float, str]]) -> None:
+    """Annotate each point with the first offset whose text box stays inside the axes and
+    overlaps no label placed before it (the first offset when none does)."""
+    from matplotlib.transforms import Bbox
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    inside = ax.get_window_extent(renderer)
+    taken: list[Any] = []  # label boxes, and a small box around every point
+    for x, y, _ in items:
+        px, py = ax.transData.transform((x, y))
+        taken.append(Bbox.from_extents(px - 4, py - 4, px + 4, py + 4))
+    for x, y, text in items:
+        for i, (dx, dy, ha, va) in enumerate(_OFFSETS):
+            label = ax.annotate(
+                text,
+                (x, y),
+                textcoords="offset points",
+                xytext=(dx, dy),
+                ha=ha,
+                va=va,
+                fontsize=8,
+            )
+            box = label.get_window_extent(renderer).expanded(1.02, 1.1)
+            fits = (
+                box.x0 >= inside.x0
+                and box.x1 <= inside.x1
+                and box.y0 >= inside.y0
+                and box.y1 <= inside.y1
+                and not any(box.overlaps(t) for t in taken)
+            )
+            if fits or i == len(_OFFSETS) - 1:
+                if not fits:  # nowhere free: the first choice, overlapping
+                    label.remove()
+                    dx, dy, ha, va = _OFFSETS[0]
+                    label = ax.annotate(
+                        text,
+                        (x, y),
+                        textcoords="offset points",
+                        xytext=(dx, dy),
+                        ha=ha,
+                        va=va,
+                        fontsize=8,
+                    )
+                taken.append(label.get_window_extent(renderer))
+                break
+            label.remove()
+
+
 def pareto_plot(rows: list[dict[str, Any]], path: Path) -> None:
     """Robustness gain (saliency top-k intersection over natural) against training time."""
     import matplotlib
@@ -114,20 +178,24 @@ def pareto_plot(rows: list[dict[str, Any]], path: Path) -> None:
             color="tab:red" if r in front else "tab:gray",
             capsize=3,
         )
-    placed: list[tuple[float, float]] = []
-    for r in sorted(pts, key=lambda r: r["x"]):
-        # A label whose point sits close to an already labelled one goes below its point.
-        crowded = any(
-            abs(math.log(r["x"] / x)) < 0.7 and abs(r["gain"] - g) < 0.03 for x, g in placed
-        )
-        placed.append((r["x"], r["gain"]))
-        ax.annotate(
-            f"{r['method']} (acc {r['accuracy']:.3f})",
-            (r["x"], r["gain"]),
-            textcoords="offset points",
-            xytext=(5, -11) if crowded else (5, 4),
-            fontsize=8,
-        )
+    ax.set_xscale("log")
+    ax.set_xlabel("training cost relative to natural (step profile x epochs; log)")
+    ax.set_ylabel("gain in saliency top-100 intersection\nunder the RAR attack (test)")
+    ax.axhline(0, color="k", lw=0.5)
+    ax.set_title(
+        "MNIST-5k: robustness gain vs training cost (mean ± half-range, 2 seeds)\n"
+        "x: test accuracy more than 1 point below natural",
+        fontsize=10,
+    )
+    fig.tight_layout()  # before the labels: it moves the axes, and with them every point
+    _place_labels(
+        fig,
+        ax,
+        [
+            (r["x"], r["gain"], f"{r['method']} (acc {r['accuracy']:.3f})")
+            for r in sorted(pts, key=lambda r: r["x"])
+        ],
+    )
     if front:
         ax.plot(
             [r["x"] for r in front],
@@ -138,16 +206,6 @@ def pareto_plot(rows: list[dict[str, Any]], path: Path) -> None:
             label="Pareto front",
         )
         ax.legend(loc="lower right")
-    ax.set_xscale("log")
-    ax.set_xlabel("training cost relative to natural (step profile x epochs; log)")
-    ax.set_ylabel("gain in saliency top-100 intersection\nunder the RAR attack (test)")
-    ax.axhline(0, color="k", lw=0.5)
-    ax.set_title(
-        "MNIST-5k: robustness gain vs training cost (mean ± half-range, 2 seeds)\n"
-        "x: test accuracy more than 1 point below natural",
-        fontsize=10,
-    )
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -170,7 +228,8 @@ def write_report(results: dict[str, Any], folder: Path, *, quick: bool) -> Path:
         ]
     lines += [
         "Commands: `OMP_NUM_THREADS=1 .venv/bin/python benchmarks/leaderboard.py --workers 2 "
-        f"--budget-min 28 --out {results.get('out', 'RUN_DIR')}`, then `... "
+        f"--budget-min {results.get('budget_min', 40):g} "
+        f"--out {results.get('out', 'RUN_DIR')}`, then `... "
         f"benchmarks/leaderboard.py --ship {results.get('out', 'RUN_DIR')}` (step profile, "
         "shipped checkpoints). Wall "
         f"{results['wall_seconds'] / 60:.1f} min for {len(plan['seeds'])} seeds, 2 runs at a "

@@ -148,3 +148,30 @@ def test_quick_leaderboard_fine_tunes_from_each_seeds_natural_model(tmp_path: Pa
     )
     plan = results["plan"]
     assert row["cost"] == pytest.approx(1 + plan["finetune_epochs"] / plan["epochs"] * 5.0)
+
+
+def test_pareto_labels_overlap_neither_each_other_nor_the_axes_edge():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    report = _report()
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    # crowded points, one at the right edge (where a label to its right would be cut off)
+    points = [(1.0, 0.0), (2.4, 0.04), (2.6, 0.05), (2.7, 0.06), (4.2, 0.09), (4.8, 0.08)]
+    points += [(25.0, 0.16)]
+    ax.scatter(*zip(*points, strict=True))
+    ax.set_xscale("log")
+    fig.tight_layout()
+    items = [(x, y, f"method_{i} (acc 0.970)") for i, (x, y) in enumerate(points)]
+    report._place_labels(fig, ax, items)
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in ax.texts]
+    assert len(boxes) == len(points)
+    inside = ax.get_window_extent(renderer)
+    for i, box in enumerate(boxes):
+        assert inside.x0 <= box.x0 and box.x1 <= inside.x1 + 0.5, ax.texts[i].get_text()
+        for other in boxes[i + 1 :]:
+            assert not box.overlaps(other)
+    plt.close(fig)

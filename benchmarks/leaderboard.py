@@ -439,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     board = Leaderboard(names, plan, out, Scheduler(args.workers, args.budget_min * 60))
     results = board.run()
     results["budget_min"] = args.budget_min
+    results["out"] = args.out
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     write_report(results, md, quick=args.quick)
     print(f"leaderboard in {results['wall_seconds']:.0f} s -> {md}", flush=True)

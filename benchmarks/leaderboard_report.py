@@ -328,8 +328,29 @@ def write_report(results: dict[str, Any], folder: Path, *, quick: bool) -> Path:
         )
     lines += shipped_section(results.get("shipped"))
     path = folder / "LEADERBOARD.md"
-    path.write_text("\n".join(lines) + "\n")
+    marker = hand_written_marker(results)
+    kept = kept_notes(path, marker)
+    lines += ["", marker, *([kept] if kept else [])]
+    path.write_text("\n".join(lines).rstrip("\n") + "\n")
     return path
+
+
+def hand_written_marker(results: dict[str, Any]) -> str:
+    """The line after which LEADERBOARD.md holds notes written by hand about this run."""
+    return (
+        f"<!-- written by hand below this line, about the run {results.get('out', 'RUN_DIR')}; "
+        "kept when --report or --ship rewrites the table of the same run -->"
+    )
+
+
+def kept_notes(path: Path, marker: str) -> str:
+    """What follows `marker` in an existing `path` (nothing for another run, or no file)."""
+    if not path.is_file():
+        return ""
+    text = path.read_text()
+    if marker not in text:
+        return ""
+    return text.split(marker, 1)[1].strip("\n")
 
 
 def shipped_section(shipped: dict[str, dict[str, Any]] | None) -> list[str]:

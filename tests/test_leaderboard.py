@@ -58,6 +58,18 @@ def test_quick_leaderboard_writes_table_sweeps_and_plot(tmp_path: Path):
     assert "QUICK SMOKE RUN" in text and "| adversarial | epsilon=" in text
     assert "| finetune (adversarial) |" in text and "## Weight sweeps" in text
     assert (tmp_path / "leaderboard_pareto.png").stat().st_size > 1000
+    # Notes written by hand below the marker survive a rewrite of the same run's report, and
+    # are dropped for another run's.
+    page = tmp_path / "LEADERBOARD.md"
+    marker = _report().hand_written_marker(results)
+    assert marker in text and text.rstrip().endswith(marker)
+    page.write_text(text + "\n## Findings\n\n- seen by hand\n")
+    assert lb.main(["--report", str(tmp_path), "--md", str(tmp_path)]) == 0
+    rewritten = page.read_text()
+    assert rewritten.count(marker) == 1 and rewritten.endswith("- seen by hand\n")
+    assert "| finetune (adversarial) |" in rewritten
+    _report().write_report({**results, "out": "elsewhere"}, tmp_path, quick=True)
+    assert "seen by hand" not in page.read_text()
 
 
 def test_weight_rule_prefers_robustness_within_one_point():

@@ -115,41 +115,29 @@ def _place_labels(fig: Any, ax: Any, items: list[tuple[float, float, str]]) -> N
     for x, y, _ in items:
         px, py = ax.transData.transform((x, y))
         taken.append(Bbox.from_extents(px - 4, py - 4, px + 4, py + 4))
+
+    def annotate(text: str, x: float, y: float, offset: tuple[int, int, str, str]) -> Any:
+        dx, dy, ha, va = offset
+        return ax.annotate(
+            text, (x, y), textcoords="offset points", xytext=(dx, dy), ha=ha, va=va, fontsize=8
+        )
+
     for x, y, text in items:
-        for i, (dx, dy, ha, va) in enumerate(_OFFSETS):
-            label = ax.annotate(
-                text,
-                (x, y),
-                textcoords="offset points",
-                xytext=(dx, dy),
-                ha=ha,
-                va=va,
-                fontsize=8,
-            )
+        for offset in _OFFSETS:
+            label = annotate(text, x, y, offset)
             box = label.get_window_extent(renderer).expanded(1.02, 1.1)
-            fits = (
+            if (
                 box.x0 >= inside.x0
                 and box.x1 <= inside.x1
                 and box.y0 >= inside.y0
                 and box.y1 <= inside.y1
                 and not any(box.overlaps(t) for t in taken)
-            )
-            if fits or i == len(_OFFSETS) - 1:
-                if not fits:  # nowhere free: the first choice, overlapping
-                    label.remove()
-                    dx, dy, ha, va = _OFFSETS[0]
-                    label = ax.annotate(
-                        text,
-                        (x, y),
-                        textcoords="offset points",
-                        xytext=(dx, dy),
-                        ha=ha,
-                        va=va,
-                        fontsize=8,
-                    )
-                taken.append(label.get_window_extent(renderer))
+            ):
                 break
             label.remove()
+        else:  # nowhere free: the first choice, overlapping
+            label = annotate(text, x, y, _OFFSETS[0])
+        taken.append(label.get_window_extent(renderer))
 
 
 def pareto_plot(rows: list[dict[str, Any]], path: Path) -> None:

@@ -22,6 +22,10 @@ class KillAt(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.current_epoch == self.epoch and batch_idx == self.batch:
+            if self.sig == signal.SIGINT:
+                # A shell's background job starts with SIGINT ignored, and Python then installs
+                # no KeyboardInterrupt handler; Ctrl+C in a terminal always has one.
+                signal.signal(signal.SIGINT, signal.default_int_handler)
             os.kill(os.getpid(), self.sig)
 '''
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

@@ -345,6 +345,7 @@ class Scheduler:
     def __init__(self, workers: int, budget_s: float) -> None:
         self.workers = workers
         self.pool = ProcessPoolExecutor(workers) if workers > 1 else None
+        self.budget_s = budget_s
         self.deadline = time.time() + budget_s
         self.queue: list[tuple[float, int, Any, dict[str, Any]]] = []
         self.skipped: list[str] = []
@@ -438,9 +439,6 @@ def main(argv: list[str] | None = None) -> int:
     md = Path(args.md) if args.md else (out if args.quick else ROOT / "benchmarks")
     board = Leaderboard(names, plan, out, Scheduler(args.workers, args.budget_min * 60))
     results = board.run()
-    results["budget_min"] = args.budget_min
-    results["out"] = args.out
-    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     write_report(results, md, quick=args.quick)
     print(f"leaderboard in {results['wall_seconds']:.0f} s -> {md}", flush=True)
     return 0
@@ -570,14 +568,16 @@ class Leaderboard:
         (self.out / "results.json").write_text(json.dumps(self.results(), indent=1, default=str))
         print(f"[{(time.time() - self.start) / 60:5.1f} min] {r['id']} done", flush=True)
 
+    def _natural_scored(self) -> dict[str, Any]:
+        """Val scores of the first seed's natural model (empty until it is trained)."""
+        return next((n["val"] for n in self.natural if "val" in n), {})
+
     def _natural_val(self) -> float | None:
-        scored = [n for n in self.natural if "val" in n]
-        return scored[0]["val"]["accuracy"] if scored else None
+        return self._natural_scored().get("accuracy")
 
     def _natural_correct(self) -> list[int] | None:
-        """The first seed's natural model, per val image (the weight rule's paired reference)."""
-        scored = [n for n in self.natural if "val" in n]
-        return scored[0]["val"].get("correct") if scored else None
+        """Per val image: the weight rule's paired reference."""
+        return self._natural_scored().get("correct")
 
     def _maybe_choose(self, name: str) -> None:
         nat = self._natural_val()
@@ -682,6 +682,8 @@ class Leaderboard:
                 if k in self.names
             },
             "wall_seconds": time.time() - self.start,
+            "budget_min": self.sched.budget_s / 60,
+            "out": str(self.out),
             "skipped": list(self.sched.skipped),
             "failed": self.failed,
             "plan": dataclasses.asdict(self.plan),

@@ -17,7 +17,6 @@ import torch
 from torch import Tensor, nn
 
 from robust_train._runtime import row_chunks
-from robust_train.attacks._setup import Surrogate, make_surrogate, zero_direction_cause
 from robust_train.attacks.objectives.base import FragilityObjective
 from robust_train.attacks.result import FragilityResult
 from robust_train.explain.maps import importance_map
@@ -28,6 +27,7 @@ from robust_train.explain.similarity import (
     spearman_correlation,
     topk_intersection,
 )
+from robust_train.models.softplus import smooth_relus, zero_direction_cause
 
 
 @dataclass
@@ -50,7 +50,8 @@ class AttackContext:
     surrogate_beta: float | None
     chunk: int | None
     progress: bool
-    surrogate: Surrogate | None = None
+    piecewise_constant: bool = True
+    relu_calls: int = 0
 
 
 @dataclass
@@ -131,7 +132,6 @@ class _LogitsOf:
 
 def start(ctx: AttackContext) -> AttackState:
     """Clean predictions and maps, the bound objective and the initial best (the clean input)."""
-    ctx.surrogate = make_surrogate(ctx.model, ctx.surrogate_beta)
     x0 = ctx.inputs.detach().clone()
     logits, clean_map = forward_and_maps(ctx, x0)
     objective = ctx.objective_cls(clean_map, k=ctx.k, measure_k=ctx.measure_k, region=ctx.region)
@@ -151,14 +151,22 @@ def start(ctx: AttackContext) -> AttackState:
     )
 
 
+def direction_beta(ctx: AttackContext) -> float | None:
+    """The softplus beta of the direction: `surrogate_beta` for an explainer whose map of a ReLU
+    net is piecewise constant (`ExplainerSpec.piecewise_constant`), else None (the model)."""
+    return ctx.surrogate_beta if ctx.piecewise_constant else None
+
+
 def gradient_direction(ctx: AttackContext, objective: FragilityObjective, x: Tensor) -> Tensor:
-    """sign of d(ascent value)/dx, through the explainer of the surrogate (double backprop)."""
-    assert ctx.surrogate is not None
+    """sign of d(ascent value)/dx, through the explainer on the softplus surrogate of the model
+    (`smooth_relus`; double backprop)."""
     parts = []
     for a, b in row_chunks(x.shape[0], ctx.chunk):
         xv = x[a:b].detach().requires_grad_(True)
-        explanation = ctx.explain(ctx.surrogate.model, xv, ctx.target[a:b], create_graph=True)
-        value = objective.ascent_value(importance_map(explanation), slice(a, b))
+        with smooth_relus(direction_beta(ctx)) as relus:
+            explanation = ctx.explain(ctx.model, xv, ctx.target[a:b], create_graph=True)
+            value = objective.ascent_value(importance_map(explanation), slice(a, b))
+        ctx.relu_calls += relus.calls
         grad = None
         if value.requires_grad:
             (grad,) = torch.autograd.grad(value.sum(), xv, allow_unused=True)
@@ -215,7 +223,6 @@ def run_restart(ctx: AttackContext, state: AttackState, restart: int, seed: int)
 
 def finish(ctx: AttackContext, state: AttackState) -> FragilityResult:
     """The result; samples whose direction was zero at every step get NaN metrics."""
-    assert ctx.surrogate is not None
     flat = state.clean_map.flatten(1)
     varies = flat.amax(1) > flat.amin(1)  # a constant map has no top-k set and no ranks
     measured = state.moved & varies & torch.isfinite(state.clean_logits).all(1)
@@ -249,7 +256,7 @@ def finish(ctx: AttackContext, state: AttackState) -> FragilityResult:
         n_restarts=len(ctx.seeds),
         k=ctx.k,
         measure_k=ctx.measure_k,
-        surrogate_beta=ctx.surrogate.beta,
+        surrogate_beta=direction_beta(ctx) if ctx.relu_calls else None,
         explainer=ctx.explainer_name,
         region_mass=None if ctx.region is None else masked(objective.region_mass(best)),
         clean_region_mass=None if ctx.region is None else objective.region_mass(clean),
@@ -258,10 +265,15 @@ def finish(ctx: AttackContext, state: AttackState) -> FragilityResult:
 
 
 def _warn_unmeasured(ctx: AttackContext, state: AttackState, measured: Tensor) -> None:
-    assert ctx.surrogate is not None
     rows = ~measured
     cause = zero_direction_cause(
-        ctx.model, ctx.surrogate, state.clean_logits[rows], state.clean_map[rows]
+        ctx.model,
+        beta=direction_beta(ctx),
+        relu_calls=ctx.relu_calls,
+        clean_map=state.clean_map[rows],
+        clean_logits=state.clean_logits[rows],
+        piecewise_constant=ctx.piecewise_constant,
+        beta_name="surrogate_beta",
     )
     warnings.warn(
         f"fragility_attack: {int(rows.sum())} of {rows.numel()} sample(s) were not attacked "

@@ -20,7 +20,7 @@ from robust_train.attacks.defaults import default_k
 from robust_train.attacks.objectives import FragilityObjective, get_objective
 from robust_train.attacks.result import FragilityResult
 from robust_train.explain.protocol import Explainer
-from robust_train.explain.registry import resolve_explainer
+from robust_train.explain.registry import explainer_spec, resolve_explainer
 
 __all__ = ["fragility_attack"]
 
@@ -49,9 +49,11 @@ def fragility_attack(
 
     Iterative L_inf sign steps (Ghorbani et al. 2019):
     x_p = clip_[0,1](x_0 + clip_[-eps,eps](x_{p-1} + step_size * sign(d_p) - x_0)), with d_p the
-    gradient of the objective (a class registered in `robust_train.attacks.OBJECTIVES`) on a
-    softplus copy of the model (ReLU modules and functional ReLU calls swapped), or random
-    signs. After every step the ORIGINAL model gives the label and the map; the best iterate
+    gradient of the objective (a class registered in `robust_train.attacks.OBJECTIVES`) taken
+    on the softplus surrogate of the model (`robust_train.models.softplus.smooth_relus`: every
+    ReLU call, module or functional, computes softplus_beta) when the explainer's map of a ReLU
+    net is piecewise constant (`ExplainerSpec.piecewise_constant`: the gradient family), or
+    random signs. After every step the ORIGINAL model gives the label and the map; the best iterate
     whose predicted label equals the clean prediction is kept (never a label-changing one), else
     the clean input. Restart 0 starts at x_0, later restarts at a
     uniform random point of the ball; the best over all restarts is returned. Each restart draws
@@ -83,8 +85,10 @@ def fragility_attack(
             For ImageNet-size inputs the paper used k=1000; pass it explicitly.
         target_region: bool (B or 1, H, W) region to pull importance into; "targeted" only.
         n_restarts: number of runs, keeping the best.
-        surrogate_beta: beta of the softplus copy that gives the direction; None, or a model with no
-            ReLU (module or traceable functional call), uses the model itself.
+        surrogate_beta: beta of the softplus surrogate that gives the direction of a piecewise-
+            constant explainer (`ExplainerSpec.piecewise_constant`); None uses the model itself.
+            An explainer that declares its map continuous in the input takes its direction on
+            the model itself whatever this is.
         measure_k: k of the reported top-k intersection (and of the iterate ranking); default k.
         generator, seed: randomness of restarts, random signs and the mass-center tie direction
             (exclusive); with neither, torch's global generator draws the per-restart seeds.
@@ -171,6 +175,7 @@ def _context(
     measure_k = check_k(k if measure_k is None else measure_k, "measure_k", height, width)
     region = _region(objective_cls, target_region, batch, height, width, inputs.device)
     explain, name = resolve_explainer(explainer, differentiable=objective_cls.needs_gradient)
+    spec = explainer_spec(explain)
     seeds = restart_seeds(generator, seed, n_restarts)
     require_grad_mode("fragility_attack")
     return _loop.AttackContext(
@@ -188,6 +193,7 @@ def _context(
         region=region,
         seeds=seeds,
         surrogate_beta=surrogate_beta,
+        piecewise_constant=spec.piecewise_constant,
         chunk=internal_batch_size
         or auto_chunk(inputs.shape[1:], device=inputs.device, create_graph=True),
         progress=progress,

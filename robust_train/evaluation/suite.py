@@ -24,7 +24,7 @@ from robust_train.attacks import fragility_attack, get_objective
 from robust_train.attacks.defaults import target_region
 from robust_train.attacks.result import FragilityResult
 from robust_train.evaluation.settings import EvaluationSettings
-from robust_train.explain import get_explainer, importance_map
+from robust_train.explain import bind_settings, importance_map
 from robust_train.metrics.functional import (
     fidelity_curves,
     fidelity_estimate,
@@ -103,18 +103,14 @@ def evaluate_classifier(
 
 
 def suite_explainer(name: str, s: EvaluationSettings) -> Any:
-    """The named explainer with the suite's settings bound (IG steps and baseline; SmoothGrad
-    with fixed noise).
+    """The named explainer with the options its spec ties to the suite's settings bound (IG
+    steps and baseline, the seed of a stochastic explainer; `ExplainerSpec.settings`).
 
     Example:
         >>> suite_explainer("integrated_gradients", EvaluationSettings(ig_steps=4))
         integrated_gradients(n_steps=4, baseline=0.0)
     """
-    if name == "integrated_gradients":
-        return get_explainer(name, n_steps=s.ig_steps, baseline=float(s.ig_baseline))
-    if name == "smoothgrad":
-        return get_explainer(name, seed=s.seed)
-    return get_explainer(name)
+    return bind_settings(name, s)
 
 
 def attack_one(

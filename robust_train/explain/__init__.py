@@ -1,38 +1,49 @@
 """Differentiable explainers and importance maps.
 
-Every gradient explainer has the signature `explainer(model, inputs, target, *, create_graph)` and
-never detaches with `create_graph=True`, so one implementation serves evaluation, attacks and
-training penalties. `meaningful_perturbation` is an optimisation and is evaluation-only
-(`is_differentiable` tells them apart).
+Every explainer has the signature `explainer(model, inputs, target, *, create_graph)` and never
+detaches with `create_graph=True`, so one implementation serves evaluation, attacks and training
+penalties. Each lives in its own file and registers itself with `@register_explainer`, which
+records what it can do (`ExplainerSpec`: differentiable, piecewise constant on ReLU networks,
+layer-based, ...); importing this package imports every explainer file, in registration order.
+`meaningful_perturbation` is an optimisation and is evaluation-only (`is_differentiable`).
 """
 
-from robust_train.explain.gradient import input_x_gradient, saliency
-from robust_train.explain.integrated import (
-    INTEGRATION_METHODS,
-    integrated_gradients,
-    integration_rule,
-)
-from robust_train.explain.maps import flat_importance, importance_map, normalize_map
-from robust_train.explain.perturbation import NotDifferentiableError, meaningful_perturbation
-from robust_train.explain.protocol import Explainer
-from robust_train.explain.registry import (
+from robust_train.explain.registry import (  # isort: skip  (the registry first)
     EXPLAINERS,
     BoundExplainer,
+    ExplainerSpec,
+    bind_settings,
     explainer_name,
+    explainer_spec,
     get_explainer,
     is_differentiable,
     register_explainer,
     resolve_explainer,
 )
-from robust_train.explain.smooth import smoothgrad
+from robust_train.explain.gradient import input_x_gradient, saliency  # isort: skip
+from robust_train.explain.integrated import (  # isort: skip
+    INTEGRATION_METHODS,
+    integrated_gradients,
+    integration_rule,
+)
+from robust_train.explain.smooth import smoothgrad  # isort: skip
+from robust_train.explain.perturbation import (  # isort: skip
+    NotDifferentiableError,
+    meaningful_perturbation,
+)
+from robust_train.explain.maps import flat_importance, importance_map, normalize_map
+from robust_train.explain.protocol import Explainer
 
 __all__ = [
     "EXPLAINERS",
     "INTEGRATION_METHODS",
     "BoundExplainer",
     "Explainer",
+    "ExplainerSpec",
     "NotDifferentiableError",
+    "bind_settings",
     "explainer_name",
+    "explainer_spec",
     "flat_importance",
     "get_explainer",
     "importance_map",

@@ -41,15 +41,23 @@ def target_scores(logits: Tensor, target: Tensor) -> Tensor:
 
 
 def gradient_of_target(
-    logits: Tensor, inputs: Tensor, target: Tensor, *, create_graph: bool
+    logits: Tensor,
+    inputs: Tensor,
+    target: Tensor,
+    *,
+    create_graph: bool,
+    retain_graph: bool | None = None,
 ) -> Tensor:
     """d logits[i, target_i] / d inputs[i] for every sample, from an existing forward pass.
 
     Samples do not interact in eval mode, so the gradient of the summed scores is the per-sample
-    gradient. With `create_graph=True` the result is differentiable (double backprop).
+    gradient. With `create_graph=True` the result is differentiable (double backprop);
+    `retain_graph=True` keeps the forward's graph for the caller (default: `create_graph`).
     """
     scores = target_scores(logits, target)
-    (grad,) = torch.autograd.grad(scores.sum(), inputs, create_graph=create_graph)
+    (grad,) = torch.autograd.grad(
+        scores.sum(), inputs, create_graph=create_graph, retain_graph=retain_graph
+    )
     return grad
 
 

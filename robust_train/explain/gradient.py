@@ -4,9 +4,25 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from robust_train.explain._autograd import input_gradient, prepare_inputs
+from robust_train.explain._autograd import gradient_of_target, input_gradient, prepare_inputs
+from robust_train.explain.registry import register_explainer
 
 
+def _saliency_from_logits(
+    logits: Tensor, inputs: Tensor, target: Tensor, create_graph: bool
+) -> Tensor:
+    """Saliency from a forward the caller ran (and still needs: its graph is retained)."""
+    return gradient_of_target(logits, inputs, target, create_graph=create_graph, retain_graph=True)
+
+
+def _input_x_gradient_from_logits(
+    logits: Tensor, inputs: Tensor, target: Tensor, create_graph: bool
+) -> Tensor:
+    """Input x gradient from a forward the caller ran (its graph is retained)."""
+    return inputs * _saliency_from_logits(logits, inputs, target, create_graph)
+
+
+@register_explainer("saliency", from_logits=_saliency_from_logits)
 def saliency(
     model: nn.Module, inputs: Tensor, target: Tensor, *, create_graph: bool = False
 ) -> Tensor:
@@ -36,6 +52,7 @@ def saliency(
     return input_gradient(model, x, target, create_graph=create_graph)
 
 
+@register_explainer("input_x_gradient", from_logits=_input_x_gradient_from_logits)
 def input_x_gradient(
     model: nn.Module, inputs: Tensor, target: Tensor, *, create_graph: bool = False
 ) -> Tensor:

@@ -15,6 +15,7 @@ from robust_train._runtime import (
 )
 from robust_train._validation import check_choice, check_finite, check_positive
 from robust_train.explain._autograd import input_gradient, prepare_inputs
+from robust_train.explain.registry import register_explainer
 
 INTEGRATION_METHODS = (
     "riemann_trapezoid",
@@ -54,6 +55,11 @@ def integration_rule(method: str, n_steps: int) -> tuple[np.ndarray, np.ndarray]
     return (np.arange(n) + offset) / n, np.full(n, 1.0 / n)
 
 
+@register_explainer(
+    "integrated_gradients",
+    settings={"ig_steps": "n_steps", "ig_baseline": "baseline"},
+    test_options={"n_steps": 4, "internal_batch_size": 5},
+)
 def integrated_gradients(
     model: nn.Module,
     inputs: Tensor,

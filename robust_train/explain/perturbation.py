@@ -45,6 +45,7 @@ from robust_train._validation import (
 from robust_train.explain._autograd import target_scores
 from robust_train.explain._common import randint_pair, randn_like_rows
 from robust_train.explain._masks import gaussian_blur, mask_size, shift, total_variation, upsample
+from robust_train.explain.registry import register_explainer
 
 GAMES = ("deletion", "preservation")
 PERTURBATIONS = ("blur", "constant", "noise")
@@ -56,6 +57,13 @@ class NotDifferentiableError(ValueError):
     """Raised when an explainer that is an optimisation (not a formula) is asked for a graph."""
 
 
+@register_explainer(
+    "meaningful_perturbation",
+    differentiable=False,
+    piecewise_constant=False,
+    settings={"seed": "seed"},
+    test_options={"n_iter": 3, "seed": 0},
+)
 def meaningful_perturbation(
     model: nn.Module,
     inputs: Tensor,
@@ -240,7 +248,5 @@ def _optimise_mask(
             mask.clamp_(0.0, 1.0)
     return mask.detach()
 
-
-meaningful_perturbation.differentiable = False  # type: ignore[attr-defined]
 
 __all__ = ["meaningful_perturbation", "NotDifferentiableError", "GAMES", "PERTURBATIONS"]

@@ -1,52 +1,104 @@
-"""Explainers by name, for configs: `get_explainer("smoothgrad", n_samples=8)`.
+"""Explainers by name, with what each can do declared where it is registered.
 
-`EXPLAINERS` is the registry (name -> function; iterating gives the names). A new explainer is
-one file whose function is decorated with `@register_explainer("name")` (pass
-`differentiable=False` for an optimisation that cannot keep a graph); every caller that takes an
-explainer by name (attacks, metrics, penalties, monitors, the evaluation suite) then accepts it.
+`EXPLAINERS` maps a name to its `ExplainerSpec` (iterating gives the names). A new explainer is
+ONE file whose function is decorated with `@register_explainer("name", ...)`, and that file is
+imported by `robust_train/explain/__init__.py`. The decorator records the explainer's
+capabilities on the spec; every caller reads them there, never a table of its own:
+
+- `differentiable`: the map keeps a graph to the input with `create_graph=True` (attacks and
+  penalties refuse an explainer that cannot, e.g. an optimised mask);
+- `piecewise_constant`: on a ReLU network the map is piecewise constant in the input (the
+  gradient family), so its input gradient is exactly 0 almost everywhere and attack and ascent
+  directions are taken on the softplus surrogate (`robust_train.models.softplus.smooth_relus`);
+- `layer`: it explains through an intermediate layer given by module name (`layer=...`), looked
+  up on the model it is handed at call time;
+- `from_logits`: it can be computed from a forward pass the caller already ran (saliency and
+  input x gradient: the gradient of the target logit), which the training penalties reuse;
+- `settings`: evaluation settings its options follow (`{"ig_steps": "n_steps"}`: the evaluation's
+  `ig_steps` is passed as `n_steps`), read by `bind_settings`;
+- `test_options`: cheap options for the shared contract tests (few steps, few samples).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from torch import Tensor, nn
 
-from robust_train.explain.gradient import input_x_gradient, saliency
-from robust_train.explain.integrated import integrated_gradients
-from robust_train.explain.perturbation import meaningful_perturbation
 from robust_train.explain.protocol import Explainer
-from robust_train.explain.smooth import smoothgrad
 
 F = TypeVar("F", bound=Callable[..., Any])
+FromLogits = Callable[[Tensor, Tensor, Tensor, bool], Tensor]
+
+__all__ = [
+    "EXPLAINERS",
+    "BoundExplainer",
+    "Explainer",
+    "ExplainerSpec",
+    "bind_settings",
+    "explainer_name",
+    "explainer_spec",
+    "get_explainer",
+    "is_differentiable",
+    "register_explainer",
+    "resolve_explainer",
+]
 
 
-class _Registry(dict[str, Callable[..., Any]]):
-    """name -> explainer function; iterating gives the names, in registration order."""
+@dataclass(frozen=True)
+class ExplainerSpec:
+    """An explainer function and its declared capabilities (see the module docstring)."""
+
+    name: str
+    function: Callable[..., Tensor]
+    differentiable: bool = True
+    piecewise_constant: bool = True
+    layer: bool = False
+    from_logits: FromLogits | None = None
+    settings: Mapping[str, str] = field(default_factory=dict)
+    test_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+class _Registry(dict[str, ExplainerSpec]):
+    """name -> ExplainerSpec; iterating gives the names, in registration order."""
 
     def __repr__(self) -> str:
         return f"EXPLAINERS({list(self)})"
 
 
 EXPLAINERS: _Registry = _Registry()
-_FUNCTIONS = EXPLAINERS
 
 
-def register_explainer(name: str, *, differentiable: bool = True) -> Callable[[F], F]:
-    """Decorator: register an explainer function under `name`.
+def register_explainer(
+    name: str,
+    *,
+    differentiable: bool = True,
+    piecewise_constant: bool = True,
+    layer: bool = False,
+    from_logits: FromLogits | None = None,
+    settings: Mapping[str, str] | None = None,
+    test_options: Mapping[str, Any] | None = None,
+) -> Callable[[F], F]:
+    """Decorator: register an explainer function under `name`, with its capabilities.
 
     The function follows the `Explainer` protocol: `fn(model, inputs, target, *,
-    create_graph=False, **options) -> Tensor`. With `differentiable=False` it is marked as one
-    that cannot keep a graph (`is_differentiable` False), so attacks and penalties refuse it.
+    create_graph=False, **options) -> Tensor`. The keyword arguments declare what it can do
+    (module docstring); `settings` and `test_options` must name options the function takes.
 
     Example:
-        >>> @register_explainer("doc_gradient_sign")
+        >>> from robust_train.explain.gradient import saliency
+        >>> @register_explainer("doc_gradient_sign", test_options={})
         ... def gradient_sign(model, inputs, target, *, create_graph=False):
         ...     return saliency(model, inputs, target, create_graph=create_graph).sign()
         >>> resolve_explainer("doc_gradient_sign", differentiable=True)[1]
         'doc_gradient_sign'
+        >>> explainer_spec("doc_gradient_sign").piecewise_constant
+        True
         >>> _ = EXPLAINERS.pop("doc_gradient_sign")
     """
     if not isinstance(name, str) or not name.isidentifier():
@@ -55,24 +107,32 @@ def register_explainer(name: str, *, differentiable: bool = True) -> Callable[[F
     def decorate(fn: F) -> F:
         if not callable(fn):
             raise TypeError(f"register_explainer({name!r}) decorates callables, got {fn!r}")
-        if name in EXPLAINERS and EXPLAINERS[name] is not fn:
-            raise ValueError(f"explainer {name!r} is already registered ({EXPLAINERS[name]!r})")
-        if not differentiable:
-            fn.differentiable = False  # type: ignore[attr-defined]
-        EXPLAINERS[name] = fn
+        taken = EXPLAINERS.get(name)
+        if taken is not None and _path(taken.function) != _path(fn):  # a re-import is no clash
+            raise ValueError(f"explainer {name!r} is already registered ({taken.function!r})")
+        spec = ExplainerSpec(
+            name=name,
+            function=fn,
+            differentiable=differentiable,
+            piecewise_constant=piecewise_constant,
+            layer=layer,
+            from_logits=from_logits,
+            settings=MappingProxyType(dict(settings or {})),
+            test_options=MappingProxyType(dict(test_options or {})),
+        )
+        for what in ("settings", "test_options"):
+            options = getattr(spec, what)
+            given = options.values() if what == "settings" else options.keys()
+            _check_keywords(fn, dict.fromkeys(given), f"register_explainer({name!r}, {what}=...)")
+        EXPLAINERS[name] = spec
+        fn.__explainer_spec__ = spec  # type: ignore[attr-defined]
         return fn
 
     return decorate
 
 
-for _name, _function in (
-    ("saliency", saliency),
-    ("input_x_gradient", input_x_gradient),
-    ("integrated_gradients", integrated_gradients),
-    ("smoothgrad", smoothgrad),
-    ("meaningful_perturbation", meaningful_perturbation),
-):
-    register_explainer(_name)(_function)
+def _path(fn: Any) -> str:
+    return f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
 class BoundExplainer:
@@ -94,12 +154,55 @@ class BoundExplainer:
     @property
     def differentiable(self) -> bool:
         """False when the function or a wrapped `explainer` argument is not differentiable."""
-        inner = self.keywords.get("explainer")
-        return is_differentiable(self.func) and (inner is None or is_differentiable(inner))
+        return explainer_spec(self).differentiable
 
     def __repr__(self) -> str:
         args = ", ".join(f"{key}={_short(value)}" for key, value in self.keywords.items())
         return f"{self.__name__}({args})"
+
+
+def explainer_spec(explainer: object) -> ExplainerSpec:
+    """The capabilities of an explainer given by name, registered function or any callable.
+
+    A `BoundExplainer` (or functools.partial) has the spec of its function, made
+    non-differentiable / non-piecewise-constant by a wrapped `explainer` argument that is; an
+    unregistered callable gets the defaults, with `differentiable` read from its
+    `differentiable` attribute (default True).
+
+    Example:
+        >>> explainer_spec("integrated_gradients").settings["ig_steps"]
+        'n_steps'
+        >>> wrapped = get_explainer("smoothgrad", explainer="meaningful_perturbation")
+        >>> explainer_spec(wrapped).differentiable
+        False
+    """
+    if isinstance(explainer, str):
+        if explainer not in EXPLAINERS:
+            raise ValueError(
+                f"Unknown explainer {explainer!r}; expected one of {list(EXPLAINERS)} or a callable"
+            )
+        return EXPLAINERS[explainer]
+    spec = getattr(explainer, "__explainer_spec__", None)
+    if isinstance(spec, ExplainerSpec):
+        return spec
+    func = getattr(explainer, "func", None)
+    if func is not None and callable(func):
+        outer = explainer_spec(func)
+        keywords = getattr(explainer, "keywords", None) or {}
+        inner = keywords.get("explainer")
+        if inner is None:
+            return outer
+        inner_spec = explainer_spec(inner)
+        return dataclasses.replace(
+            outer,
+            differentiable=outer.differentiable and inner_spec.differentiable,
+            piecewise_constant=outer.piecewise_constant or inner_spec.piecewise_constant,
+        )
+    return ExplainerSpec(
+        name=explainer_name(explainer),
+        function=explainer,  # type: ignore[arg-type]
+        differentiable=bool(getattr(explainer, "differentiable", True)),
+    )
 
 
 def get_explainer(name: str | Callable[..., Any], **kwargs: Any) -> Callable[..., Any]:
@@ -113,13 +216,14 @@ def get_explainer(name: str | Callable[..., Any], **kwargs: Any) -> Callable[...
         >>> explain = get_explainer("smoothgrad", explainer="input_x_gradient", n_samples=4)
         >>> explain.__name__, explain
         ('smoothgrad', smoothgrad(explainer=input_x_gradient, n_samples=4))
+        >>> from robust_train.explain.gradient import saliency
         >>> get_explainer("saliency") is saliency, is_differentiable("meaningful_perturbation")
         (True, False)
     """
     if callable(name):
         func = name
-    elif isinstance(name, str) and name in _FUNCTIONS:
-        func = _FUNCTIONS[name]
+    elif isinstance(name, str) and name in EXPLAINERS:
+        func = EXPLAINERS[name].function
     else:
         raise ValueError(
             f"Unknown explainer {name!r}; expected one of {list(EXPLAINERS)} or a callable"
@@ -128,32 +232,41 @@ def get_explainer(name: str | Callable[..., Any], **kwargs: Any) -> Callable[...
         return func
     if isinstance(kwargs.get("explainer"), str):
         kwargs["explainer"] = get_explainer(kwargs["explainer"])
-    _check_keywords(func, kwargs)
+    _check_keywords(func, kwargs, f"explainer {getattr(func, '__name__', func)!r}")
     return BoundExplainer(func, kwargs)
+
+
+def bind_settings(explainer: object, settings: object) -> Callable[..., Any]:
+    """The explainer with the options its spec ties to evaluation settings taken from `settings`
+    (any object with those attributes, e.g. `EvaluationSettings`); options already bound win.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> bind_settings("integrated_gradients", SimpleNamespace(ig_steps=4, ig_baseline=0.0))
+        integrated_gradients(n_steps=4, baseline=0.0)
+        >>> bind_settings("saliency", SimpleNamespace()).__name__
+        'saliency'
+    """
+    spec = explainer_spec(explainer)
+    bound = dict(getattr(explainer, "keywords", None) or {})
+    options = {
+        option: getattr(settings, setting)
+        for setting, option in spec.settings.items()
+        if option not in bound and getattr(settings, setting, None) is not None
+    }
+    if not options:
+        return get_explainer(explainer) if isinstance(explainer, str) else explainer  # type: ignore[return-value]
+    return get_explainer(spec.function, **bound, **options)
 
 
 def is_differentiable(explainer: str | Callable[..., Any]) -> bool:
     """Whether `explainer` supports `create_graph=True` (attack targets, training penalties).
 
-    Reads a `differentiable` attribute (False on meaningful_perturbation), looking through
-    BoundExplainer and functools.partial wrappers and their `explainer` argument; default True.
-
     Example:
-        >>> is_differentiable(saliency), is_differentiable(get_explainer("smoothgrad"))
+        >>> is_differentiable("saliency"), is_differentiable(get_explainer("smoothgrad"))
         (True, True)
     """
-    if isinstance(explainer, str):
-        explainer = get_explainer(explainer)
-    if not getattr(explainer, "differentiable", True):
-        return False
-    func = getattr(explainer, "func", None)
-    keywords = getattr(explainer, "keywords", None) or {}
-    if func is not None and not isinstance(explainer, BoundExplainer):
-        if not is_differentiable(func):
-            return False
-        inner = keywords.get("explainer")
-        return inner is None or is_differentiable(inner)
-    return True
+    return explainer_spec(explainer).differentiable
 
 
 def explainer_name(explainer: object) -> str:
@@ -165,6 +278,9 @@ def explainer_name(explainer: object) -> str:
     """
     if isinstance(explainer, str):
         return explainer
+    spec = getattr(explainer, "__explainer_spec__", None)
+    if isinstance(spec, ExplainerSpec):
+        return spec.name
     name = getattr(explainer, "__name__", None) or getattr(
         getattr(explainer, "func", None), "__name__", None
     )
@@ -189,19 +305,19 @@ def resolve_explainer(
         name: the caller's argument name, used in errors.
 
     Example:
-        >>> resolve_explainer("saliency", differentiable=True) == (saliency, "saliency")
-        True
+        >>> resolve_explainer("saliency", differentiable=True)[1]
+        'saliency'
         >>> resolve_explainer("meaningful_perturbation", differentiable=True)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
         ValueError: `explainer` 'meaningful_perturbation' is not differentiable ...
     """
     if isinstance(explainer, str):
-        if explainer not in _FUNCTIONS:
+        if explainer not in EXPLAINERS:
             raise ValueError(
                 f"Unknown `{name}` {explainer!r}; expected one of {list(EXPLAINERS)} or a callable"
             )
-        func: Callable[..., Any] = _FUNCTIONS[explainer]
+        func: Callable[..., Any] = EXPLAINERS[explainer].function
     elif callable(explainer):
         func = explainer
     else:
@@ -210,7 +326,7 @@ def resolve_explainer(
             f"create_graph=False), got {explainer!r}"
         )
     label = explainer_name(explainer)
-    if differentiable and not is_differentiable(func):
+    if differentiable and not explainer_spec(func).differentiable:
         raise ValueError(
             f"`{name}` {label!r} is not differentiable with respect to the input (it optimises "
             "a mask), so it cannot be differentiated through (gradient attacks, penalties); use "
@@ -219,7 +335,7 @@ def resolve_explainer(
     return func, label  # type: ignore[return-value]
 
 
-def _check_keywords(func: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+def _check_keywords(func: Callable[..., Any], kwargs: dict[str, Any], what: str) -> None:
     try:
         signature = inspect.signature(func)
     except (TypeError, ValueError):  # builtins or C callables: cannot check
@@ -229,22 +345,9 @@ def _check_keywords(func: Callable[..., Any], kwargs: dict[str, Any]) -> None:
     except TypeError as error:
         valid = [p.name for p in list(signature.parameters.values())[3:]]
         raise TypeError(
-            f"explainer {getattr(func, '__name__', func)!r} got invalid keyword arguments "
-            f"{sorted(kwargs)} ({error}); it takes {valid}"
+            f"{what} got invalid keyword arguments {sorted(kwargs)} ({error}); it takes {valid}"
         ) from None
 
 
 def _short(value: Any) -> str:
     return getattr(value, "__name__", None) if callable(value) else repr(value)  # type: ignore[return-value]
-
-
-__all__ = [
-    "EXPLAINERS",
-    "BoundExplainer",
-    "Explainer",
-    "explainer_name",
-    "get_explainer",
-    "is_differentiable",
-    "register_explainer",
-    "resolve_explainer",
-]

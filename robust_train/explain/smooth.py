@@ -26,10 +26,16 @@ from robust_train._validation import check_choice, check_non_negative, check_pos
 from robust_train.explain._autograd import prepare_inputs
 from robust_train.explain._common import randn_like_rows
 from robust_train.explain.gradient import saliency
+from robust_train.explain.registry import register_explainer
 
 NOISE_SCALES = ("relative", "absolute")
 
 
+@register_explainer(
+    "smoothgrad",
+    settings={"seed": "seed"},
+    test_options={"n_samples": 3, "seed": 0, "internal_batch_size": 4},
+)
 def smoothgrad(
     model: nn.Module,
     inputs: Tensor,

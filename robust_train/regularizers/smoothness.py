@@ -15,18 +15,16 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from robust_train._validation import check_choice, check_non_negative, check_positive
-from robust_train.explain._autograd import gradient_of_target, target_scores
-from robust_train.explain.gradient import input_x_gradient, saliency
 from robust_train.explain.maps import importance_map
-from robust_train.models.softplus import _RELU_TYPES, count_functional_relus
+from robust_train.explain.registry import explainer_spec, resolve_explainer
+from robust_train.models.softplus import smooth_relus, zero_direction_cause
 from robust_train.regularizers._common import (
     BALLS,
     DISTANCES,
@@ -38,14 +36,10 @@ from robust_train.regularizers._common import (
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
 
 Explainer = Callable[..., Tensor]
-
-
-def resolve_explainer(explainer: str | Explainer) -> Explainer:
-    """A registered explainer name, or a callable, as a differentiable callable (the project's
-    one resolver, `robust_train.explain.resolve_explainer`; kept here for old imports)."""
-    from robust_train.explain import resolve_explainer as resolve
-
-    return resolve(explainer, differentiable=True, name="explainer")[0]
+ZERO_HEAD = (
+    "the explanation-smoothness ascent direction is zero for the whole batch, so x' stays at "
+    "its random start and the ascent steps cost time for nothing: "
+)
 
 
 def check_smoothness_args(
@@ -83,15 +77,13 @@ def _clean_explanation(
     explainer: Explainer,
     detach: bool = False,
 ) -> Tensor:
-    """E(x) with create_graph (or detached), reusing the task loss's forward for the gradient
-    explainers."""
-    if logits is not None and inputs.requires_grad and explainer in (saliency, input_x_gradient):
+    """E(x) with create_graph (or detached), computed from the task loss's forward when the
+    explainer can be (`ExplainerSpec.from_logits`: saliency, input x gradient)."""
+    from_logits = explainer_spec(explainer).from_logits
+    if logits is not None and inputs.requires_grad and from_logits is not None:
         if detach:
-            scores = target_scores(logits, target).sum()
-            (grad,) = torch.autograd.grad(scores, inputs, retain_graph=True)
-            return (grad if explainer is saliency else inputs * grad).detach()
-        grad = gradient_of_target(logits, inputs, target, create_graph=True)
-        return grad if explainer is saliency else inputs * grad
+            return from_logits(logits, inputs, target, False).detach()
+        return from_logits(logits, inputs, target, True)
     if detach:
         return explainer(model, inputs.detach(), target, create_graph=False).detach()
     return explainer(model, inputs, target, create_graph=True)
@@ -131,11 +123,11 @@ def explanation_smoothness(
         n_ascent_steps: projected sign-ascent steps on the distance before the final evaluation
             (0 = random samples only). The ascent point x' is detached.
         ascent_step_size: step of the ascent (default radius / 2).
-        ascent_beta: during the ascent only, every `nn.ReLU`/`nn.ReLU6` module of `model` is
-            swapped in place for `nn.Softplus(ascent_beta)` (restored afterwards), so that the
-            direction is not the exact zero of a piecewise-linear network; None: the model
-            itself. Functional ReLUs (`F.relu` in forward) are not reached; when the direction
-            is zero for the whole batch, a warning names the cause.
+        ascent_beta: during the ascent only, every ReLU call of `model` (modules and `F.relu`
+            alike) computes softplus_ascent_beta (`robust_train.models.softplus.smooth_relus`),
+            so that the direction of a piecewise-constant explainer is not the exact zero of a
+            piecewise-linear network; None: the model itself. When the direction is zero for
+            the whole batch, a warning names the cause.
         detach_clean: compute the clean map without create_graph, so the gradient flows through
             the perturbed map only (no double backprop through I(x); less memory).
         logits: the clean forward, when the caller already ran it.
@@ -202,7 +194,7 @@ def _smoothness(
         detach_clean,
         ascent_beta,
     )
-    explain = resolve_explainer(explainer)
+    explain = resolve_explainer(explainer, differentiable=True)[0]
     b = inputs.shape[0]
 
     clean_map = importance_map(
@@ -215,7 +207,9 @@ def _smoothness(
     reference = clean_map.detach().repeat(n_samples, 1, 1)
     zero_cause = None
     if n_ascent_steps:
-        with relus_as_softplus(model, ascent_beta) as n_swapped:
+        spec = explainer_spec(explain)
+        beta = ascent_beta if spec.piecewise_constant else None
+        with smooth_relus(beta) as relus:
             for i in range(n_ascent_steps):
                 delta, g = _ascent_step(
                     model,
@@ -230,90 +224,20 @@ def _smoothness(
                     ball,
                 )
                 if i == 0 and check_zero and not bool(g.any()):
-                    zero_cause = _zero_direction_cause(model, ascent_beta, n_swapped, reference)
+                    zero_cause = ZERO_HEAD + zero_direction_cause(
+                        model,
+                        beta=beta,
+                        relu_calls=relus.calls,
+                        clean_map=reference,
+                        piecewise_constant=spec.piecewise_constant,
+                        beta_name="ascent_beta",
+                    )
     x_pert = (x0_rep + delta).clamp(0, 1)
     pert_map = importance_map(explain(model, x_pert, target_rep, create_graph=True))
     dist = map_distance(clean_map.repeat(n_samples, 1, 1), pert_map, distance)
     if lipschitz:
         dist = dist / per_sample_norm(x_pert - x0_rep).clamp_min(1e-12)
     return dist.view(n_samples, b).mean(0), zero_cause
-
-
-@contextmanager
-def relus_as_softplus(model: nn.Module, beta: float | None) -> Iterator[int]:
-    """Swap every ReLU module of `model` (`nn.ReLU`, `nn.ReLU6`) for `nn.Softplus(beta)` in place,
-    and put the original modules back on exit, also when the body raises; yields the number of
-    modules swapped (0 with `beta` None: the model is left alone). No copy of the model is made:
-    the parameters, buffers and train/eval mode are the model's own.
-
-    Example:
-        >>> net = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
-        >>> relu = net[1]
-        >>> with relus_as_softplus(net, 10.0) as n:
-        ...     n, type(net[1]).__name__
-        (1, 'Softplus')
-        >>> net[1] is relu
-        True
-    """
-    swapped: list[tuple[nn.Module, str, nn.Module]] = []
-    try:
-        if beta is not None:
-            _swap_relus(model, float(beta), swapped)
-        yield len(swapped)
-    finally:
-        for parent, name, child in reversed(swapped):
-            setattr(parent, name, child)
-
-
-def _swap_relus(
-    module: nn.Module, beta: float, swapped: list[tuple[nn.Module, str, nn.Module]]
-) -> None:
-    for name, child in list(module.named_children()):
-        if isinstance(child, _RELU_TYPES):
-            setattr(module, name, nn.Softplus(beta=beta))
-            swapped.append((module, name, child))
-        else:
-            _swap_relus(child, beta, swapped)
-
-
-def _zero_direction_cause(
-    model: nn.Module, ascent_beta: float | None, n_swapped: int, clean_map: Tensor
-) -> str:
-    """Why the first ascent step's direction was exactly zero for the whole batch, in words."""
-    head = "the explanation-smoothness ascent direction is zero for the whole batch, so x' "
-    head += "stays at its random start and the ascent steps cost time for nothing: "
-    bad = [n for n, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
-    if bad:
-        return (
-            head + f"the model has non-finite parameters ({', '.join(bad[:3])}): training diverged"
-        )
-    flat = clean_map.flatten(1)
-    if bool((flat.amax(1) == flat.amin(1)).all()):
-        return head + (
-            "the clean explanation maps are constant (dead or saturated units): there is no "
-            "explanation to move"
-        )
-    if ascent_beta is None and any(isinstance(m, _RELU_TYPES) for m in model.modules()):
-        return head + (
-            "the model is piecewise linear (ReLU) and ascent_beta=None, so its gradient map is "
-            "piecewise constant in x; set ascent_beta (e.g. 10.0) to take the direction on a "
-            "softplus surrogate"
-        )
-    functional = count_functional_relus(model)
-    if functional is None or functional > 0:
-        found = "could not be traced" if functional is None else f"calls ReLU {functional} time(s)"
-        return head + (
-            f"the model {found} functionally (F.relu in forward), which the ReLU-module swap "
-            "of ascent_beta cannot reach; use a model with nn.ReLU modules (or a smooth "
-            "activation)"
-        )
-    if n_swapped == 0:
-        return head + (
-            "the model has no ReLU modules to swap and its explanation map is locally constant "
-            "in x (e.g. another piecewise-linear activation); use a model with nn.ReLU modules "
-            "and ascent_beta set, or a smooth activation"
-        )
-    return head + "the gradient vanished on the softplus surrogate (saturation); lower ascent_beta"
 
 
 def _ascent_step(
@@ -383,7 +307,7 @@ class ExplanationSmoothness(PenaltyTerm):
             detach_clean,
             ascent_beta,
         )
-        resolve_explainer(explainer)
+        resolve_explainer(explainer, differentiable=True)
         self.kwargs: dict[str, Any] = dict(
             explainer=explainer,
             radius=radius,
@@ -396,9 +320,8 @@ class ExplanationSmoothness(PenaltyTerm):
             ascent_beta=ascent_beta,
             detach_clean=detach_clean,
         )
-        self.warned_zero_direction = False
-        # The zero-direction check reads a device value (a GPU sync): only on the first calls.
-        self._zero_checks_left = 3
+        # The zero-direction check reads a device value (a GPU sync): on the first call only.
+        self.checked_zero_direction = False
 
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
@@ -409,12 +332,13 @@ class ExplanationSmoothness(PenaltyTerm):
             target,
             logits=logits,
             generator=self.generator,
-            check_zero=not self.warned_zero_direction and self._zero_checks_left > 0,
+            check_zero=not self.checked_zero_direction,
             **self.kwargs,
         )
-        self._zero_checks_left -= 1
+        self.checked_zero_direction = self.checked_zero_direction or bool(
+            self.kwargs["n_ascent_steps"]
+        )
         if zero_cause is not None:
-            self.warned_zero_direction = True
             warnings.warn(f"penalty {self.name!r}: {zero_cause}", RuntimeWarning, stacklevel=2)
         return value
 

@@ -2,13 +2,15 @@
 
 When the ascent direction is exactly zero at every step for a sample, the sample is marked
 unmeasured (`FragilityResult.measured` False), its metrics are NaN, and one warning names the
-real cause: a diverged model, constant maps, functional ReLUs that could not be traced, or a
-piecewise-linear model without a surrogate.
+real cause: a diverged model, constant maps, a piecewise-linear model without a surrogate, or a
+surrogate that met no ReLU. A functional ReLU behind data-dependent control flow (which no
+tracer can rewrite) is reached by the surrogate and attacked.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -61,9 +63,20 @@ def test_constant_map_is_not_a_perfect_score() -> None:
     _assert_unmeasured(res)
 
 
-def test_untraceable_functional_relu_names_that_cause() -> None:
+def test_untraceable_functional_relu_is_attacked_on_the_surrogate() -> None:
+    """It used to stay unmeasured (torch.fx could not trace it to swap in softplus)."""
     model = _UntraceableFunctionalReLU()
-    with pytest.warns(RuntimeWarning, match="calls ReLU functionally.*could not trace"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = fragility_attack(model, X, model(X).argmax(1), epsilon=0.1, n_steps=2)
+    assert res.surrogate_beta == 10.0
+    assert bool(res.measured.all()) and bool(res.improved.any())
+
+
+def test_a_surrogate_that_meets_no_relu_names_that_cause() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.LeakyReLU(0.1), nn.Linear(16, 10))
+    with pytest.warns(RuntimeWarning, match="met no ReLU call"):
         res = fragility_attack(model, X, model(X).argmax(1), epsilon=0.1, n_steps=2)
     assert res.surrogate_beta is None
     _assert_unmeasured(res)
@@ -71,7 +84,7 @@ def test_untraceable_functional_relu_names_that_cause() -> None:
 
 def test_relu_modules_without_surrogate_name_piecewise_linearity() -> None:
     model = TinyCNN().eval()
-    with pytest.warns(RuntimeWarning, match="piecewise linear.*surrogate_beta=None"):
+    with pytest.warns(RuntimeWarning, match="piecewise linear.*no softplus surrogate"):
         res = fragility_attack(
             model, X, model(X).argmax(1), epsilon=0.1, n_steps=2, surrogate_beta=None
         )

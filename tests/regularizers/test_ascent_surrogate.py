@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from robust_train.explain.gradient import saliency
 from robust_train.explain.maps import importance_map
-from robust_train.models.softplus import softplus
+from robust_train.models.softplus import smooth_relus, smoothing_active, softplus
 from robust_train.regularizers import (
     ExplanationSmoothness,
     LocalLipschitzPenalty,
@@ -84,7 +84,7 @@ def test_without_surrogate_the_ascent_on_a_relu_model_never_moves_and_warns(monk
     delta and the value of no ascent at all, bit for bit; the function says so."""
     model, (x, y) = relu_mlp(), _batch()
     calls = _record_ascent(monkeypatch)
-    with pytest.warns(RuntimeWarning, match="ascent_beta=None"):
+    with pytest.warns(RuntimeWarning, match="`ascent_beta` is None"):
         stuck = explanation_smoothness(
             model, x, y, radius=RADIUS, n_ascent_steps=2, ascent_beta=None, generator=_gen()
         )
@@ -127,9 +127,9 @@ def test_surrogate_direction_is_the_finite_difference_gradient_on_a_softplus_cop
     x = x.double()
     reference = importance_map(saliency(model, x, y)).detach()
     delta = sample_in_ball(x, RADIUS, 1, "linf", _gen())
-    with sm.relus_as_softplus(model, 10.0) as n:
+    with smooth_relus(10.0) as relus:
         _, g = sm._ascent_step(model, saliency, x, y, delta, reference, "l1", 0.05, RADIUS, "linf")
-    assert n == 1
+    assert relus.calls == 1
     copy = softplus(model, 10.0)
 
     def objective(d: Tensor) -> float:
@@ -156,7 +156,7 @@ def test_surrogate_ascent_raises_the_relu_model_s_distance_more_than_random_sign
     model, (x, y) = TinyCNN(seed=1), _batch(32, seed=1)
     start = sample_in_ball(x, RADIUS, 1, "linf", _gen())
     reference = importance_map(saliency(model, x, y)).detach()
-    with sm.relus_as_softplus(model, 10.0):
+    with smooth_relus(10.0):
         ascended, _ = sm._ascent_step(
             model, saliency, x, y, start, reference, "l1", RADIUS / 2, RADIUS, "linf"
         )
@@ -183,28 +183,21 @@ def test_surrogate_ascent_raises_the_relu_model_s_distance_more_than_random_sign
     assert torch.allclose(value, d_ascent, atol=1e-6)
 
 
-def test_relu_modules_are_the_original_objects_afterwards_even_when_the_explainer_raises():
-    model = TinyCNN()
-    originals = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.ReLU)]
-    assert len(originals) == 2
+def test_relus_compute_relu_again_afterwards_even_when_the_explainer_raises():
+    model = TinyCNN().eval()
     x, y = _batch(4)
+    before = model(x).detach()
 
     def explainer(net: nn.Module, inputs: Tensor, target: Tensor, **kwargs: object) -> Tensor:
-        if any(isinstance(m, nn.Softplus) for m in net.modules()):
+        if smoothing_active():
             raise RuntimeError("explainer failed inside the ascent")
         return saliency(net, inputs, target, **kwargs)  # type: ignore[arg-type]
 
     with pytest.raises(RuntimeError, match="inside the ascent"):
         explanation_smoothness(model, x, y, explainer=explainer, n_ascent_steps=1)
-    after = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.ReLU)]
-    assert len(after) == len(originals)
-    assert all(a is b and na == nb for (na, a), (nb, b) in zip(after, originals, strict=True))
-    assert not any(isinstance(m, nn.Softplus) for m in model.modules())
-    # and after a normal call too (in-place ReLU kept as it was)
-    explanation_smoothness(model, x, y, n_ascent_steps=1)
-    after = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.ReLU)]
-    assert all(a is b and na == nb for (na, a), (nb, b) in zip(after, originals, strict=True))
-    assert [m.inplace for _, m in after] == [True, False]  # TinyCNN's first ReLU is in place
+    assert not smoothing_active()
+    assert torch.equal(model(x).detach(), before)
+    assert all(type(m) is not nn.Softplus for m in model.modules())
 
 
 @pytest.mark.parametrize("ball", ["linf", "l2"])
@@ -244,14 +237,13 @@ def _caught(term: ExplanationSmoothness, model: nn.Module, n_calls: int) -> list
 def test_term_warns_once_naming_the_cause_and_the_fix():
     stuck = _caught(LocalLipschitzPenalty(ascent_beta=None, seed=0), relu_mlp(), 3)
     assert len(stuck) == 1
-    assert "'lipschitz'" in stuck[0] and "set ascent_beta" in stuck[0]
+    assert "'lipschitz'" in stuck[0] and "set `ascent_beta`" in stuck[0]
 
-    functional = _caught(LocalLipschitzPenalty(seed=0), FunctionalReLU(), 2)
-    assert len(functional) == 1
-    assert "F.relu" in functional[0] and "nn.ReLU modules" in functional[0]
+    # F.relu in forward is reached by the surrogate (it used to warn: the module swap missed it)
+    assert _caught(LocalLipschitzPenalty(seed=0), FunctionalReLU(), 2) == []
 
     other = _caught(ExplanationSmoothness(n_ascent_steps=1, seed=0), relu_mlp(0, nn.Hardtanh), 2)
-    assert len(other) == 1 and "no ReLU modules" in other[0]
+    assert len(other) == 1 and "met no ReLU call" in other[0]
 
     assert _caught(LocalLipschitzPenalty(seed=0), relu_mlp(), 3) == []
     assert _caught(ExplanationSmoothness(seed=0), relu_mlp(), 2) == []  # no ascent, no check

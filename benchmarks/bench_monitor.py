@@ -50,14 +50,14 @@ class TimedMonitor(RobustnessMonitor):
 
     def __init__(self, profile: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.history: list[dict[str, float]] = []
+        self.reports: list[dict[str, float]] = []
         self.run_seconds: list[float] = []
         self.run_cpu_seconds: list[float] = []
         self.profile_text: str | None = None
         self._profile = profile
 
     def run(self, trainer, pl_module, **kwargs):
-        profiler = cProfile.Profile() if self._profile and not self.history else None
+        profiler = cProfile.Profile() if self._profile and not self.reports else None
         start, cpu = time.perf_counter(), time.process_time()
         if profiler is not None:
             profiler.enable()
@@ -69,7 +69,7 @@ class TimedMonitor(RobustnessMonitor):
             self.profile_text = out.getvalue()
         self.run_seconds.append(time.perf_counter() - start)
         self.run_cpu_seconds.append(time.process_time() - cpu)
-        self.history.append({k: float(v) for k, v in report.scalars.items()})
+        self.reports.append({k: float(v) for k, v in report.scalars.items()})
         return report
 
 
@@ -132,13 +132,13 @@ def run_config(config: Path, args) -> tuple[list[list[object]], list[str]]:
         best = min(range(args.rounds), key=lambda i: results[i][0][0])  # least disturbed round
         (fit_with, cpu_with), monitor = results[best]
         fit_without, cpu_without = without[best]
-        logged = sum(h["robustness/seconds/total"] for h in monitor.history)
-        parts = [sum(h.get(f"robustness/seconds/{p}", 0.0) for h in monitor.history) for p in PARTS]
+        logged = sum(h["robustness/seconds/total"] for h in monitor.reports)
+        parts = [sum(h.get(f"robustness/seconds/{p}", 0.0) for h in monitor.reports) for p in PARTS]
         rows.append(
             [
                 config.name,
                 mode,
-                len(monitor.history),
+                len(monitor.reports),
                 fit_without,
                 fit_with,
                 logged,

@@ -158,7 +158,7 @@ def settings(plan: Plan, split: str) -> Any:
             n_restarts=1,
             attacks=("topk",),
             attack_explainers=("saliency",),
-            explainers=(),
+            parts=("fragility",),
         )
     return dataclasses.replace(
         rar,
@@ -253,7 +253,8 @@ def evaluate(model: Any, split: str, plan: Plan) -> dict[str, Any]:
     """Flat metrics of the (scaled) RAR protocol on the first images of `split`."""
     import torch
 
-    from robust_train.evaluation import evaluate_classifier, predict
+    from robust_train._runtime import predict
+    from robust_train.evaluation import evaluate_classifier
 
     _quiet()
     torch.set_num_threads(1)
@@ -261,32 +262,22 @@ def evaluate(model: Any, split: str, plan: Plan) -> dict[str, Any]:
     model.eval()
     correct = predict(model, x, 256) == y  # the whole split
     r = evaluate_classifier(model, x, y, settings(plan, split), progress=False)
+    m = r["measures"]
     out: dict[str, Any] = {
         "accuracy": float(correct.float().mean()),
-        "n_attacked": r["n_attacked"],
+        "n_attacked": m["n_attacked"],
         "eval_seconds": sum(r["seconds"].values()),
     }
     if split == "val":  # per image, for the paired accuracy comparison of the weight rule
         out["correct"] = correct.int().tolist()
-    for explainer, rows in r["attacks_by_explainer"].items():
-        short = "sal" if explainer == "saliency" else "ig"
-        for attack, row in rows.items():
-            for metric in ("topk_intersection", "kendall", "spearman"):
-                out[f"{short}/{attack}/{metric}"] = row.get(metric, math.nan)
-    for explainer, value in r.get("lipschitz", {}).items():
-        out[f"lipschitz/{explainer}"] = _mean(value)
-    for explainer, value in r.get("fidelity", {}).items():
-        out[f"fidelity/{explainer}"] = _mean(value)
+    for key, value in m.items():
+        parts = key.split("/")
+        if parts[0] == "attack" and parts[-1] in ("topk_intersection", "kendall", "spearman"):
+            short = "sal" if parts[1] == "saliency" else "ig"
+            out[f"{short}/{parts[2]}/{parts[3]}"] = value
+        elif parts[0] == "lipschitz" or (parts[0] == "fidelity" and parts[-1] == "fidelity"):
+            out[f"{parts[0]}/{parts[1]}"] = value
     return out
-
-
-def _mean(value: Any) -> float:
-    if isinstance(value, dict):
-        for key in ("estimate", "mean", "fidelity_estimate", "value"):
-            if key in value:
-                return _mean(value[key])
-        return math.nan
-    return float(value)
 
 
 def test_job(job: dict[str, Any]) -> dict[str, Any]:
@@ -737,8 +728,8 @@ def ship(results: dict[str, Any], folder: Path) -> dict[str, dict[str, Any]]:
     their accuracy on the whole 1,000-image test split as the test suite does."""
     import torch
 
-    from robust_train.commands import export_checkpoint
-    from robust_train.evaluation import predict
+    from robust_train._checkpoint_io import export_checkpoint
+    from robust_train._runtime import predict
     from robust_train.models import load_classifier
 
     seed = results["plan"]["seeds"][0]

@@ -129,7 +129,8 @@ def evaluate_checkpoint(
     x, y, accuracy = heldout_tensors(config, settings.n_samples, split, model=model)
     start = time.perf_counter()
     result = evaluate_classifier(model, x, y, settings, progress=progress)
-    result["accuracy_subset"], result["accuracy"] = result["accuracy"], accuracy
+    if accuracy is not None:
+        result["measures"]["split_accuracy"] = accuracy
     result["evaluation_seconds"] = time.perf_counter() - start
     meta = checkpoint_meta(ckpt)
     if meta["robust_train"].get("training_seconds") is not None:

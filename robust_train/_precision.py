@@ -17,8 +17,8 @@ Two kinds of penalty behave differently at low precision:
   cannot differentiate a compiled graph twice ("does not currently support double backward"),
   so a compiled model with such a term is refused as well.
 
-A custom `PenaltyTerm` can state its kind with boolean class attributes `double_backprop` and
-`full_precision`; without them, a term with `needs_input_grad` counts as double backprop.
+Each `PenaltyTerm` declares its kind (`double_backprop`, required; `full_precision`): these
+checks read the declaration, never the term's class.
 """
 
 from __future__ import annotations
@@ -29,45 +29,34 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from robust_train.regularizers.terms import Curvature, InputGradientNorm
+from robust_train.regularizers.base import check_declared
 
 HALF_TRUE = ("16-true", "bf16-true")
 
 
 def needs_double_backprop(term: nn.Module) -> bool:
-    """Whether the term differentiates through an input gradient (create_graph=True).
+    """Whether the term differentiates through an input gradient (create_graph=True): what the
+    term declares (`PenaltyTerm.double_backprop`, required).
 
     Example:
         >>> from robust_train.regularizers import Curvature, InputGradientNorm
         >>> needs_double_backprop(InputGradientNorm()), needs_double_backprop(Curvature())
         (True, False)
     """
-    explicit = getattr(term, "double_backprop", None)
-    if isinstance(explicit, bool):
-        return explicit
-    if isinstance(term, Curvature):
-        return term.method == "gradient_difference"
-    if isinstance(term, InputGradientNorm):
-        return term.method == "double_backprop"
-    return bool(getattr(term, "needs_input_grad", False))
+    check_declared(term)  # type: ignore[arg-type]
+    return bool(term.double_backprop)
 
 
 def needs_full_precision(term: nn.Module) -> bool:
-    """Whether the term is a finite difference that must be computed in float32.
+    """Whether the term is a finite difference that must be computed in float32: what the term
+    declares (`PenaltyTerm.full_precision`, default False).
 
     Example:
         >>> from robust_train.regularizers import Curvature, ExplanationSmoothness
         >>> needs_full_precision(Curvature()), needs_full_precision(ExplanationSmoothness())
         (True, False)
     """
-    explicit = getattr(term, "full_precision", None)
-    if isinstance(explicit, bool):
-        return explicit
-    if isinstance(term, Curvature):
-        return True
-    if isinstance(term, InputGradientNorm):
-        return term.method == "finite_difference"
-    return False
+    return bool(getattr(term, "full_precision", False))
 
 
 def penalty_value(

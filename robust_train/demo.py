@@ -24,10 +24,10 @@ from pytorch_lightning.callbacks import Callback
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 HISTORY_KEYS = (
-    "robustness/topk/topk_intersection",
-    "robustness/mass_center/center_shift",
-    "robustness/lipschitz/saliency",
-    "fidelity/saliency/estimate",
+    "robustness/attack/saliency/topk/topk_intersection",
+    "robustness/attack/saliency/mass_center/center_shift",
+    "robustness/lipschitz/saliency/lipschitz",
+    "robustness/fidelity/saliency/fidelity",
     "val/acc",
     "robustness/seconds/total",
 )
@@ -38,6 +38,7 @@ HISTORY_NOTE = (
 )
 # Measured with `robust-train demo --seed S` for S = 0..4 (README, "The demo's claim"): robust
 # minus baseline at last.ckpt, 200 test images, default evaluation settings.
+TOPK = "attack/saliency/topk/topk_intersection"
 MEASURED_SEEDS = (0, 1, 2, 3, 4)
 MEASURED_GAIN = {"mean": 0.2066, "sd": 0.0269, "min": 0.1665, "max": 0.2394}
 MEASURED_ACC_CHANGE = {"mean": -0.0094, "min": -0.0167, "max": 0.0}
@@ -46,7 +47,7 @@ MEASURED_ACC_CHANGE = {"mean": -0.0094, "min": -0.0167, "max": 0.0}
 class MetricHistory(Callback):
     """Keep (epoch, value) of chosen logged metrics at the end of every training epoch.
 
-    Keys under robustness/ and fidelity/ are kept only for the epochs the monitors evaluated
+    Keys under robustness/ are kept only for the epochs the monitors evaluated
     (Lightning keeps showing the last logged value in between).
     """
 
@@ -57,7 +58,7 @@ class MetricHistory(Callback):
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         evaluated = any(trainer.current_epoch in m.evaluated_epochs for m in self.monitors)
         for key in self.keys:
-            if key.startswith(("robustness/", "fidelity/")) and not evaluated:
+            if key.startswith("robustness/") and not evaluated:
                 continue
             if key in trainer.callback_metrics:
                 value = float(trainer.callback_metrics[key])
@@ -123,14 +124,13 @@ def gain(results: dict[str, dict[str, Any]]) -> tuple[float, float]:
     """(robust - baseline) top-k intersection under the top-k attack, and accuracy change.
 
     Example:
-        >>> r = {"baseline": {"accuracy": 0.97, "attacks": {"topk": {"topk_intersection": 0.5}}},
-        ...      "robust": {"accuracy": 0.96, "attacks": {"topk": {"topk_intersection": 0.7}}}}
+        >>> r = {"baseline": {"measures": {"split_accuracy": 0.97, TOPK: 0.5}},
+        ...      "robust": {"measures": {"split_accuracy": 0.96, TOPK: 0.7}}}
         >>> [round(v, 3) for v in gain(r)]
         [0.2, -0.01]
     """
-    base, robust = results["baseline"], results["robust"]
-    topk = [r["attacks"]["topk"]["topk_intersection"] for r in (base, robust)]
-    return topk[1] - topk[0], robust["accuracy"] - base["accuracy"]
+    base, robust = results["baseline"]["measures"], results["robust"]["measures"]
+    return robust[TOPK] - base[TOPK], robust["split_accuracy"] - base["split_accuracy"]
 
 
 def verdict(topk_gain: float, acc_change: float) -> str:

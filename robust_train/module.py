@@ -23,7 +23,7 @@ from robust_train._module_parts import (
 from robust_train._precision import check_precision, penalty_value
 from robust_train._validation import check_choice, check_images, check_non_negative, check_positive
 from robust_train.models.softplus import softplus
-from robust_train.regularizers.terms import PenaltyTerm
+from robust_train.regularizers.base import PenaltyTerm, check_declared
 
 NONFINITE_ADVICE = (
     "lower the penalty weight or the learning rate, or use bf16 rather than 16-mixed precision"
@@ -107,6 +107,7 @@ class RobustClassifier(pl.LightningModule):
                     f"`penalties[{i}]` must be a robust_train.regularizers.PenaltyTerm, "
                     f"got {term!r}"
                 )
+            check_declared(term)
         names = [t.name for t in penalties]
         if len(set(names)) != len(names):
             raise ValueError(f"`penalties` must have distinct names (set `name=`), got {names}")
@@ -131,6 +132,7 @@ class RobustClassifier(pl.LightningModule):
         self._fit_start: float | None = None
         self._skipped: list[tuple[int, dict[str, float]]] = []  # this epoch's skipped steps
         self._skip_warned = False
+        self._val_history: list[tuple[int, float]] = []
 
     def run_config(self) -> dict[str, Any]:
         """Readable descriptions of this run for loggers, beside the hyper-parameters.
@@ -173,25 +175,7 @@ class RobustClassifier(pl.LightningModule):
         x, y = batch
         check_images(x, "batch images")
         scale = self.penalty_scale(batch_idx)
-        active = [t for t in self.terms if t.weight * scale > 0]
-        # A term that replaces the task loss (adversarial training, IG-SUM-NORM) carries its own
-        # cross-entropy: the natural CE is then logged but not optimised. When every active term
-        # does, no term reuses the clean forward, so it runs without a graph (one backward less).
-        replaced = any(t.replaces_task_loss for t in active)
-        only_replacing = replaced and all(t.replaces_task_loss for t in active)
-        if any(t.needs_input_grad for t in active) and not only_replacing:
-            x = x.detach().requires_grad_(True)
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not only_replacing):
-            logits = self.model(x)
-            ce = F.cross_entropy(logits, y, label_smoothing=self.hparams["label_smoothing"])
-        parts = {"ce": ce}
-        loss = ce.detach() * 0.0 if replaced else ce
-        for term in active:
-            value = penalty_value(
-                term, self.model, x, y, logits
-            ).mean()  # see robust_train._precision
-            parts[f"penalty/{term.name}"] = value
-            loss = loss + term.weight * scale * value
+        logits, x, parts, loss = self._loss_parts(x, y, scale)
         bad = {k: float(v.detach()) for k, v in parts.items() if not torch.isfinite(v.detach())}
         if bad:
             if self.hparams["on_nonfinite"] == "raise":
@@ -202,38 +186,49 @@ class RobustClassifier(pl.LightningModule):
             self._note_skipped(batch_idx, bad)
             return None
         self.train_acc(logits.detach(), y)
-        batch_size = x.shape[0]
-        for key, value in parts.items():
+        self._log_train(parts, loss, scale, x.shape[0])
+        return loss
+
+    def _loss_parts(
+        self, x: Tensor, y: Tensor, scale: float
+    ) -> tuple[Tensor, Tensor, dict[str, Tensor], Tensor]:
+        """The clean forward, every active term's value and the loss (logits, inputs, parts,
+        loss). A term that replaces the task loss (adversarial training, IG-SUM-NORM) carries its
+        own cross-entropy: the natural CE is then logged but not optimised; when every active
+        term does, no term reuses the clean forward, which then runs without a graph."""
+        active = [t for t in self.terms if t.weight * scale > 0]
+        replaced = any(t.replaces_task_loss for t in active)
+        only_replacing = replaced and all(t.replaces_task_loss for t in active)
+        if any(t.needs_input_grad for t in active) and not only_replacing:
+            x = x.detach().requires_grad_(True)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not only_replacing):
+            logits = self.model(x)
+            ce = F.cross_entropy(logits, y, label_smoothing=self.hparams["label_smoothing"])
+        parts = {"ce": ce}
+        loss = ce.detach() * 0.0 if replaced else ce
+        for term in active:  # float32 where a term needs it: robust_train._precision
+            value = penalty_value(term, self.model, x, y, logits).mean()
+            parts[f"penalty/{term.name}"] = value
+            loss = loss + term.weight * scale * value
+        return logits, x, parts, loss
+
+    def _log_train(self, parts: dict[str, Tensor], loss: Tensor, scale: float, n: int) -> None:
+        """train/<part> (step and epoch), train/loss, train/acc and the warm-up scale."""
+        for key, value in {**parts, "loss": loss}.items():
             self.log(
                 f"train/{key}",
                 value.detach(),
                 on_step=True,
                 on_epoch=True,
-                batch_size=batch_size,
+                prog_bar=key == "loss",
+                batch_size=n,
                 sync_dist=True,
             )
         if self.hparams["penalty_warmup_epochs"]:
-            self.log(
-                "train/penalty_scale", scale, on_step=True, on_epoch=False, batch_size=batch_size
-            )
+            self.log("train/penalty_scale", scale, on_step=True, on_epoch=False, batch_size=n)
         self.log(
-            "train/loss",
-            loss.detach(),
-            on_step=True,
-            on_epoch=True,
-            prog_bar=True,
-            batch_size=batch_size,
-            sync_dist=True,
+            "train/acc", self.train_acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=n
         )
-        self.log(
-            "train/acc",
-            self.train_acc,
-            on_step=False,
-            on_epoch=True,
-            prog_bar=True,
-            batch_size=batch_size,
-        )
-        return loss
 
     def _eval_step(
         self, batch: tuple[Tensor, Tensor], stage: str, metric: MulticlassAccuracy
@@ -258,6 +253,15 @@ class RobustClassifier(pl.LightningModule):
 
     def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         return self._eval_step(batch, "val", self.val_acc)
+
+    def on_validation_epoch_end(self) -> None:
+        """Keep val/acc per epoch in the history that checkpoints carry (`history`)."""
+        trainer = self._trainer
+        if trainer is None or trainer.sanity_checking or trainer.state.fn != "fit":
+            return
+        value = trainer.callback_metrics.get("val/acc")
+        if value is not None:
+            self._val_history.append((self.current_epoch, float(value)))
 
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         return self._eval_step(batch, "test", self.test_acc)
@@ -361,9 +365,10 @@ class RobustClassifier(pl.LightningModule):
         return self._seconds_before + running
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self._seconds_before = float(
-            checkpoint.get("robust_train", {}).get("training_seconds") or 0.0
-        )
+        meta = checkpoint.get("robust_train") or {}
+        self._seconds_before = float(meta.get("training_seconds") or 0.0)
+        points = (meta.get("history") or {}).get("val/acc") or []
+        self._val_history = [(int(e), float(v)) for e, v in points]
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Record what `load_classifier` and `robust-train evaluate` need to rebuild the model
@@ -376,4 +381,15 @@ class RobustClassifier(pl.LightningModule):
             "penalties": [repr(t) for t in self.penalties],
             "model_class": type(self.model).__name__,
             "training_seconds": self.training_seconds,
+            "history": self.history(),
         }
+
+    def history(self) -> dict[str, list[list[float]]]:
+        """Per-epoch values logged during the fit: `val/acc` and every monitor's scalars,
+        key -> [[epoch, value], ...] (what `robust-train compare` plots per epoch)."""
+        out: dict[str, list[list[float]]] = {"val/acc": [[e, v] for e, v in self._val_history]}
+        for callback in getattr(self._trainer, "callbacks", None) or []:
+            for key, points in (getattr(callback, "history", None) or {}).items():
+                if isinstance(points, list):
+                    out[str(key)] = [[float(e), float(v)] for e, v in points]
+        return {k: v for k, v in out.items() if v}

@@ -2,117 +2,116 @@
 
 `write_report({"baseline": r1, "robust": r2}, "runs/demo")` writes report.md, results.json and
 plots: MIF/LIF fidelity curves, example maps before/after the top-k attack, and (when training
-histories are given) robustness per epoch.
+histories are given) robustness per epoch. Every row is a key of the engine's key scheme; its
+label, unit and direction come from its `Measure` (`robust_train.evaluation.measures`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import matplotlib
 
-from robust_train.attacks import OBJECTIVES, FragilityObjective
+from robust_train.evaluation.measures import MEASURES, Measure, key_measure
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-Row = tuple[str, tuple[str, ...], str]
+__all__ = [
+    "how_to_read",
+    "plot_examples",
+    "plot_fidelity",
+    "summary_table",
+    "to_json",
+    "write_report",
+]
 
-HEAD_ROWS: tuple[Row, ...] = (
-    ("test accuracy (whole split)", ("accuracy",), "{:.3f}"),
-    ("images attacked (correctly classified)", ("n_attacked",), "{:d}"),
-)
-METRIC_LABELS = {
-    "topk_intersection": ("top-k intersection", "{:.3f}"),
-    "spearman": ("Spearman", "{:.3f}"),
-    "kendall": ("Kendall", "{:.3f}"),
-    "center_shift": ("center shift (px)", "{:.3f}"),
-    "region_mass": ("map mass in target region", "{:.3f}"),
-    "n_unmeasured": ("images not measured (attack could not move them)", "{:d}"),
-}
+# Rows that only matter when they say something: counts that are 0 everywhere are left out.
+QUIET_WHEN_ZERO = ("n_unmeasured",)
 
 
-def attack_rows(results: Mapping[str, Mapping[str, Any]]) -> list[Row]:
-    """Rows of every attack in the results, with the metrics its objective class reports.
+def _measures(result: Mapping[str, Any]) -> Mapping[str, Any]:
+    return result.get("measures") or {}
 
-    The attacks and explainers come from the results (`attacks_by_explainer`, else `attacks`);
-    the metrics of each attack from `robust_train.attacks.OBJECTIVES[attack].report_metrics`.
-    With several attacked explainers each row names its explainer.
+
+def row_keys(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Every key of the results, in the order the first result holding it lists them.
 
     Example:
-        >>> attack_rows({"m": {"attacks": {"topk": {}}}})[0]
-        ('topk: top-k intersection', ('attacks', 'topk', 'topk_intersection'), '{:.3f}')
+        >>> row_keys({"a": {"measures": {"accuracy": 1}}, "b": {"measures": {"x/y/lipschitz": 1}}})
+        ['accuracy', 'x/y/lipschitz']
     """
-    blocks: dict[str, list[str]] = {}
-    for r in results.values():
-        by_explainer = _get(r, ("attacks_by_explainer",)) or {"": _get(r, ("attacks",)) or {}}
-        for explainer, attacks in by_explainer.items():
-            names = blocks.setdefault(explainer, [])
-            names += [a for a in attacks if a not in names]
-    several = len(blocks) > 1
-    rows: list[Row] = []
-    for explainer, attacks in blocks.items():
-        for attack in attacks:
-            prefix = f"{explainer} / {attack}" if several else attack
-            base = ("attacks_by_explainer", explainer) if several else ("attacks",)
-            for metric in (*_report_metrics(attack), "n_unmeasured"):
-                label, fmt = METRIC_LABELS.get(metric, (metric, "{:.3f}"))
-                rows.append((f"{prefix}: {label}", (*base, attack, metric), fmt))
-    return rows
+    keys: list[str] = []
+    for result in results.values():
+        keys += [k for k in _measures(result) if k not in keys]
+    return keys
 
 
-def _report_metrics(attack: str) -> tuple[str, ...]:
-    return OBJECTIVES.get(attack, FragilityObjective).report_metrics
-
-
-def _get(result: Mapping[str, Any], path: tuple[str, ...]) -> Any:
-    value: Any = result
-    for key in path:
-        if not isinstance(value, Mapping) or key not in value:
-            return None
-        value = value[key]
-    return value
-
-
-def _fmt(value: Any, fmt: str) -> str:
+def _cell(result: Mapping[str, Any], key: str) -> str:
+    value = _measures(result).get(key)
+    measure = MEASURES.get(key_measure(key))
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    return fmt.format(value)
+    return measure.format(value) if measure is not None else f"{value:.3f}"
+
+
+def _row_label(key: str) -> str:
+    measure = MEASURES.get(key_measure(key))
+    better = measure.higher_is_better if measure is not None else None
+    arrow = "" if better is None else (" ↑" if better else " ↓")
+    unit = f" ({measure.unit})" if measure is not None and measure.unit else ""
+    return f"`{key}`{unit}{arrow}"
 
 
 def summary_table(results: Mapping[str, Mapping[str, Any]]) -> str:
-    """Side-by-side markdown table: one column per model, one row per metric.
+    """Side-by-side markdown table: one column per model, one row per key (↑: higher is
+    better, ↓: lower is better, from the key's `Measure`).
 
     Example:
-        >>> print(summary_table({"a": {"accuracy": 0.5}}).splitlines()[2])
-        | test accuracy (whole split) | 0.500 |
+        >>> print(summary_table({"a": {"measures": {"accuracy": 0.5}}}).splitlines()[2])
+        | `accuracy` ↑ | 0.500 |
     """
     names = list(results)
-    lines = ["| metric | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
-    rows = [*HEAD_ROWS, *attack_rows(results)]
-    explainers: list[str] = []
-    for r in results.values():
-        explainers += [e for e in _get(r, ("lipschitz",)) or {} if e not in explainers]
-    for e in explainers:
-        rows.append((f"Lipschitz estimate: {e}", ("lipschitz", e, "mean"), "{:.3f}"))
-    for e in explainers:
-        rows.append((f"fidelity estimate: {e}", ("fidelity", e, "estimate", "mean"), "{:.3f}"))
-    rows.append(("training seconds (until this checkpoint)", ("training_seconds",), "{:.1f}"))
-    rows.append(("share of training time in the monitors", ("monitor_share",), "{:.1%}"))
-    for label, path, fmt in rows:
-        cells = [_fmt(_get(r, path), fmt) for r in results.values()]
-        if all(c == "-" for c in cells) or (path[-1] == "n_unmeasured" and _all_zero(cells)):
+    lines = ["| measure | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for key in row_keys(results):
+        cells = [_cell(r, key) for r in results.values()]
+        if key_measure(key) in QUIET_WHEN_ZERO and all(c in ("-", "0") for c in cells):
             continue
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines.append(f"| {_row_label(key)} | " + " | ".join(cells) + " |")
+    for label, field, fmt in (
+        ("training seconds (until this checkpoint)", "training_seconds", "{:.1f}"),
+        ("share of training time in the monitors", "monitor_share", "{:.1%}"),
+    ):
+        cells = [
+            fmt.format(r[field]) if r.get(field) is not None else "-" for r in results.values()
+        ]
+        if any(c != "-" for c in cells):
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def _all_zero(cells: list[str]) -> bool:
-    return all(c in ("-", "0") for c in cells)
+def how_to_read(keys: Iterable[str]) -> list[str]:
+    """One markdown bullet per measure among `keys`: its label, direction and meaning.
+
+    Example:
+        >>> how_to_read(["attack/saliency/topk/center_shift"])[0][:40]
+        '- **center shift** (`center_shift`, px, '
+    """
+    seen: dict[str, Measure] = {}
+    for key in keys:
+        measure = MEASURES.get(key_measure(key))
+        if measure is not None:
+            seen.setdefault(measure.name, measure)
+    lines = []
+    for m in seen.values():
+        parts = [f"`{m.name}`", m.unit, m.direction]
+        described = ", ".join(p for p in parts if p)
+        lines.append(f"- **{m.label}** ({described}): {m.meaning or m.label}.")
+    return lines
 
 
 def plot_fidelity(
@@ -122,12 +121,12 @@ def plot_fidelity(
     fig, ax = plt.subplots(figsize=(5.5, 4))
     drawn = False
     for i, (name, r) in enumerate(results.items()):
-        f = _get(r, ("fidelity", explainer))
-        if not f:
+        curve = (r.get("curves") or {}).get(f"fidelity/{explainer}/curves")
+        if not curve or not curve.get("LIF"):
             continue
         color = f"C{i}"
-        ax.plot(f["fractions"], f["lif"], color=color, label=f"{name} LIF")
-        ax.plot(f["fractions"], f["mif"], color=color, linestyle="--", label=f"{name} MIF")
+        ax.plot(curve["xs"], curve["LIF"], color=color, label=f"{name} LIF")
+        ax.plot(curve["xs"], curve["MIF"], color=color, linestyle="--", label=f"{name} MIF")
         drawn = True
     if not drawn:
         plt.close(fig)
@@ -144,11 +143,15 @@ def plot_fidelity(
 
 def plot_examples(results: Mapping[str, Mapping[str, Any]], path: Path) -> Path | None:
     """Input, clean map, attacked input, attacked map for a few images; a block of rows per
-    model."""
-    blocks = [(name, r["_examples"]) for name, r in results.items() if r.get("_examples")]
+    model (the first example grid each result holds: the top-k attack on its first explainer)."""
+    blocks = [
+        (name, _first_grid(r["_examples"])) for name, r in results.items() if r.get("_examples")
+    ]
     if not blocks:
         return None
-    n_img = min(len(ex["inputs"]) for _, ex in blocks)
+    n_img = min(len(ex.inputs) for _, ex in blocks)
+    if n_img == 0:
+        return None
     titles = ("input", "clean map", "attacked input", "attacked map")
     fig, axes = plt.subplots(
         len(blocks) * n_img, 4, figsize=(6.4, 1.6 * len(blocks) * n_img), squeeze=False
@@ -156,12 +159,7 @@ def plot_examples(results: Mapping[str, Mapping[str, Any]], path: Path) -> Path 
     for b, (name, ex) in enumerate(blocks):
         for i in range(n_img):
             row = axes[b * n_img + i]
-            images = (
-                ex["inputs"][i],
-                ex["clean_map"][i],
-                ex["adversarial"][i],
-                ex["attacked_map"][i],
-            )
+            images = (ex.inputs[i], ex.clean_maps[i], ex.adversarial[i], ex.attacked_maps[i])
             for j, (ax, img) in enumerate(zip(row, images, strict=True)):
                 img = img.permute(1, 2, 0).squeeze(-1) if img.dim() == 3 else img
                 ax.imshow(img.numpy(), cmap="gray" if j % 2 == 0 else "hot")
@@ -170,11 +168,19 @@ def plot_examples(results: Mapping[str, Mapping[str, Any]], path: Path) -> Path 
                 if b * n_img + i == 0:
                     ax.set_title(titles[j], fontsize=8)
             row[0].set_ylabel(name, fontsize=8)
-    fig.suptitle("Top-k attack on the saliency map", fontsize=9)
+    fig.suptitle(blocks[0][1].title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _first_grid(examples: Mapping[str, Any]) -> Any:
+    """The top-k attack's grid when there is one (the attack of the papers), else the first."""
+    for key, grid in examples.items():
+        if key.endswith("/topk/examples"):
+            return grid
+    return next(iter(examples.values()))
 
 
 def plot_history(
@@ -183,7 +189,7 @@ def plot_history(
     """Robustness metrics per epoch: a grid of labelled panels, one line per model.
 
     Drawn by `robust_train.callbacks._figures.history_figure` (readable titles, higher/lower-is-
-    better y labels, whole-epoch ticks, one legend), the same figure the demo writes.
+    better y labels from the measures, whole-epoch ticks, one legend), the figure the demo writes.
     """
     from robust_train.callbacks._figures import history_figure
 
@@ -203,10 +209,26 @@ def plot_history(
 
 
 def to_json(results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Drop the private (tensor) entries so results can be written as JSON."""
+    """Drop the private (tensor) entries and turn NaN into None, so results are valid JSON.
+
+    Example:
+        >>> to_json({"m": {"measures": {"a": float("nan")}, "_examples": {}}})
+        {'m': {'measures': {'a': None}}}
+    """
     return {
-        name: {k: v for k, v in r.items() if not k.startswith("_")} for name, r in results.items()
+        name: {k: _plain(v) for k, v in r.items() if not k.startswith("_")}
+        for name, r in results.items()
     }
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def write_report(
@@ -223,13 +245,7 @@ def write_report(
     settings = next(iter(results.values())).get("settings", {})
     if settings:
         parts += ["Settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()), ""]
-    parts += [
-        "Top-k intersection and Spearman: higher is more robust (1 = the map did not move). "
-        "Center shift: lower is more robust. Lipschitz estimate: lower is smoother. "
-        "Fidelity estimate (AUC_LIF - AUC_MIF): higher is more faithful; "
-        "a random map scores about 0.",
-        "",
-    ]
+    parts += ["## How to read it", "", *how_to_read(row_keys(results)), ""]
     for name, fn in (
         ("robustness_per_epoch.png", lambda p: plot_history(histories or {}, p)),
         ("fidelity_curves.png", lambda p: plot_fidelity(results, p)),

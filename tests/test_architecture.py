@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "robust_train"
 # top-level module or package of robust_train is placed here (a test checks it), so a new one is
 # placed deliberately.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_validation", "_runtime", "_quiet"),
+    ("_validation", "_runtime", "_quiet", "_options"),
     ("models", "data"),
     ("explain",),
     ("attacks", "regularizers"),
@@ -33,7 +33,16 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "loggers",
         "checkpointing",
     ),
-    ("report", "commands", "cli", "demo", "_lightning_cli", "_checkpoint_io", "__main__"),
+    (
+        "report",
+        "commands",
+        "cli",
+        "demo",
+        "_lightning_cli",
+        "_checkpoint_io",
+        "_settings_cli",
+        "__main__",
+    ),
 )
 APPLICATION = len(LAYERS) - 1
 

@@ -1,5 +1,5 @@
 """Every Python block of CONTRIBUTING.md runs (each in a fresh namespace), so the examples of how
-to add a penalty, an objective, an explainer and a monitor stay true."""
+to add a penalty, an objective, an explainer and an evaluation part stay true."""
 
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ def test_there_is_one_example_per_extension_point() -> None:
 @pytest.fixture
 def clean_registries():
     from robust_train.attacks import OBJECTIVES
+    from robust_train.evaluation import MEASURES, PARTS
     from robust_train.explain import EXPLAINERS
     from robust_train.regularizers import PENALTIES
 
-    registries = (PENALTIES, OBJECTIVES, EXPLAINERS)
+    registries = (PENALTIES, OBJECTIVES, EXPLAINERS, PARTS, MEASURES)
     before = [set(r) for r in registries]
     yield
     for registry, names in zip(registries, before, strict=True):
@@ -32,7 +33,7 @@ def clean_registries():
 
 
 @pytest.mark.parametrize(
-    "index", range(len(BLOCKS)), ids=["penalty", "objective", "explainer", "monitor"]
+    "index", range(len(BLOCKS)), ids=["penalty", "objective", "explainer", "part"]
 )
 def test_example_runs(index: int, clean_registries) -> None:
     exec(compile(BLOCKS[index], f"CONTRIBUTING.md block {index}", "exec"), {"__name__": "doc"})

@@ -32,7 +32,8 @@ def test_demo_trains_both_models_and_writes_the_report(tmp_path, capsys):
         == 0
     )
     out = capsys.readouterr().out
-    assert "| metric | baseline | robust |" in out and "| topk: top-k intersection |" in out
+    assert "| measure | baseline | robust |" in out
+    assert "| `attack/saliency/topk/topk_intersection` ↑ |" in out
     # The demo states its gain and compares it with the range measured over seeds (README).
     assert "gain of the robust model: top-k intersection" in out
     assert "the range measured over seeds" in out
@@ -49,5 +50,5 @@ def test_demo_trains_both_models_and_writes_the_report(tmp_path, capsys):
     assert len(runs) == 2, "each fit gets its own W&B run"
     for run_dir in runs:
         run = read_run(run_dir)
-        values = run.column("robustness/topk/topk_intersection")
+        values = run.column("robustness/attack/saliency/topk/topk_intersection")
         assert len(values) == 2 and all(0 <= v <= 1 for v in values)

@@ -7,12 +7,8 @@ import math
 
 import pytest
 
-from robust_train.evaluation import (
-    EvaluationSettings,
-    evaluate_classifier,
-    mean_and_ci,
-    target_region,
-)
+from robust_train.attacks import target_region
+from robust_train.evaluation import EvaluationSettings, evaluate_classifier, mean_and_ci
 from robust_train.report import summary_table, write_report
 
 FAST = EvaluationSettings(
@@ -32,30 +28,30 @@ def suite(trained_digits):
 
 def test_suite_reports_every_part_with_finite_values(suite, trained_digits):
     model, x, y = trained_digits
-    assert suite["n_samples"] == 48
-    assert suite["accuracy"] == pytest.approx(
-        float((model(x[:48]).argmax(1) == y[:48]).float().mean())
-    )
+    m = suite["measures"]
+    assert suite["n_images"] == 48
+    assert m["accuracy"] == pytest.approx(float((model(x[:48]).argmax(1) == y[:48]).float().mean()))
     for name in ("random_sign", "topk", "mass_center", "targeted"):
-        attack = suite["attacks"][name]
-        assert attack["n"] == suite["n_attacked"]
-        assert 0.0 <= attack["topk_intersection"] <= 1.0
-        assert math.isfinite(attack["center_shift"])
+        assert suite["counts"][f"attack/saliency/{name}/topk_intersection"] == m["n_attacked"]
+        assert 0.0 <= m[f"attack/saliency/{name}/topk_intersection"] <= 1.0
+    for name in ("random_sign", "topk", "mass_center"):
+        assert math.isfinite(m[f"attack/saliency/{name}/center_shift"])
     # The paper's central claim on this model: a systematic attack beats random noise of the
     # same budget.
     assert (
-        suite["attacks"]["topk"]["topk_intersection"]
-        < suite["attacks"]["random_sign"]["topk_intersection"]
+        m["attack/saliency/topk/topk_intersection"]
+        < m["attack/saliency/random_sign/topk_intersection"]
     )
     assert (
-        suite["attacks"]["targeted"]["region_mass"]
-        > suite["attacks"]["targeted"]["clean_region_mass"]
+        m["attack/saliency/targeted/region_mass"] > m["attack/saliency/targeted/clean_region_mass"]
     )
     for name in ("saliency", "input_x_gradient"):
-        assert suite["lipschitz"][name]["mean"] > 0
-        fid = suite["fidelity"][name]
-        assert len(fid["mif"]) == len(fid["fractions"]) == len(fid["lif"])
-        assert fid["estimate"]["mean"] == pytest.approx(fid["lif_auc"] - fid["mif_auc"], abs=1e-6)
+        assert m[f"lipschitz/{name}/lipschitz"] > 0
+        curve = suite["curves"][f"fidelity/{name}/curves"]
+        assert len(curve["MIF"]) == len(curve["xs"]) == len(curve["LIF"])
+        assert m[f"fidelity/{name}/fidelity"] == pytest.approx(
+            m[f"fidelity/{name}/lif_auc"] - m[f"fidelity/{name}/mif_auc"], abs=1e-6
+        )
     assert suite["settings"]["k"] == 8 and suite["settings"]["epsilon"] == pytest.approx(0.1)
 
 
@@ -85,24 +81,27 @@ def test_model_mode_is_restored(trained_digits):
 def test_report_writes_markdown_json_and_plots(suite, tmp_path):
     results = {"a": suite, "b": suite}
     path = write_report(
-        results, tmp_path, histories={"a": {"robustness/topk": [(0, 0.5), (1, 0.6)]}}
+        results,
+        tmp_path,
+        histories={
+            "a": {"robustness/attack/saliency/topk/topk_intersection": [(0, 0.5), (1, 0.6)]}
+        },
     )
     text = path.read_text()
-    assert "| topk: top-k intersection |" in text
+    assert "| `attack/saliency/topk/topk_intersection` ↑ |" in text
+    assert "- **top-k intersection** (`topk_intersection`, higher is better)" in text
     for png in ("fidelity_curves.png", "attack_examples.png", "robustness_per_epoch.png"):
         assert (tmp_path / png).stat().st_size > 1000
         assert f"]({png})" in text
     loaded = json.loads((tmp_path / "results.json").read_text())
-    assert (
-        loaded["a"]["attacks"]["topk"]["topk_intersection"]
-        == suite["attacks"]["topk"]["topk_intersection"]
-    )
+    key = "attack/saliency/topk/topk_intersection"
+    assert loaded["a"]["measures"][key] == suite["measures"][key]
     assert "_examples" not in loaded["a"]
 
 
 def test_summary_table_has_a_column_per_model(suite):
-    lines = summary_table({"x": suite, "y": {"accuracy": 0.25}}).splitlines()
-    assert lines[0] == "| metric | x | y |"
+    lines = summary_table({"x": suite, "y": {"measures": {"accuracy": 0.25}}}).splitlines()
+    assert lines[0] == "| measure | x | y |"
     assert lines[2].endswith("| 0.250 |")  # accuracy row
 
 
@@ -123,4 +122,4 @@ def test_helpers():
 )
 def test_bad_settings_are_named(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        EvaluationSettings(**kwargs).resolved((8, 8))
+        EvaluationSettings(**kwargs).resolved(8, 8)

@@ -7,13 +7,13 @@ import dataclasses
 import torch
 from helpers import SmoothMLP
 
-import robust_train.evaluation.suite as suite_module
+import robust_train.evaluation.parts.fragility as fragility_part
 from robust_train.evaluation import PROTOCOLS, EvaluationSettings, evaluate_classifier
 from robust_train.report import summary_table
 
 
 def test_rar_preset_holds_the_papers_settings() -> None:
-    rar = PROTOCOLS["rar"].resolved((28, 28))
+    rar = PROTOCOLS["rar"].resolved(28, 28)
     assert (rar.epsilon, rar.n_steps, rar.step_size) == (0.3, 100, 0.01)
     assert (rar.k, rar.measure_k, rar.n_restarts, rar.correct_only) == (200, 100, 3, True)
     assert rar.attack_explainers == ("saliency", "integrated_gradients")
@@ -21,9 +21,9 @@ def test_rar_preset_holds_the_papers_settings() -> None:
 
 
 def test_defaults_keep_todays_behaviour() -> None:
-    s = EvaluationSettings().resolved((8, 8))
+    s = EvaluationSettings().resolved(8, 8)
     assert s.attack_explainers == ("saliency",) and s.n_restarts == 1 and s.measure_k == s.k
-    assert s.step_size is None and s.correct_only
+    assert s.step_size == 0.1 / 8 and s.correct_only  # 50 steps: the default epsilon / 8
 
 
 def test_rar_preset_runs_on_a_tiny_model(monkeypatch) -> None:
@@ -33,13 +33,14 @@ def test_rar_preset_runs_on_a_tiny_model(monkeypatch) -> None:
     y = pred.clone()
     y[:5] = (pred[:5] + 1) % 10  # 5 wrong labels: these images must not be attacked
     calls: list[dict] = []
-    real_attack = suite_module.fragility_attack
+    real_attack = fragility_part.fragility_attack
 
     def spy(model, inputs, target, **kwargs):
-        calls.append({"n": inputs.shape[0], "target": target.clone(), **kwargs})
+        options = kwargs["options"].attack_options().resolved(8, 8)
+        calls.append({"n": inputs.shape[0], "target": target.clone(), "o": options, **kwargs})
         return real_attack(model, inputs, target, **kwargs)
 
-    monkeypatch.setattr(suite_module, "fragility_attack", spy)
+    monkeypatch.setattr(fragility_part, "fragility_attack", spy)
     settings = dataclasses.replace(
         PROTOCOLS["rar"],
         n_samples=12,
@@ -51,24 +52,23 @@ def test_rar_preset_runs_on_a_tiny_model(monkeypatch) -> None:
         fidelity_steps=4,
     )
     result = evaluate_classifier(model, x, y, settings, progress=False)
-    assert result["n_attacked"] == 7 and len(calls) == 4  # 2 explainers x 2 attacks
+    assert result["measures"]["n_attacked"] == 7 and len(calls) == 4  # 2 explainers x 2 attacks
     for call in calls:
+        o = call["o"]
         assert call["n"] == 7 and torch.equal(call["target"], y[5:])
-        assert (call["epsilon"], call["step_size"], call["n_restarts"]) == (0.3, 0.01, 3)
-        assert (call["k"], call["measure_k"]) == (16, 8)
+        assert (o.epsilon, o.step_size, o.n_restarts, o.k, o.measure_k) == (0.3, 0.01, 3, 16, 8)
     ig = [
         c["explainer"]
         for c in calls
         if getattr(c["explainer"], "__name__", "") == "integrated_gradients"
     ]
     assert len(ig) == 2 and ig[0].keywords == {"n_steps": 4, "baseline": 0.0}
-    rows = result["attacks_by_explainer"]
-    assert set(rows) == {"saliency", "integrated_gradients"}
-    for explainer in rows:
+    measures = result["measures"]
+    for explainer in ("saliency", "integrated_gradients"):
         for attack in ("random_sign", "topk"):
             for metric in ("topk_intersection", "kendall", "spearman"):
-                assert rows[explainer][attack][metric] == rows[explainer][attack][metric]  # !NaN
-    assert result["attacks"] == rows["saliency"]
+                value = measures[f"attack/{explainer}/{attack}/{metric}"]
+                assert value == value  # not NaN
     table = summary_table({"m": result})
-    assert "| integrated_gradients / topk: Kendall |" in table
-    assert "| saliency / random_sign: top-k intersection |" in table
+    assert "| `attack/integrated_gradients/topk/kendall` ↑ |" in table
+    assert "| `attack/saliency/random_sign/topk_intersection` ↑ |" in table

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from robust_train._checkpoint_io import export_checkpoint, heldout_tensors, load_checkpoint
 from robust_train.cli import lightning_main
-from robust_train.commands import export_checkpoint, heldout_tensors, load_checkpoint
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
 from robust_train.models import SmallCNN, load_classifier
 from robust_train.models.loading import CheckpointError
@@ -50,12 +50,11 @@ def test_export_keeps_what_loading_needs(tmp_path):
 @pytest.mark.slow
 def test_finetuning_the_baseline_with_the_penalty_makes_maps_robust(tmp_path):
     torch.set_num_threads(1)
-    settings = EvaluationSettings(n_samples=200, attacks=("topk",), explainers=())
+    settings = EvaluationSettings(n_samples=200, attacks=("topk",), parts=("fragility",))
+    topk = "attack/saliency/topk/topk_intersection"
     base, data = load_checkpoint(ROOT / "checkpoints" / "digits_baseline.ckpt")
     x, y, acc_before = heldout_tensors(data, 200, model=base)
-    before = evaluate_classifier(base, x, y, settings, progress=False)["attacks"]["topk"][
-        "topk_intersection"
-    ]
+    before = evaluate_classifier(base, x, y, settings, progress=False)["measures"][topk]
     cli = lightning_main(
         [
             "--config",
@@ -72,9 +71,7 @@ def test_finetuning_the_baseline_with_the_penalty_makes_maps_robust(tmp_path):
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     tuned = cli.model.model.eval()
     _, _, acc_after = heldout_tensors(data, 1, model=tuned)
-    after = evaluate_classifier(tuned, x, y, settings, progress=False)["attacks"]["topk"][
-        "topk_intersection"
-    ]
+    after = evaluate_classifier(tuned, x, y, settings, progress=False)["measures"][topk]
     # Measured: 0.559 -> 0.695 top-k intersection, accuracy 0.964 -> 0.961 (6 epochs).
     assert after > before + 0.08
     assert acc_after >= acc_before - 0.01

@@ -12,10 +12,12 @@ from robust_train.attacks.objectives import (
     get_objective,
     register_objective,
 )
+from robust_train.attacks.options import AttackOptions
 from robust_train.attacks.result import FragilityResult
 
 __all__ = [
     "OBJECTIVES",
+    "AttackOptions",
     "FragilityObjective",
     "FragilityResult",
     "default_epsilon",

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from robust_train._runtime import row_chunks
 from robust_train.attacks.objectives.base import FragilityObjective
+from robust_train.attacks.options import AttackOptions
 from robust_train.attacks.result import FragilityResult
 from robust_train.explain.maps import importance_map
 from robust_train.explain.protocol import Explainer
@@ -40,14 +41,9 @@ class AttackContext:
     explain: Explainer
     explainer_name: str
     objective_cls: type[FragilityObjective]
-    epsilon: float
-    step_size: float
-    n_steps: int
-    k: int
-    measure_k: int
+    options: AttackOptions
     region: Tensor | None
     seeds: list[int]
-    surrogate_beta: float | None
     chunk: int | None
     progress: bool
     piecewise_constant: bool = True
@@ -134,7 +130,9 @@ def start(ctx: AttackContext) -> AttackState:
     """Clean predictions and maps, the bound objective and the initial best (the clean input)."""
     x0 = ctx.inputs.detach().clone()
     logits, clean_map = forward_and_maps(ctx, x0)
-    objective = ctx.objective_cls(clean_map, k=ctx.k, measure_k=ctx.measure_k, region=ctx.region)
+    o = ctx.options
+    assert o.k is not None and o.measure_k is not None, "resolved options"
+    objective = ctx.objective_cls(clean_map, k=o.k, measure_k=o.measure_k, region=ctx.region)
     zeros = torch.zeros(x0.shape[0], dtype=torch.bool, device=x0.device)
     return AttackState(
         x0=x0,
@@ -154,7 +152,7 @@ def start(ctx: AttackContext) -> AttackState:
 def direction_beta(ctx: AttackContext) -> float | None:
     """The softplus beta of the direction: `surrogate_beta` for an explainer whose map of a ReLU
     net is piecewise constant (`ExplainerSpec.piecewise_constant`), else None (the model)."""
-    return ctx.surrogate_beta if ctx.piecewise_constant else None
+    return ctx.options.surrogate_beta if ctx.piecewise_constant else None
 
 
 def gradient_direction(ctx: AttackContext, objective: FragilityObjective, x: Tensor) -> Tensor:
@@ -189,8 +187,10 @@ def take_step(ctx: AttackContext, state: AttackState, x: Tensor, gen: torch.Gene
     else:
         d = objective.direction(x, gen)
     state.moved |= d.flatten(1).ne(0).any(1)
-    x = x + ctx.step_size * d
-    return (state.x0 + (x - state.x0).clamp(-ctx.epsilon, ctx.epsilon)).clamp(0, 1).detach()
+    o = ctx.options
+    assert o.epsilon is not None and o.step_size is not None, "resolved options"
+    x = x + o.step_size * d
+    return (state.x0 + (x - state.x0).clamp(-o.epsilon, o.epsilon)).clamp(0, 1).detach()
 
 
 def keep_best(ctx: AttackContext, state: AttackState, x: Tensor) -> None:
@@ -213,8 +213,9 @@ def run_restart(ctx: AttackContext, state: AttackState, restart: int, seed: int)
     """One restart: its own generator, its start point, then `n_steps` steps."""
     gen = torch.Generator(device=state.x0.device).manual_seed(seed)
     state.objective.start_restart(restart, gen)
-    x = state.objective.start_point(state.x0, ctx.epsilon, restart, gen)
-    for _ in range(ctx.n_steps):
+    assert ctx.options.epsilon is not None, "resolved options"
+    x = state.objective.start_point(state.x0, ctx.options.epsilon, restart, gen)
+    for _ in range(ctx.options.n_steps):
         x = take_step(ctx, state, x, gen)
         keep_best(ctx, state, x)
         if state.bar is not None:
@@ -229,7 +230,8 @@ def finish(ctx: AttackContext, state: AttackState) -> FragilityResult:
     if not bool(measured.all()):
         _warn_unmeasured(ctx, state, measured)
     clean, best = state.clean_map, state.best_map
-    objective = state.objective
+    objective, o = state.objective, ctx.options
+    assert o.epsilon is not None and o.step_size is not None and o.k and o.measure_k
 
     def masked(values: Tensor) -> Tensor:
         return torch.where(measured, values, torch.full_like(values, float("nan")))
@@ -245,17 +247,17 @@ def finish(ctx: AttackContext, state: AttackState) -> FragilityResult:
         clean_label=state.clean_label,
         improved=state.improved & measured,
         n_label_changes=state.n_changes,
-        topk_intersection=masked(topk_intersection(clean, best, ctx.measure_k)),
+        topk_intersection=masked(topk_intersection(clean, best, o.measure_k)),
         spearman=masked(spearman_correlation(clean, best)),
         kendall=masked(kendall_tau(clean, best)),
         center_shift=masked(center_of_mass_shift(clean.clamp_min(0), best.clamp_min(0))),
         objective=objective.name,
-        epsilon=ctx.epsilon,
-        step_size=ctx.step_size,
-        n_steps=ctx.n_steps,
+        epsilon=o.epsilon,
+        step_size=o.step_size,
+        n_steps=o.n_steps,
         n_restarts=len(ctx.seeds),
-        k=ctx.k,
-        measure_k=ctx.measure_k,
+        k=o.k,
+        measure_k=o.measure_k,
         surrogate_beta=direction_beta(ctx) if ctx.relu_calls else None,
         explainer=ctx.explainer_name,
         region_mass=None if ctx.region is None else masked(objective.region_mass(best)),

@@ -7,17 +7,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from robust_train._runtime import (
-    auto_chunk,
-    check_optional_positive,
-    eval_mode,
-    require_grad_mode,
-)
-from robust_train._validation import check_images, check_positive, check_target
+from robust_train._options import build_options, takes_options
+from robust_train._runtime import auto_chunk, eval_mode, require_grad_mode
+from robust_train._validation import check_images, check_target
 from robust_train.attacks import _loop
-from robust_train.attacks._setup import check_k, check_region, restart_seeds
-from robust_train.attacks.defaults import default_k
+from robust_train.attacks._setup import check_region, restart_seeds
 from robust_train.attacks.objectives import FragilityObjective, get_objective
+from robust_train.attacks.options import AttackOptions
 from robust_train.attacks.result import FragilityResult
 from robust_train.explain.protocol import Explainer
 from robust_train.explain.registry import explainer_spec, resolve_explainer
@@ -25,6 +21,7 @@ from robust_train.explain.registry import explainer_spec, resolve_explainer
 __all__ = ["fragility_attack"]
 
 
+@takes_options(AttackOptions)
 def fragility_attack(
     model: nn.Module,
     inputs: Tensor,
@@ -32,18 +29,12 @@ def fragility_attack(
     *,
     explainer: str | Explainer = "saliency",
     objective: str = "topk",
-    epsilon: float,
-    step_size: float | None = None,
-    n_steps: int = 50,
-    k: int | None = None,
     target_region: Tensor | None = None,
-    n_restarts: int = 1,
-    surrogate_beta: float | None = 10.0,
-    measure_k: int | None = None,
     generator: torch.Generator | None = None,
     seed: int | None = None,
     progress: bool = False,
-    internal_batch_size: int | None = None,
+    options: AttackOptions | None = None,
+    **kwargs: Any,
 ) -> FragilityResult:
     """Move an explanation as far as possible with an imperceptible, label-keeping perturbation.
 
@@ -76,26 +67,18 @@ def fragility_attack(
             function of the input and iterates are compared fairly.
         objective: a name in `OBJECTIVES`: "topk", "mass_center", "targeted", "random_sign",
             or one registered with `register_objective`.
-        epsilon: L_inf budget (> 0), e.g. 8/255 for CIFAR-10, 0.1 for 8x8 digits.
-        step_size: step per iteration; default `epsilon / 8` (independent of `n_steps`, so that
-            more steps never hurt; the paper's ImageNet run used epsilon / 16 for 300 steps).
-        n_steps: iterations per restart.
-        k: size of the top-k set the "topk" objective empties; default
-            `robust_train.attacks.defaults.default_k` (H*W // 8: 8 for 8x8 digits, 98 for 28x28).
-            For ImageNet-size inputs the paper used k=1000; pass it explicitly.
         target_region: bool (B or 1, H, W) region to pull importance into; "targeted" only.
-        n_restarts: number of runs, keeping the best.
-        surrogate_beta: beta of the softplus surrogate that gives the direction of a piecewise-
-            constant explainer (`ExplainerSpec.piecewise_constant`); None uses the model itself.
-            An explainer that declares its map continuous in the input takes its direction on
-            the model itself whatever this is.
-        measure_k: k of the reported top-k intersection (and of the iterate ranking); default k.
         generator, seed: randomness of restarts, random signs and the mass-center tie direction
             (exclusive); with neither, torch's global generator draws the per-restart seeds.
-        progress: show a tqdm bar over the steps.
-        internal_batch_size: samples per gradient computation (memory of double backprop);
-            None: chosen from the image size (`robust_train._runtime.auto_chunk` with
-            create_graph: 41 for 28x28, 32 for 32x32, all of a batch of 8x8 digits).
+        progress: show a tqdm bar over restarts x steps (with the rate and the time left).
+        options: an `AttackOptions` to start from (e.g. an `EvaluationSettings`); keywords
+            given beside it override its fields.
+        **kwargs: the attack's settings: the fields of `AttackOptions` (epsilon, step_size,
+            n_steps, k, measure_k, n_restarts, surrogate_beta, internal_batch_size), defined and
+            documented once there with their size-dependent defaults (epsilon 0.1 up to 28 px,
+            else 8/255; k = H*W // 8; step epsilon / 8). The direction of an explainer whose map
+            is piecewise constant on ReLU nets (`ExplainerSpec.piecewise_constant`) is taken on
+            the softplus surrogate of beta `surrogate_beta`; other explainers use the model.
 
     Returns:
         FragilityResult (adversarial inputs, clean and attacked maps of the original model,
@@ -116,22 +99,19 @@ def fragility_attack(
         target,
         explainer=explainer,
         objective=objective,
-        epsilon=epsilon,
-        step_size=step_size,
-        n_steps=n_steps,
-        k=k,
         target_region=target_region,
-        n_restarts=n_restarts,
-        surrogate_beta=surrogate_beta,
-        measure_k=measure_k,
         generator=generator,
         seed=seed,
         progress=progress,
-        internal_batch_size=internal_batch_size,
+        options=build_options(AttackOptions, kwargs, where="fragility_attack", base=options),
     )
     with eval_mode(model), torch.enable_grad():
         state = _loop.start(ctx)
-        state.bar = _progress_bar(progress, len(ctx.seeds) * ctx.n_steps)
+        state.bar = _progress_bar(
+            progress,
+            len(ctx.seeds) * ctx.options.n_steps,
+            f"{ctx.objective_cls.name} attack on {ctx.explainer_name} ({len(inputs)} images)",
+        )
         for restart, restart_seed in enumerate(ctx.seeds):
             _loop.run_restart(ctx, state, restart, restart_seed)
         state.bar.close()
@@ -145,18 +125,11 @@ def _context(
     *,
     explainer: object,
     objective: str,
-    epsilon: float,
-    step_size: float | None,
-    n_steps: int,
-    k: int | None,
     target_region: Tensor | None,
-    n_restarts: int,
-    surrogate_beta: float | None,
-    measure_k: int | None,
     generator: torch.Generator | None,
     seed: int | None,
     progress: bool,
-    internal_batch_size: int | None,
+    options: AttackOptions,
 ) -> _loop.AttackContext:
     """Check every argument (naming it and its value) before any work; fill in the defaults."""
     if not isinstance(model, nn.Module):
@@ -165,18 +138,10 @@ def _context(
     batch, _, height, width = inputs.shape
     target = check_target(target, batch).to(inputs.device)
     objective_cls = get_objective(objective)
-    check_positive(epsilon, "epsilon")
-    check_optional_positive(step_size, "step_size")
-    check_positive(n_steps, "n_steps", integer=True)
-    check_positive(n_restarts, "n_restarts", integer=True)
-    check_optional_positive(surrogate_beta, "surrogate_beta")
-    check_optional_positive(internal_batch_size, "internal_batch_size", integer=True)
-    k = check_k(default_k(height, width) if k is None else k, "k", height, width)
-    measure_k = check_k(k if measure_k is None else measure_k, "measure_k", height, width)
+    resolved = options.attack_options().resolved(height, width)
     region = _region(objective_cls, target_region, batch, height, width, inputs.device)
     explain, name = resolve_explainer(explainer, differentiable=objective_cls.needs_gradient)
-    spec = explainer_spec(explain)
-    seeds = restart_seeds(generator, seed, n_restarts)
+    seeds = restart_seeds(generator, seed, resolved.n_restarts)
     require_grad_mode("fragility_attack")
     return _loop.AttackContext(
         model=model,
@@ -185,16 +150,11 @@ def _context(
         explain=explain,
         explainer_name=name,
         objective_cls=objective_cls,
-        epsilon=float(epsilon),
-        step_size=float(epsilon) / 8 if step_size is None else float(step_size),
-        n_steps=n_steps,
-        k=k,
-        measure_k=measure_k,
+        options=resolved,
         region=region,
         seeds=seeds,
-        surrogate_beta=surrogate_beta,
-        piecewise_constant=spec.piecewise_constant,
-        chunk=internal_batch_size
+        piecewise_constant=explainer_spec(explain).piecewise_constant,
+        chunk=resolved.internal_batch_size
         or auto_chunk(inputs.shape[1:], device=inputs.device, create_graph=True),
         progress=progress,
     )
@@ -218,7 +178,8 @@ def _region(
     return check_region(region, batch, height, width).to(device)
 
 
-def _progress_bar(enabled: bool, total: int) -> Any:
+def _progress_bar(enabled: bool, total: int, desc: str) -> Any:
+    """A bar over restarts x steps, with the rate (steps/s) and the time left."""
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, disable=not enabled, desc="fragility attack", leave=False)
+    return tqdm(total=total, disable=not enabled, desc=desc, unit="step", leave=False)

@@ -92,6 +92,33 @@ class FragilityResult:
     def __len__(self) -> int:
         return int(self.adversarial.shape[0])
 
+    def values(self) -> dict[str, Tensor]:
+        """Per-sample float values (B,) of what this result reports, by measure name: the
+        objective's `report_metrics` (NaN where the sample was not measured), `n_unmeasured`
+        (1.0 for a sample the attack could not move) and `improved` (1.0 where a label-keeping
+        iterate beat the clean input). Every caller that averages attack results reads these.
+
+        Example:
+            >>> from robust_train.attacks import fragility_attack
+            >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
+            >>> res = fragility_attack(model, torch.rand(2, 1, 4, 4), torch.tensor([0, 1]),
+            ...                        objective="random_sign", epsilon=0.1, n_steps=2, seed=0)
+            >>> sorted(res.values())[:3], res.values()["spearman"].shape
+            (['center_shift', 'improved', 'kendall'], torch.Size([2]))
+        """
+        from robust_train.attacks.objectives import get_objective
+
+        measured = self.measured if self.measured is not None else torch.ones_like(self.improved)
+        out = {
+            name: getattr(self, name).float()
+            for name in get_objective(self.objective).report_metrics
+        }
+        if self.clean_region_mass is not None:
+            out["clean_region_mass"] = self.clean_region_mass.float()
+        out["n_unmeasured"] = (~measured).float()
+        out["improved"] = (self.improved & measured).float()
+        return out
+
     @classmethod
     def concatenate(cls, results: Sequence[FragilityResult]) -> FragilityResult:
         """Join the results of several batches attacked with the same settings.

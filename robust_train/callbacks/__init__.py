@@ -1,19 +1,20 @@
 """Lightning callbacks that measure how robust the explanations are while a model trains.
 
-- `FragilityMonitor`: fragility attacks on the explanation (Ghorbani et al. 2019),
-  `robustness/<attack>/{topk_intersection,spearman,kendall,center_shift}`.
-- `LipschitzMonitor`: local Lipschitz estimate (Alvarez-Melis & Jaakkola 2018),
-  `robustness/lipschitz/<explainer>`.
-- `FidelityMonitor`: MIF/LIF curves and fidelity (Brocki & Chung 2022),
-  `fidelity/<explainer>/{mif_auc,lif_auc,estimate}`.
-- `RobustnessMonitor`: any of the three on one subset and schedule.
+`RobustnessMonitor` runs the evaluation engine's parts (`robust_train.evaluation.PARTS`: the
+fragility attacks of Ghorbani et al. 2019, the local Lipschitz estimate of Alvarez-Melis &
+Jaakkola 2018, MIF/LIF fidelity of Brocki & Chung 2022, and any part registered since) on a
+held-out subset, and logs every key of `robust-train evaluate`'s results under `robustness/`
+(`robustness/attack/saliency/topk/topk_intersection`, `robustness/lipschitz/saliency/lipschitz`,
+`robustness/fidelity/saliency/fidelity`, ...). `FragilityMonitor`, `LipschitzMonitor` and
+`FidelityMonitor` are it with one part. Two monitors that would log one key are refused when
+the fit starts; every setting is checked against the data's image size then too.
 
-Each logs its cost as `robustness/seconds/<monitor>` (`robustness/seconds/total` for
-`RobustnessMonitor`, with one key per part), through `LightningModule.log`, so every Lightning
-logger receives the scalars; figures go to W&B (images, line charts) or to PNG files. A model
-with NaN/inf weights, or an evaluation that meets NaN/inf maps or scores (a diverged fit), never
-stops training: the monitor logs `robustness/nonfinite` (how many such values; 0 otherwise) and
-no robustness number for what it could not measure, and warns once.
+Each logs its cost as `robustness/seconds/<monitor>` (`robustness/seconds/total`, with one key per
+part, when several parts run), through `LightningModule.log`, so every Lightning logger receives
+the scalars; figures go to W&B (images, line charts) or to PNG files. A model with NaN/inf
+weights, or an evaluation that meets NaN/inf maps or scores (a diverged fit), never stops
+training: the monitor logs `robustness/nonfinite` (how many such values; 0 otherwise) and no
+robustness number for what it could not measure, and warns once.
 """
 
 from robust_train.callbacks._base import DEFAULT_N_SAMPLES, RobustnessCallback

@@ -13,6 +13,7 @@ from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor, nn
 from typing_extensions import override
 
+from robust_train._runtime import modes_restored, predict
 from robust_train._validation import check_choice, check_non_negative, check_positive
 from robust_train.callbacks._budget import OverheadBudget
 from robust_train.callbacks._figures import Report
@@ -21,14 +22,12 @@ from robust_train.callbacks._guard import (
     count_nonfinite,
     evaluated_model,
     guarded,
-    modes_restored,
-    predict,
     warnings_once,
 )
 from robust_train.callbacks._media import MediaWriter
 from robust_train.callbacks._subset import SPLITS, from_tensors, from_trainer, select, shard
 
-__all__ = ["RobustnessCallback", "evaluated_model", "modes_restored", "predict"]
+__all__ = ["RobustnessCallback"]
 
 STAGES = ("train", "validation")
 DEFAULT_N_SAMPLES = 16
@@ -124,6 +123,7 @@ class RobustnessCallback(Callback):
         self._subset: tuple[Tensor, Tensor] | None = None
         self._resolved_size: tuple[int, int] | None = None
         self.evaluated_epochs: list[int] = []
+        self.history: dict[str, list[tuple[int, float]]] = {}  # key -> (epoch, value) logged
         self.budget = OverheadBudget(max_overhead)
         self._skip_noted = False
         self._nonfinite_warned = False
@@ -145,6 +145,11 @@ class RobustnessCallback(Callback):
     def seconds_key(self) -> str:
         return f"robustness/seconds/{self.name}"
 
+    def keys(self) -> tuple[str, ...]:
+        """The scalar keys this monitor logs, when known before a fit (for the collision check
+        at fit start); () when not known (a custom monitor need not say)."""
+        return ()
+
     # ------------------------------------------------------------------------------- hooks
     @property
     @override
@@ -159,11 +164,18 @@ class RobustnessCallback(Callback):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit":
+            check_distinct_keys(trainer.callbacks)  # type: ignore[attr-defined]
         if self.stage != "validation":
             return
         loop = trainer.fit_loop.epoch_loop.val_loop if stage == "fit" else trainer.validate_loop
         if stage in ("fit", "validate") and getattr(loop, "inference_mode", True):
             raise RuntimeError(INFERENCE_MODE_ERROR.format(name=type(self).__name__))
+
+    @override
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Check every setting against the data's image size now, not after the first epoch."""
+        self.resolve_size(*self.held_out(trainer)[0].shape[-2:])
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -195,6 +207,7 @@ class RobustnessCallback(Callback):
             "evaluated_epochs": list(self.evaluated_epochs),
             "seed": self.seed,
             "budget": self.budget.state_dict(),
+            "history": {k: [list(p) for p in v] for k, v in self.history.items()},
         }
 
     @override
@@ -202,6 +215,10 @@ class RobustnessCallback(Callback):
         self.evaluated_epochs = [int(e) for e in state_dict.get("evaluated_epochs", [])]
         self.seed = int(state_dict.get("seed", self.seed))
         self.budget.load_state_dict(state_dict.get("budget", {}))
+        self.history = {
+            str(k): [(int(e), float(v)) for e, v in points]
+            for k, points in (state_dict.get("history") or {}).items()
+        }
         self._subset = None
 
     # ------------------------------------------------------------------------------ running
@@ -233,6 +250,17 @@ class RobustnessCallback(Callback):
                 "scheduled epoch"
             )
         return allowed
+
+    def resolve_size(self, height: int, width: int) -> None:
+        """`resolve` once, for the held-out images' size; a bad setting raises, naming the
+        monitor and the size."""
+        if self._resolved_size == (height, width):
+            return
+        try:
+            self.resolve(height, width)
+        except (ValueError, TypeError) as err:
+            raise type(err)(f"{type(self).__name__} on {height}x{width} images: {err}") from err
+        self._resolved_size = (height, width)
 
     def held_out(self, trainer: pl.Trainer | None) -> tuple[Tensor, Tensor]:
         """The whole subset (all ranks), on the CPU; taken on first use and kept."""
@@ -278,9 +306,7 @@ class RobustnessCallback(Callback):
         start = time.perf_counter()
         epoch = trainer.current_epoch if epoch is None else epoch
         inputs, targets = self.held_out(trainer)
-        if self._resolved_size is None:
-            self._resolved_size = (inputs.shape[-2], inputs.shape[-1])
-            self.resolve(*self._resolved_size)
+        self.resolve_size(inputs.shape[-2], inputs.shape[-1])
         inputs, targets = shard(inputs, targets, trainer.global_rank, trainer.world_size)
         inputs, targets = inputs.to(pl_module.device), targets.to(pl_module.device)
         model = evaluated_model(pl_module)
@@ -313,5 +339,35 @@ class RobustnessCallback(Callback):
             self.media.write_scalars(trainer, report.scalars)
         if record:
             self.evaluated_epochs.append(epoch)
+            for key, value in report.scalars.items():
+                self.history.setdefault(key, []).append((epoch, float(value)))
         self.last_report = report
         return report
+
+
+def check_distinct_keys(callbacks: list[Any]) -> None:
+    """Refuse two monitors that would log one key: Lightning would average their values into a
+    number neither measured.
+
+    Example:
+        >>> class M(RobustnessCallback):
+        ...     def keys(self):
+        ...         return ("robustness/a",)
+        >>> check_distinct_keys([M(), M()])  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: M and M would both log 'robustness/a' ...
+    """
+    owner: dict[str, str] = {}
+    for callback in callbacks:
+        if not isinstance(callback, RobustnessCallback):
+            continue
+        name = type(callback).__name__
+        for key in callback.keys():
+            if key in owner:
+                raise ValueError(
+                    f"{owner[key]} and {name} would both log {key!r} (Lightning would average "
+                    "their values into a number neither measured); keep one monitor per measure, "
+                    "e.g. RobustnessMonitor(include=[...]) with the parts you want"
+                )
+            owner[key] = name

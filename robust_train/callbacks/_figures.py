@@ -13,29 +13,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 from torch import Tensor
 
+from robust_train.evaluation.parts.base import AttackExamples
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-
-@dataclass
-class AttackExamples:
-    """A few attacked images: rows of (input, clean map, attacked input, attacked map)."""
-
-    title: str
-    inputs: Tensor
-    clean_maps: Tensor
-    adversarial: Tensor
-    attacked_maps: Tensor
-    scores: Tensor  # per row: top-k intersection, listed in the caption
-
-    @property
-    def caption(self) -> str:
-        """The title, the column order and each row's top-k intersection."""
-        scores = ", ".join(f"{float(v):.2f}" for v in self.scores)
-        return (
-            f"{self.title}; columns: input | clean map | attacked input | attacked map; "
-            f"top-k intersection per row: {scores}"
-        )
 
 
 @dataclass
@@ -137,42 +118,45 @@ def render_curves(curves: Curves) -> np.ndarray:
     return np.asarray(canvas.buffer_rgba())[..., :3].copy()
 
 
-# Title and y label (with the better direction) of the per-epoch panels, by logged key.
-HISTORY_LABELS: dict[str, tuple[str, str]] = {
-    "robustness/topk/topk_intersection": (
-        "Top-k attack: top-k intersection",
-        "intersection (higher = more robust)",
-    ),
-    "robustness/mass_center/center_shift": (
-        "Mass-center attack: center shift",
-        "shift in px (lower = more robust)",
-    ),
-    "robustness/lipschitz/saliency": (
-        "Local Lipschitz estimate of saliency",
-        "estimate (lower = smoother)",
-    ),
-    "fidelity/saliency/estimate": (
-        "Fidelity of saliency (AUC_LIF - AUC_MIF)",
-        "fidelity (higher = more faithful)",
-    ),
-    "val/acc": ("Validation accuracy", "accuracy (higher = better)"),
-}
+# The panels drawn first, in this order, when a history holds them.
+FIRST_PANELS = (
+    "robustness/attack/saliency/topk/topk_intersection",
+    "robustness/attack/saliency/mass_center/center_shift",
+    "robustness/lipschitz/saliency/lipschitz",
+    "robustness/fidelity/saliency/fidelity",
+    "val/acc",
+)
+_LIGHTNING = {"val/acc": ("Validation accuracy", "accuracy (higher is better)")}
 
 
 def history_label(key: str) -> tuple[str, str]:
-    """Readable (title, y label) of a logged key; unknown keys get a title from their parts.
+    """Readable (title, y label) of a logged key; the label and direction come from the key's
+    `Measure` (`robust_train.evaluation.measures`), the title from its parts.
 
     Example:
         >>> history_label("val/acc")
-        ('Validation accuracy', 'accuracy (higher = better)')
-        >>> history_label("robustness/targeted/spearman")
-        ('targeted: spearman', 'spearman')
+        ('Validation accuracy', 'accuracy (higher is better)')
+        >>> history_label("robustness/attack/saliency/topk/topk_intersection")
+        ('topk attack on saliency: top-k intersection', 'top-k intersection (higher is better)')
+        >>> history_label("robustness/lipschitz/input_x_gradient/lipschitz")[0]
+        'lipschitz of input x gradient: Lipschitz estimate'
     """
-    if key in HISTORY_LABELS:
-        return HISTORY_LABELS[key]
-    parts = key.split("/")
-    name = parts[-1].replace("_", " ")
-    return (f"{parts[-2]}: {name}" if len(parts) > 1 else name), name
+    from robust_train.evaluation.measures import MEASURES, key_measure
+
+    if key in _LIGHTNING:
+        return _LIGHTNING[key]
+    parts = [p.replace("_", " ") for p in key.removeprefix("robustness/").split("/")]
+    measure = MEASURES.get(key_measure(key))
+    label = measure.label if measure is not None else parts[-1]
+    unit = f" ({measure.unit})" if measure is not None and measure.unit else ""
+    direction = f" ({measure.direction})" if measure is not None and measure.direction else ""
+    if parts[0] == "attack" and len(parts) == 4:
+        title = f"{parts[2]} attack on {parts[1]}: {label}"
+    elif len(parts) == 3:
+        title = f"{parts[0]} of {parts[1]}: {label}"
+    else:
+        title = label
+    return title, f"{label}{unit}{direction}"
 
 
 def render_history(
@@ -208,9 +192,9 @@ def history_figure(
     `note` (how to read the values) goes into the first empty cell of the grid, else below it.
 
     Example:
-        >>> h = {"run": {"robustness/topk/topk_intersection": [(0, 0.6), (1, 0.7)]}}
+        >>> h = {"run": {"robustness/attack/saliency/topk/topk_intersection": [(0, 0.6), (1, 0.7)]}}
         >>> history_figure(h).axes[0].get_title()
-        'Top-k attack: top-k intersection'
+        'topk attack on saliency: top-k intersection'
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -218,7 +202,7 @@ def history_figure(
     from matplotlib.ticker import MaxNLocator
 
     skip = ("robustness/seconds", "robustness/share")
-    keys = [k for k in HISTORY_LABELS if any(k in h for h in histories.values())]
+    keys = [k for k in FIRST_PANELS if any(k in h for h in histories.values())]
     keys += sorted(
         {k for h in histories.values() for k in h if k not in keys and not k.startswith(skip)}
     )
@@ -263,13 +247,24 @@ def save_png(image: np.ndarray, path: Path) -> None:
     imsave(path, image)
 
 
+def first_examples(ex: AttackExamples, n: int) -> AttackExamples:
+    """The first `n` rows of an example grid."""
+    return AttackExamples(
+        title=ex.title,
+        inputs=first_rows(ex.inputs, n),
+        clean_maps=first_rows(ex.clean_maps, n),
+        adversarial=first_rows(ex.adversarial, n),
+        attacked_maps=first_rows(ex.attacked_maps, n),
+        scores=first_rows(ex.scores, n),
+    )
+
+
 def first_rows(t: Tensor, n: int) -> Tensor:
     """The first n rows of `t`, detached, on the CPU."""
     return t[:n].detach().cpu().clone() if n > 0 else t[:0].detach().cpu()
 
 
 __all__ = [
-    "AttackExamples",
     "Curves",
     "Report",
     "render_examples",
@@ -278,5 +273,6 @@ __all__ = [
     "history_figure",
     "history_label",
     "save_png",
+    "first_examples",
     "first_rows",
 ]

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import pytorch_lightning as pl
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from robust_train.callbacks._figures import Report
 
@@ -27,28 +27,6 @@ def evaluated_model(pl_module: pl.LightningModule) -> nn.Module:
     """The classifier a monitor explains: `pl_module.model` if it is a module, else `pl_module`."""
     model = getattr(pl_module, "model", None)
     return model if isinstance(model, nn.Module) else pl_module
-
-
-def predict(model: nn.Module, inputs: Tensor, batch_size: int | None) -> Tensor:
-    """Predicted labels (B,), without gradients, in chunks."""
-    if inputs.shape[0] == 0:
-        return torch.zeros(0, dtype=torch.long, device=inputs.device)
-    step = batch_size or inputs.shape[0]
-    with torch.no_grad():
-        return torch.cat(
-            [model(inputs[i : i + step]).argmax(1) for i in range(0, inputs.shape[0], step)]
-        )
-
-
-@contextmanager
-def modes_restored(module: nn.Module) -> Iterator[None]:
-    """Restore every submodule's own train/eval flag on exit (not one flag for all)."""
-    modes = [(m, m.training) for m in module.modules()]
-    try:
-        yield
-    finally:
-        for m, mode in modes:
-            m.training = mode
 
 
 def count_nonfinite(module: nn.Module) -> int:

@@ -110,7 +110,22 @@ def _find_loader(trainer: pl.Trainer, split: str) -> Any:
     module = trainer.lightning_module
     if module is not None and _overridden(module, method):
         return getattr(module, method)()
-    return trainer.val_dataloaders if split == "val" else trainer.test_dataloaders
+    loaders = trainer.val_dataloaders if split == "val" else trainer.test_dataloaders
+    return loaders if loaders is not None else _given_loader(trainer, split)
+
+
+def _given_loader(trainer: pl.Trainer, split: str) -> Any:
+    """The loader passed to `trainer.fit(model, train, val)` before Lightning has loaded it
+    (the monitors check their settings against the images when the fit starts); None when
+    Lightning's internals differ or nothing was passed."""
+    try:
+        loop = trainer.fit_loop.epoch_loop.val_loop if split == "val" else trainer.test_loop
+        instance = loop._data_source.instance
+    except Exception:  # noqa: BLE001  (a private attribute of another version: defer the check)
+        return None
+    if instance is None or isinstance(instance, (pl.LightningModule, pl.LightningDataModule)):
+        return None
+    return instance
 
 
 def _overridden(obj: Any, method: str) -> bool:

@@ -1,126 +1,171 @@
-"""RobustnessMonitor: fragility, Lipschitz and fidelity monitoring in one callback."""
+"""RobustnessMonitor: the evaluation engine's parts, logged while the model trains.
+
+One callback, one held-out subset, one schedule, one prediction pass; it measures through the
+same engine as `robust-train evaluate` (`robust_train.evaluation.run_parts`) and logs every key
+under `robustness/` (`robustness/attack/saliency/topk/topk_intersection`, the key that
+`results.json` holds as `attack/saliency/topk/topk_intersection`). `FragilityMonitor`,
+`LipschitzMonitor` and `FidelityMonitor` are this monitor with one part.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
+from robust_train._options import build_options, takes_options
 from robust_train.callbacks._base import RobustnessCallback
-from robust_train.callbacks._checks import check_names
-from robust_train.callbacks._figures import Report
-from robust_train.callbacks._guard import NONFINITE_KEY
-from robust_train.callbacks.fidelity import DEFAULT_FIDELITY_STEPS, FidelityMonitor
-from robust_train.callbacks.fragility import DEFAULT_ATTACK_STEPS, DEFAULT_ATTACKS, FragilityMonitor
-from robust_train.callbacks.lipschitz import DEFAULT_LIPSCHITZ_SAMPLES, LipschitzMonitor
+from robust_train.callbacks._checks import check_names, compute_quietly
+from robust_train.callbacks._figures import Curves, Report, first_examples
+from robust_train.callbacks._guard import NONFINITE_KEY, nonfinite_count
+from robust_train.evaluation import (
+    MONITOR_DEFAULTS,
+    PARTS,
+    Evaluation,
+    EvaluationPart,
+    EvaluationSettings,
+    build_parts,
+    measure_of,
+    run_parts,
+)
+from robust_train.metrics.keyed import KeyedMean
 
-PARTS = ("fragility", "lipschitz", "fidelity")
+__all__ = ["PREFIX", "RobustnessMonitor"]
+
+PREFIX = "robustness/"
+# Options the callback base class owns (the subset and its draws); the settings get them from it.
+BASE_OPTIONS = ("n_samples", "seed", "internal_batch_size", "parts")
 
 
+@takes_options(
+    EvaluationSettings,
+    defaults=MONITOR_DEFAULTS,
+    exclude=BASE_OPTIONS,
+    also=RobustnessCallback.__init__,
+)
 class RobustnessMonitor(RobustnessCallback):
-    """Run a chosen set of monitors (fragility, lipschitz, fidelity) on one subset and schedule.
+    """Run evaluation parts (fragility, lipschitz, fidelity, ...) on held-out images in training.
 
-    One callback, one held-out subset, one schedule, one prediction pass: the parts are
-    `FragilityMonitor` (Ghorbani et al. 2019), `LipschitzMonitor` (Alvarez-Melis & Jaakkola 2018)
-    and `FidelityMonitor` (Brocki & Chung 2022), evaluated one after the other. Logs every key
-    of the parts, `robustness/seconds/<part>` for each part and `robustness/seconds/total` (the
-    whole evaluation, figures included). Setting names follow `EvaluationSettings`
-    (`robust-train evaluate`).
+    The parts are those of `robust_train.evaluation.PARTS` (one file each): fragility attacks on
+    the explanations (Ghorbani et al. 2019), the local Lipschitz estimate (Alvarez-Melis &
+    Jaakkola 2018), MIF/LIF fidelity (Brocki & Chung 2022), and any part registered since. Logs
+    `robustness/<key>` for every key of the parts (the engine's key scheme), the seconds of each
+    part (`robustness/seconds/<part>`) and of the whole evaluation (`robustness/seconds/total`),
+    and mean curves and example grids as figures. Values are reduced across DDP ranks by
+    `robust_train.metrics.KeyedMean`.
 
     Args:
-        include: the parts to run, among "fragility", "lipschitz", "fidelity".
-        attacks, attack_explainer, epsilon, n_steps, k: fragility settings (see FragilityMonitor).
-        explainers: explainers of the Lipschitz estimate and of the fidelity curves.
-        lipschitz_radius: radius of the Lipschitz ball; None: `epsilon` (or its size default).
-        lipschitz_samples: explainer calls per image of the Lipschitz estimate.
-        fidelity_steps, fidelity_perturbation: fidelity settings (see FidelityMonitor).
-        **kwargs: schedule, subset and logging options of `RobustnessCallback`, shared by all parts.
+        include: the parts to run.
+        **options: the evaluation settings (`EvaluationSettings` fields: attacks,
+            attack_explainers, explainers, epsilon, n_steps, lipschitz_samples, fidelity_steps,
+            ...), with the cheap monitor defaults `robust_train.evaluation.MONITOR_DEFAULTS`
+            (3 attack steps, 16 images, saliency), and the schedule, subset and logging options
+            of `RobustnessCallback` (every_n_epochs, n_samples, split, seed, max_overhead, ...).
 
     Example:
-        >>> monitor = RobustnessMonitor(include=["fragility", "fidelity"], n_samples=16)
-        >>> list(monitor.monitors)
-        ['fragility', 'fidelity']
+        >>> monitor = RobustnessMonitor(include=["fidelity", "fragility"], n_samples=16)
+        >>> [p.name for p in monitor.parts], monitor.settings.n_steps
+        (['fragility', 'fidelity'], 3)
     """
 
     name = "robustness"
 
     def __init__(
-        self,
-        include: Sequence[str] = PARTS,
-        *,
-        attacks: Sequence[str] = DEFAULT_ATTACKS,
-        attack_explainer: str | Callable[..., Any] = "saliency",
-        explainers: Sequence[str | Callable[..., Any]] = ("saliency",),
-        epsilon: float | None = None,
-        n_steps: int = DEFAULT_ATTACK_STEPS,
-        k: int | None = None,
-        lipschitz_radius: float | None = None,
-        lipschitz_samples: int = DEFAULT_LIPSCHITZ_SAMPLES,
-        fidelity_steps: int = DEFAULT_FIDELITY_STEPS,
-        fidelity_perturbation: str = "mean",
-        **kwargs: Any,
+        self, include: Sequence[str] = ("fragility", "lipschitz", "fidelity"), **kwargs: Any
     ) -> None:
-        super().__init__(**kwargs)
-        parts = check_names(include, "include", PARTS)
-        shared: dict[str, Any] = dict(
-            n_samples=self.n_samples,
-            seed=self.seed,
-            n_images=self.n_images,
-            log_images=self.log_images,
-            internal_batch_size=self.internal_batch_size,
+        own = set(inspect.signature(RobustnessCallback.__init__).parameters) - {"self"}
+        super().__init__(**{k: kwargs.pop(k) for k in list(kwargs) if k in own})
+        chosen = check_names(include, "include", tuple(PARTS))
+        ordered = tuple(p for p in PARTS if p in chosen)  # registration order, whatever `include`
+        given = {"parts": ordered, "n_samples": self.n_samples, "seed": self.seed}
+        given["internal_batch_size"] = self.internal_batch_size
+        self.settings: EvaluationSettings = build_options(
+            EvaluationSettings,
+            {**kwargs, **given},
+            where=type(self).__name__,
+            defaults=MONITOR_DEFAULTS,
         )
-        self.monitors: dict[str, RobustnessCallback] = {}
-        for part in PARTS:  # fixed order, whatever the order of `include`
-            if part not in parts:
-                continue
-            if part == "fragility":
-                self.monitors[part] = FragilityMonitor(
-                    attacks,
-                    explainer=attack_explainer,
-                    epsilon=epsilon,
-                    n_steps=n_steps,
-                    k=k,
-                    **shared,
-                )
-            elif part == "lipschitz":
-                radius = lipschitz_radius if lipschitz_radius is not None else epsilon
-                self.monitors[part] = LipschitzMonitor(
-                    explainers, radius=radius, lipschitz_samples=lipschitz_samples, **shared
-                )
-            else:
-                self.monitors[part] = FidelityMonitor(
-                    explainers,
-                    fidelity_steps=fidelity_steps,
-                    perturbation=fidelity_perturbation,
-                    **shared,
-                )
+        self.parts: list[EvaluationPart] = [PARTS[p](self.settings) for p in ordered]
+
+    def keys(self) -> tuple[str, ...]:
+        """Every scalar key this monitor logs (besides seconds and shares), known before a fit."""
+        return tuple(PREFIX + key for part in self.parts for key in part.keys())
 
     @property
     def seconds_key(self) -> str:
-        return "robustness/seconds/total"
+        """`robustness/seconds/total` when several parts run (each also gets its own key),
+        else `robustness/seconds/<name>`."""
+        return f"{PREFIX}seconds/total" if len(self.parts) > 1 else super().seconds_key
 
     def resolve(self, height: int, width: int) -> None:
-        for monitor in self.monitors.values():
-            monitor.resolve(height, width)
+        """Bind the parts to the settings resolved for this image size (checked now)."""
+        self.settings = dataclasses.replace(self.settings, seed=self.seed)
+        self.parts = build_parts(self.settings, height, width)
 
     def evaluate(
         self, model: nn.Module, inputs: Tensor, targets: Tensor, predictions: Tensor
     ) -> Report:
-        """Each part in turn on the same images and predictions, timed.
-
-        A part that meets non-finite values reports only their count, so the other parts'
-        results are kept; `robustness/nonfinite` sums the counts of all parts.
-        """
-        report = Report()
-        nonfinite = 0.0
-        for monitor in self.monitors.values():
-            monitor.seed, monitor.log_images = self.seed, self.log_images  # a restored seed wins
+        """Run each part on this rank's images and reduce across ranks. A part that meets
+        non-finite values reports only their count (`robustness/nonfinite`, summed over the
+        parts), so the other parts' results are kept."""
+        if self.settings.seed != self.seed:  # a resumed fit restored its subset seed
+            self._resolved_size = None
+        self.resolve_size(*inputs.shape[-2:])  # a no-op once resolved for this size
+        report, nonfinite = Report(), 0.0
+        for part in self.parts:
             start = time.perf_counter()
-            part = monitor.evaluate_guarded(model, inputs, targets, predictions)
-            nonfinite += part.scalars.pop(NONFINITE_KEY, 0.0)
-            report.merge(part)
-            report.scalars[monitor.seconds_key] = time.perf_counter() - start
+            try:
+                evaluation = run_parts(
+                    model, inputs, targets, parts=[part], predictions=predictions
+                )
+                report.merge(self._part_report(part, evaluation, inputs.device))
+            except (ValueError, FloatingPointError) as err:
+                count = nonfinite_count(err)
+                if count is None:
+                    raise
+                nonfinite += count
+            if len(self.parts) > 1:
+                report.scalars[f"{PREFIX}seconds/{part.name}"] = time.perf_counter() - start
         report.scalars[NONFINITE_KEY] = nonfinite
         return report
+
+    def _part_report(
+        self, part: EvaluationPart, evaluation: Evaluation, device: torch.device
+    ) -> Report:
+        """The scalars, mean curves and example grids of one part's evaluation."""
+        reduced = self._reduce([part], evaluation, device)
+        report = Report(scalars={PREFIX + key: float(reduced[key]) for key in part.keys()})
+        for key, (_, lines) in part.curve_keys().items():
+            curve = evaluation.curves[key]
+            report.curves[PREFIX + key] = Curves(
+                title=key,
+                xs=curve.xs,
+                xname=curve.xname,
+                lines={line: reduced[f"{key}/{line}"].tolist() for line in lines},
+            )
+        if self.log_images and self.n_images:
+            for key, ex in evaluation.examples.items():
+                report.examples[PREFIX + key] = first_examples(ex, self.n_images)
+        return report
+
+    @staticmethod
+    def _reduce(
+        parts: list[EvaluationPart], evaluation: Evaluation, device: torch.device
+    ) -> dict[str, Tensor]:
+        """Means (sums for counts) of every key and mean curves, across DDP ranks."""
+        shapes: dict[str, tuple[int, ...]] = {k: () for p in parts for k in p.keys()}
+        values = {k: evaluation.values[k] for k in shapes}
+        for part in parts:
+            for key, (points, lines) in part.curve_keys().items():
+                for line in lines:
+                    shapes[f"{key}/{line}"] = (points,)
+                    values[f"{key}/{line}"] = evaluation.curves[key].lines[line]
+        sums = tuple(k for p in parts for k in p.keys() if measure_of(k).reduce == "sum")
+        metric = KeyedMean(shapes, sums=sums).to(device)
+        metric.update(values)
+        return compute_quietly(metric)

@@ -1,29 +1,55 @@
-"""The robustness evaluation suite: settings, literature presets and the suite itself.
+"""The evaluation engine: settings, measures and their key scheme, parts, presets.
 
 `evaluate_classifier(model, x, y, settings)` runs accuracy, fragility attacks, Lipschitz
-estimates and fidelity curves; `PROTOCOLS["rar"]` is the RAR/ART evaluation protocol.
+estimates and fidelity curves (`PARTS`); `MEASURES` declares every reported number once (label,
+direction, unit); `PROTOCOLS["rar"]` is the RAR/ART evaluation protocol.
 """
 
-from robust_train._runtime import predict
-from robust_train.attacks.defaults import target_region
-from robust_train.evaluation.protocols import PROTOCOLS
-from robust_train.evaluation.settings import ATTACKS, DEFAULT_ATTACKS, EvaluationSettings
-from robust_train.evaluation.suite import (
-    attack_summary,
-    evaluate_classifier,
+from robust_train.evaluation.engine import (
+    Evaluation,
+    build_parts,
     mean_and_ci,
-    suite_explainer,
+    run_parts,
+    summarize,
 )
+from robust_train.evaluation.measures import (
+    MEASURES,
+    Measure,
+    attack_key,
+    measure_of,
+    part_key,
+    register_measure,
+)
+from robust_train.evaluation.parts import PARTS, EvaluationPart, PartOutput, register_part
+from robust_train.evaluation.protocols import PROTOCOLS
+from robust_train.evaluation.settings import (
+    ATTACKS,
+    DEFAULT_ATTACKS,
+    MONITOR_DEFAULTS,
+    EvaluationSettings,
+)
+from robust_train.evaluation.suite import evaluate_classifier
 
 __all__ = [
     "ATTACKS",
     "DEFAULT_ATTACKS",
+    "MEASURES",
+    "MONITOR_DEFAULTS",
+    "PARTS",
     "PROTOCOLS",
+    "Evaluation",
+    "EvaluationPart",
     "EvaluationSettings",
-    "attack_summary",
+    "Measure",
+    "PartOutput",
+    "attack_key",
+    "build_parts",
     "evaluate_classifier",
     "mean_and_ci",
-    "predict",
-    "suite_explainer",
-    "target_region",
+    "measure_of",
+    "part_key",
+    "register_measure",
+    "register_part",
+    "run_parts",
+    "summarize",
 ]

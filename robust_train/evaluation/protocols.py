@@ -34,7 +34,6 @@ __all__ = ["PROTOCOLS", "RAR"]
 RAR = EvaluationSettings(
     n_samples=50,
     explainers=("saliency", "integrated_gradients"),
-    attack_explainer="saliency",
     attack_explainers=("saliency", "integrated_gradients"),
     attacks=("random_sign", "topk"),
     epsilon=0.3,

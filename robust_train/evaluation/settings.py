@@ -1,4 +1,10 @@
-"""Settings of the evaluation suite, with the size-dependent defaults of `robust_train.attacks`."""
+"""The options of the evaluation engine, defined once (`EvaluationSettings`), and its presets.
+
+`EvaluationSettings` extends the attack's options (`robust_train.attacks.AttackOptions`) with what
+the other parts need. `robust-train evaluate`/`compare` derive their flags from its fields (the
+`help` metadata), the monitors their keyword arguments (`RobustnessMonitor(epsilon=..., ...)`),
+and the literature protocols are presets of it (`robust_train.evaluation.PROTOCOLS`).
+"""
 
 from __future__ import annotations
 
@@ -6,111 +12,157 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from robust_train._runtime import check_optional_positive
-from robust_train._validation import check_positive
-from robust_train.attacks.defaults import default_epsilon, default_k
+from robust_train._validation import check_choice, check_positive
 from robust_train.attacks.objectives import OBJECTIVES, get_objective
+from robust_train.attacks.options import AttackOptions, check_linf_budget
 from robust_train.explain.registry import resolve_explainer
+from robust_train.metrics.functional.fidelity import PERTURBATIONS
 
-__all__ = ["ATTACKS", "DEFAULT_ATTACKS", "EvaluationSettings"]
+__all__ = ["ATTACKS", "DEFAULT_ATTACKS", "MONITOR_DEFAULTS", "EvaluationSettings"]
 
 # The live registry of objectives (names iterate in registration order); kept under this name.
 ATTACKS = OBJECTIVES
 DEFAULT_ATTACKS = ("random_sign", "topk", "mass_center", "targeted")
+NORMALIZE = ("max", "none")
 
 
-@dataclass
-class EvaluationSettings:
-    """Settings of the suite; None picks a default from the image size (see `resolved`).
+@dataclass(frozen=True)
+class EvaluationSettings(AttackOptions):
+    """What the evaluation engine measures, on which images, with which settings.
+
+    The attack's fields (epsilon, step_size, n_steps, k, measure_k, n_restarts, surrogate_beta,
+    internal_batch_size) are `AttackOptions`'; None picks a default from the image size
+    (`resolved`).
 
     Attributes:
-        n_samples: held-out images evaluated (the first ones of the test split).
+        parts: the evaluation parts to run, names in `robust_train.evaluation.PARTS`
+            ("fragility", "lipschitz", "fidelity", ...).
+        n_samples: held-out images evaluated (the first ones of the split).
         explainers: explainers scored by the Lipschitz estimate and the fidelity curves.
-        attack_explainer: the explainer whose maps the attacks target.
-        attacks: attack objectives to run (names in `robust_train.attacks.OBJECTIVES`).
-        epsilon: L_inf budget of the attacks (pixel units); default 0.1 up to 28 px, else 8/255.
-        n_steps: attack iterations per restart.
-        k: top-k size of the attack; default an eighth of the pixels (8 for 8x8 digits).
-        lipschitz_radius: L_inf radius of the Lipschitz estimate; default epsilon.
-        lipschitz_samples: explainer calls per image of the (random) Lipschitz search.
-        lipschitz_normalize: "max" divides each explanation by its largest |value| before the
-            ratio (as Quantus does), so models whose gradients differ in scale compare by the shape
-            of their explanations; "none" keeps raw explanations (Alvarez-Melis & Jaakkola).
-        fidelity_steps: points on each MIF/LIF curve.
-        ig_steps: integration steps of integrated gradients (Riemann trapezoid).
-        fidelity_perturbation: fill of removed pixels ("mean", "zero", "blur", "noise",
-            "imputation").
-        seed: all randomness (attacks, samples) is seeded from it.
-        attack_explainers: explainers attacked, each with every attack; empty: just
-            `attack_explainer`. The first one's rows are `result["attacks"]`; all are in
-            `result["attacks_by_explainer"][explainer][attack]`.
-        n_restarts: attack restarts (the first from the clean image, later ones from random
-            points of the ball), the worst case kept.
-        measure_k: k of the reported top-k intersection; default `k`.
-        step_size: attack step; default epsilon / 8 (the attack's default).
+        attack_explainers: explainers whose maps the attacks target, each with every attack.
+        attacks: attack objectives (names in `robust_train.attacks.OBJECTIVES`); an objective
+            that needs a region gets the top-left quarter of the image.
         correct_only: attack only the correctly classified images (the RAR/ART protocol); False
             attacks every image, with its predicted class as target.
-        ig_baseline: value of the constant baseline image of integrated gradients (0.0: the
-            black image, the zero baseline of RAR's evaluation).
-        extra: free-form notes carried along (not used by the suite).
+        lipschitz_radius: L_inf radius of the Lipschitz estimate; default epsilon.
+        lipschitz_samples: explainer calls per image of the (random) Lipschitz search.
+        lipschitz_search: "random" sampling in the ball or "gradient" ascent on the ratio.
+        lipschitz_normalize: "max" divides each explanation by its largest |value| before the
+            ratio (as Quantus does), so models whose gradients differ in scale compare by the
+            shape of their explanations; "none" keeps raw explanations (Alvarez-Melis & Jaakkola).
+        fidelity_steps: removal steps of each MIF/LIF curve.
+        fidelity_perturbation: fill of removed pixels ("mean", "zero", "blur", "noise",
+            "imputation").
+        ig_steps: integration points of integrated gradients (for every explainer whose spec
+            ties an option to it: `ExplainerSpec.settings`).
+        ig_baseline: value of the constant baseline image of integrated gradients (0.0: black).
+        seed: all randomness (attacks, samples, stochastic explainers) is seeded from it.
+        extra: free-form notes carried along (not used by the engine).
     """
 
-    n_samples: int = 200
-    explainers: tuple[str, ...] = ("saliency", "input_x_gradient", "integrated_gradients")
-    attack_explainer: str = "saliency"
-    attacks: tuple[str, ...] = DEFAULT_ATTACKS
-    epsilon: float | None = None
-    n_steps: int = 50
-    k: int | None = None
-    lipschitz_radius: float | None = None
-    lipschitz_samples: int = 16
-    lipschitz_normalize: str = "max"
-    fidelity_steps: int = 20
-    ig_steps: int = 16
-    fidelity_perturbation: str = "mean"
-    seed: int = 0
-    attack_explainers: tuple[str, ...] = ()
-    n_restarts: int = 1
-    measure_k: int | None = None
-    step_size: float | None = None
-    correct_only: bool = True
-    ig_baseline: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
+    parts: tuple[str, ...] = field(
+        default=("fragility", "lipschitz", "fidelity"), metadata={"help": "evaluation parts run"}
+    )
+    n_samples: int = field(default=200, metadata={"help": "held-out images evaluated"})
+    explainers: tuple[str, ...] = field(
+        default=("saliency", "input_x_gradient", "integrated_gradients"),
+        metadata={"help": "explainers of the Lipschitz estimate and the fidelity curves"},
+    )
+    attack_explainers: tuple[str, ...] = field(
+        default=("saliency",), metadata={"help": "explainers whose maps the attacks target"}
+    )
+    attacks: tuple[str, ...] = field(
+        default=DEFAULT_ATTACKS, metadata={"help": "attack objectives"}
+    )
+    correct_only: bool = field(
+        default=True, metadata={"help": "attack only correctly classified images"}
+    )
+    lipschitz_radius: float | None = field(
+        default=None, metadata={"help": "L_inf radius of the Lipschitz estimate (default epsilon)"}
+    )
+    lipschitz_samples: int = field(
+        default=16, metadata={"help": "explainer calls per image of the Lipschitz estimate"}
+    )
+    lipschitz_search: str = field(
+        default="random", metadata={"help": "Lipschitz search: random or gradient"}
+    )
+    lipschitz_normalize: str = field(
+        default="max", metadata={"help": "maps normalised before the ratio: max or none"}
+    )
+    fidelity_steps: int = field(default=20, metadata={"help": "steps of each MIF/LIF curve"})
+    fidelity_perturbation: str = field(
+        default="mean", metadata={"help": "fill of removed pixels in the fidelity curves"}
+    )
+    ig_steps: int = field(
+        default=16, metadata={"help": "integration points of integrated gradients"}
+    )
+    ig_baseline: float = field(
+        default=0.0, metadata={"help": "constant baseline image of integrated gradients"}
+    )
+    seed: int = field(default=0, metadata={"help": "seed of every random draw"})
+    extra: dict[str, Any] = field(default_factory=dict, metadata={"cli": False})
 
-    def resolved(self, image_size: tuple[int, int]) -> EvaluationSettings:
-        """A copy with every None replaced by its size-dependent default, validated."""
-        h, w = image_size
-        eps = self.epsilon if self.epsilon is not None else default_epsilon(h, w)
-        k = self.k if self.k is not None else default_k(h, w)
-        out = dataclasses.replace(
-            self,
-            epsilon=eps,
-            k=k,
-            measure_k=self.measure_k if self.measure_k is not None else k,
-            lipschitz_radius=self.lipschitz_radius if self.lipschitz_radius is not None else eps,
-            explainers=tuple(self.explainers),
-            attacks=tuple(self.attacks),
-            attack_explainers=tuple(self.attack_explainers) or (self.attack_explainer,),
-        )
-        out._check(h, w)
-        return out
-
-    def _check(self, h: int, w: int) -> None:
-        for name in ("n_samples", "n_steps", "lipschitz_samples", "fidelity_steps", "n_restarts"):
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("n_samples", "lipschitz_samples", "fidelity_steps", "ig_steps"):
             check_positive(getattr(self, name), name, integer=True)
-        check_positive(self.epsilon, "epsilon")
-        check_optional_positive(self.step_size, "step_size")
+        if self.lipschitz_radius is not None:
+            check_linf_budget(self.lipschitz_radius, "lipschitz_radius")
+        check_choice(self.lipschitz_normalize, "lipschitz_normalize", NORMALIZE)
+        check_choice(self.lipschitz_search, "lipschitz_search", ("random", "gradient"))
+        check_choice(self.fidelity_perturbation, "fidelity_perturbation", PERTURBATIONS)
         if isinstance(self.ig_baseline, bool) or not isinstance(self.ig_baseline, (int, float)):
             raise TypeError(f"`ig_baseline` must be a number, got {self.ig_baseline!r}")
+        for name in ("parts", "explainers", "attack_explainers", "attacks"):
+            object.__setattr__(self, name, _names(getattr(self, name), name))
+        from robust_train.evaluation.parts.base import get_part
+
+        for part in self.parts:
+            get_part(part)
         for attack in self.attacks:
             if attack not in OBJECTIVES:
                 raise ValueError(f"Unknown `attacks` {attack!r}; expected one of {list(ATTACKS)}")
-        for name in ("k", "measure_k"):
-            value = getattr(self, name)
-            if not 1 <= value <= h * w:
-                raise ValueError(f"`{name}` must lie in [1, {h * w}] for {h}x{w} maps, got {value}")
         gradient = any(get_objective(a).needs_gradient for a in self.attacks)
         for explainer in self.attack_explainers:
             resolve_explainer(explainer, differentiable=gradient, name="attack_explainers")
         for explainer in self.explainers:
             resolve_explainer(explainer, differentiable=False, name="explainers")
+
+    def resolved(self, height: int, width: int) -> EvaluationSettings:  # type: ignore[override]
+        """A copy with every None replaced by its size-dependent default, checked on the size.
+
+        Example:
+            >>> s = EvaluationSettings().resolved(28, 28)
+            >>> s.epsilon, s.k, s.lipschitz_radius
+            (0.1, 98, 0.1)
+        """
+        attack = super().resolved(height, width)
+        radius = self.lipschitz_radius if self.lipschitz_radius is not None else attack.epsilon
+        values = {f.name: getattr(attack, f.name) for f in dataclasses.fields(AttackOptions)}
+        return dataclasses.replace(self, **values, lipschitz_radius=radius)
+
+
+def _names(value: object, name: str) -> tuple[Any, ...]:
+    """A non-empty tuple of distinct names (or callables); one name alone is accepted."""
+    items = (value,) if isinstance(value, str) or callable(value) else value
+    if not isinstance(items, (tuple, list)):
+        raise TypeError(f"`{name}` must be a name or a sequence of names, got {value!r}")
+    if not items:
+        raise ValueError(f"`{name}` is empty: give at least one")
+    seen = [getattr(i, "__name__", i) for i in items]
+    if len(set(map(str, seen))) != len(seen):
+        raise ValueError(f"`{name}` has duplicates: {list(seen)}")
+    return tuple(items)
+
+
+# The monitors' preset: few, large steps and few images, to stay cheap during training (3 steps
+# of 2 * epsilon / 3 reached 94 % of the top-k intersection drop of a 50-step attack of
+# epsilon / 8 on 8x8 digits with a trained SmallCNN, at 8 % of its cost).
+MONITOR_DEFAULTS: dict[str, Any] = {
+    "n_samples": 16,
+    "n_steps": 3,
+    "attacks": ("random_sign", "topk", "mass_center"),
+    "explainers": ("saliency",),
+    "lipschitz_samples": 8,
+    "fidelity_steps": 10,
+}

@@ -7,6 +7,7 @@ Layers: `functional` needs only `robust_train.explain`; the classes may also use
 from robust_train.metrics import functional
 from robust_train.metrics.fidelity import Fidelity
 from robust_train.metrics.fragility import ExplanationFragility
+from robust_train.metrics.keyed import KeyedMean
 from robust_train.metrics.lipschitz import LocalLipschitz
 
-__all__ = ["ExplanationFragility", "Fidelity", "LocalLipschitz", "functional"]
+__all__ = ["ExplanationFragility", "KeyedMean", "Fidelity", "LocalLipschitz", "functional"]

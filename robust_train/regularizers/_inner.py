@@ -9,29 +9,45 @@ the attack).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from robust_train._validation import check_non_negative, check_positive
+from robust_train.attacks.options import check_linf_budget
 
 
-def check_pgd_args(epsilon: float, step_size: float, n_steps: int) -> None:
-    """The argument check shared by every penalty with an inner PGD."""
-    check_positive(epsilon, "epsilon")
-    check_positive(step_size, "step_size")
-    check_non_negative(n_steps, "n_steps", integer=True)
+@dataclass(frozen=True)
+class PGDOptions:
+    """The inner L_inf PGD of every penalty that has one, defined once (RAR's and Madry et
+    al.'s MNIST settings: eps 0.3, 40 steps of 0.01, from a uniform random point of the ball).
+
+    Attributes:
+        epsilon: L_inf radius of the ball of x' (pixel units, < 1).
+        step_size: PGD sign-step size.
+        n_steps: PGD steps (0: x' is the random start, or x itself).
+        random_start: start at a uniform point of the ball.
+    """
+
+    epsilon: float = 0.3
+    step_size: float = 0.01
+    n_steps: int = 40
+    random_start: bool = True
+
+    def __post_init__(self) -> None:
+        check_linf_budget(self.epsilon, "epsilon")
+        check_positive(self.step_size, "step_size")
+        check_non_negative(self.n_steps, "n_steps", integer=True)
+        if not isinstance(self.random_start, bool):
+            raise TypeError(f"`random_start` must be a bool, got {self.random_start!r}")
 
 
 def linf_pgd(
     objective: Callable[[Tensor], Tensor],
     inputs: Tensor,
-    *,
-    epsilon: float,
-    step_size: float,
-    n_steps: int,
-    random_start: bool = True,
+    options: PGDOptions,
     generator: torch.Generator | None = None,
 ) -> Tensor:
     """Maximise a per-sample `objective(x')` (B,) over B_inf(inputs, eps) and [0, 1].
@@ -41,19 +57,19 @@ def linf_pgd(
 
     Example:
         >>> x = torch.full((2, 1, 2, 2), 0.5)
-        >>> adv = linf_pgd(lambda z: z.flatten(1).sum(1), x, epsilon=0.1, step_size=0.05,
-        ...                n_steps=3, random_start=False)
+        >>> o = PGDOptions(epsilon=0.1, step_size=0.05, n_steps=3, random_start=False)
+        >>> adv = linf_pgd(lambda z: z.flatten(1).sum(1), x, o)
         >>> bool(torch.allclose(adv, torch.full_like(x, 0.6)))
         True
     """
-    check_pgd_args(epsilon, step_size, n_steps)
+    epsilon, step_size = options.epsilon, options.step_size
     x0 = inputs.detach()
     lower, upper = (x0 - epsilon).clamp(min=0.0), (x0 + epsilon).clamp(max=1.0)
     adv = x0.clone()
-    if random_start:
+    if options.random_start:
         u = torch.rand(x0.shape, generator=generator, dtype=torch.float32).to(x0)
         adv = torch.min(torch.max(x0 + (2 * u - 1) * epsilon, lower), upper)
-    for _ in range(n_steps):
+    for _ in range(options.n_steps):
         adv = adv.detach().requires_grad_(True)
         with torch.enable_grad():
             (grad,) = torch.autograd.grad(objective(adv).sum(), adv)

@@ -13,20 +13,21 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from robust_train.regularizers._inner import check_pgd_args, linf_pgd
+from robust_train._options import build_options, takes_options
+from robust_train.regularizers._inner import PGDOptions, linf_pgd
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
 
+__all__ = ["AdversarialTraining", "adversarial_loss"]
 
+
+@takes_options(PGDOptions)
 def adversarial_loss(
     model: nn.Module,
     inputs: Tensor,
     target: Tensor,
     *,
-    epsilon: float = 0.3,
-    step_size: float = 0.01,
-    n_steps: int = 40,
-    random_start: bool = True,
     generator: torch.Generator | None = None,
+    **options: Any,
 ) -> Tensor:
     """Per-sample cross-entropy at a PGD adversarial example, shape (B,).
 
@@ -34,11 +35,8 @@ def adversarial_loss(
         model: the classifier being trained.
         inputs: images (B, C, H, W) in [0, 1].
         target: labels (B,).
-        epsilon: L_inf radius.
-        step_size: PGD sign-step size.
-        n_steps: PGD steps (0: CE at the random start, or at x).
-        random_start: start at a uniform point of the ball.
         generator: RNG of the random start (CPU generator).
+        **options: the PGD's `PGDOptions` (epsilon, step_size, n_steps, random_start).
 
     Example:
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(16, 3))
@@ -49,26 +47,37 @@ def adversarial_loss(
         >>> bool((adv >= clean - 1e-6).all())
         True
     """
-    check_pgd_args(epsilon, step_size, n_steps)
+    return _adversarial(
+        model,
+        inputs,
+        target,
+        build_options(PGDOptions, options, where="adversarial_loss"),
+        generator,
+    )
 
+
+def _adversarial(
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    options: PGDOptions,
+    generator: torch.Generator | None,
+) -> Tensor:
     def objective(adv: Tensor) -> Tensor:
         return F.cross_entropy(model(adv), target, reduction="none")
 
-    adv = linf_pgd(
-        objective,
-        inputs,
-        epsilon=epsilon,
-        step_size=step_size,
-        n_steps=n_steps,
-        random_start=random_start,
-        generator=generator,
-    )
+    adv = linf_pgd(objective, inputs, options, generator)
     return F.cross_entropy(model(adv), target, reduction="none")
 
 
 @register_penalty("adversarial")
+@takes_options(PGDOptions)
 class AdversarialTraining(PenaltyTerm):
     """CE at a PGD example, replacing the natural CE (`replaces_task_loss`); Madry et al. 2018.
+
+    Args:
+        weight, name, seed: as every `PenaltyTerm`.
+        **options: the PGD's `PGDOptions` (epsilon 0.3, 40 steps of 0.01, random start).
 
     Example:
         >>> AdversarialTraining(epsilon=0.3, n_steps=40).replaces_task_loss
@@ -77,24 +86,15 @@ class AdversarialTraining(PenaltyTerm):
 
     replaces_task_loss = True
     double_backprop = False
+    options_class = PGDOptions
+    test_options = {"n_steps": 2, "step_size": 0.1}
 
     def __init__(
-        self,
-        weight: float = 1.0,
-        epsilon: float = 0.3,
-        step_size: float = 0.01,
-        n_steps: int = 40,
-        random_start: bool = True,
-        name: str | None = None,
-        seed: int | None = None,
+        self, weight: float = 1.0, name: str | None = None, seed: int | None = None, **options: Any
     ) -> None:
-        super().__init__(weight, name, seed)
-        check_pgd_args(epsilon, step_size, n_steps)
-        self.kwargs: dict[str, Any] = dict(
-            epsilon=epsilon, step_size=step_size, n_steps=n_steps, random_start=random_start
-        )
+        super().__init__(weight, name, seed, **options)
 
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
     ) -> Tensor:
-        return adversarial_loss(model, inputs, target, generator=self.generator, **self.kwargs)
+        return _adversarial(model, inputs, target, self.options, self.generator)

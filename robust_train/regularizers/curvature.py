@@ -134,6 +134,13 @@ class Curvature(PenaltyTerm):
     def needs_input_grad(self) -> bool:  # type: ignore[override]  # follows `method`
         return self.method == "gradient_difference"
 
+    @property
+    def double_backprop(self) -> bool:  # type: ignore[override]  # follows `method`
+        """The gradient difference differentiates through input gradients."""
+        return self.method == "gradient_difference"
+
+    full_precision = True  # both forms are finite differences: float32 under autocast
+
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
     ) -> Tensor:

@@ -74,6 +74,17 @@ class InputGradientNorm(PenaltyTerm):
 
     needs_input_grad = True
 
+    @property
+    def double_backprop(self) -> bool:  # type: ignore[override]  # follows `method`
+        """Double backprop differentiates through the input gradient; the finite difference
+        does not."""
+        return self.method == "double_backprop"
+
+    @property
+    def full_precision(self) -> bool:  # type: ignore[override]  # follows `method`
+        """The finite difference must run in float32 under autocast."""
+        return self.method == "finite_difference"
+
     def __init__(
         self,
         weight: float = 1.0,

@@ -15,47 +15,80 @@ the attack, 50 in the update). x' is detached; the parameter gradient flows thro
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from robust_train._options import build_options, takes_options
 from robust_train._validation import check_non_negative, check_positive
-from robust_train.regularizers._inner import check_pgd_args, linf_pgd, loss_path_ig
+from robust_train.regularizers._inner import PGDOptions, linf_pgd, loss_path_ig
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
 
+__all__ = ["IGNorm", "IGOptions", "IGSumNorm", "IGSumOptions", "ig_norm", "ig_sum_norm"]
 
-def check_ig_args(
-    epsilon: float,
-    step_size: float,
-    n_steps: int,
-    n_attack_points: int,
-    n_points: int,
-    beta: float = 0.0,
-) -> None:
-    """The one argument check of the IG-NORM functions and terms."""
-    check_pgd_args(epsilon, step_size, n_steps)
-    check_positive(n_attack_points, "n_attack_points", integer=True)
-    check_positive(n_points, "n_points", integer=True)
-    check_non_negative(beta, "beta")
+
+@dataclass(frozen=True)
+class IGOptions(PGDOptions):
+    """IG-NORM's options: the inner PGD's (`PGDOptions`) and the IG path points.
+
+    Attributes:
+        n_attack_points: path points of the IG inside the attack.
+        n_points: path points of the IG in the returned value (the update).
+    """
+
+    n_attack_points: int = 10
+    n_points: int = 50
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_positive(self.n_attack_points, "n_attack_points", integer=True)
+        check_positive(self.n_points, "n_points", integer=True)
+
+
+@dataclass(frozen=True)
+class IGSumOptions(IGOptions):
+    """IG-SUM-NORM's options: IG-NORM's and `beta`, the weight of the IG norm in the objective."""
+
+    beta: float = 0.1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_non_negative(self.beta, "beta")
 
 
 def _ig_l1(ig: Tensor) -> Tensor:
     return ig.abs().flatten(1).sum(1)
 
 
+def _ig_objective(
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    o: IGOptions,
+    generator: torch.Generator | None,
+    beta: float | None,
+) -> Tensor:
+    """max_{x'} ||IG(x, x')||_1 (beta None) or max_{x'} CE(x') + beta ||IG(x, x')||_1."""
+    x0 = inputs.detach()
+
+    def value(adv: Tensor, n_points: int) -> Tensor:
+        ig, ce = loss_path_ig(model, x0, adv, target, n_points=n_points, create_graph=True)
+        return _ig_l1(ig) if beta is None else ce + beta * _ig_l1(ig)
+
+    adv = linf_pgd(lambda a: value(a, o.n_attack_points), x0, o, generator)
+    return value(adv, o.n_points)
+
+
+@takes_options(IGOptions)
 def ig_norm(
     model: nn.Module,
     inputs: Tensor,
     target: Tensor,
     *,
-    epsilon: float = 0.3,
-    step_size: float = 0.01,
-    n_steps: int = 40,
-    n_attack_points: int = 10,
-    n_points: int = 50,
-    random_start: bool = True,
     generator: torch.Generator | None = None,
+    **options: Any,
 ) -> Tensor:
     """Per-sample max_{x'} ||IG(x, x')||_1 of the cross-entropy (IG-NORM's penalty), shape (B,).
 
@@ -63,13 +96,9 @@ def ig_norm(
         model: the classifier being trained.
         inputs: images (B, C, H, W) in [0, 1].
         target: labels (B,).
-        epsilon: L_inf radius of the ball of x'.
-        step_size: PGD sign-step size.
-        n_steps: PGD steps (0: x' is the random start, or x itself).
-        n_attack_points: path points of the IG inside the attack.
-        n_points: path points of the IG in the returned value (the update).
-        random_start: start the PGD at a uniform point of the ball.
         generator: RNG of the random start (CPU generator).
+        **options: `IGOptions` (epsilon, step_size, n_steps, random_start, n_attack_points,
+            n_points).
 
     Example:
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.Softplus(), nn.Linear(8, 3))
@@ -78,43 +107,22 @@ def ig_norm(
         >>> v.shape, bool((v >= 0).all())
         (torch.Size([4]), True)
     """
-    check_ig_args(epsilon, step_size, n_steps, n_attack_points, n_points)
-    x0 = inputs.detach()
-
-    def objective(adv: Tensor) -> Tensor:
-        ig, _ = loss_path_ig(model, x0, adv, target, n_points=n_attack_points, create_graph=True)
-        return _ig_l1(ig)
-
-    adv = linf_pgd(
-        objective,
-        x0,
-        epsilon=epsilon,
-        step_size=step_size,
-        n_steps=n_steps,
-        random_start=random_start,
-        generator=generator,
-    )
-    ig, _ = loss_path_ig(model, x0, adv, target, n_points=n_points, create_graph=True)
-    return _ig_l1(ig)
+    o = build_options(IGOptions, options, where="ig_norm")
+    return _ig_objective(model, inputs, target, o, generator, None)
 
 
+@takes_options(IGSumOptions)
 def ig_sum_norm(
     model: nn.Module,
     inputs: Tensor,
     target: Tensor,
     *,
-    beta: float = 0.1,
-    epsilon: float = 0.3,
-    step_size: float = 0.01,
-    n_steps: int = 40,
-    n_attack_points: int = 10,
-    n_points: int = 50,
-    random_start: bool = True,
     generator: torch.Generator | None = None,
+    **options: Any,
 ) -> Tensor:
     """Per-sample max_{x'} CE(x') + beta * ||IG(x, x')||_1 (IG-SUM-NORM's objective), shape (B,).
 
-    Arguments as in `ig_norm`, plus `beta`, the weight of the IG norm inside the objective.
+    Options as in `ig_norm`, plus `beta` (`IGSumOptions`).
 
     Example:
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(16, 3))
@@ -122,27 +130,12 @@ def ig_sum_norm(
         >>> ig_sum_norm(net, x, y, n_steps=1, n_attack_points=2, n_points=2).shape
         torch.Size([4])
     """
-    check_ig_args(epsilon, step_size, n_steps, n_attack_points, n_points, beta)
-    x0 = inputs.detach()
-
-    def objective(adv: Tensor) -> Tensor:
-        ig, ce = loss_path_ig(model, x0, adv, target, n_points=n_attack_points, create_graph=True)
-        return ce + beta * _ig_l1(ig)
-
-    adv = linf_pgd(
-        objective,
-        x0,
-        epsilon=epsilon,
-        step_size=step_size,
-        n_steps=n_steps,
-        random_start=random_start,
-        generator=generator,
-    )
-    ig, ce = loss_path_ig(model, x0, adv, target, n_points=n_points, create_graph=True)
-    return ce + beta * _ig_l1(ig)
+    o = build_options(IGSumOptions, options, where="ig_sum_norm")
+    return _ig_objective(model, inputs, target, o, generator, o.beta)
 
 
 @register_penalty("ig_norm")
+@takes_options(IGOptions)
 class IGNorm(PenaltyTerm):
     """IG-NORM (Chen et al. 2019): weight * max_{x'} ||IG(x, x')||_1 added to the natural CE.
 
@@ -154,37 +147,22 @@ class IGNorm(PenaltyTerm):
     """
 
     double_backprop = True
+    options_class = IGOptions
+    test_options = {"n_steps": 2, "n_attack_points": 2, "n_points": 3}
 
     def __init__(
-        self,
-        weight: float = 1.0,
-        epsilon: float = 0.3,
-        step_size: float = 0.01,
-        n_steps: int = 40,
-        n_attack_points: int = 10,
-        n_points: int = 50,
-        random_start: bool = True,
-        name: str | None = None,
-        seed: int | None = None,
+        self, weight: float = 1.0, name: str | None = None, seed: int | None = None, **options: Any
     ) -> None:
-        super().__init__(weight, name, seed)
-        check_ig_args(epsilon, step_size, n_steps, n_attack_points, n_points)
-        self.kwargs: dict[str, Any] = dict(
-            epsilon=epsilon,
-            step_size=step_size,
-            n_steps=n_steps,
-            n_attack_points=n_attack_points,
-            n_points=n_points,
-            random_start=random_start,
-        )
+        super().__init__(weight, name, seed, **options)
 
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
     ) -> Tensor:
-        return ig_norm(model, inputs, target, generator=self.generator, **self.kwargs)
+        return _ig_objective(model, inputs, target, self.options, self.generator, None)
 
 
 @register_penalty("ig_sum_norm")
+@takes_options(IGSumOptions)
 class IGSumNorm(PenaltyTerm):
     """IG-SUM-NORM (Chen et al. 2019): max_{x'} CE(x') + beta ||IG(x, x')||_1 replaces the CE.
 
@@ -198,36 +176,18 @@ class IGSumNorm(PenaltyTerm):
 
     double_backprop = True
     replaces_task_loss = True
+    options_class = IGSumOptions
+    test_options = {"n_steps": 2, "n_attack_points": 2, "n_points": 3}
 
     def __init__(
-        self,
-        weight: float = 1.0,
-        beta: float = 0.1,
-        epsilon: float = 0.3,
-        step_size: float = 0.01,
-        n_steps: int = 40,
-        n_attack_points: int = 10,
-        n_points: int = 50,
-        random_start: bool = True,
-        name: str | None = None,
-        seed: int | None = None,
+        self, weight: float = 1.0, name: str | None = None, seed: int | None = None, **options: Any
     ) -> None:
-        super().__init__(weight, name, seed)
-        check_ig_args(epsilon, step_size, n_steps, n_attack_points, n_points, beta)
-        self.kwargs: dict[str, Any] = dict(
-            beta=beta,
-            epsilon=epsilon,
-            step_size=step_size,
-            n_steps=n_steps,
-            n_attack_points=n_attack_points,
-            n_points=n_points,
-            random_start=random_start,
-        )
+        super().__init__(weight, name, seed, **options)
 
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
     ) -> Tensor:
-        return ig_sum_norm(model, inputs, target, generator=self.generator, **self.kwargs)
+        return _ig_objective(model, inputs, target, self.options, self.generator, self.options.beta)
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, beta={self.kwargs['beta']}"
+        return f"{super().extra_repr()}, beta={self.options.beta}"

@@ -35,9 +35,11 @@ class IGRPenalty(ExplanationSmoothness):
 
     Example:
         >>> term = IGRPenalty(n_ig_steps=8)
-        >>> term.kwargs["distance"], term.kwargs["explainer"]
+        >>> term.options.distance, term.options.explainer
         ('cosine', integrated_gradients(n_steps=8))
     """
+
+    test_options = {"n_ascent_steps": 1, "n_ig_steps": 4}
 
     def __init__(
         self,
@@ -58,20 +60,17 @@ class IGRPenalty(ExplanationSmoothness):
         step = ascent_step_size
         if step is None:
             step = 2.5 * radius / max(1, n_ascent_steps)
-        explainer = get_explainer("integrated_gradients", n_steps=n_ig_steps)
         super().__init__(
             weight,
-            explainer,
-            radius,
-            n_samples,
-            "linf",
-            "cosine",
-            False,
-            n_ascent_steps,
-            step,
             name,
             seed,
-            detach_clean,
-            ascent_beta,
+            explainer=get_explainer("integrated_gradients", n_steps=n_ig_steps),
+            radius=radius,
+            n_samples=n_samples,
+            distance="cosine",
+            n_ascent_steps=n_ascent_steps,
+            ascent_step_size=step,
+            detach_clean=detach_clean,
+            ascent_beta=ascent_beta,
         )
         self.n_ig_steps = n_ig_steps

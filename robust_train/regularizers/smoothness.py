@@ -16,12 +16,15 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from robust_train._options import build_options, takes_options
 from robust_train._validation import check_choice, check_non_negative, check_positive
+from robust_train.attacks.options import check_linf_budget
 from robust_train.explain.maps import importance_map
 from robust_train.explain.registry import explainer_spec, resolve_explainer
 from robust_train.models.softplus import smooth_relus, zero_direction_cause
@@ -35,6 +38,13 @@ from robust_train.regularizers._common import (
 )
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
 
+__all__ = [
+    "ExplanationSmoothness",
+    "LocalLipschitzPenalty",
+    "SmoothnessOptions",
+    "explanation_smoothness",
+]
+
 Explainer = Callable[..., Tensor]
 ZERO_HEAD = (
     "the explanation-smoothness ascent direction is zero for the whole batch, so x' stays at "
@@ -42,31 +52,67 @@ ZERO_HEAD = (
 )
 
 
-def check_smoothness_args(
-    radius: float,
-    n_samples: int,
-    ball: str,
-    distance: str,
-    n_ascent_steps: int,
-    ascent_step_size: float | None,
-    detach_clean: bool = False,
-    ascent_beta: float | None = 10.0,
-) -> float:
-    """The one argument check of the function and its terms; returns the ascent step size."""
-    if not isinstance(detach_clean, bool):
-        raise TypeError(f"`detach_clean` must be a bool, got {type(detach_clean).__name__}")
-    if ascent_beta is not None:
-        check_positive(ascent_beta, "ascent_beta")
-        if not math.isfinite(ascent_beta):
-            raise ValueError(f"`ascent_beta` must be finite (or None), got {ascent_beta!r}")
-    check_positive(radius, "radius")
-    check_positive(n_samples, "n_samples", integer=True)
-    check_non_negative(n_ascent_steps, "n_ascent_steps", integer=True)
-    check_choice(ball, "ball", BALLS)
-    check_choice(distance, "distance", DISTANCES)
-    step = radius / 2 if ascent_step_size is None else ascent_step_size
-    check_positive(step, "ascent_step_size")
-    return step
+@dataclass(frozen=True)
+class SmoothnessOptions:
+    """The options of the explanation-smoothness family, defined once (the function, the terms
+    and their presets take them; a bad value fails when a term is built).
+
+    Attributes:
+        explainer: any differentiable explainer or its registered name (saliency, grad_cam, ...).
+        radius: size of the ball around x (pixel units of [0, 1] images; L_inf: < 1).
+        n_samples: perturbed copies per input, all explained in one batched call.
+        ball: "linf" or "l2".
+        distance: "l1" (sum-normalised maps), "cosine" (1 - cosine) or "l2" (max-normalised).
+        lipschitz: divide each distance by ||x - x'||_2 (local Lipschitz ratio).
+        n_ascent_steps: projected sign-ascent steps on the distance before the final evaluation
+            (0 = random samples only). The ascent point x' is detached.
+        ascent_step_size: step of the ascent (default radius / 2).
+        ascent_beta: during the ascent only, every ReLU call of the model (modules and `F.relu`
+            alike) computes softplus_ascent_beta (`robust_train.models.softplus.smooth_relus`)
+            when the explainer's map is piecewise constant on ReLU nets, so that the direction is
+            not the exact zero of a piecewise-linear network; None: the model itself. When the
+            direction is zero for a whole batch, a warning names the cause.
+        detach_clean: compute the clean map without create_graph, so the gradient flows through
+            the perturbed map only (no double backprop through I(x); less memory).
+    """
+
+    explainer: str | Explainer = "saliency"
+    radius: float = 0.1
+    n_samples: int = 1
+    ball: str = "linf"
+    distance: str = "l1"
+    lipschitz: bool = False
+    n_ascent_steps: int = 0
+    ascent_step_size: float | None = None
+    ascent_beta: float | None = 10.0
+    detach_clean: bool = field(default=False)
+
+    def __post_init__(self) -> None:
+        for name in ("lipschitz", "detach_clean"):
+            if not isinstance(getattr(self, name), bool):
+                value = getattr(self, name)
+                raise TypeError(f"`{name}` must be a bool, got {type(value).__name__}")
+        if self.ascent_beta is not None:
+            check_positive(self.ascent_beta, "ascent_beta")
+            if not math.isfinite(self.ascent_beta):
+                raise ValueError(
+                    f"`ascent_beta` must be finite (or None), got {self.ascent_beta!r}"
+                )
+        check_choice(self.ball, "ball", BALLS)
+        if self.ball == "linf":
+            check_linf_budget(self.radius, "radius")
+        else:
+            check_positive(self.radius, "radius")
+        check_positive(self.n_samples, "n_samples", integer=True)
+        check_non_negative(self.n_ascent_steps, "n_ascent_steps", integer=True)
+        check_choice(self.distance, "distance", DISTANCES)
+        check_positive(self.step, "ascent_step_size")
+        resolve_explainer(self.explainer, differentiable=True)
+
+    @property
+    def step(self) -> float:
+        """The ascent step: `ascent_step_size`, else radius / 2."""
+        return self.radius / 2 if self.ascent_step_size is None else self.ascent_step_size
 
 
 def _clean_explanation(
@@ -89,49 +135,28 @@ def _clean_explanation(
     return explainer(model, inputs, target, create_graph=True)
 
 
+@takes_options(SmoothnessOptions)
 def explanation_smoothness(
     model: nn.Module,
     inputs: Tensor,
     target: Tensor,
     *,
-    explainer: str | Explainer = "saliency",
-    radius: float = 0.1,
-    n_samples: int = 1,
-    ball: str = "linf",
-    distance: str = "l1",
-    lipschitz: bool = False,
-    n_ascent_steps: int = 0,
-    ascent_step_size: float | None = None,
-    ascent_beta: float | None = 10.0,
-    detach_clean: bool = False,
     logits: Tensor | None = None,
     generator: torch.Generator | None = None,
+    **options: Any,
 ) -> Tensor:
     """Per-sample distance between the explanation at x and at nearby x', shape (B,).
 
     Args:
         model: the classifier being trained.
         inputs: images (B, C, H, W); when they require grad and `logits` = model(inputs) is given,
-            the clean saliency reuses that forward.
+            the clean map of an explainer that can reuse a forward (`ExplainerSpec.from_logits`)
+            reuses that one.
         target: class indices whose explanation is regularised (the labels, in training).
-        explainer: any differentiable explainer or its name.
-        radius: size of the ball around x (pixel units of [0, 1] images).
-        n_samples: perturbed copies per input, all explained in one batched call.
-        ball: "linf" or "l2".
-        distance: "l1" (sum-normalised maps), "cosine" (1 - cosine) or "l2" (max-normalised).
-        lipschitz: divide each distance by ||x - x'||_2 (local Lipschitz ratio).
-        n_ascent_steps: projected sign-ascent steps on the distance before the final evaluation
-            (0 = random samples only). The ascent point x' is detached.
-        ascent_step_size: step of the ascent (default radius / 2).
-        ascent_beta: during the ascent only, every ReLU call of `model` (modules and `F.relu`
-            alike) computes softplus_ascent_beta (`robust_train.models.softplus.smooth_relus`),
-            so that the direction of a piecewise-constant explainer is not the exact zero of a
-            piecewise-linear network; None: the model itself. When the direction is zero for
-            the whole batch, a warning names the cause.
-        detach_clean: compute the clean map without create_graph, so the gradient flows through
-            the perturbed map only (no double backprop through I(x); less memory).
         logits: the clean forward, when the caller already ran it.
         generator: RNG for the samples (CPU generator).
+        **options: the fields of `SmoothnessOptions` (explainer, radius, n_samples, ball,
+            distance, lipschitz, n_ascent_steps, ascent_step_size, ascent_beta, detach_clean).
 
     Example:
         >>> import torch
@@ -141,23 +166,8 @@ def explanation_smoothness(
         >>> explanation_smoothness(net, x, y, radius=0.05, n_samples=2).shape
         torch.Size([4])
     """
-    value, zero_cause = _smoothness(
-        model,
-        inputs,
-        target,
-        explainer=explainer,
-        radius=radius,
-        n_samples=n_samples,
-        ball=ball,
-        distance=distance,
-        lipschitz=lipschitz,
-        n_ascent_steps=n_ascent_steps,
-        ascent_step_size=ascent_step_size,
-        ascent_beta=ascent_beta,
-        detach_clean=detach_clean,
-        logits=logits,
-        generator=generator,
-    )
+    o = build_options(SmoothnessOptions, options, where="explanation_smoothness")
+    value, zero_cause = _smoothness(model, inputs, target, o, logits=logits, generator=generator)
     if zero_cause is not None:
         warnings.warn(zero_cause, RuntimeWarning, stacklevel=2)
     return value
@@ -167,77 +177,64 @@ def _smoothness(
     model: nn.Module,
     inputs: Tensor,
     target: Tensor,
+    o: SmoothnessOptions,
     *,
-    explainer: str | Explainer,
-    radius: float,
-    n_samples: int,
-    ball: str,
-    distance: str,
-    lipschitz: bool,
-    n_ascent_steps: int,
-    ascent_step_size: float | None,
-    ascent_beta: float | None,
-    detach_clean: bool,
     logits: Tensor | None,
     generator: torch.Generator | None,
     check_zero: bool = True,
 ) -> tuple[Tensor, str | None]:
     """`explanation_smoothness`, and why its ascent direction was zero (None when it moved, when
     there was no ascent or when `check_zero` is False)."""
-    step = check_smoothness_args(
-        radius,
-        n_samples,
-        ball,
-        distance,
-        n_ascent_steps,
-        ascent_step_size,
-        detach_clean,
-        ascent_beta,
-    )
-    explain = resolve_explainer(explainer, differentiable=True)[0]
-    b = inputs.shape[0]
-
+    explain = resolve_explainer(o.explainer, differentiable=True)[0]
+    b, n = inputs.shape[0], o.n_samples
     clean_map = importance_map(
-        _clean_explanation(model, inputs, target, logits, explain, detach_clean)
+        _clean_explanation(model, inputs, target, logits, explain, o.detach_clean)
     )
     x0 = inputs.detach()
-    x0_rep = x0.repeat(n_samples, 1, 1, 1)
-    target_rep = target.repeat(n_samples)
-    delta = sample_in_ball(x0, radius, n_samples, ball, generator)
-    reference = clean_map.detach().repeat(n_samples, 1, 1)
+    x0_rep, target_rep = x0.repeat(n, 1, 1, 1), target.repeat(n)
+    delta = sample_in_ball(x0, o.radius, n, o.ball, generator)
+    reference = clean_map.detach().repeat(n, 1, 1)
     zero_cause = None
-    if n_ascent_steps:
-        spec = explainer_spec(explain)
-        beta = ascent_beta if spec.piecewise_constant else None
-        with smooth_relus(beta) as relus:
-            for i in range(n_ascent_steps):
-                delta, g = _ascent_step(
-                    model,
-                    explain,
-                    x0_rep,
-                    target_rep,
-                    delta,
-                    reference,
-                    distance,
-                    step,
-                    radius,
-                    ball,
-                )
-                if i == 0 and check_zero and not bool(g.any()):
-                    zero_cause = ZERO_HEAD + zero_direction_cause(
-                        model,
-                        beta=beta,
-                        relu_calls=relus.calls,
-                        clean_map=reference,
-                        piecewise_constant=spec.piecewise_constant,
-                        beta_name="ascent_beta",
-                    )
+    if o.n_ascent_steps:
+        delta, zero_cause = _ascend(model, explain, x0_rep, target_rep, delta, reference, o)
+        zero_cause = zero_cause if check_zero else None
     x_pert = (x0_rep + delta).clamp(0, 1)
     pert_map = importance_map(explain(model, x_pert, target_rep, create_graph=True))
-    dist = map_distance(clean_map.repeat(n_samples, 1, 1), pert_map, distance)
-    if lipschitz:
+    dist = map_distance(clean_map.repeat(n, 1, 1), pert_map, o.distance)
+    if o.lipschitz:
         dist = dist / per_sample_norm(x_pert - x0_rep).clamp_min(1e-12)
-    return dist.view(n_samples, b).mean(0), zero_cause
+    return dist.view(n, b).mean(0), zero_cause
+
+
+def _ascend(
+    model: nn.Module,
+    explain: Explainer,
+    x0: Tensor,
+    target: Tensor,
+    delta: Tensor,
+    reference: Tensor,
+    o: SmoothnessOptions,
+) -> tuple[Tensor, str | None]:
+    """`n_ascent_steps` steps on the softplus surrogate; the delta reached and, when the first
+    step's direction was zero for the whole batch, why."""
+    spec = explainer_spec(explain)
+    beta = o.ascent_beta if spec.piecewise_constant else None
+    cause = None
+    with smooth_relus(beta) as relus:
+        for i in range(o.n_ascent_steps):
+            delta, g = _ascent_step(
+                model, explain, x0, target, delta, reference, o.distance, o.step, o.radius, o.ball
+            )
+            if i == 0 and not bool(g.any()):
+                cause = ZERO_HEAD + zero_direction_cause(
+                    model,
+                    beta=beta,
+                    relu_calls=relus.calls,
+                    clean_map=reference,
+                    piecewise_constant=spec.piecewise_constant,
+                    beta_name="ascent_beta",
+                )
+    return delta, cause
 
 
 def _ascent_step(
@@ -267,11 +264,16 @@ def _ascent_step(
 
 
 @register_penalty("smoothness")
+@takes_options(SmoothnessOptions)
 class ExplanationSmoothness(PenaltyTerm):
     """Distance between explanations at x and at x' in a ball (see `explanation_smoothness`).
 
     When the ascent direction is zero for a whole batch, the term warns once (the cause and what
     to do), not at every step.
+
+    Args:
+        weight, name, seed: as every `PenaltyTerm`.
+        **options: the fields of `SmoothnessOptions` (defaults: `preset`).
 
     Example:
         >>> ExplanationSmoothness(weight=0.5, radius=0.2)
@@ -279,47 +281,13 @@ class ExplanationSmoothness(PenaltyTerm):
     """
 
     needs_input_grad = True
+    double_backprop = True
+    options_class = SmoothnessOptions
 
     def __init__(
-        self,
-        weight: float = 1.0,
-        explainer: str | Explainer = "saliency",
-        radius: float = 0.1,
-        n_samples: int = 1,
-        ball: str = "linf",
-        distance: str = "l1",
-        lipschitz: bool = False,
-        n_ascent_steps: int = 0,
-        ascent_step_size: float | None = None,
-        name: str | None = None,
-        seed: int | None = None,
-        detach_clean: bool = False,
-        ascent_beta: float | None = 10.0,
+        self, weight: float = 1.0, name: str | None = None, seed: int | None = None, **options: Any
     ) -> None:
-        super().__init__(weight, name, seed)
-        check_smoothness_args(
-            radius,
-            n_samples,
-            ball,
-            distance,
-            n_ascent_steps,
-            ascent_step_size,
-            detach_clean,
-            ascent_beta,
-        )
-        resolve_explainer(explainer, differentiable=True)
-        self.kwargs: dict[str, Any] = dict(
-            explainer=explainer,
-            radius=radius,
-            n_samples=n_samples,
-            ball=ball,
-            distance=distance,
-            lipschitz=lipschitz,
-            n_ascent_steps=n_ascent_steps,
-            ascent_step_size=ascent_step_size,
-            ascent_beta=ascent_beta,
-            detach_clean=detach_clean,
-        )
+        super().__init__(weight, name, seed, **options)
         # The zero-direction check reads a device value (a GPU sync): on the first call only.
         self.checked_zero_direction = False
 
@@ -330,59 +298,38 @@ class ExplanationSmoothness(PenaltyTerm):
             model,
             inputs,
             target,
+            self.options,
             logits=logits,
             generator=self.generator,
             check_zero=not self.checked_zero_direction,
-            **self.kwargs,
         )
-        self.checked_zero_direction = self.checked_zero_direction or bool(
-            self.kwargs["n_ascent_steps"]
-        )
+        self.checked_zero_direction |= bool(self.options.n_ascent_steps)
         if zero_cause is not None:
             warnings.warn(f"penalty {self.name!r}: {zero_cause}", RuntimeWarning, stacklevel=2)
         return value
 
 
+LIPSCHITZ_PRESET = {"lipschitz": True, "n_ascent_steps": 1}
+
+
 @register_penalty("lipschitz")
+@takes_options(SmoothnessOptions, defaults=LIPSCHITZ_PRESET, exclude=("lipschitz",))
 class LocalLipschitzPenalty(ExplanationSmoothness):
     """Explanation smoothness divided by ||x - x'||: a penalty on the local Lipschitz ratio.
 
-    Takes the arguments of `ExplanationSmoothness` except `lipschitz` (always True); with
-    `detach_clean` the clean map is computed without create_graph; the ascent direction comes
-    from a softplus surrogate of beta `ascent_beta` (see `explanation_smoothness`).
+    A preset of `ExplanationSmoothness`: `lipschitz` is always True, one ascent step by default
+    (taken on the softplus surrogate), weight 0.01 by default.
 
     Example:
-        >>> LocalLipschitzPenalty().kwargs["lipschitz"]
-        True
+        >>> LocalLipschitzPenalty().options.lipschitz, LocalLipschitzPenalty().weight
+        (True, 0.01)
     """
 
+    preset = LIPSCHITZ_PRESET
+
     def __init__(
-        self,
-        weight: float = 0.01,
-        explainer: str | Explainer = "saliency",
-        radius: float = 0.1,
-        n_samples: int = 1,
-        ball: str = "linf",
-        distance: str = "l1",
-        n_ascent_steps: int = 1,
-        ascent_step_size: float | None = None,
-        name: str | None = None,
-        seed: int | None = None,
-        detach_clean: bool = False,
-        ascent_beta: float | None = 10.0,
+        self, weight: float = 0.01, name: str | None = None, seed: int | None = None, **options: Any
     ) -> None:
-        super().__init__(
-            weight,
-            explainer,
-            radius,
-            n_samples,
-            ball,
-            distance,
-            True,
-            n_ascent_steps,
-            ascent_step_size,
-            name,
-            seed,
-            detach_clean,
-            ascent_beta,
-        )
+        if "lipschitz" in options:
+            raise TypeError("LocalLipschitzPenalty is the lipschitz=True preset; do not pass it")
+        super().__init__(weight, name, seed, **options)

@@ -134,6 +134,7 @@ def test_a_new_objective_is_one_class(spread) -> None:
     )
     y = model(x).argmax(1)
     suite = evaluate_classifier(model, x, y, settings, progress=False)
-    assert suite["attacks"][spread]["n"] == 6
-    assert 0 <= suite["attacks"][spread]["topk_intersection"] <= 1
-    assert "| spread: top-k intersection |" in summary_table({"m": suite})
+    key = f"attack/saliency/{spread}/topk_intersection"
+    assert suite["counts"][key] == 6
+    assert 0 <= suite["measures"][key] <= 1
+    assert f"| `{key}` ↑ |" in summary_table({"m": suite})

@@ -5,7 +5,7 @@ surrogate that gives the direction), and equals a separate no-grad forward."""
 import torch
 from torch import nn
 
-from robust_train.attacks import _loop, fragility_attack
+from robust_train.attacks import AttackOptions, _loop, fragility_attack
 from robust_train.attacks.fragility import _context
 from robust_train.explain import get_explainer
 from robust_train.models.softplus import smoothing_active
@@ -45,18 +45,11 @@ def test_logits_equal_a_separate_forward_for_every_explainer() -> None:
             target,
             explainer=explainer,
             objective="topk",
-            epsilon=0.1,
-            step_size=None,
-            n_steps=1,
-            k=4,
             target_region=None,
-            n_restarts=1,
-            surrogate_beta=10.0,
-            measure_k=None,
             generator=None,
             seed=0,
             progress=False,
-            internal_batch_size=4,
+            options=AttackOptions(epsilon=0.1, n_steps=1, k=4, internal_batch_size=4),
         )
         logits, maps = _loop.forward_and_maps(ctx, x)
         with torch.no_grad():

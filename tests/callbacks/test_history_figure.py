@@ -7,10 +7,10 @@ import pytest
 from robust_train.callbacks._figures import history_figure, history_label, render_history
 
 KEYS = (
-    "robustness/topk/topk_intersection",
-    "robustness/mass_center/center_shift",
-    "robustness/lipschitz/saliency",
-    "fidelity/saliency/estimate",
+    "robustness/attack/saliency/topk/topk_intersection",
+    "robustness/attack/saliency/mass_center/center_shift",
+    "robustness/lipschitz/saliency/lipschitz",
+    "robustness/fidelity/saliency/fidelity",
     "val/acc",
     "robustness/seconds/total",
 )
@@ -35,9 +35,10 @@ def test_a_grid_of_panels_with_readable_titles_and_directions():
         assert ("higher" in ylabel) != ("lower" in ylabel), ylabel
         assert ax.get_xlabel() == "epochs trained"
     directions = {ax.get_title(): ax.get_ylabel() for ax in panels}
-    assert "lower" in directions["Mass-center attack: center shift"]
-    assert "lower" in directions["Local Lipschitz estimate of saliency"]
-    assert "higher" in directions["Top-k attack: top-k intersection"]
+    assert "lower" in directions["mass center attack on saliency: center shift"]
+    assert "lower" in directions["lipschitz of saliency: Lipschitz estimate"]
+    assert "higher" in directions["topk attack on saliency: top-k intersection"]
+    assert "higher" in directions["fidelity of saliency: fidelity (AUC_LIF - AUC_MIF)"]
     assert any(t.get_text() == "how to read it" for ax in fig.axes for t in ax.texts)
 
 
@@ -64,9 +65,14 @@ def test_render_size_and_unknown_keys():
     image = render_history(_histories())
     height, width, _ = image.shape
     assert width / height < 2.5, "not a strip"  # the old figure was 2310 x 374
-    assert history_label("robustness/targeted/region_mass") == (
-        "targeted: region mass",
-        "region mass",
+    # the label and direction come from the key's measure; an unknown measure keeps its name
+    assert history_label("robustness/attack/saliency/targeted/region_mass") == (
+        "targeted attack on saliency: map mass in target region",
+        "map mass in target region (lower is better)",
+    )
+    assert history_label("robustness/custom/saliency/novel_score") == (
+        "custom of saliency: novel score",
+        "novel score",
     )
     with pytest.raises(ValueError, match="histories"):
         render_history({"a": {"robustness/seconds/total": [(0, 1.0)]}})

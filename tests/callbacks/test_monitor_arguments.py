@@ -9,6 +9,7 @@ from callbacks.monitor_helpers import CHEAP_FRAGILITY, CHEAP_LIPSCHITZ, TRAINER
 from helpers import digits_tensors
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
+from robust_train import RobustClassifier
 from robust_train.callbacks import (
     FidelityMonitor,
     FragilityMonitor,
@@ -25,19 +26,27 @@ BAD = [
     (FragilityMonitor, dict(attacks=["topk", "nope"]), ValueError, "attacks"),
     (FragilityMonitor, dict(attacks=[]), ValueError, "attacks"),
     (FragilityMonitor, dict(attacks=["topk", "topk"]), ValueError, "attacks"),
-    (FragilityMonitor, dict(explainer="nope"), ValueError, "explainer"),
-    (FragilityMonitor, dict(explainer="meaningful_perturbation"), ValueError, "explainer"),
+    (FragilityMonitor, dict(attack_explainers="nope"), ValueError, "attack_explainers"),
+    (
+        FragilityMonitor,
+        dict(attack_explainers="meaningful_perturbation"),
+        ValueError,
+        "attack_explainers",
+    ),
+    (FragilityMonitor, dict(epsilon=5.0), ValueError, "epsilon"),  # covers the whole pixel range
     (FragilityMonitor, dict(epsilon=0.0), ValueError, "epsilon"),
     (FragilityMonitor, dict(n_steps=0), ValueError, "n_steps"),
     (FragilityMonitor, dict(k=0), ValueError, "k"),
     (LipschitzMonitor, dict(explainers=["saliency", "nope"]), ValueError, "explainers"),
     (LipschitzMonitor, dict(explainers=[42]), TypeError, "explainers"),
-    (LipschitzMonitor, dict(radius=-0.1), ValueError, "radius"),
+    (LipschitzMonitor, dict(lipschitz_radius=-0.1), ValueError, "lipschitz_radius"),
+    (LipschitzMonitor, dict(lipschitz_radius=1.0), ValueError, "lipschitz_radius"),
     (LipschitzMonitor, dict(lipschitz_samples=0), ValueError, "lipschitz_samples"),
-    (LipschitzMonitor, dict(search="grid"), ValueError, "search"),
+    (LipschitzMonitor, dict(lipschitz_search="grid"), ValueError, "lipschitz_search"),
     (FidelityMonitor, dict(explainers="nope"), ValueError, "explainers"),
     (FidelityMonitor, dict(fidelity_steps=0), ValueError, "fidelity_steps"),
-    (FidelityMonitor, dict(perturbation="black"), ValueError, "perturbation"),
+    (FidelityMonitor, dict(fidelity_perturbation="black"), ValueError, "fidelity_perturbation"),
+    (FidelityMonitor, dict(fidelity_steps=3, perturbation="mean"), TypeError, "perturbation"),
     (RobustnessMonitor, dict(include=["fragility", "speed"]), ValueError, "include"),
     (RobustnessMonitor, dict(attacks=["nope"]), ValueError, "attacks"),
     (RobustnessMonitor, dict(explainers=["nope"]), ValueError, "explainers"),
@@ -68,17 +77,30 @@ BAD = [
     ids=[f"{c.__name__}-{next(iter(k))}-{i}" for i, (c, k, _, _) in enumerate(BAD)],
 )
 def test_bad_arguments_name_the_argument(cls, kwargs, error, name):
-    with pytest.raises(error, match=rf"`{name}`"):
+    with pytest.raises(error, match=rf"`{name}`|'{name}'"):
         cls(**kwargs)
 
 
-def test_k_larger_than_the_image_is_refused_at_the_first_evaluation(module, data):
+class _CountingModule(RobustClassifier):
+    steps = 0
+
+    def training_step(self, batch, batch_idx):
+        type(self).steps += 1
+        return super().training_step(batch, batch_idx)
+
+
+def test_k_larger_than_the_image_is_refused_when_the_fit_starts(trained_digits, data):
+    """Issue 19 item 7: it used to raise after a whole epoch; now before the first step."""
+    import copy
+
+    module = _CountingModule(copy.deepcopy(trained_digits[0]).train())
     monitor = FragilityMonitor(k=65, **CHEAP_FRAGILITY)
     trainer = pl.Trainer(
         max_epochs=1, logger=False, enable_checkpointing=False, callbacks=[monitor], **TRAINER
     )
-    with pytest.raises(ValueError, match=r"`k` must lie in \[1, 64\]"):
+    with pytest.raises(ValueError, match=r"FragilityMonitor on 8x8 images: `k` must be .*64\]"):
         trainer.fit(module, datamodule=data)
+    assert _CountingModule.steps == 0
 
 
 def test_select_is_seeded_sorted_and_a_subset():
@@ -127,7 +149,9 @@ def test_subset_from_map_style_and_iterable_loaders():
 def test_constructor_tensors_and_test_split_are_used(module, data):
     x, y = digits_tensors()
     given = LipschitzMonitor(inputs=x[:40], targets=y[:40], log_images=False, **CHEAP_LIPSCHITZ)
-    from_test = LipschitzMonitor(split="test", log_images=False, **CHEAP_LIPSCHITZ)
+    from_test = LipschitzMonitor(
+        split="test", explainers=["input_x_gradient"], log_images=False, **CHEAP_LIPSCHITZ
+    )
     trainer = pl.Trainer(
         max_epochs=1,
         logger=False,
@@ -152,9 +176,20 @@ def test_size_defaults_come_from_the_evaluation_settings(size, epsilon, k):
     fragility, lipschitz = FragilityMonitor(), LipschitzMonitor()
     fragility.resolve(*size)
     lipschitz.resolve(*size)
-    assert fragility.epsilon == pytest.approx(epsilon) and fragility.k == k
-    assert lipschitz.radius == pytest.approx(epsilon)
+    resolved = fragility.parts[0].settings
+    assert resolved.epsilon == pytest.approx(epsilon) and resolved.k == k
+    assert lipschitz.parts[0].settings.lipschitz_radius == pytest.approx(epsilon)
     explicit = RobustnessMonitor(epsilon=0.05, k=3)
     explicit.resolve(*size)
-    assert explicit.monitors["fragility"].epsilon == 0.05 and explicit.monitors["fragility"].k == 3
-    assert explicit.monitors["lipschitz"].radius == 0.05  # the radius follows epsilon
+    assert all(p.settings.epsilon == 0.05 and p.settings.k == 3 for p in explicit.parts)
+    assert explicit.parts[1].settings.lipschitz_radius == 0.05  # the radius follows epsilon
+
+
+def test_two_monitors_that_would_log_one_key_are_refused_when_the_fit_starts(module, data):
+    """Issue 19 item 6: RobustnessMonitor and FragilityMonitor used to average each other."""
+    both = [RobustnessMonitor(**CHEAP_FRAGILITY), FragilityMonitor(**CHEAP_FRAGILITY)]
+    trainer = pl.Trainer(
+        max_epochs=1, logger=False, enable_checkpointing=False, callbacks=both, **TRAINER
+    )
+    with pytest.raises(ValueError, match="RobustnessMonitor and FragilityMonitor would both log"):
+        trainer.fit(module, datamodule=data)

@@ -129,7 +129,9 @@ def test_resume_keeps_schedule_and_subset(tmp_path, module, data, trained_digits
     assert torch.equal(second.held_out(resumed)[0], first.held_out(trainer)[0])
     with open(Path(logger.log_dir) / "metrics.csv") as f:
         logged = [
-            int(r["epoch"]) for r in csv.DictReader(f) if r.get("robustness/lipschitz/saliency")
+            int(r["epoch"])
+            for r in csv.DictReader(f)
+            if r.get("robustness/lipschitz/saliency/lipschitz")
         ]
     assert logged == [3]
 
@@ -145,7 +147,7 @@ def test_validation_stage_runs_in_fit_validation_but_not_in_sanity_check(module,
     )
     trainer.fit(module, datamodule=data)
     assert spy.calls == [(0, False), (1, False)]
-    assert math.isfinite(float(trainer.callback_metrics["robustness/lipschitz/saliency"]))
+    assert math.isfinite(float(trainer.callback_metrics["robustness/lipschitz/saliency/lipschitz"]))
 
 
 def test_validation_stage_under_inference_mode_is_refused_in_setup(module, data):
@@ -157,7 +159,7 @@ def test_validation_stage_under_inference_mode_is_refused_in_setup(module, data)
         refused.validate(module, datamodule=data, verbose=False)
     ok = pl.Trainer(logger=False, inference_mode=False, callbacks=[monitor], **TRAINER)
     (metrics,) = ok.validate(module, datamodule=data, verbose=False)
-    assert metrics["robustness/lipschitz/saliency"] > 0
+    assert metrics["robustness/lipschitz/saliency/lipschitz"] > 0
     assert monitor.evaluated_epochs == []  # trainer.validate() runs are not part of the schedule
 
 
@@ -198,18 +200,20 @@ def test_values_equal_direct_metric_calls_on_correct_images(module, data):
         )  # 2 * epsilon / n_steps
         for name in ("topk_intersection", "center_shift"):
             expected = getattr(ref, name)
-            assert logged[f"robustness/{attack}/{name}"] == pytest.approx(
+            assert logged[f"robustness/attack/saliency/{attack}/{name}"] == pytest.approx(
                 float(expected.mean()), abs=1e-5
             )
     lip = local_lipschitz_estimate(
         model, x, pred, explainer="saliency", radius=0.1, n_samples=2, seed=0, normalize_maps="max"
     )
-    assert logged["robustness/lipschitz/saliency"] == pytest.approx(float(lip.mean()), rel=1e-5)
+    assert logged["robustness/lipschitz/saliency/lipschitz"] == pytest.approx(
+        float(lip.mean()), rel=1e-5
+    )
     curves = fidelity_curves(
         model, x, pred, importance_map(saliency(model, x, pred)), n_steps=4, seed=0
     )
-    assert logged["fidelity/saliency/estimate"] == pytest.approx(
+    assert logged["robustness/fidelity/saliency/fidelity"] == pytest.approx(
         float(fidelity_estimate(curves).mean()), abs=1e-5
     )
     auc_mif = torch.trapezoid(curves.mif, curves.fractions, dim=1).mean()
-    assert logged["fidelity/saliency/mif_auc"] == pytest.approx(float(auc_mif), abs=1e-5)
+    assert logged["robustness/fidelity/saliency/mif_auc"] == pytest.approx(float(auc_mif), abs=1e-5)

@@ -26,12 +26,15 @@ from robust_train.callbacks import (
 )
 
 ATTACK_KEYS = [
-    f"robustness/{a}/{m}"
+    f"robustness/attack/saliency/{a}/{m}"
     for a in ("random_sign", "topk", "mass_center")
     for m in ("topk_intersection", "spearman", "kendall", "center_shift")
 ]
-LIPSCHITZ_KEYS = ["robustness/lipschitz/saliency", "robustness/lipschitz/input_x_gradient"]
-FIDELITY_KEYS = [f"fidelity/saliency/{m}" for m in ("mif_auc", "lif_auc", "estimate")]
+LIPSCHITZ_KEYS = [
+    "robustness/lipschitz/saliency/lipschitz",
+    "robustness/lipschitz/input_x_gradient/lipschitz",
+]
+FIDELITY_KEYS = [f"robustness/fidelity/saliency/{m}" for m in ("mif_auc", "lif_auc", "fidelity")]
 SECONDS_KEYS = [f"robustness/seconds/{m}" for m in ("fragility", "lipschitz", "fidelity")]
 
 
@@ -64,7 +67,7 @@ def check_ranges(values: dict[str, float]) -> None:
 def test_csv_logger_gets_every_scalar_each_epoch_and_pngs(tmp_path, module, data):
     monitors = [
         FragilityMonitor(**CHEAP_FRAGILITY),
-        LipschitzMonitor(["saliency", "input_x_gradient"], **CHEAP_LIPSCHITZ),
+        LipschitzMonitor(explainers=["saliency", "input_x_gradient"], **CHEAP_LIPSCHITZ),
         FidelityMonitor(**CHEAP_FIDELITY),
     ]
     logger = CSVLogger(tmp_path)
@@ -91,9 +94,9 @@ def test_csv_logger_gets_every_scalar_each_epoch_and_pngs(tmp_path, module, data
         f"epoch_{e:03d}_{name}.png"
         for e in (0, 1)
         for name in (
-            "random_sign_examples",
-            "topk_examples",
-            "mass_center_examples",
+            "attack_saliency_random_sign_examples",
+            "attack_saliency_topk_examples",
+            "attack_saliency_mass_center_examples",
             "fidelity_saliency_curves",
         )
     )
@@ -117,22 +120,22 @@ def test_robustness_monitor_runs_parts_on_one_subset_and_times_them(tmp_path, mo
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     expected = (
         [
-            f"robustness/topk/{m}"
+            f"robustness/attack/saliency/topk/{m}"
             for m in ("topk_intersection", "spearman", "kendall", "center_shift")
         ]
-        + ["robustness/lipschitz/saliency"]
+        + ["robustness/lipschitz/saliency/lipschitz"]
         + FIDELITY_KEYS
         + SECONDS_KEYS
         + ["robustness/seconds/total"]
     )
     check_ranges({k: metrics[k] for k in expected})
-    assert "robustness/random_sign/spearman" not in metrics
-    assert 0 <= metrics["robustness/targeted/topk_intersection"] <= 1
+    assert "robustness/attack/saliency/random_sign/spearman" not in metrics
+    assert 0 <= metrics["robustness/attack/saliency/targeted/topk_intersection"] <= 1
     parts = sum(metrics[k] for k in SECONDS_KEYS)
     assert parts <= metrics["robustness/seconds/total"]
     assert not (Path(logger.log_dir) / "robustness").exists()  # log_images=False: no files
     # The parts were evaluated on the one shared subset.
-    assert all(m._subset is None for m in monitor.monitors.values())
+    assert [p.name for p in monitor.parts] == ["fragility", "lipschitz", "fidelity"]
     assert monitor._subset is not None and monitor._subset[0].shape[0] == CHEAP["n_samples"]
 
 
@@ -152,7 +155,9 @@ def test_failing_image_writing_warns_once_and_training_goes_on(tmp_path, module,
     assert "CSVLogger" in str(ours[0].message)
     assert trainer.state.finished and trainer.current_epoch == 2
     assert monitor.evaluated_epochs == [0, 1]
-    assert sorted(per_epoch(read_csv(logger), "robustness/topk/topk_intersection")) == [0, 1]
+    assert sorted(
+        per_epoch(read_csv(logger), "robustness/attack/saliency/topk/topk_intersection")
+    ) == [0, 1]
 
 
 @pytest.mark.parametrize("every_n_epochs, expected", [(2, [1]), (3, [2]), (1, [0, 1, 2])])
@@ -164,7 +169,9 @@ def test_schedule_every_n_epochs(tmp_path, module, data, every_n_epochs, expecte
     )
     trainer.fit(module, datamodule=data)
     assert monitor.evaluated_epochs == expected
-    assert sorted(per_epoch(read_csv(logger), "robustness/lipschitz/saliency")) == expected
+    assert (
+        sorted(per_epoch(read_csv(logger), "robustness/lipschitz/saliency/lipschitz")) == expected
+    )
 
 
 def test_every_n_epochs_zero_evaluates_once_at_fit_end(tmp_path, module, data):
@@ -175,7 +182,7 @@ def test_every_n_epochs_zero_evaluates_once_at_fit_end(tmp_path, module, data):
     )
     trainer.fit(module, datamodule=data)
     assert monitor.evaluated_epochs == [2]
-    rows = [r for r in read_csv(logger) if r.get("fidelity/saliency/estimate")]
+    rows = [r for r in read_csv(logger) if r.get("robustness/fidelity/saliency/fidelity")]
     assert len(rows) == 1 and int(rows[0]["step"]) == trainer.global_step
     assert math.isfinite(float(rows[0]["robustness/seconds/fidelity"]))
     pngs = [p.name for p in (Path(logger.log_dir) / "robustness").glob("*.png")]
@@ -196,6 +203,6 @@ def test_defaults_end_to_end_on_digits_datamodule_with_small_cnn(tmp_path):
     assert monitor.evaluated_epochs == [0, 1]  # the first and the last always run
     assert monitor.held_out(trainer)[0].shape == (16, 1, 8, 8)
     rows = read_csv(logger)
-    for key in ATTACK_KEYS + ["robustness/lipschitz/saliency"] + FIDELITY_KEYS:
+    for key in ATTACK_KEYS + ["robustness/lipschitz/saliency/lipschitz"] + FIDELITY_KEYS:
         assert sorted(per_epoch(rows, key)) == [0, 1], key
     assert 0 < float(trainer.callback_metrics["robustness/share/total"]) < 1

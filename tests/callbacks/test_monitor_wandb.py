@@ -16,15 +16,15 @@ from robust_train.loggers import SafeWandbLogger
 
 SCALARS = (
     [
-        f"robustness/{a}/{m}"
+        f"robustness/attack/saliency/{a}/{m}"
         for a in ("random_sign", "topk", "mass_center")
         for m in ("topk_intersection", "spearman", "kendall", "center_shift")
     ]
-    + ["robustness/lipschitz/saliency", "robustness/lipschitz/input_x_gradient"]
+    + ["robustness/lipschitz/saliency/lipschitz", "robustness/lipschitz/input_x_gradient/lipschitz"]
     + [
-        f"fidelity/{e}/{m}"
+        f"robustness/fidelity/{e}/{m}"
         for e in ("saliency", "input_x_gradient")
-        for m in ("mif_auc", "lif_auc", "estimate")
+        for m in ("mif_auc", "lif_auc", "fidelity")
     ]
     + [f"robustness/seconds/{m}" for m in ("fragility", "lipschitz", "fidelity", "total")]
 )
@@ -69,16 +69,18 @@ def test_offline_wandb_run_holds_scalars_images_and_curves(offline, module, data
         assert len(values) == 2, key  # one per epoch
         assert all(isinstance(v, float | int) and math.isfinite(v) for v in values), key
         assert math.isfinite(run.summary[key]), key
-    epochs = [row["epoch"] for row in run.history if "robustness/topk/kendall" in row]
+    epochs = [
+        row["epoch"] for row in run.history if "robustness/attack/saliency/topk/kendall" in row
+    ]
     assert epochs == [0, 1]
     for attack in ("random_sign", "topk", "mass_center"):
-        logged = run.column(f"robustness/{attack}/examples/filenames")
+        logged = run.column(f"robustness/attack/saliency/{attack}/examples/filenames")
         assert len(logged) == 2, attack
         for names in logged:
             assert len(names) == 1 and (run.files_dir / names[0]).is_file()
             assert names[0].startswith("media/images/")
     for explainer in ("saliency", "input_x_gradient"):
-        tables = run.column(f"fidelity/{explainer}/curves_table/path")
+        tables = run.column(f"robustness/fidelity/{explainer}/curves_table/path")
         assert len(tables) == 2 and all((run.files_dir / t).is_file() for t in tables)
 
 
@@ -98,5 +100,5 @@ def test_failing_log_image_warns_once_and_scalars_still_arrive(offline, module, 
     assert len(ours) == 1 and "no space left on device" in str(ours[0].message)
     assert trainer.state.finished and trainer.current_epoch == 2
     run = read_run(offline)
-    assert len(run.column("robustness/topk/topk_intersection")) == 2
-    assert run.column("robustness/topk/examples/filenames") == []
+    assert len(run.column("robustness/attack/saliency/topk/topk_intersection")) == 2
+    assert run.column("robustness/attack/saliency/topk/examples/filenames") == []

@@ -47,13 +47,17 @@ def baseline_ckpt(tmp_path_factory) -> Path:
 
 def test_evaluate_writes_results_and_summary(baseline_ckpt, tmp_path, capsys):
     assert main(["evaluate", "--ckpt", str(baseline_ckpt), "--out", str(tmp_path), *FAST]) == 0
-    result = json.loads((tmp_path / "results.json").read_text())
-    assert set(result["attacks"]) == {"random_sign", "topk", "mass_center", "targeted"}
-    assert set(result["lipschitz"]) == {"saliency", "input_x_gradient", "integrated_gradients"}
-    assert 0 < result["accuracy"] <= 1 and result["n_samples"] == 24
+    (result,) = json.loads((tmp_path / "results.json").read_text()).values()
+    m = result["measures"]
+    attacks = {k.split("/")[2] for k in m if k.startswith("attack/saliency/")}
+    assert attacks == {"random_sign", "topk", "mass_center", "targeted"}
+    lipschitz = {k.split("/")[1] for k in m if k.startswith("lipschitz/")}
+    assert lipschitz == {"saliency", "input_x_gradient", "integrated_gradients"}
+    assert 0 < m["split_accuracy"] <= 1 and result["n_images"] == 24
     assert result["training_seconds"] > 0
-    assert "| topk: top-k intersection |" in (tmp_path / "summary.md").read_text()
-    assert "topk: top-k intersection" in capsys.readouterr().out
+    row = "| `attack/saliency/topk/topk_intersection` ↑ |"
+    assert row in (tmp_path / "summary.md").read_text()
+    assert row in capsys.readouterr().out
 
 
 def test_test_subcommand_on_the_best_checkpoint_of_the_latest_run(baseline_ckpt, capsys):
@@ -85,6 +89,7 @@ def test_test_subcommand_on_the_best_checkpoint_of_the_latest_run(baseline_ckpt,
 def test_default_out_follows_the_checkpoint_path_and_never_mixes_checkpoints(
     baseline_ckpt, tmp_path, monkeypatch, capsys
 ):
+    from robust_train._settings_cli import CommandParser, add_settings_arguments, settings_from
     from robust_train.commands import default_out
 
     monkeypatch.chdir(tmp_path)
@@ -94,9 +99,15 @@ def test_default_out_follows_the_checkpoint_path_and_never_mixes_checkpoints(
         path.parent.mkdir(parents=True)
         path.write_bytes(baseline_ckpt.read_bytes())
     assert default_out(a) != default_out(b)
-    assert default_out(a).as_posix() == "runs/eval/one/version_0/best"
-    assert main(["evaluate", "--ckpt", str(a), *FAST, "--attacks", "topk", "--no-wandb"]) == 0
-    out = tmp_path / "runs" / "eval" / "one" / "version_0" / "best"
+    assert default_out(a).as_posix() == "runs/eval/one/version_0/best/default"
+    parser = CommandParser()
+    add_settings_arguments(parser)
+    flags = [*FAST, "--attacks", "topk"]
+    custom = settings_from(parser.parse_args(flags))
+    rar = settings_from(parser.parse_args(["--protocol", "rar"]))
+    assert default_out(a, rar).name == "rar" and default_out(a, custom).name.startswith("custom-")
+    assert main(["evaluate", "--ckpt", str(a), *flags, "--no-wandb"]) == 0
+    out = tmp_path / default_out(a, custom)
     summary = (out / "summary.md").read_text()
     assert (
         "## Settings" in summary
@@ -106,7 +117,9 @@ def test_default_out_follows_the_checkpoint_path_and_never_mixes_checkpoints(
     assert "higher is more robust" in summary and "lower is more robust" in summary
     capsys.readouterr()
     assert main(["evaluate", "--ckpt", str(b), "--out", str(out), *FAST, "--attacks", "topk"]) == 2
-    assert "holds the results of another checkpoint" in capsys.readouterr().err
+    assert "holds the results of other checkpoints" in capsys.readouterr().err
+    assert main(["evaluate", "--ckpt", str(a), "--out", str(out), *FAST, "--no-wandb"]) == 2
+    assert "holds the results of other settings" in capsys.readouterr().err
     assert (
         main(["evaluate", "--ckpt", str(a), *FAST, "--attacks", "topk", "--no-wandb"]) == 0
     )  # same one: fine
@@ -135,7 +148,7 @@ def test_protocol_preset_with_explicit_flags_on_top():
     assert plain.epsilon == 0.2 and plain.n_restarts == 1
 
 
-def test_compare_writes_a_report_with_a_column_per_checkpoint(baseline_ckpt, tmp_path):
+def test_compare_writes_a_report_with_a_column_per_checkpoint(baseline_ckpt, tmp_path, capsys):
     assert (
         main(
             [
@@ -157,14 +170,19 @@ def test_compare_writes_a_report_with_a_column_per_checkpoint(baseline_ckpt, tmp
         == 0
     )
     text = (tmp_path / "report.md").read_text()
-    assert "| metric | a | b |" in text
+    assert "| measure | a | b |" in text
+    assert (tmp_path / "robustness_per_epoch.png").is_file()  # from the checkpoints' history
+    capsys.readouterr()
+    again = ["compare", str(baseline_ckpt), str(baseline_ckpt), "--out", str(tmp_path), *FAST]
+    assert main([*again, "--names", "a", "b"]) == 2  # other settings: refused
+    assert "holds the results of other settings" in capsys.readouterr().err
     assert (tmp_path / "fidelity_curves.png").is_file() and (
         tmp_path / "attack_examples.png"
     ).is_file()
 
 
 def test_accuracy_covers_the_whole_split(baseline_ckpt):
-    from robust_train.commands import heldout_tensors, load_checkpoint
+    from robust_train._checkpoint_io import heldout_tensors, load_checkpoint
 
     model, data = load_checkpoint(baseline_ckpt)
     x, y, acc = heldout_tensors(data, 10, model=model)

@@ -35,11 +35,11 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset, DistributedSampler
 
 from robust_train import RobustClassifier
+from robust_train._checkpoint_io import instantiate, load_checkpoint
 from robust_train._precision import penalty_value
 from robust_train.callbacks import RobustnessMonitor
 from robust_train.callbacks._base import predict
 from robust_train.callbacks._subset import from_dataloader, shard
-from robust_train.commands import instantiate, load_checkpoint
 from robust_train.data import DigitsDataModule
 from robust_train.models import SmallCNN
 from robust_train.regularizers import ExplanationSmoothness, PenaltyTerm
@@ -60,14 +60,14 @@ MONITOR = dict(
 # Deterministic on a fixed model: the top-k attack (no random start with one restart) and the
 # fidelity curves with the mean fill. The Lipschitz search and random_sign draw per-rank noise.
 DETERMINISTIC = (
-    "robustness/topk/topk_intersection",
-    "robustness/topk/spearman",
-    "robustness/topk/kendall",
-    "robustness/topk/center_shift",
+    "robustness/attack/saliency/topk/topk_intersection",
+    "robustness/attack/saliency/topk/spearman",
+    "robustness/attack/saliency/topk/kendall",
+    "robustness/attack/saliency/topk/center_shift",
     "robustness/n_attacked",
-    "fidelity/saliency/mif_auc",
-    "fidelity/saliency/lif_auc",
-    "fidelity/saliency/estimate",
+    "robustness/fidelity/saliency/mif_auc",
+    "robustness/fidelity/saliency/lif_auc",
+    "robustness/fidelity/saliency/fidelity",
 )
 
 

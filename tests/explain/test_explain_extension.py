@@ -41,12 +41,14 @@ def test_a_new_explainer_is_one_function(registered) -> None:
         lipschitz_samples=2,
         fidelity_steps=4,
         explainers=(registered,),
-        attack_explainer=registered,
+        attack_explainers=(registered,),
         attacks=("topk",),
     )
     suite = evaluate_classifier(model, x, y, settings, progress=False)
-    assert set(suite["lipschitz"]) == {registered}
-    assert suite["attacks_by_explainer"][registered]["topk"]["n"] == 4
+    assert {k for k in suite["measures"] if k.startswith("lipschitz/")} == {
+        f"lipschitz/{registered}/lipschitz"
+    }
+    assert suite["counts"][f"attack/{registered}/topk/topk_intersection"] == 4
 
 
 def test_registration_marks_non_differentiable_explainers() -> None:

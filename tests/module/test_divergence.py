@@ -35,6 +35,7 @@ TRAINER = dict(
 
 
 class ExplodingPenalty(PenaltyTerm):
+    double_backprop = False
     default_name = "boom"
 
     def penalty(self, model, inputs, target, logits):
@@ -121,7 +122,7 @@ def test_sgd_lr_1e6_with_the_monitor_finishes_and_logs_the_nonfinite_count(tmp_p
     assert set(nonfinite) == {0, 1, 2} and diverged, nonfinite
     for row in rows:  # an epoch that met non-finite values logs no robustness number
         if row.get("robustness/nonfinite") and int(row["epoch"]) in diverged:
-            assert not row.get("robustness/topk/topk_intersection"), row
+            assert not row.get("robustness/attack/saliency/topk/topk_intersection"), row
     monitor_warnings = [m for m in _nonfinite_warnings(caught) if "RobustnessMonitor" in m]
     assert len(monitor_warnings) == 1, monitor_warnings
     assert all("set on_nonfinite" not in m for m in _nonfinite_warnings(caught))
@@ -162,12 +163,12 @@ def test_a_monitor_on_nan_weights_reports_only_the_count(tmp_path):
 
 def test_a_part_that_meets_nonfinite_values_keeps_the_other_parts(monkeypatch):
     """RobustnessMonitor: the Lipschitz part stops on NaN maps; fragility and fidelity are kept."""
-    from robust_train.callbacks import LipschitzMonitor
+    from robust_train.evaluation.parts import LipschitzPart
 
-    def diverged(self, model, inputs, targets, predictions):
+    def diverged(self, model, inputs, labels, predictions):
         raise ValueError("`values` holds 5 non-finite value(s) (NaN or inf)")
 
-    monkeypatch.setattr(LipschitzMonitor, "evaluate", diverged)
+    monkeypatch.setattr(LipschitzPart, "run", diverged)
     x, y = digits_tensors()
     monitor = RobustnessMonitor(
         n_samples=8,
@@ -193,9 +194,10 @@ def test_a_part_that_meets_nonfinite_values_keeps_the_other_parts(monkeypatch):
         trainer.fit(RobustClassifier(TinyCNN()), train)
     scalars = monitor.last_report.scalars  # type: ignore[union-attr]
     assert scalars["robustness/nonfinite"] == 5.0
-    assert "robustness/lipschitz/saliency" not in scalars
+    assert "robustness/lipschitz/saliency/lipschitz" not in scalars
     assert (
-        "robustness/topk/topk_intersection" in scalars and "fidelity/saliency/estimate" in scalars
+        "robustness/attack/saliency/topk/topk_intersection" in scalars
+        and "robustness/fidelity/saliency/fidelity" in scalars
     )
     assert "robustness/seconds/lipschitz" in scalars
     assert (

@@ -91,6 +91,7 @@ def test_training_reduces_loss_and_restores_nothing_unexpected():
 
 
 class ExplodingPenalty(PenaltyTerm):
+    double_backprop = False
     default_name = "boom"
 
     def penalty(self, model, inputs, target, logits):

@@ -264,8 +264,8 @@ def test_ascent_beta_is_checked_everywhere(bad):
 
 def test_presets_default_to_the_surrogate_and_igr_moves_on_a_relu_model():
     for name in ("smoothness", "lipschitz", "igr"):
-        assert get_penalty(name).kwargs["ascent_beta"] == 10.0
-        assert get_penalty(name, ascent_beta=None).kwargs["ascent_beta"] is None
+        assert get_penalty(name).options.ascent_beta == 10.0
+        assert get_penalty(name, ascent_beta=None).options.ascent_beta is None
     model, (x, y) = relu_mlp(), _batch()
     values = {}
     for beta in (10.0, None):

@@ -17,7 +17,7 @@ from robust_train.regularizers import (
     ig_sum_norm,
     ssr_eigenvalue,
 )
-from robust_train.regularizers._inner import linf_pgd, loss_path_ig
+from robust_train.regularizers._inner import PGDOptions, linf_pgd, loss_path_ig
 
 ig_module = importlib.import_module(
     "robust_train.regularizers.ig_norm"
@@ -196,13 +196,10 @@ def test_adversarial_loss_matches_reference_and_pgd_stays_in_ball():
 
 def test_linf_pgd_projection_without_random_start():
     x = torch.tensor([[[[0.0, 0.95, 0.5]]]])
-    adv = linf_pgd(
-        lambda z: z.flatten(1).sum(1), x, epsilon=0.3, step_size=0.2, n_steps=3, random_start=False
-    )
+    options = PGDOptions(epsilon=0.3, step_size=0.2, n_steps=3, random_start=False)
+    adv = linf_pgd(lambda z: z.flatten(1).sum(1), x, options)
     torch.testing.assert_close(adv, torch.tensor([[[[0.3, 1.0, 0.8]]]]))
-    down = linf_pgd(
-        lambda z: -z.flatten(1).sum(1), x, epsilon=0.3, step_size=0.2, n_steps=3, random_start=False
-    )
+    down = linf_pgd(lambda z: -z.flatten(1).sum(1), x, options)
     torch.testing.assert_close(down, torch.tensor([[[[0.0, 0.65, 0.2]]]]))
 
 

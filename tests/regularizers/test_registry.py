@@ -20,19 +20,13 @@ from robust_train.regularizers import (
     get_penalty,
     register_penalty,
 )
-from robust_train.regularizers import terms as legacy_terms
 from robust_train.regularizers._common import map_distance, sample_in_ball
 
-CHEAP = {
-    "ig_norm": dict(n_steps=2, n_attack_points=2, n_points=3),
-    "ig_sum_norm": dict(n_steps=2, n_attack_points=2, n_points=3),
-    "adversarial": dict(n_steps=2, step_size=0.1),
-    "ssr": dict(n_iterations=3),
-    "igr": dict(n_ascent_steps=1, n_ig_steps=4),
-}
+# The cheap settings each penalty declares for tests (`PenaltyTerm.test_options`): no table here.
+CHEAP = {name: dict(cls.test_options) for name, cls in PENALTIES.items() if cls.test_options}
 
 
-def test_every_documented_name_is_registered_and_legacy_paths_import():
+def test_every_documented_name_is_registered():
     expected = {
         "smoothness",
         "lipschitz",
@@ -48,8 +42,7 @@ def test_every_documented_name_is_registered_and_legacy_paths_import():
     for name, cls in PENALTIES.items():
         term = get_penalty(name)
         assert isinstance(term, cls) and term.name == name
-        assert getattr(legacy_terms, cls.__name__) is cls  # robust_train.regularizers.terms.X
-    assert legacy_terms.PenaltyTerm is PenaltyTerm
+    assert {"ig_norm", "ig_sum_norm", "adversarial", "ssr", "igr"} <= set(CHEAP)
 
 
 def test_task_loss_replacement_flags():
@@ -94,7 +87,9 @@ def test_bad_arguments_fail_at_construction(cls, kwargs, match):
 
 def test_register_penalty_refuses_a_taken_name_and_non_terms():
     with pytest.raises(ValueError, match="'ssr'.*already registered"):
-        register_penalty("ssr")(type("Other", (PenaltyTerm,), {}))
+        register_penalty("ssr")(type("Other", (PenaltyTerm,), {"double_backprop": False}))
+    with pytest.raises(TypeError, match="must declare `double_backprop"):
+        register_penalty("silent")(type("Silent", (PenaltyTerm,), {}))
     with pytest.raises(TypeError, match="PenaltyTerm"):
         register_penalty("thing")(dict)  # type: ignore[arg-type]
 

@@ -66,8 +66,8 @@ def test_detached_shared_forward_keeps_the_task_loss_graph():
 
 
 def test_term_passes_detach_clean_and_checks_it():
-    assert ExplanationSmoothness(detach_clean=True).kwargs["detach_clean"] is True
-    assert ExplanationSmoothness().kwargs["detach_clean"] is False
+    assert ExplanationSmoothness(detach_clean=True).options.detach_clean is True
+    assert ExplanationSmoothness().options.detach_clean is False
     with pytest.raises(TypeError, match="detach_clean"):
         ExplanationSmoothness(detach_clean="yes")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="detach_clean"):
@@ -78,5 +78,5 @@ def test_presets_pass_detach_clean_and_keep_their_defaults():
     from robust_train.regularizers import get_penalty
 
     for name in ("lipschitz", "igr"):
-        assert get_penalty(name).kwargs["detach_clean"] is False
-        assert get_penalty(name, detach_clean=True).kwargs["detach_clean"] is True
+        assert get_penalty(name).options.detach_clean is False
+        assert get_penalty(name, detach_clean=True).options.detach_clean is True

@@ -1,0 +1,143 @@
+"""Option sets defined once: a frozen dataclass is the one source of a set of options.
+
+A function or class that takes an option set declares `**options` and is decorated with
+`takes_options(OptionsClass)`: its signature (what `help()`, IDEs, jsonargparse/LightningCLI and
+`inspect.signature` see) then lists every option as a keyword-only parameter with the dataclass's
+default, and `build_options` turns the keywords given into the checked dataclass. Adding an option
+is one edit: a field of the dataclass (with `metadata={"help": ...}` for the command line).
+
+Example:
+    >>> from dataclasses import dataclass, field
+    >>> @dataclass(frozen=True)
+    ... class Steps:
+    ...     n_steps: int = field(default=3, metadata={"help": "iterations"})
+    >>> @takes_options(Steps)
+    ... def run(x, **options):
+    ...     return build_options(Steps, options, where="run").n_steps * x
+    >>> run(2, n_steps=4), str(inspect.signature(run))
+    (8, "(x, *, n_steps: 'int' = 3)")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+__all__ = ["build_options", "option_help", "option_names", "takes_options"]
+
+T = TypeVar("T")
+C = TypeVar("C", bound=Callable[..., Any])
+
+
+def option_names(options_cls: type) -> tuple[str, ...]:
+    """The option names of a dataclass, in field order.
+
+    Example:
+        >>> from dataclasses import dataclass
+        >>> @dataclass
+        ... class O:
+        ...     a: int = 1
+        >>> option_names(O)
+        ('a',)
+    """
+    return tuple(f.name for f in dataclasses.fields(options_cls) if f.init)
+
+
+def option_help(options_cls: type, name: str) -> str:
+    """The `help` metadata of one field ('' when none)."""
+    for f in dataclasses.fields(options_cls):
+        if f.name == name:
+            return str(f.metadata.get("help", ""))
+    raise KeyError(name)
+
+
+def _default(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return inspect.Parameter.empty
+
+
+def takes_options(
+    options_cls: type,
+    *,
+    defaults: Mapping[str, Any] | None = None,
+    exclude: tuple[str, ...] = (),
+    also: Callable[..., Any] | None = None,
+) -> Callable[[C], C]:
+    """Decorator: the function (or class, whose `__init__` is used) takes the fields of
+    `options_cls` as keyword-only parameters through its `**options`.
+
+    Args:
+        options_cls: the dataclass of the options.
+        defaults: defaults that differ from the dataclass's (a preset, e.g. a cheaper monitor).
+        exclude: fields the decorated callable does not take (it sets them itself).
+        also: a callable (e.g. the base class's `__init__`) whose keyword parameters the
+            decorated one passes on through `**options` too; they are listed before the options.
+    """
+    overrides = dict(defaults or {})
+
+    def decorate(target: C) -> C:
+        fn: Any = target.__init__ if isinstance(target, type) else target  # type: ignore[misc]
+        signature = inspect.signature(fn)
+        params = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+        taken = {p.name for p in params}
+        if also is not None:
+            for p in inspect.signature(also).parameters.values():
+                if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in taken:
+                    if p.name != "self":
+                        params.append(p.replace(kind=p.KEYWORD_ONLY))
+                        taken.add(p.name)
+        for f in dataclasses.fields(options_cls):
+            if not f.init or f.name in taken or f.name in exclude:
+                continue
+            default = overrides.get(f.name, _default(f))
+            params.append(
+                inspect.Parameter(
+                    f.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=f.type
+                )
+            )
+        fn.__signature__ = signature.replace(parameters=params)
+        fn.__options__ = (options_cls, overrides)
+        return target
+
+    return decorate
+
+
+def build_options(
+    options_cls: type[T],
+    given: Mapping[str, Any],
+    *,
+    where: str,
+    defaults: Mapping[str, Any] | None = None,
+    base: T | None = None,
+) -> T:
+    """The option set from the keywords `given` (over `base`, else `defaults`, else the
+    dataclass's defaults); an unknown keyword raises a TypeError naming `where`, the closest
+    option and the valid ones.
+
+    Example:
+        >>> from dataclasses import dataclass
+        >>> @dataclass(frozen=True)
+        ... class O:
+        ...     n_steps: int = 3
+        >>> build_options(O, {"n_step": 2}, where="f")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        TypeError: f got an unknown option 'n_step' (did you mean 'n_steps'?); ...
+    """
+    names = option_names(options_cls)
+    for key in given:
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise TypeError(
+                f"{where} got an unknown option {key!r}{hint}; its options are {list(names)}"
+            )
+    if base is not None:
+        return dataclasses.replace(base, **given)  # type: ignore[type-var]
+    return options_cls(**{**dict(defaults or {}), **given})

@@ -1,0 +1,127 @@
+"""The `robust-train evaluate`/`compare`/`certify` flags, derived from `EvaluationSettings`.
+
+Every field of `robust_train.evaluation.EvaluationSettings` (its `help` metadata) is one flag
+(`lipschitz_samples` -> `--lipschitz-samples`); flags left unset keep the preset's value
+(`--protocol rar`) or the default. Adding an evaluation option is one field there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from typing import Any, NoReturn
+
+from robust_train.evaluation import PROTOCOLS, EvaluationSettings
+
+__all__ = ["CommandParser", "add_settings_arguments", "settings_from", "setting_flags"]
+
+
+class CommandParser(argparse.ArgumentParser):
+    """argparse that raises a one-line ValueError (robust_train.cli prints it, exit code 2) and
+    never takes a prefix of a flag for the flag (`--n-step` is refused, not read as --n-steps)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise ValueError(f"{message} (see `{self.prog} --help`)")
+
+
+def _kind(annotation: object) -> tuple[type, bool]:
+    """(scalar type, is a tuple) of a field annotation such as `int | None`, `tuple[str, ...]`."""
+    hint = annotation
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        hint = args[0]
+    if typing.get_origin(hint) is tuple:
+        return typing.get_args(hint)[0], True
+    return hint if isinstance(hint, type) else str, False  # type: ignore[return-value]
+
+
+def setting_flags() -> dict[str, tuple[type, bool]]:
+    """Field name -> (type, is a tuple) of every evaluation setting that is a flag.
+
+    Example:
+        >>> setting_flags()["explainers"], setting_flags()["n_steps"]
+        ((<class 'str'>, True), (<class 'int'>, False))
+    """
+    hints = typing.get_type_hints(EvaluationSettings)
+    return {
+        f.name: _kind(hints[f.name])
+        for f in dataclasses.fields(EvaluationSettings)
+        if f.metadata.get("cli", True)
+    }
+
+
+def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--protocol`, `--data-config`, `--split`, one flag per evaluation setting, and the
+    run options (`--no-progress`, `--no-wandb`, `--threads`)."""
+    default = EvaluationSettings()
+    parser.add_argument(
+        "--protocol",
+        choices=sorted(PROTOCOLS),
+        default=None,
+        help="a literature preset (rar: Chen et al. 2019, the RAR/ART protocol); "
+        "flags given beside it override its fields",
+    )
+    parser.add_argument(
+        "--data-config",
+        help="LightningCLI YAML whose `data:` section gives the held-out data (default: the "
+        "datamodule stored in the checkpoint)",
+    )
+    parser.add_argument("--split", choices=("test", "val"), default="test")
+    fields = {f.name: f for f in dataclasses.fields(EvaluationSettings)}
+    for name, (kind, many) in setting_flags().items():
+        value = getattr(default, name)
+        shown = " ".join(map(str, value)) if many else value
+        help_text = f"{fields[name].metadata.get('help', name)} ({shown})"
+        flag = "--" + name.replace("_", "-")
+        if kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
+        else:
+            parser.add_argument(flag, type=kind, nargs="+" if many else None, help=help_text)
+    parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument(
+        "--no-wandb",
+        action="store_true",
+        help="do not add the numbers to the W&B run the checkpoint was trained in",
+    )
+    parser.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=None,
+        help="torch CPU threads (default: 1 for models under a million parameters, where "
+        "one thread is fastest, else torch's default)",
+    )
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def settings_from(args: argparse.Namespace) -> EvaluationSettings:
+    """The preset of `--protocol` (or the defaults) with the flags given on top, checked now
+    (an error names the setting and the value).
+
+    Example:
+        >>> parser = CommandParser()
+        >>> add_settings_arguments(parser)
+        >>> s = settings_from(parser.parse_args(["--protocol", "rar", "--n-samples", "10"]))
+        >>> s.n_samples, s.epsilon
+        (10, 0.3)
+    """
+    base = PROTOCOLS[args.protocol] if getattr(args, "protocol", None) else EvaluationSettings()
+    given: dict[str, Any] = {}
+    for name, (_, many) in setting_flags().items():
+        value = getattr(args, name, None)
+        if value is not None:
+            given[name] = tuple(value) if many else value
+    settings = dataclasses.replace(base, **given)
+    settings.resolved(1024, 1024)  # names, counts and budgets now; `k` again at the image size
+    return settings

@@ -1,0 +1,138 @@
+"""The options of a fragility attack, defined once (`AttackOptions`).
+
+`fragility_attack`, `ExplanationFragility`, the evaluation settings (which extend this class),
+the monitors and the `robust-train evaluate` flags all take these fields; their defaults that
+depend on the image size are resolved here (`resolved`), from `robust_train.attacks.defaults`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+from robust_train._runtime import check_optional_positive
+from robust_train._validation import check_positive
+from robust_train.attacks._setup import check_k
+from robust_train.attacks.defaults import default_epsilon, default_k
+
+__all__ = ["AttackOptions", "check_linf_budget", "default_step_size"]
+
+
+def check_linf_budget(value: object, name: str) -> None:
+    """Refuse an L_inf budget of 1 or more: it covers the whole [0, 1] pixel range, so the
+    "imperceptible" perturbation can be any image and the number measures nothing.
+
+    Example:
+        >>> check_linf_budget(5.0, "epsilon")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: `epsilon` is an L_inf budget on [0, 1] images and must be < 1 ...
+    """
+    check_positive(value, name)
+    if not float(value) < 1.0:  # type: ignore[arg-type]
+        raise ValueError(
+            f"`{name}` is an L_inf budget on [0, 1] images and must be < 1 (a budget of 1 covers "
+            f"the whole pixel range, so nothing is measured), got {value!r}"
+        )
+
+
+def default_step_size(epsilon: float, n_steps: int) -> float:
+    """The attack step: epsilon / 8, or 2 * epsilon / n_steps when fewer than 16 steps could not
+    otherwise reach the border of the ball and come back (a cheap monitor's 3 steps: 2 eps / 3).
+
+    Example:
+        >>> default_step_size(0.4, 50), round(default_step_size(0.3, 3), 3)
+        (0.05, 0.2)
+    """
+    return max(epsilon / 8, 2 * epsilon / n_steps)
+
+
+@dataclass(frozen=True)
+class AttackOptions:
+    """Settings of one fragility attack (Ghorbani, Abid & Zou, AAAI 2019).
+
+    Attributes:
+        epsilon: L_inf budget in pixel units of [0, 1] images, in (0, 1); None: 0.1 up to 28 px
+            a side, else 8/255 (`robust_train.attacks.defaults.default_epsilon`).
+        step_size: step per iteration; None: `default_step_size` (epsilon / 8, larger for fewer
+            than 16 steps). With a fixed step the first n iterates do not depend on `n_steps`.
+        n_steps: iterations per restart.
+        k: size of the top-k set the "topk" objective empties; None: H*W // 8.
+        measure_k: k of the reported top-k intersection (and of the iterate ranking); None: k.
+        n_restarts: runs per image (the first from the image, later ones from random points of
+            the ball), the worst case kept.
+        surrogate_beta: beta of the softplus surrogate that gives the direction of an explainer
+            whose map is piecewise constant on ReLU nets; None: the model itself.
+        internal_batch_size: images per gradient computation (memory of double backprop); None:
+            from the image size (`robust_train._runtime.auto_chunk`).
+    """
+
+    epsilon: float | None = field(
+        default=None, metadata={"help": "L_inf budget (default 0.1 up to 28 px, else 8/255)"}
+    )
+    step_size: float | None = field(
+        default=None, metadata={"help": "attack step (default epsilon / 8, or 2 epsilon / steps)"}
+    )
+    n_steps: int = field(default=50, metadata={"help": "attack steps per restart"})
+    k: int | None = field(
+        default=None, metadata={"help": "top-k size (default: an eighth of the pixels)"}
+    )
+    measure_k: int | None = field(
+        default=None, metadata={"help": "k of the reported top-k intersection (default: k)"}
+    )
+    n_restarts: int = field(default=1, metadata={"help": "attack restarts, the worst kept"})
+    surrogate_beta: float | None = field(
+        default=10.0, metadata={"help": "softplus beta of the attack's surrogate"}
+    )
+    internal_batch_size: int | None = field(
+        default=None, metadata={"help": "images per gradient computation (default: by size)"}
+    )
+
+    def __post_init__(self) -> None:
+        if self.epsilon is not None:
+            check_linf_budget(self.epsilon, "epsilon")
+        check_optional_positive(self.step_size, "step_size")
+        check_positive(self.n_steps, "n_steps", integer=True)
+        check_optional_positive(self.k, "k", integer=True)
+        check_optional_positive(self.measure_k, "measure_k", integer=True)
+        check_positive(self.n_restarts, "n_restarts", integer=True)
+        check_optional_positive(self.surrogate_beta, "surrogate_beta")
+        if self.surrogate_beta is not None and not math.isfinite(self.surrogate_beta):
+            raise ValueError(
+                f"`surrogate_beta` must be finite (or None), got {self.surrogate_beta}"
+            )
+        check_optional_positive(self.internal_batch_size, "internal_batch_size", integer=True)
+
+    def resolved(self, height: int, width: int) -> AttackOptions:
+        """A copy with every size-dependent default filled in and checked against the size.
+
+        Example:
+            >>> o = AttackOptions(n_steps=3).resolved(28, 28)
+            >>> o.epsilon, o.k, o.measure_k, round(o.step_size, 4)
+            (0.1, 98, 98, 0.0667)
+        """
+        epsilon = self.epsilon if self.epsilon is not None else default_epsilon(height, width)
+        k = check_k(self.k if self.k is not None else default_k(height, width), "k", height, width)
+        measure_k = check_k(
+            self.measure_k if self.measure_k is not None else k, "measure_k", height, width
+        )
+        step = self.step_size if self.step_size is not None else None
+        return dataclasses.replace(
+            self,
+            epsilon=float(epsilon),
+            k=k,
+            measure_k=measure_k,
+            step_size=float(step if step is not None else default_step_size(epsilon, self.n_steps)),
+        )
+
+    def attack_options(self) -> AttackOptions:
+        """Just the attack's options (a subclass such as `EvaluationSettings` holds more).
+
+        Example:
+            >>> AttackOptions(n_steps=2).attack_options()
+            AttackOptions(epsilon=None, step_size=None, n_steps=2, k=None, measure_k=None, \
+n_restarts=1, surrogate_beta=10.0, internal_batch_size=None)
+        """
+        names = [f.name for f in dataclasses.fields(AttackOptions)]
+        return AttackOptions(**{name: getattr(self, name) for name in names})

@@ -1,0 +1,177 @@
+"""The evaluation engine: what is measured, on which images, with which settings, defined once.
+
+`run_parts(model, inputs, labels, settings)` puts the model in eval mode (every module's own flag
+restored after), predicts, resolves the settings' size-dependent defaults, runs every part the
+settings name (`robust_train.evaluation.PARTS`) and returns their per-image values under the
+project's key scheme (`robust_train.evaluation.measures`). `summarize` reduces them (means with
+95% intervals over images, NaN left out; counts summed) into the JSON-ready dict that
+`robust-train evaluate`/`compare`, the demo and the leaderboard write; the monitors reduce the same
+values across DDP ranks with `robust_train.metrics.KeyedMean`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from robust_train._runtime import eval_mode, predict, require_grad_mode
+from robust_train._validation import check_images, check_target
+from robust_train.evaluation.measures import measure_of
+from robust_train.evaluation.parts import Curve, EvaluationPart, get_part
+from robust_train.evaluation.parts.base import AttackExamples
+from robust_train.evaluation.settings import EvaluationSettings
+from robust_train.metrics.functional import mean_confidence_interval
+
+__all__ = ["Evaluation", "build_parts", "mean_and_ci", "run_parts", "summarize"]
+
+
+@dataclass
+class Evaluation:
+    """Per-image values of one evaluation, by key, with the curves, examples and part timings.
+
+    Attributes:
+        settings: the resolved settings used.
+        values: key -> per-image values (B,) (NaN: not measured for that image).
+        curves: curve key -> per-image curves.
+        examples: a few attacked images for figures.
+        seconds: part name -> wall seconds.
+    """
+
+    settings: EvaluationSettings
+    values: dict[str, Tensor] = field(default_factory=dict)
+    curves: dict[str, Curve] = field(default_factory=dict)
+    examples: dict[str, AttackExamples] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def build_parts(settings: EvaluationSettings, height: int, width: int) -> list[EvaluationPart]:
+    """The settings' parts, bound to the settings resolved for `height` x `width` images.
+
+    Example:
+        >>> [p.name for p in build_parts(EvaluationSettings(parts=("lipschitz",)), 8, 8)]
+        ['lipschitz']
+    """
+    resolved = settings.resolved(height, width)
+    return [get_part(name)(resolved) for name in resolved.parts]
+
+
+def run_parts(
+    model: nn.Module,
+    inputs: Tensor,
+    labels: Tensor,
+    settings: EvaluationSettings | None = None,
+    *,
+    parts: list[EvaluationPart] | None = None,
+    predictions: Tensor | None = None,
+    progress: bool = False,
+) -> Evaluation:
+    """Run the parts on one model and held-out images (all of them; see `n_samples` in
+    `evaluate_classifier`); `accuracy` is reported per image too. `predictions` (the model's
+    labels, when the caller has them) saves a forward.
+
+    Example:
+        >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3),
+        ...                           torch.nn.Softplus(), torch.nn.Linear(3, 2))
+        >>> s = EvaluationSettings(parts=("lipschitz",), explainers=("saliency",),
+        ...                        lipschitz_samples=2)
+        >>> ev = run_parts(net, torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 0, 1]), s)
+        >>> sorted(ev.values), ev.values["lipschitz/saliency/lipschitz"].shape
+        (['accuracy', 'lipschitz/saliency/lipschitz'], torch.Size([4]))
+    """
+    check_images(inputs, "inputs")
+    labels = check_target(labels, inputs.shape[0], "labels").to(inputs.device)
+    require_grad_mode("evaluation")
+    if parts is None:
+        parts = build_parts(settings or EvaluationSettings(), *inputs.shape[-2:])
+    resolved = parts[0].settings if parts else (settings or EvaluationSettings())
+    evaluation = Evaluation(settings=resolved)
+    with eval_mode(model), torch.enable_grad():
+        pred = predict(model, inputs, 256) if predictions is None else predictions
+        evaluation.values["accuracy"] = (pred == labels).float()
+        bar = tqdm(
+            total=len(parts), desc="robustness evaluation", disable=not progress, leave=False
+        )
+        for part in parts:
+            part.progress = progress
+            bar.set_postfix_str(part.name)
+            start = time.perf_counter()
+            out = part.run(model, inputs, labels, pred)
+            evaluation.seconds[part.name] = time.perf_counter() - start
+            evaluation.values.update(out.values)
+            evaluation.curves.update(out.curves)
+            evaluation.examples.update(out.examples)
+            bar.update()
+        bar.close()
+    return evaluation
+
+
+def mean_and_ci(values: Tensor) -> dict[str, float]:
+    """Mean of the finite values with a 95% Student-t interval over images (NaN entries dropped).
+
+    Example:
+        >>> mean_and_ci(torch.tensor([1.0, 3.0, float("nan")]))["mean"]
+        2.0
+    """
+    v = values.detach()[torch.isfinite(values.detach())].double()
+    if v.numel() == 0:
+        return {"mean": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": 0}
+    mean, low, high = (float(t) for t in mean_confidence_interval(v))
+    return {"mean": mean, "ci_low": low, "ci_high": high, "n": int(v.numel())}
+
+
+def summarize(evaluation: Evaluation) -> dict[str, Any]:
+    """The JSON-ready reduction of an evaluation.
+
+    Layout: `measures` (key -> mean over the images that key measured, or the sum for counts:
+    `Measure.reduce`), `intervals` (key -> [low, high], 95% over images, for means), `counts`
+    (key -> images measured), `curves` (key -> {"xs", "xname", line -> mean curve}), `seconds`
+    (part -> s), `settings`; `n_images`; `_examples` (figures' tensors, not JSON).
+
+    Example:
+        >>> ev = Evaluation(EvaluationSettings(), values={"accuracy": torch.tensor([1.0, 0.0])})
+        >>> summarize(ev)["measures"]
+        {'accuracy': 0.5}
+    """
+    measures: dict[str, float] = {}
+    intervals: dict[str, list[float]] = {}
+    counts: dict[str, int] = {}
+    for key, values in evaluation.values.items():
+        finite = values.detach()[torch.isfinite(values.detach())]
+        counts[key] = int(finite.numel())
+        if measure_of(key).reduce == "sum":
+            measures[key] = float(finite.sum())
+            continue
+        stats = mean_and_ci(values)
+        measures[key] = stats["mean"]
+        intervals[key] = [stats["ci_low"], stats["ci_high"]]
+    return {
+        "measures": measures,
+        "intervals": intervals,
+        "counts": counts,
+        "n_images": int(next(iter(evaluation.values.values())).shape[0])
+        if evaluation.values
+        else 0,
+        "curves": {key: _mean_curve(c) for key, c in evaluation.curves.items()},
+        "seconds": dict(evaluation.seconds),
+        "settings": {
+            k: list(v) if isinstance(v, tuple) else v
+            for k, v in dataclasses.asdict(evaluation.settings).items()
+            if k != "extra"
+        },
+        "_examples": evaluation.examples,
+    }
+
+
+def _mean_curve(curve: Curve) -> dict[str, Any]:
+    out: dict[str, Any] = {"xs": list(curve.xs), "xname": curve.xname}
+    for name, lines in curve.lines.items():
+        finite = torch.isfinite(lines).all(1)
+        out[name] = lines[finite].mean(0).tolist() if bool(finite.any()) else []
+    return out

@@ -1,0 +1,159 @@
+"""The base class of evaluation parts and the registry every caller reads.
+
+A part measures one thing on a batch of held-out images (the fragility attacks, the Lipschitz
+estimate, the fidelity curves, ...) and returns PER-IMAGE values under the project's key scheme
+(`robust_train.evaluation.measures`). The evaluation engine runs the parts that the settings
+name and reduces their values; `robust-train evaluate`/`compare`, the monitors (callbacks), the
+demo and the leaderboard all measure through it, so a new part is ONE file: a subclass of
+`EvaluationPart` registered with `@register_part("name")` (plus `register_measure` for any new
+measure it reports). `EvaluationSettings(parts=(..., "name"))` and
+`RobustnessMonitor(include=[..., "name"])` then run it, and every report shows its keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+from torch import Tensor, nn
+
+__all__ = [
+    "PARTS",
+    "AttackExamples",
+    "Curve",
+    "EvaluationPart",
+    "PartOutput",
+    "get_part",
+    "register_part",
+]
+
+
+@dataclass
+class AttackExamples:
+    """A few attacked images: rows of (input, clean map, attacked input, attacked map)."""
+
+    title: str
+    inputs: Tensor
+    clean_maps: Tensor
+    adversarial: Tensor
+    attacked_maps: Tensor
+    scores: Tensor  # per row: top-k intersection, listed in the caption
+
+    @property
+    def caption(self) -> str:
+        """The title, the column order and each row's top-k intersection."""
+        scores = ", ".join(f"{float(v):.2f}" for v in self.scores)
+        return (
+            f"{self.title}; columns: input | clean map | attacked input | attacked map; "
+            f"top-k intersection per row: {scores}"
+        )
+
+
+@dataclass
+class Curve:
+    """Per-image curves over a shared x axis (e.g. MIF/LIF fidelity curves).
+
+    Attributes:
+        xs: the x values (S,).
+        xname: what x is.
+        lines: line name -> per-image values (B, S); the engine and the monitors average them.
+    """
+
+    xs: list[float]
+    xname: str
+    lines: dict[str, Tensor]
+
+
+@dataclass
+class PartOutput:
+    """What one part measured on a batch: per-image values (B,) by key (NaN: not measured for
+    that image), curves, and a few examples for figures (`robust_train.callbacks._figures`)."""
+
+    values: dict[str, Tensor] = field(default_factory=dict)
+    curves: dict[str, Curve] = field(default_factory=dict)
+    examples: dict[str, AttackExamples] = field(default_factory=dict)
+
+
+class EvaluationPart:
+    """One measured thing, bound to resolved settings (`EvaluationSettings.resolved`).
+
+    Subclasses set `name` (by `register_part`), and implement `keys` (every key `run` reports,
+    known before any work: the monitors check at fit start that no two of them log one key) and
+    `run`. Parts run with the model in eval mode and gradients enabled.
+
+    Args:
+        settings: resolved evaluation settings (size-dependent defaults filled in).
+    """
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, settings: Any) -> None:
+        self.settings = settings  # an EvaluationSettings (which imports this module)
+        self.progress = False  # set by the engine: show progress inside long steps
+
+    def keys(self) -> tuple[str, ...]:
+        """The measure keys this part reports."""
+        raise NotImplementedError
+
+    def curve_keys(self) -> dict[str, tuple[int, tuple[str, ...]]]:
+        """Curve key -> (number of points, line names) of the curves it reports (default none)."""
+        return {}
+
+    def run(
+        self, model: nn.Module, inputs: Tensor, labels: Tensor, predictions: Tensor
+    ) -> PartOutput:
+        """Measure on `inputs` (B, C, H, W) with their labels and the model's predictions."""
+        raise NotImplementedError
+
+
+class _Registry(dict[str, type[EvaluationPart]]):
+    """name -> part class; iterating gives the names, in registration order."""
+
+    def __repr__(self) -> str:
+        return f"PARTS({list(self)})"
+
+
+PARTS: _Registry = _Registry()
+
+P = TypeVar("P", bound=type[EvaluationPart])
+
+
+def register_part(name: str) -> Callable[[P], P]:
+    """Class decorator: register an `EvaluationPart` subclass under `name`.
+
+    Example:
+        >>> @register_part("doc_part")
+        ... class DocPart(EvaluationPart):
+        ...     def keys(self):
+        ...         return ("doc_part/saliency/accuracy",)
+        >>> get_part("doc_part").name
+        'doc_part'
+        >>> _ = PARTS.pop("doc_part")
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"a part name must be an identifier, got {name!r}")
+
+    def decorate(cls: P) -> P:
+        if not (isinstance(cls, type) and issubclass(cls, EvaluationPart)):
+            raise TypeError(f"`{name}` must be an EvaluationPart subclass, got {cls!r}")
+        taken = PARTS.get(name)
+        if taken is not None and taken.__qualname__ != cls.__qualname__:
+            raise ValueError(f"part {name!r} is already registered ({taken})")
+        cls.name = name
+        PARTS[name] = cls
+        return cls
+
+    return decorate
+
+
+def get_part(name: object) -> type[EvaluationPart]:
+    """The part class registered as `name`; the error lists the registered names.
+
+    Example:
+        >>> get_part("lipschitz").name
+        'lipschitz'
+    """
+    if not isinstance(name, str) or name not in PARTS:
+        raise ValueError(f"Unknown `parts` entry {name!r}; expected one of {list(PARTS)}")
+    return PARTS[name]

@@ -1,0 +1,141 @@
+"""The fragility part: attacks on the explanations of held-out images (Ghorbani et al. 2019).
+
+For every attacked explainer and every attack objective of the settings, the correctly classified
+images (all images, with their predicted class, when `correct_only` is False) are attacked with
+`robust_train.attacks.fragility_attack` and each image's measures are reported under
+`attack/<explainer>/<objective>/<measure>`; images not attacked get NaN. Images the attack could
+not move are NaN too and counted in `.../n_unmeasured` (never robust). `n_attacked` counts the
+attacked images.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from robust_train.attacks import fragility_attack, get_objective
+from robust_train.attacks.defaults import target_region
+from robust_train.attacks.result import FragilityResult
+from robust_train.evaluation.measures import Measure, attack_key, register_measure
+from robust_train.evaluation.parts.base import (
+    AttackExamples,
+    EvaluationPart,
+    PartOutput,
+    register_part,
+)
+from robust_train.explain import bind_settings, explainer_name
+
+__all__ = ["FragilityPart"]
+
+N_EXAMPLES = 4
+
+register_measure(
+    Measure(
+        "clean_region_mass",
+        "clean map mass in target region",
+        None,
+        meaning="the clean map's share in the targeted attack's region: the reference its "
+        "`region_mass` is read against",
+    )
+)
+register_measure(
+    Measure(
+        "improved",
+        "images the attack moved",
+        None,
+        meaning="share of attacked images where a label-keeping iterate beat the clean input "
+        "(0 means the attack found nothing within its budget)",
+    )
+)
+
+
+@register_part("fragility")
+class FragilityPart(EvaluationPart):
+    """Every attack of the settings on every attacked explainer (see the module docstring)."""
+
+    def keys(self) -> tuple[str, ...]:
+        keys = ["n_attacked"]
+        for explainer in self.settings.attack_explainers:
+            name = explainer_name(explainer)
+            for attack in self.settings.attacks:
+                keys += [attack_key(name, attack, m) for m in _measures(attack)]
+        return tuple(keys)
+
+    def run(
+        self, model: nn.Module, inputs: Tensor, labels: Tensor, predictions: Tensor
+    ) -> PartOutput:
+        s = self.settings
+        attacked = (
+            predictions == labels if s.correct_only else torch.ones_like(labels, dtype=torch.bool)
+        )
+        target = labels if s.correct_only else predictions
+        out = PartOutput(values={"n_attacked": attacked.float()})
+        for explainer in s.attack_explainers:
+            name = explainer_name(explainer)
+            for attack in s.attacks:
+                result = self.attack(model, inputs[attacked], target[attacked], explainer, attack)
+                for measure, value in _values(result, attacked, _measures(attack)).items():
+                    out.values[attack_key(name, attack, measure)] = value
+                if result is not None and explainer == s.attack_explainers[0]:
+                    out.examples[attack_key(name, attack, "examples")] = _examples(
+                        name, attack, s.epsilon, inputs[attacked], result
+                    )
+        return out
+
+    def attack(
+        self, model: nn.Module, x: Tensor, y: Tensor, explainer: object, attack: str
+    ) -> FragilityResult | None:
+        """One attack with the settings (None when no image is attacked)."""
+        if not len(x):
+            return None
+        region = None
+        if get_objective(attack).needs_region:
+            region = target_region(*x.shape[-2:]).to(x.device)
+        return fragility_attack(
+            model,
+            x,
+            y,
+            explainer=bind_settings(explainer, self.settings),
+            objective=attack,
+            target_region=region,
+            seed=self.settings.seed,
+            progress=self.progress,
+            options=self.settings,
+        )
+
+
+def _measures(attack: str) -> tuple[str, ...]:
+    """What an attack reports: its objective's `report_metrics` (and the clean map's mass in the
+    region, beside an attack that pulls it there), `n_unmeasured`, `improved`."""
+    objective = get_objective(attack)
+    region = ("clean_region_mass",) if objective.needs_region else ()
+    return (*objective.report_metrics, *region, "n_unmeasured", "improved")
+
+
+def _values(
+    result: FragilityResult | None, attacked: Tensor, measures: tuple[str, ...]
+) -> dict[str, Tensor]:
+    """The result's per-image values scattered back to the whole batch (NaN where not attacked;
+    all NaN when no image was)."""
+    values = result.values() if result is not None else {}
+    out = {}
+    for measure in measures:
+        full = torch.full(attacked.shape, float("nan"), device=attacked.device)
+        if measure in values:
+            full[attacked] = values[measure].to(full.device)
+        out[measure] = full
+    return out
+
+
+def _examples(
+    name: str, attack: str, epsilon: float | None, x: Tensor, result: FragilityResult
+) -> AttackExamples:
+    n = min(N_EXAMPLES, len(result))
+    return AttackExamples(
+        title=f"{attack} attack on {name} (eps={epsilon:.3g})",
+        inputs=x[:n].detach().cpu(),
+        clean_maps=result.clean_map[:n].detach().cpu(),
+        adversarial=result.adversarial[:n].detach().cpu(),
+        attacked_maps=result.attacked_map[:n].detach().cpu(),
+        scores=result.topk_intersection[:n].detach().cpu(),
+    )

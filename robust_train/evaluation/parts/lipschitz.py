@@ -1,0 +1,52 @@
+"""The Lipschitz part: the local Lipschitz estimate of each explainer (Alvarez-Melis & Jaakkola
+2018), per image, under `lipschitz/<explainer>/lipschitz` (lower is more robust).
+
+L(x) = max_{x' in B(x, r)} ||E(x) - E(x')||_2 / ||x - x'||_2, estimated from below with
+`lipschitz_samples` explainer calls per image (`robust_train.metrics.functional.
+local_lipschitz_estimate`), explaining the predicted class; the draws come from the settings'
+seed, so evaluations (and a monitor's epochs) are compared on the same draws.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from robust_train.evaluation.measures import part_key
+from robust_train.evaluation.parts.base import EvaluationPart, PartOutput, register_part
+from robust_train.explain import bind_settings, explainer_name
+from robust_train.metrics.functional import local_lipschitz_estimate
+
+__all__ = ["LipschitzPart"]
+
+
+@register_part("lipschitz")
+class LipschitzPart(EvaluationPart):
+    """The local Lipschitz estimate of every explainer of the settings."""
+
+    def keys(self) -> tuple[str, ...]:
+        return tuple(
+            part_key("lipschitz", explainer_name(e), "lipschitz") for e in self.settings.explainers
+        )
+
+    def run(
+        self, model: nn.Module, inputs: Tensor, labels: Tensor, predictions: Tensor
+    ) -> PartOutput:
+        s = self.settings
+        assert s.lipschitz_radius is not None, "resolved settings"
+        out = PartOutput()
+        for explainer in s.explainers:
+            out.values[part_key("lipschitz", explainer_name(explainer), "lipschitz")] = (
+                local_lipschitz_estimate(
+                    model,
+                    inputs,
+                    predictions,
+                    explainer=bind_settings(explainer, s),
+                    radius=s.lipschitz_radius,
+                    n_samples=s.lipschitz_samples,
+                    search=s.lipschitz_search,
+                    normalize_maps=s.lipschitz_normalize,
+                    internal_batch_size=s.internal_batch_size,
+                    seed=s.seed,
+                )
+            )
+        return out

@@ -27,6 +27,7 @@ from robust_train.explain.integrated import (  # isort: skip
     integration_rule,
 )
 from robust_train.explain.smooth import smoothgrad  # isort: skip
+from robust_train.explain.lrp import LRP_COMPOSITES, lrp  # isort: skip
 from robust_train.explain.perturbation import (  # isort: skip
     NotDifferentiableError,
     meaningful_perturbation,
@@ -37,6 +38,7 @@ from robust_train.explain.protocol import Explainer
 __all__ = [
     "EXPLAINERS",
     "INTEGRATION_METHODS",
+    "LRP_COMPOSITES",
     "BoundExplainer",
     "Explainer",
     "ExplainerSpec",
@@ -51,6 +53,7 @@ __all__ = [
     "integrated_gradients",
     "integration_rule",
     "is_differentiable",
+    "lrp",
     "meaningful_perturbation",
     "normalize_map",
     "register_explainer",

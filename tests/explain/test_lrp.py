@@ -194,6 +194,25 @@ def test_a_later_backward_is_the_true_second_order_gradient(composite, epsilon):
         assert grad[index].item() == pytest.approx((up - down) / (2 * h), rel=1e-5, abs=1e-9)
 
 
+def test_zennit_own_second_order_misses_terms_that_ours_keeps():
+    """Why robust_train.explain._lrp_rules exists: zennit 0.5.1's `Gradient(create_graph=True)`
+    detaches the modified weights and drops the top layer's 1/z dependence, so the gradient of
+    a function of its map is wrong (here about 17x too small and of the wrong sign)."""
+    from zennit.attribution import Gradient
+    from zennit.composites import EpsilonPlus
+    from zennit.rules import Pass
+
+    model = _smooth_model()
+    model[2] = nn.Identity()  # no BatchNorm: no canonizer needed on Zennit's side
+    x, t = torch.rand(2, 1, 6, 6, dtype=torch.float64, requires_grad=True), torch.tensor([1, 3])
+    with Gradient(model, EpsilonPlus(layer_map=[(Normalize, Pass())]), create_graph=True) as a:
+        _, theirs = a(x, torch.eye(5, dtype=torch.float64)[t])
+    ours = lrp(model, x, t, create_graph=True)
+    torch.testing.assert_close(ours, theirs)  # the same map
+    g_theirs, g_ours = (torch.autograd.grad(r.pow(2).sum(), x)[0] for r in (theirs, ours))
+    assert (g_theirs - g_ours).abs().max() > 0.1 * g_ours.abs().max()
+
+
 def _state(model: nn.Module) -> list:
     return [
         (

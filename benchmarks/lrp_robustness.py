@@ -144,10 +144,14 @@ def sweep(args) -> str:
 
     natural = load_classifier(NATURAL)
     xs, ys = correct(natural, x, y, args.images)
-    rows = [
-        f"| natural | {accuracy(natural, x, y):.3f} | "
-        f"{attacked(natural, xs, ys, 'lrp')['topk']:.3f} | |"
-    ]
+    rows = (
+        []
+        if args.skip_natural
+        else [
+            f"| natural | {accuracy(natural, x, y):.3f} | "
+            f"{attacked(natural, xs, ys, 'lrp')['topk']:.3f} | |"
+        ]
+    )
     for weight in args.weights:
         model, seconds, _ = finetune(weight, limit_batches=args.limit_batches)
         if args.save_dir is not None:
@@ -254,6 +258,7 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--weights", type=float, nargs="+", default=[1.0, 3.0, 10.0, 30.0])
     parser.add_argument("--weight", type=float, default=10.0)
     parser.add_argument("--limit-batches", type=int, default=None, help="smoke runs only")
+    parser.add_argument("--skip-natural", action="store_true", help="sweep: no natural row")
     parser.add_argument("--save-dir", type=Path, default=None, help="sweep: keep state dicts")
     parser.add_argument("--load", type=Path, default=None, help="table: a sweep state dict")
     parser.add_argument(

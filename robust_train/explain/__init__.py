@@ -27,11 +27,11 @@ from robust_train.explain.integrated import (  # isort: skip
     integration_rule,
 )
 from robust_train.explain.smooth import smoothgrad  # isort: skip
-from robust_train.explain.lrp import LRP_COMPOSITES, lrp  # isort: skip
 from robust_train.explain.perturbation import (  # isort: skip
     NotDifferentiableError,
     meaningful_perturbation,
 )
+from robust_train.explain.lrp import LRP_COMPOSITES, lrp  # isort: skip
 from robust_train.explain.maps import flat_importance, importance_map, normalize_map
 from robust_train.explain.protocol import Explainer
 

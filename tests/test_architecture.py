@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "robust_train"
 # top-level module or package of robust_train is placed here (a test checks it), so a new one is
 # placed deliberately.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_validation", "_runtime", "_quiet", "_options"),
+    ("_validation", "_runtime", "_quiet", "_options", "_registry"),
     ("models", "data"),
     ("explain",),
     ("attacks", "regularizers"),

@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from robust_train._options import takes_options
-from robust_train.callbacks._base import RobustnessCallback
-from robust_train.callbacks.robustness import BASE_OPTIONS, RobustnessMonitor
-from robust_train.evaluation import MONITOR_DEFAULTS, EvaluationSettings
+from robust_train.callbacks.robustness import RobustnessMonitor
 
 __all__ = ["FidelityMonitor"]
 
 
-@takes_options(
-    EvaluationSettings,
-    defaults=MONITOR_DEFAULTS,
-    exclude=BASE_OPTIONS,
-    also=RobustnessCallback.__init__,
-)
 class FidelityMonitor(RobustnessMonitor):
     """MIF and LIF perturbation curves of explainers on held-out images (Brocki & Chung 2022).
 
@@ -40,6 +29,4 @@ class FidelityMonitor(RobustnessMonitor):
     """
 
     name = "fidelity"
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(include=("fidelity",), **kwargs)
+    include = ("fidelity",)

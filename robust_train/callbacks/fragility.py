@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from robust_train._options import takes_options
-from robust_train.callbacks._base import RobustnessCallback
-from robust_train.callbacks.robustness import BASE_OPTIONS, RobustnessMonitor
-from robust_train.evaluation import MONITOR_DEFAULTS, EvaluationSettings
+from robust_train.callbacks.robustness import RobustnessMonitor
 
 __all__ = ["FragilityMonitor"]
 
 
-@takes_options(
-    EvaluationSettings,
-    defaults=MONITOR_DEFAULTS,
-    exclude=BASE_OPTIONS,
-    also=RobustnessCallback.__init__,
-)
 class FragilityMonitor(RobustnessMonitor):
     """Fragility attacks on the explanations of held-out images (Ghorbani, Abid & Zou, AAAI 2019).
 
@@ -45,6 +34,4 @@ class FragilityMonitor(RobustnessMonitor):
     """
 
     name = "fragility"
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(include=("fragility",), **kwargs)
+    include = ("fragility",)

@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from robust_train._options import takes_options
-from robust_train.callbacks._base import RobustnessCallback
-from robust_train.callbacks.robustness import BASE_OPTIONS, RobustnessMonitor
-from robust_train.evaluation import MONITOR_DEFAULTS, EvaluationSettings
+from robust_train.callbacks.robustness import RobustnessMonitor
 
 __all__ = ["LipschitzMonitor"]
 
 
-@takes_options(
-    EvaluationSettings,
-    defaults=MONITOR_DEFAULTS,
-    exclude=BASE_OPTIONS,
-    also=RobustnessCallback.__init__,
-)
 class LipschitzMonitor(RobustnessMonitor):
     """Local Lipschitz estimate of explainers on held-out images (Alvarez-Melis & Jaakkola 2018).
 
@@ -40,6 +29,4 @@ class LipschitzMonitor(RobustnessMonitor):
     """
 
     name = "lipschitz"
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(include=("lipschitz",), **kwargs)
+    include = ("lipschitz",)

@@ -42,12 +42,18 @@ PREFIX = "robustness/"
 BASE_OPTIONS = ("n_samples", "seed", "internal_batch_size", "parts")
 
 
-@takes_options(
-    EvaluationSettings,
-    defaults=MONITOR_DEFAULTS,
-    exclude=BASE_OPTIONS,
-    also=RobustnessCallback.__init__,
-)
+def _monitor_options(cls: type) -> type:
+    """Give a monitor class the evaluation settings and the callback options as its keyword
+    arguments (what `help()`, IDEs and LightningCLI configs see)."""
+    return takes_options(
+        EvaluationSettings,
+        defaults=MONITOR_DEFAULTS,
+        exclude=BASE_OPTIONS,
+        also=RobustnessCallback.__init__,
+    )(cls)
+
+
+@_monitor_options
 class RobustnessMonitor(RobustnessCallback):
     """Run evaluation parts (fragility, lipschitz, fidelity, ...) on held-out images in training.
 
@@ -74,6 +80,19 @@ class RobustnessMonitor(RobustnessCallback):
     """
 
     name = "robustness"
+    include: tuple[str, ...] = ()  # a preset subclass: the one set of parts it runs
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass that sets `include` is a preset: it takes every option but `include`."""
+        super().__init_subclass__(**kwargs)
+        if cls.include and "__init__" not in cls.__dict__:
+            parts = cls.include
+
+            def __init__(self: RobustnessMonitor, **options: Any) -> None:
+                RobustnessMonitor.__init__(self, include=parts, **options)
+
+            cls.__init__ = __init__  # type: ignore[method-assign,assignment]
+            _monitor_options(cls)
 
     def __init__(
         self, include: Sequence[str] = ("fragility", "lipschitz", "fidelity"), **kwargs: Any

@@ -44,16 +44,17 @@ class _TorchvisionDataModule(ImageDataModule):
 
     def __init__(
         self,
-        data_dir: str,
-        download: bool,
-        batch_size: int,
-        val_size: int,
-        seed: int,
-        num_workers: int,
-        resize: int | Sequence[int] | None,
-        subset: int | None,
+        data_dir: str = "data",
+        download: bool = False,
+        batch_size: int = 128,
+        val_size: int = 5000,
+        seed: int = 0,
+        num_workers: int = 0,
+        resize: int | Sequence[int] | None = None,
+        subset: int | None = None,
     ):
         super().__init__(batch_size, num_workers)
+        self.save_hyperparameters()
         check_non_negative(val_size, "val_size", integer=True)
         check_non_negative(seed, "seed", integer=True)
         if subset is not None:
@@ -168,22 +169,6 @@ class MNISTDataModule(_TorchvisionDataModule):
     channels = 1
     names = [str(i) for i in range(10)]
 
-    def __init__(
-        self,
-        data_dir: str = "data",
-        download: bool = False,
-        batch_size: int = 128,
-        val_size: int = 5000,
-        seed: int = 0,
-        num_workers: int = 0,
-        resize: int | Sequence[int] | None = None,
-        subset: int | None = None,
-    ):
-        super().__init__(
-            data_dir, download, batch_size, val_size, seed, num_workers, resize, subset
-        )
-        self.save_hyperparameters()
-
     def data_folder(self) -> Path:
         return self.data_dir / self.dataset_cls.__name__ / "raw"
 
@@ -219,22 +204,6 @@ class CIFAR10DataModule(_TorchvisionDataModule):
     native_size = (32, 32)
     channels = 3
     names = CIFAR10_CLASSES
-
-    def __init__(
-        self,
-        data_dir: str = "data",
-        download: bool = False,
-        batch_size: int = 128,
-        val_size: int = 5000,
-        seed: int = 0,
-        num_workers: int = 0,
-        resize: int | Sequence[int] | None = None,
-        subset: int | None = None,
-    ):
-        super().__init__(
-            data_dir, download, batch_size, val_size, seed, num_workers, resize, subset
-        )
-        self.save_hyperparameters()
 
     def data_folder(self) -> Path:
         return self.data_dir / self.dataset_cls.base_folder

@@ -158,12 +158,13 @@ class IGNorm(PenaltyTerm):
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
     ) -> Tensor:
-        return _ig_objective(model, inputs, target, self.options, self.generator, None)
+        beta = getattr(self.options, "beta", None)  # IG-SUM-NORM's options add it
+        return _ig_objective(model, inputs, target, self.options, self.generator, beta)
 
 
 @register_penalty("ig_sum_norm")
 @takes_options(IGSumOptions)
-class IGSumNorm(PenaltyTerm):
+class IGSumNorm(IGNorm):
     """IG-SUM-NORM (Chen et al. 2019): max_{x'} CE(x') + beta ||IG(x, x')||_1 replaces the CE.
 
     `replaces_task_loss` is True: RobustClassifier optimises weight * this value instead of the
@@ -174,20 +175,8 @@ class IGSumNorm(PenaltyTerm):
         True
     """
 
-    double_backprop = True
     replaces_task_loss = True
     options_class = IGSumOptions
-    test_options = {"n_steps": 2, "n_attack_points": 2, "n_points": 3}
-
-    def __init__(
-        self, weight: float = 1.0, name: str | None = None, seed: int | None = None, **options: Any
-    ) -> None:
-        super().__init__(weight, name, seed, **options)
-
-    def penalty(
-        self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
-    ) -> Tensor:
-        return _ig_objective(model, inputs, target, self.options, self.generator, self.options.beta)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, beta={self.options.beta}"

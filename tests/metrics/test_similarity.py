@@ -9,7 +9,7 @@ import pytest
 import scipy.stats
 import torch
 
-from robust_train.metrics.functional.similarity import (
+from robust_train.explain.similarity import (
     center_of_mass,
     center_of_mass_shift,
     kendall_tau,

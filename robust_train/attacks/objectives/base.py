@@ -15,6 +15,7 @@ from typing import ClassVar, TypeVar
 import torch
 from torch import Tensor
 
+from robust_train._registry import Registry, class_decorator, lookup
 from robust_train.explain.maps import normalize_map
 from robust_train.explain.ranked_reference import RankedReference
 from robust_train.explain.similarity import topk_mask
@@ -106,14 +107,7 @@ class FragilityObjective:
         return (new[0] < best[0]) | ((new[0] == best[0]) & (new[1] < best[1]))
 
 
-class _Registry(dict[str, type[FragilityObjective]]):
-    """name -> objective class; iterating gives the names, in registration order."""
-
-    def __repr__(self) -> str:
-        return f"OBJECTIVES({list(self)})"
-
-
-OBJECTIVES: _Registry = _Registry()
+OBJECTIVES: Registry[type[FragilityObjective]] = Registry("OBJECTIVES")
 
 T = TypeVar("T", bound=type[FragilityObjective])
 
@@ -130,19 +124,7 @@ def register_objective(name: str) -> Callable[[T], T]:
         'doc_example'
         >>> _ = OBJECTIVES.pop("doc_example")
     """
-    if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"an objective name must be an identifier, got {name!r}")
-
-    def decorate(cls: T) -> T:
-        if not (isinstance(cls, type) and issubclass(cls, FragilityObjective)):
-            raise TypeError(f"`{name}` must be a FragilityObjective subclass, got {cls!r}")
-        if name in OBJECTIVES and OBJECTIVES[name] is not cls:
-            raise ValueError(f"objective {name!r} is already registered ({OBJECTIVES[name]})")
-        cls.name = name
-        OBJECTIVES[name] = cls
-        return cls
-
-    return decorate
+    return class_decorator(OBJECTIVES, name, FragilityObjective, "objective")
 
 
 def get_objective(name: object) -> type[FragilityObjective]:
@@ -152,6 +134,4 @@ def get_objective(name: object) -> type[FragilityObjective]:
         >>> get_objective("topk").needs_gradient, get_objective("random_sign").needs_gradient
         (True, False)
     """
-    if not isinstance(name, str) or name not in OBJECTIVES:
-        raise ValueError(f"Unknown `objective` {name!r}; expected one of {list(OBJECTIVES)}")
-    return OBJECTIVES[name]
+    return lookup(OBJECTIVES, name, "objective")

@@ -18,6 +18,8 @@ from typing import Any, ClassVar, TypeVar
 
 from torch import Tensor, nn
 
+from robust_train._registry import Registry, class_decorator, lookup
+
 __all__ = [
     "PARTS",
     "AttackExamples",
@@ -107,14 +109,7 @@ class EvaluationPart:
         raise NotImplementedError
 
 
-class _Registry(dict[str, type[EvaluationPart]]):
-    """name -> part class; iterating gives the names, in registration order."""
-
-    def __repr__(self) -> str:
-        return f"PARTS({list(self)})"
-
-
-PARTS: _Registry = _Registry()
+PARTS: Registry[type[EvaluationPart]] = Registry("PARTS")
 
 P = TypeVar("P", bound=type[EvaluationPart])
 
@@ -131,20 +126,7 @@ def register_part(name: str) -> Callable[[P], P]:
         'doc_part'
         >>> _ = PARTS.pop("doc_part")
     """
-    if not isinstance(name, str) or not name.isidentifier():
-        raise ValueError(f"a part name must be an identifier, got {name!r}")
-
-    def decorate(cls: P) -> P:
-        if not (isinstance(cls, type) and issubclass(cls, EvaluationPart)):
-            raise TypeError(f"`{name}` must be an EvaluationPart subclass, got {cls!r}")
-        taken = PARTS.get(name)
-        if taken is not None and taken.__qualname__ != cls.__qualname__:
-            raise ValueError(f"part {name!r} is already registered ({taken})")
-        cls.name = name
-        PARTS[name] = cls
-        return cls
-
-    return decorate
+    return class_decorator(PARTS, name, EvaluationPart, "part")
 
 
 def get_part(name: object) -> type[EvaluationPart]:
@@ -154,6 +136,4 @@ def get_part(name: object) -> type[EvaluationPart]:
         >>> get_part("lipschitz").name
         'lipschitz'
     """
-    if not isinstance(name, str) or name not in PARTS:
-        raise ValueError(f"Unknown `parts` entry {name!r}; expected one of {list(PARTS)}")
-    return PARTS[name]
+    return lookup(PARTS, name, "parts")

@@ -1,5 +1,13 @@
 """Pure, batched robustness metrics: one value per image (B,) or per image and step."""
 
+from robust_train.explain.similarity import (
+    center_of_mass,
+    center_of_mass_shift,
+    kendall_tau,
+    spearman_correlation,
+    topk_intersection,
+    topk_mask,
+)
 from robust_train.metrics.functional.confidence import (
     MeanInterval,
     interval_from_moments,
@@ -14,14 +22,6 @@ from robust_train.metrics.functional.lipschitz import (
     lipschitz_ratios,
     local_lipschitz_estimate,
     sample_perturbations,
-)
-from robust_train.metrics.functional.similarity import (
-    center_of_mass,
-    center_of_mass_shift,
-    kendall_tau,
-    spearman_correlation,
-    topk_intersection,
-    topk_mask,
 )
 
 __all__ = [

@@ -13,8 +13,9 @@ from robust_train._runtime import (
     eval_mode,
     require_grad_mode,
 )
-from robust_train._validation import check_images, check_positive, check_target
+from robust_train._validation import check_choice, check_images, check_positive, check_target
 from robust_train.attacks import _loop
+from robust_train.attacks._balls import NORMS
 from robust_train.attacks._setup import check_k, check_region, restart_seeds
 from robust_train.attacks.defaults import default_k
 from robust_train.attacks.objectives import FragilityObjective, get_objective
@@ -33,6 +34,7 @@ def fragility_attack(
     explainer: str | Explainer = "saliency",
     objective: str = "topk",
     epsilon: float,
+    norm: str = "linf",
     step_size: float | None = None,
     n_steps: int = 50,
     k: int | None = None,
@@ -48,9 +50,11 @@ def fragility_attack(
     """Move an explanation as far as possible with an imperceptible, label-keeping perturbation.
 
     Iterative L_inf sign steps (Ghorbani et al. 2019):
-    x_p = clip_[0,1](x_0 + clip_[-eps,eps](x_{p-1} + step_size * sign(d_p) - x_0)), with d_p the
-    gradient of the objective (a class registered in `robust_train.attacks.OBJECTIVES`) taken
-    on the softplus surrogate of the model (`robust_train.models.softplus.smooth_relus`: every
+    x_p = clip_[0,1](x_0 + clip_[-eps,eps](x_{p-1} + step_size * sign(d_p) - x_0)), or with
+    `norm="l2"` L2-normalised steps x_{p-1} + step_size * d_p / ||d_p||_2 projected exactly onto
+    {||x - x_0||_2 <= eps} intersected with [0, 1] (`robust_train.attacks._balls.project`), with
+    d_p the gradient of the objective (a class registered in `robust_train.attacks.OBJECTIVES`)
+    taken on the softplus surrogate of the model (`robust_train.models.softplus.smooth_relus`: every
     ReLU call, module or functional, computes softplus_beta) when the explainer's map of a ReLU
     net is piecewise constant (`ExplainerSpec.piecewise_constant`: the gradient family), or
     random signs. After every step the ORIGINAL model gives the label and the map; the best iterate
@@ -76,7 +80,10 @@ def fragility_attack(
             function of the input and iterates are compared fairly.
         objective: a name in `OBJECTIVES`: "topk", "mass_center", "targeted", "random_sign",
             or one registered with `register_objective`.
-        epsilon: L_inf budget (> 0), e.g. 8/255 for CIFAR-10, 0.1 for 8x8 digits.
+        epsilon: L_inf budget (> 0), e.g. 8/255 for CIFAR-10, 0.1 for 8x8 digits; with
+            `norm="l2"` the L2 radius in the same pixel units.
+        norm: "linf" (default) or "l2": the ball of `epsilon`, the steps (sign or L2-normalised)
+            and the random restart points (uniform in that ball) follow it.
         step_size: step per iteration; default `epsilon / 8` (independent of `n_steps`, so that
             more steps never hurt; the paper's ImageNet run used epsilon / 16 for 300 steps).
         n_steps: iterations per restart.
@@ -117,6 +124,7 @@ def fragility_attack(
         explainer=explainer,
         objective=objective,
         epsilon=epsilon,
+        norm=norm,
         step_size=step_size,
         n_steps=n_steps,
         k=k,
@@ -157,6 +165,7 @@ def _context(
     seed: int | None,
     progress: bool,
     internal_batch_size: int | None,
+    norm: str = "linf",
 ) -> _loop.AttackContext:
     """Check every argument (naming it and its value) before any work; fill in the defaults."""
     if not isinstance(model, nn.Module):
@@ -166,6 +175,7 @@ def _context(
     target = check_target(target, batch).to(inputs.device)
     objective_cls = get_objective(objective)
     check_positive(epsilon, "epsilon")
+    check_choice(norm, "norm", NORMS)
     check_optional_positive(step_size, "step_size")
     check_positive(n_steps, "n_steps", integer=True)
     check_positive(n_restarts, "n_restarts", integer=True)
@@ -186,6 +196,7 @@ def _context(
         explainer_name=name,
         objective_cls=objective_cls,
         epsilon=float(epsilon),
+        norm=norm,
         step_size=float(epsilon) / 8 if step_size is None else float(step_size),
         n_steps=n_steps,
         k=k,

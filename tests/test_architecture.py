@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("models", "data"),
     ("explain",),
     ("attacks", "regularizers"),
-    ("metrics",),
+    ("metrics", "certify"),
     (
         "evaluation",
         "callbacks",
@@ -33,7 +33,16 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "loggers",
         "checkpointing",
     ),
-    ("report", "commands", "cli", "demo", "_lightning_cli", "_checkpoint_io", "__main__"),
+    (
+        "report",
+        "commands",
+        "cli",
+        "demo",
+        "_lightning_cli",
+        "_checkpoint_io",
+        "certify_command",
+        "__main__",
+    ),
 )
 APPLICATION = len(LAYERS) - 1
 

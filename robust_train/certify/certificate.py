@@ -35,7 +35,9 @@ from robust_train.certify.statistics import check_alpha, simultaneous_bounds
 from robust_train.explain.protocol import Explainer
 from robust_train.explain.registry import resolve_explainer
 
-__all__ = ["ExplanationCertificate", "certify_explanations", "check_radius"]
+__all__ = ["RADIUS_GRID", "ExplanationCertificate", "certify_explanations", "check_radius"]
+
+RADIUS_GRID = tuple(i / 4 for i in range(11))  # default radii in units of sigma: 0, 0.25, ..., 2.5
 
 
 @dataclass
@@ -134,7 +136,7 @@ def certify_explanations(
         k: size of the certified top-k set; default `default_k` (H*W // 8, 98 for 28x28).
         kappa: size of the top set of each noisy map (the sparsification); default k.
         alpha: failure probability of each image's certificate, in (0, 1).
-        radii: L2 radii of `certified_overlap`; default 21 radii from 0 to 2.5 sigma.
+        radii: L2 radii of `certified_overlap`; default `RADIUS_GRID` times sigma (0 to 2.5).
         generator, seed: randomness of the noise (exclusive).
         internal_batch_size: noisy copies per explainer call (memory); None: `auto_chunk`.
         progress: tqdm bar over the samples.
@@ -144,7 +146,7 @@ def certify_explanations(
         >>> x = torch.rand(2, 1, 4, 4)
         >>> cert = certify_explanations(net, x, net(x).argmax(1), k=4, n_samples=200, seed=0)
         >>> cert.certified_overlap.shape, cert.overlap_at(0.0).tolist()  # a linear model
-        (torch.Size([2, 21]), [1.0, 1.0])
+        (torch.Size([2, 11]), [1.0, 1.0])
     """
     check_images(inputs, "inputs")
     target = check_target(target, inputs.shape[0]).to(inputs.device)
@@ -219,7 +221,7 @@ def _check_size(value: object, name: str, pixels: int) -> int:
 
 def _radii(radii: Sequence[float] | None, sigma: float, dimension: int) -> Tensor:
     if radii is None:
-        return torch.linspace(0, 2.5 * sigma, 21, dtype=torch.float64)
+        return torch.tensor([round(r * sigma, 12) for r in RADIUS_GRID], dtype=torch.float64)
     values = list(radii) if not isinstance(radii, (int, float)) else [radii]
     if not values:
         raise ValueError("`radii` is empty: give at least one L2 radius")

@@ -71,6 +71,17 @@ def summary_markdown(results: dict[str, Any]) -> str:
     )
     settings = ", ".join(f"{k}={v}" for k, v in s.items() if k not in ("radii", "attack_radii"))
     parts = [title, "\n".join(lines), "\n".join(costs)]
+    floors = [
+        f"{n} {m['resampled_overlap']:.3f}"
+        for n, m in models.items()
+        if m.get("resampled_overlap") is not None
+    ]
+    if floors:
+        parts.append(
+            "Monte Carlo floor (the overlap measured with fresh noise at x itself, unperturbed): "
+            + ", ".join(floors)
+            + "; an attack value close to it means the attack barely moved the smoothed map."
+        )
     parts += [f"Settings: {settings}; {results['split']} split, images {results['images']}."]
     parts += ["## How to read it\n\n" + "\n".join(f"- {note}." for note in READING)]
     return "\n\n".join(parts) + "\n"

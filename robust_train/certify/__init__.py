@@ -32,9 +32,9 @@ from robust_train.certify.certificate import (  # isort: skip
     certify_explanations,
     check_radius,
 )
+from robust_train.certify.soft import SoftSmoothedExplainer  # isort: skip
 from robust_train.certify.attack import (  # isort: skip
     EmpiricalOverlap,
-    SoftSmoothedExplainer,
     attack_certificate,
     measure_overlap,
     random_search,

@@ -5,7 +5,7 @@ no gradient. The attack therefore takes its direction from a differentiable stan
 noise, `SoftSmoothedExplainer`: the mean over `n_samples` fixed (seeded) noise draws delta_s of
 sigmoid((m_s - t_s) / (temperature * std(m_s))), m_s the explainer's importance map of x + delta_s
 and t_s the midpoint between its kappa-th and (kappa+1)-th largest values (a soft top-kappa
-indicator: SmoothGrad-style, with a soft sparsification). `fragility_attack(norm="l2")` ascends
+indicator, SmoothGrad-style: `robust_train.certify.soft`). `fragility_attack(norm="l2")` ascends
 the top-k objective on it (through the softplus surrogate of a ReLU model, as for any gradient
 explainer) within ||x' - x||_2 <= radius. The attack's result x' is then measured like the
 certificate: `measure_overlap` draws fresh noise at x', the overlap of the certificate's reference
@@ -20,88 +20,31 @@ attack's x' (estimated; its upper bound holds with probability 1 - alpha).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from robust_train._runtime import auto_chunk, check_optional_positive, eval_mode, predict
-from robust_train._validation import check_images, check_positive
+from robust_train._validation import (
+    check_images,
+    check_non_negative,
+    check_positive,
+    check_same_shape,
+)
 from robust_train.attacks import FragilityResult, fragility_attack
 from robust_train.certify.bounds import box_overlap
 from robust_train.certify.certificate import ExplanationCertificate, check_radius
 from robust_train.certify.sampling import sparsified_counts
+from robust_train.certify.soft import SoftSmoothedExplainer
 from robust_train.certify.statistics import simultaneous_bounds
-from robust_train.explain.maps import importance_map
-from robust_train.explain.protocol import Explainer
 from robust_train.explain.similarity import topk_mask
 
 __all__ = [
     "EmpiricalOverlap",
-    "SoftSmoothedExplainer",
     "attack_certificate",
     "measure_overlap",
     "random_search",
 ]
-
-
-class SoftSmoothedExplainer:
-    """Differentiable fixed-noise stand-in of the smoothed sparsified explainer (module docstring).
-
-    Example:
-        >>> from robust_train.explain import saliency
-        >>> soft = SoftSmoothedExplainer(saliency, sigma=0.1, n_samples=4, kappa=3)
-        >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 2))
-        >>> m = soft(net, torch.rand(2, 1, 4, 4), torch.tensor([0, 1]))
-        >>> m.shape, bool(((m >= 0) & (m <= 1)).all())
-        (torch.Size([2, 1, 4, 4]), True)
-    """
-
-    def __init__(
-        self,
-        explain: Explainer,
-        *,
-        sigma: float,
-        n_samples: int = 16,
-        kappa: int,
-        temperature: float = 0.3,
-        seed: int = 0,
-    ) -> None:
-        check_positive(n_samples, "attack_samples", integer=True)
-        check_positive(temperature, "temperature")
-        self.explain, self.sigma, self.n_samples = explain, sigma, n_samples
-        self.kappa, self.temperature, self.seed = kappa, temperature, seed
-        self.__name__ = f"soft_smoothed_{getattr(explain, '__name__', 'explainer')}"
-
-    def __call__(
-        self,
-        model: nn.Module,
-        inputs: Tensor,
-        target: Tensor,
-        *,
-        create_graph: bool = False,
-        **options: Any,
-    ) -> Tensor:
-        """The soft smoothed map (B, 1, H, W) in [0, 1]; `options` go to the explainer."""
-        batch, s = inputs.shape[0], self.n_samples
-        gen = torch.Generator().manual_seed(self.seed)
-        noise = torch.randn((s, *inputs.shape[1:]), generator=gen, dtype=inputs.dtype)
-        noisy = inputs.unsqueeze(1) + self.sigma * noise.to(inputs.device).unsqueeze(0)
-        explanation = self.explain(
-            model,
-            noisy.reshape(batch * s, *inputs.shape[1:]),
-            target.repeat_interleave(s),
-            create_graph=create_graph,
-            **options,
-        )
-        maps = importance_map(explanation)
-        flat = maps.flatten(1)
-        kappa = min(self.kappa, flat.shape[1] - 1)
-        top = flat.detach().topk(kappa + 1, dim=1).values
-        threshold = (top[:, kappa - 1] + top[:, kappa]).unsqueeze(1) / 2
-        scale = self.temperature * flat.detach().std(1, keepdim=True).clamp_min(1e-12)
-        soft = torch.sigmoid((flat - threshold) / scale)
-        return soft.view(batch, s, 1, *maps.shape[1:]).mean(1)
 
 
 @dataclass
@@ -141,6 +84,9 @@ def measure_overlap(
     """Measure the smoothed map at `points` against the certificate of `inputs` (fresh noise;
     `n_samples` defaults to the certificate's)."""
     check_images(points, "points")
+    _check_certificate(certificate, inputs)
+    check_same_shape(points, inputs, "points", "inputs")
+    check_optional_positive(n_samples, "measure_samples", integer=True)
     n = certificate.n_samples if n_samples is None else n_samples
     counts = sparsified_counts(
         model,
@@ -201,9 +147,12 @@ def attack_certificate(
         (True, torch.Size([2]))
     """
     check_images(inputs, "inputs")
+    _check_certificate(certificate, inputs)
     radius = check_radius(radius, inputs[0].numel())
     check_positive(radius, "radius")
     check_optional_positive(internal_batch_size, "internal_batch_size", integer=True)
+    check_optional_positive(measure_samples, "measure_samples", integer=True)
+    check_non_negative(seed, "seed", integer=True)
     soft = SoftSmoothedExplainer(
         certificate.explain,
         sigma=certificate.sigma,
@@ -260,8 +209,11 @@ def random_search(
     """The lowest measured overlap over `n_points` random points of the L2 sphere of `radius`
     around each image (clamped to [0, 1], which keeps them in the ball)."""
     check_images(inputs, "inputs")
+    _check_certificate(certificate, inputs)
     radius = check_radius(radius, inputs[0].numel())
     check_positive(n_points, "n_points", integer=True)
+    check_optional_positive(measure_samples, "measure_samples", integer=True)
+    check_non_negative(seed, "seed", integer=True)
     gen = torch.Generator().manual_seed(seed)
     best: EmpiricalOverlap | None = None
     for point in range(n_points):
@@ -280,6 +232,19 @@ def random_search(
         best = found if best is None else _lower_of(best, found)
     assert best is not None
     return best
+
+
+def _check_certificate(certificate: object, inputs: Tensor) -> None:
+    if not isinstance(certificate, ExplanationCertificate):
+        raise TypeError(
+            "`certificate` must be an ExplanationCertificate (from certify_explanations), got "
+            f"{type(certificate).__name__}"
+        )
+    if certificate.reference.shape[0] != inputs.shape[0]:
+        raise ValueError(
+            f"`certificate` covers {certificate.reference.shape[0]} images but `inputs` has "
+            f"{inputs.shape[0]}: pass the images that were certified"
+        )
 
 
 def _lower_of(a: EmpiricalOverlap, b: EmpiricalOverlap) -> EmpiricalOverlap:

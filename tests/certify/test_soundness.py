@@ -81,3 +81,19 @@ def test_soft_stand_in_is_differentiable_fixed_noise_and_in_unit_range() -> None
     torch.testing.assert_close(rows, again, atol=1e-6, rtol=1e-5)  # a function of each image
     with pytest.raises(ValueError, match="`temperature` must be > 0"):
         SoftSmoothedExplainer(saliency, sigma=0.1, kappa=8, temperature=0.0)
+
+
+def test_attack_and_search_check_their_arguments(certified) -> None:
+    model, xs, cert = certified
+    with pytest.raises(TypeError, match="`certificate` must be an ExplanationCertificate"):
+        attack_certificate(model, xs, "cert", radius=0.1)
+    with pytest.raises(ValueError, match="`certificate` covers 6 images but `inputs` has 2"):
+        random_search(model, xs[:2], cert, radius=0.1)
+    with pytest.raises(ValueError, match="`radius` must be > 0, got 0.0"):
+        attack_certificate(model, xs, cert, radius=0.0)
+    with pytest.raises(ValueError, match=r"`radius` 9.0 exceeds sqrt\(64\) = 8"):
+        random_search(model, xs, cert, radius=9.0)
+    with pytest.raises(ValueError, match="`measure_samples` must be > 0"):
+        random_search(model, xs, cert, radius=0.1, measure_samples=0)
+    with pytest.raises(ValueError, match="`attack_samples` must be > 0"):
+        attack_certificate(model, xs, cert, radius=0.1, attack_samples=0)

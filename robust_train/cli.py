@@ -58,6 +58,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "strip a fit checkpoint to weights and metadata for sharing",
         "robust_train.commands:export_main",
     ),
+    "certify": (
+        "certified explanation robustness (randomized smoothing) beside the L2 attack",
+        "robust_train.certify_command:certify_main",
+    ),
 }
 # Exceptions that mean "the input is wrong" (exit 2); anything else is an internal error (exit 1).
 USER_ERRORS: tuple[type[BaseException], ...] = (

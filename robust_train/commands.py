@@ -29,6 +29,7 @@ from robust_train._settings_cli import CommandParser, add_settings_arguments, se
 from robust_train.evaluation import PROTOCOLS, EvaluationSettings
 
 __all__ = [
+    "checkpoint_folder",
     "compare_main",
     "default_out",
     "evaluate_main",
@@ -63,16 +64,13 @@ def _plain_settings(settings: EvaluationSettings) -> dict[str, Any]:
     }
 
 
-def default_out(
-    ckpt: str | Path, settings: EvaluationSettings | None = None, root: str | Path = "runs/eval"
-) -> Path:
-    """`root/<checkpoint path without suffix>/<settings_tag>`, relative to the working directory
-    (a leading `checkpoints/` dropped; symlinks such as `latest` resolved), so two checkpoints,
-    or two sets of settings, never share it.
+def checkpoint_folder(ckpt: str | Path, root: str | Path) -> Path:
+    """`root/<checkpoint path without suffix>`, relative to the working directory (a leading
+    `checkpoints/` dropped; symlinks such as `latest` resolved).
 
     Example:
-        >>> default_out("checkpoints/digits/version_0/best.ckpt").as_posix()
-        'runs/eval/digits/version_0/best/default'
+        >>> checkpoint_folder("checkpoints/digits/version_0/best.ckpt", "runs/x").as_posix()
+        'runs/x/digits/version_0/best'
     """
     path = Path(ckpt).resolve()
     try:
@@ -81,7 +79,20 @@ def default_out(
         rel = Path(*path.parts[-3:])
     if len(rel.parts) > 1 and rel.parts[0] == "checkpoints":
         rel = Path(*rel.parts[1:])
-    return Path(root) / rel.with_suffix("") / settings_tag(settings or EvaluationSettings())
+    return Path(root) / rel.with_suffix("")
+
+
+def default_out(
+    ckpt: str | Path, settings: EvaluationSettings | None = None, root: str | Path = "runs/eval"
+) -> Path:
+    """`root/<checkpoint path without suffix>/<settings_tag>`, so two checkpoints, or two sets of
+    settings, never share it.
+
+    Example:
+        >>> default_out("checkpoints/digits/version_0/best.ckpt").as_posix()
+        'runs/eval/digits/version_0/best/default'
+    """
+    return checkpoint_folder(ckpt, root) / settings_tag(settings or EvaluationSettings())
 
 
 def _check_out(out: Path, checkpoints: list[str], settings: EvaluationSettings, overwrite: bool):

@@ -23,7 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("models", "data"),
     ("explain",),
     ("attacks", "regularizers"),
-    ("metrics",),
+    ("metrics", "certify"),
     (
         "evaluation",
         "callbacks",
@@ -41,6 +41,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_lightning_cli",
         "_checkpoint_io",
         "_settings_cli",
+        "certify_command",
         "__main__",
     ),
 )

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from robust_train._runtime import row_chunks
+from robust_train.attacks._balls import project, step_direction
 from robust_train.attacks.objectives.base import FragilityObjective
 from robust_train.attacks.options import AttackOptions
 from robust_train.attacks.result import FragilityResult
@@ -156,8 +157,9 @@ def direction_beta(ctx: AttackContext) -> float | None:
 
 
 def gradient_direction(ctx: AttackContext, objective: FragilityObjective, x: Tensor) -> Tensor:
-    """sign of d(ascent value)/dx, through the explainer on the softplus surrogate of the model
-    (`smooth_relus`; double backprop)."""
+    """The steepest-ascent step of d(ascent value)/dx for `ctx.norm` (its sign for L_inf, its
+    per-sample L2 normalisation for L2), through the explainer on the softplus surrogate of the
+    model (`smooth_relus`; double backprop)."""
     parts = []
     for a, b in row_chunks(x.shape[0], ctx.chunk):
         xv = x[a:b].detach().requires_grad_(True)
@@ -175,22 +177,26 @@ def gradient_direction(ctx: AttackContext, objective: FragilityObjective, x: Ten
                 "the map does not depend on the input (a linear model), so no gradient "
                 "attack can move it"
             )
-        parts.append(torch.nan_to_num(grad, nan=0.0).sign())
+        parts.append(step_direction(torch.nan_to_num(grad, nan=0.0), ctx.options.norm))
     return torch.cat(parts)
 
 
 def take_step(ctx: AttackContext, state: AttackState, x: Tensor, gen: torch.Generator) -> Tensor:
-    """One projected sign step from `x`; records which samples had a non-zero direction."""
+    """One projected step from `x`: a sign step and the L_inf projection, or (`ctx.norm` "l2")
+    an L2-normalised step and the exact projection onto the L2 ball intersected with [0, 1]
+    (`robust_train.attacks._balls.project`); records which samples had a non-zero direction."""
     objective = state.objective
     if objective.needs_gradient:
         d = gradient_direction(ctx, objective, x)
     else:
         d = objective.direction(x, gen)
+        if ctx.options.norm != "linf":
+            d = step_direction(d, ctx.options.norm)
     state.moved |= d.flatten(1).ne(0).any(1)
     o = ctx.options
     assert o.epsilon is not None and o.step_size is not None, "resolved options"
     x = x + o.step_size * d
-    return (state.x0 + (x - state.x0).clamp(-o.epsilon, o.epsilon)).clamp(0, 1).detach()
+    return project(x, state.x0, o.epsilon, o.norm).detach()
 
 
 def keep_best(ctx: AttackContext, state: AttackState, x: Tensor) -> None:
@@ -213,9 +219,10 @@ def run_restart(ctx: AttackContext, state: AttackState, restart: int, seed: int)
     """One restart: its own generator, its start point, then `n_steps` steps."""
     gen = torch.Generator(device=state.x0.device).manual_seed(seed)
     state.objective.start_restart(restart, gen)
-    assert ctx.options.epsilon is not None, "resolved options"
-    x = state.objective.start_point(state.x0, ctx.options.epsilon, restart, gen)
-    for _ in range(ctx.options.n_steps):
+    o = ctx.options
+    assert o.epsilon is not None, "resolved options"
+    x = state.objective.start_point(state.x0, o.epsilon, restart, gen, o.norm)
+    for _ in range(o.n_steps):
         x = take_step(ctx, state, x, gen)
         keep_best(ctx, state, x)
         if state.bar is not None:
@@ -253,6 +260,7 @@ def finish(ctx: AttackContext, state: AttackState) -> FragilityResult:
         center_shift=masked(center_of_mass_shift(clean.clamp_min(0), best.clamp_min(0))),
         objective=objective.name,
         epsilon=o.epsilon,
+        norm=o.norm,
         step_size=o.step_size,
         n_steps=o.n_steps,
         n_restarts=len(ctx.seeds),

@@ -12,7 +12,8 @@ import math
 from dataclasses import dataclass, field
 
 from robust_train._runtime import check_optional_positive
-from robust_train._validation import check_positive
+from robust_train._validation import check_choice, check_positive
+from robust_train.attacks._balls import NORMS
 from robust_train.attacks._setup import check_k
 from robust_train.attacks.defaults import default_epsilon, default_k
 
@@ -53,8 +54,11 @@ class AttackOptions:
     """Settings of one fragility attack (Ghorbani, Abid & Zou, AAAI 2019).
 
     Attributes:
-        epsilon: L_inf budget in pixel units of [0, 1] images, in (0, 1); None: 0.1 up to 28 px
-            a side, else 8/255 (`robust_train.attacks.defaults.default_epsilon`).
+        epsilon: the budget in pixel units of [0, 1] images: L_inf, in (0, 1), None: 0.1 up to
+            28 px a side, else 8/255 (`robust_train.attacks.defaults.default_epsilon`); with
+            `norm="l2"` the L2 radius (required).
+        norm: "linf" (default) or "l2": the ball of `epsilon`; the steps (sign or
+            L2-normalised) and the random restart points (uniform in that ball) follow it.
         step_size: step per iteration; None: `default_step_size` (epsilon / 8, larger for fewer
             than 16 steps). With a fixed step the first n iterates do not depend on `n_steps`.
         n_steps: iterations per restart.
@@ -69,8 +73,10 @@ class AttackOptions:
     """
 
     epsilon: float | None = field(
-        default=None, metadata={"help": "L_inf budget (default 0.1 up to 28 px, else 8/255)"}
+        default=None,
+        metadata={"help": "attack budget: L_inf (default 0.1 up to 28 px, else 8/255) or L2"},
     )
+    norm: str = field(default="linf", metadata={"help": "the attack's ball: linf or l2"})
     step_size: float | None = field(
         default=None, metadata={"help": "attack step (default epsilon / 8, or 2 epsilon / steps)"}
     )
@@ -90,8 +96,13 @@ class AttackOptions:
     )
 
     def __post_init__(self) -> None:
-        if self.epsilon is not None:
+        check_choice(self.norm, "norm", NORMS)
+        if self.norm == "linf" and self.epsilon is not None:
             check_linf_budget(self.epsilon, "epsilon")
+        elif self.norm != "linf":
+            if self.epsilon is None:
+                raise ValueError("`epsilon` must be given for norm='l2' (an L2 radius)")
+            check_positive(self.epsilon, "epsilon")
         check_optional_positive(self.step_size, "step_size")
         check_positive(self.n_steps, "n_steps", integer=True)
         check_optional_positive(self.k, "k", integer=True)
@@ -131,8 +142,8 @@ class AttackOptions:
 
         Example:
             >>> AttackOptions(n_steps=2).attack_options()
-            AttackOptions(epsilon=None, step_size=None, n_steps=2, k=None, measure_k=None, \
-n_restarts=1, surrogate_beta=10.0, internal_batch_size=None)
+            AttackOptions(epsilon=None, norm='linf', step_size=None, n_steps=2, k=None, \
+measure_k=None, n_restarts=1, surrogate_beta=10.0, internal_batch_size=None)
         """
         names = [f.name for f in dataclasses.fields(AttackOptions)]
         return AttackOptions(**{name: getattr(self, name) for name in names})

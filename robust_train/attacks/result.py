@@ -59,6 +59,8 @@ class FragilityResult:
             surrogate): its metrics are NaN, never a perfect score. None in results built by
             hand.
         objective, epsilon, step_size, n_steps, n_restarts, k, measure_k: the attack settings used.
+        norm: the threat model of `epsilon`: "linf" (the default) or "l2" (the ball intersected
+            with [0, 1]).
         surrogate_beta: softplus beta of the surrogate that gave the direction, or None when the
             model itself was used (no ReLU module, or `surrogate_beta=None`).
         explainer: name of the explainer.
@@ -88,6 +90,7 @@ class FragilityResult:
     region_mass: Tensor | None = None
     clean_region_mass: Tensor | None = None
     measured: Tensor | None = None
+    norm: str = "linf"
 
     def __len__(self) -> int:
         return int(self.adversarial.shape[0])

@@ -18,12 +18,14 @@ robustness number for what it could not measure, and warns once.
 """
 
 from robust_train.callbacks._base import DEFAULT_N_SAMPLES, RobustnessCallback
+from robust_train.callbacks.certified import CertifiedMonitor
 from robust_train.callbacks.fidelity import FidelityMonitor
 from robust_train.callbacks.fragility import FragilityMonitor
 from robust_train.callbacks.lipschitz import LipschitzMonitor
 from robust_train.callbacks.robustness import RobustnessMonitor
 
 __all__ = [
+    "CertifiedMonitor",
     "DEFAULT_N_SAMPLES",
     "FidelityMonitor",
     "FragilityMonitor",

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from robust_train._registry import Registry, class_decorator, lookup
+from robust_train.attacks._balls import random_in_ball
 from robust_train.explain.maps import normalize_map
 from robust_train.explain.ranked_reference import RankedReference
 from robust_train.explain.similarity import topk_mask
@@ -68,14 +69,18 @@ class FragilityObjective:
         """Reset per-restart state (e.g. a random tie-break direction); nothing by default."""
 
     def start_point(
-        self, x0: Tensor, epsilon: float, restart: int, generator: torch.Generator
+        self,
+        x0: Tensor,
+        epsilon: float,
+        restart: int,
+        generator: torch.Generator,
+        norm: str = "linf",
     ) -> Tensor:
         """Where a restart starts: restart 0 at the clean input, later ones uniformly in the
-        ball."""
+        `norm` ("linf" or "l2") ball, clamped to [0, 1]."""
         if restart == 0:
             return x0
-        u = torch.rand(x0.shape, generator=generator, device=generator.device, dtype=x0.dtype)
-        return (x0 + (2 * u.to(x0.device) - 1) * epsilon).clamp(0, 1)
+        return random_in_ball(x0, epsilon, norm, generator)
 
     def direction(self, x: Tensor, generator: torch.Generator) -> Tensor:
         """The step direction of an objective that needs no gradient (`needs_gradient` False)."""

@@ -28,8 +28,10 @@ def saliency(
 ) -> Tensor:
     """Gradient of the target logit with respect to the input (Simonyan et al. 2014).
 
-    The signed gradient is returned; `importance_map` takes absolute values per pixel. As in
-    Ghorbani et al. (2019), the score is the *logit* of the target class, not its probability.
+    The signed gradient is returned; `importance_map` takes absolute values per pixel, so every
+    map the project compares (attacks, Lipschitz, fidelity) is |gradient| summed over channels,
+    what Captum's `Saliency` returns with its default `abs=True`. As in Ghorbani et al. (2019),
+    the score is the *logit* of the target class, not its probability.
 
     Args:
         model: classifier returning logits (B, num_classes); its train/eval mode is left as is.

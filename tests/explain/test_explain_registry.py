@@ -29,6 +29,8 @@ def test_every_name_resolves_to_its_function():
         "integrated_gradients",
         "smoothgrad",
         "meaningful_perturbation",
+        "grad_cam",
+        "deeplift",
     )
     for name in EXPLAINERS:
         assert get_explainer(name) is getattr(explain, name)
@@ -80,7 +82,15 @@ def test_unknown_names_and_keywords_are_reported():
 
 
 def test_is_differentiable():
-    assert [is_differentiable(name) for name in EXPLAINERS] == [True, True, True, True, False]
+    assert [is_differentiable(name) for name in EXPLAINERS] == [
+        True,
+        True,
+        True,
+        True,
+        False,
+        True,
+        True,
+    ]
     assert is_differentiable(get_explainer("smoothgrad", n_samples=2))
     assert not is_differentiable(get_explainer("smoothgrad", explainer="meaningful_perturbation"))
     assert not is_differentiable(get_explainer("meaningful_perturbation", n_iter=3))

@@ -4,17 +4,19 @@ Two forwards, each under a `torch.overrides.TorchFunctionMode` that intercepts e
 nonlinearity CALL (modules and functional calls alike, each call on its own, so a module called
 several times is handled per call) and every `max_pool2d` call:
 
-1. `TrueForward`: the model on the stacked batch [x; x0] (2B rows), every call run as it is
-   (with the graph when the map must be differentiable), recording per call its input [z; z0],
-   its output and the slope f'(z) (or the argmax indices of a max-pool). They are computed here,
-   inside the call, so under any outer mode (the softplus surrogate `smooth_relus`), which the
-   autograd engine does not carry into a backward.
+1. `TrueForward`: the model on the stacked batch [x; x0] (B rows and one row of a baseline the
+   batch shares, else B), every call run as it is (with the graph when the map must be
+   differentiable), recording per call the multiplier (f(z) - f(z0)) / (z - z0) of the x rows
+   (f'(z) where |z - z0| < eps), or, for a max-pool, its input [z; z0] and argmax indices. They
+   are computed here, inside the call, so under any outer mode (the softplus surrogate
+   `smooth_relus`), which the autograd engine does not carry into a backward.
 2. `Chain`: the model on x (B rows), each call replaced by a node (`_Rescale`,
-   `_RescaleMaxPool`) whose forward gives the true output and whose backward is the rescale rule
-   of Shrikumar et al. (2017) or Captum's max-pool rule, computed from the recorded true values
-   of the same call. The backward of the chain's target logit is the DeepLIFT multiplier chain.
+   `_RescaleMaxPool`) whose forward is the call and whose backward is the rescale rule of
+   Shrikumar et al. (2017) (times the recorded multiplier) or Captum's max-pool rule, from the
+   recorded true values of the same call. The backward of the chain's target logit is the
+   DeepLIFT multiplier chain.
 
-The backwards are written with differentiable torch operations on the recorded values, so with
+The records and backwards are differentiable torch operations on the true forward, so with
 `create_graph=True` the multipliers keep their graph through the TRUE forward and the map's
 derivative is the derivative of the DeepLIFT map (a graph through the chain itself would give
 the chain's, not the true, dependence of the pre-activations on x). The chain's first backward
@@ -80,13 +82,14 @@ _SMOOTHED = frozenset(func for func in _RELUS | {F.relu6})
 
 @dataclass
 class _Call:
-    """What the true forward recorded for one call: input [z; z0], output (or argmax indices
-    of a max-pool) and slope f'(z) (elementwise calls)."""
+    """What the true forward recorded for one call: for an elementwise call the multiplier of
+    the x rows; for a max-pool its input [z; z0] and the argmax indices."""
 
     func: Any
-    source: Tensor
-    out: Tensor
-    slope: Tensor | None
+    shape: tuple[int, ...]
+    multiplier: Tensor | None = None
+    source: Tensor | None = None
+    indices: Tensor | None = None
 
 
 class _Intercept(TorchFunctionMode):
@@ -121,24 +124,29 @@ class _Intercept(TorchFunctionMode):
 
 
 class TrueForward(_Intercept):
-    """Forward 1 on [x; x0] (2 * `batch` rows): runs every call, records it in `calls`."""
+    """Forward 1 on [x; x0]: `batch` rows of x then `baseline_rows` of the baseline (1 when
+    the baseline is shared by the batch: rows do not interact in eval mode). Runs every call
+    and records it in `calls`."""
 
-    def __init__(self, batch: int, *, maxpool: bool, graph: bool) -> None:
-        super().__init__(2 * batch, maxpool=maxpool)
-        self.batch, self.graph = batch, graph
+    def __init__(self, batch: int, baseline_rows: int, *, maxpool: bool, graph: bool, eps: float):
+        super().__init__(batch + baseline_rows, maxpool=maxpool)
+        self.batch, self.graph, self.eps = batch, graph, eps
         self.calls: list[_Call] = []
 
     def elementwise(self, func: Any, z: Tensor, run: Fn) -> Tensor:
         out = run(z)
         linear_pieces = func in _PIECEWISE and not (func in _SMOOTHED and smoothing_active())
         relu = func in _RELUS and linear_pieces
-        graph = self.graph and not linear_pieces
-        self.calls.append(_Call(func, z, out, _slope(run, z, out, self.batch, relu, graph)))
+        slope = _slope(run, z, out, self.batch, relu, self.graph and not linear_pieces)
+        b = self.batch
+        ratio, small = _rescaled(out[:b] - out[b:], z[:b] - z[b:], self.eps)
+        multiplier = torch.where(small, slope, ratio)
+        self.calls.append(_Call(func, tuple(z.shape[1:]), multiplier=multiplier))
         return out
 
     def max_pool(self, func: Any, z: Tensor, run: Callable[[Tensor], Any]) -> Tensor:
         out, indices = run(z)
-        self.calls.append(_Call(func, z, indices, None))
+        self.calls.append(_Call(func, tuple(z.shape[1:]), source=z, indices=indices))
         return out
 
 
@@ -158,21 +166,21 @@ class Chain(_Intercept):
                 "needs a forward whose calls do not depend on the batch"
             )
         call = self.calls[self.used]
-        if call.source.shape[1:] != h.shape[1:]:
+        if call.shape != tuple(h.shape[1:]):
             raise RuntimeError(
-                f"deeplift: call {self.used + 1} ({func!r}) saw shape {tuple(h.shape)} on the "
-                f"inputs but {tuple(call.source.shape)} on inputs and baselines"
+                f"deeplift: call {self.used + 1} ({func!r}) saw rows of shape "
+                f"{tuple(h.shape[1:])} on the inputs but {call.shape} on inputs and baselines"
             )
         self.used += 1
         return call
 
     def elementwise(self, func: Any, z: Tensor, run: Fn) -> Tensor:
         call = self._next(func, z)
-        return _Rescale.apply(z, call.source, call.out, call.slope, self.eps)
+        return _Rescale.apply(z, run, call.multiplier)
 
     def max_pool(self, func: Any, z: Tensor, run: Callable[[Tensor], Any]) -> Tensor:
         call = self._next(func, z)
-        return _RescaleMaxPool.apply(z, call.source, call.out, self.eps)
+        return _RescaleMaxPool.apply(z, call.source, call.indices, self.eps)
 
     def check_all_used(self) -> None:
         """Raise when the chain made fewer calls than the true forward."""
@@ -217,24 +225,18 @@ def _rescaled(change: Tensor, dz: Tensor, eps: float) -> tuple[Tensor, Tensor]:
 
 
 class _Rescale(torch.autograd.Function):
-    """The chain rows h: forward f(h) (= the true rows' output of x); backward
-    g * (f(z) - f(z0)) / (z - z0), and g * f'(z) where |z - z0| < eps, from the true
-    pre-activations [z; z0] = `source`, their outputs `out` and the slope f'(z)."""
+    """The chain rows h: forward f(h); backward g * m, with m the multiplier the true forward
+    recorded: (f(z) - f(z0)) / (z - z0), and f'(z) where |z - z0| < eps."""
 
     @staticmethod
-    def forward(
-        ctx: Any, h: Tensor, source: Tensor, out: Tensor, slope: Tensor, eps: float
-    ) -> Tensor:
-        ctx.eps = eps
-        ctx.save_for_backward(source, out, slope)
-        return out[: len(h)].clone()
+    def forward(ctx: Any, h: Tensor, run: Fn, multiplier: Tensor) -> Tensor:
+        ctx.save_for_backward(multiplier)
+        return run(h)
 
     @staticmethod
-    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None, None, None, None]:
-        source, out, slope = ctx.saved_tensors
-        b = len(g)
-        ratio, small = _rescaled(out[:b] - out[b:], source[:b] - source[b:], ctx.eps)
-        return torch.where(small, g * slope, g * ratio), None, None, None, None
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, None, None]:
+        (multiplier,) = ctx.saved_tensors
+        return g * multiplier, None, None
 
 
 class _RescaleMaxPool(torch.autograd.Function):
@@ -255,8 +257,8 @@ class _RescaleMaxPool(torch.autograd.Function):
         b = len(g)
         flat_z, flat_i, flat_g = source.flatten(2), indices.flatten(2), g.flatten(2)
         pooled = flat_z.gather(2, flat_i)  # differentiable in the true z
-        out_x, out_0 = pooled[:b], pooled[b:]
-        i_x, i_0 = flat_i[:b], flat_i[b:]
+        out_x, out_0 = pooled[:b], pooled[b:]  # the baseline: b rows, or 1 shared row
+        i_x, i_0 = flat_i[:b], flat_i[b:].expand_as(flat_g)
         top = torch.maximum(out_x, out_0)
         empty = torch.zeros_like(flat_z[:b])
         shared = empty.scatter_add(2, i_x, flat_g * (top - out_0)).scatter_add(

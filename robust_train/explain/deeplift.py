@@ -85,7 +85,14 @@ def deeplift(
     Piecewise constancy: the multipliers of a ReLU net are piecewise constant only where z and
     z0 have the same sign; where they differ the multiplier relu(z) / (z - z0) moves with x, and
     so does the factor (x - x0): the map is not piecewise constant and attacks take their
-    direction on the model itself (`piecewise_constant=False`). SURROGATE_NUMBERS
+    direction on the model itself (`piecewise_constant=False`). Measured on the shipped natural
+    MNIST-5k model (first 200 correctly classified test images, top-k attack with k = 100,
+    L_inf 0.3, 50 sign steps of 0.01; the 190 images all three runs measured): top-100
+    intersection 0.451 with the direction on the model itself, 0.473 on the softplus_10
+    surrogate, 0.873 under random signs (benchmarks/NEW_EXPLAINERS.md). With a zero baseline
+    the map is exactly 0 where x is 0, so an image with fewer than k non-zero pixels gives the
+    top-k attack no direction (its top-k set holds all the mass); the attack reports it as not
+    measured (10 of these 200 images).
 
     Args:
         model: classifier returning logits (B, num_classes); its train/eval mode is left as is.
@@ -117,9 +124,13 @@ def deeplift(
         if not create_graph:
             x, base = x.detach().requires_grad_(True), base.detach()
         batch, pools = x.shape[0], maxpool == "rescale"
-        true_forward = TrueForward(batch, maxpool=pools, graph=create_graph)
+        shared = not (isinstance(baseline, Tensor) and baseline.dim() == 4 and len(baseline) > 1)
+        rows = base[:1] if shared else base  # one row of a baseline the batch shares
+        true_forward = TrueForward(
+            batch, len(rows), maxpool=pools, graph=create_graph, eps=float(eps)
+        )
         with true_forward, torch.set_grad_enabled(create_graph):
-            model(torch.cat([x, base]))
+            model(torch.cat([x, rows]))
         chain = Chain(batch, true_forward.calls, maxpool=pools, eps=float(eps))
         with chain:
             logits = model(x)

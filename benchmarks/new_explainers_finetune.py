@@ -133,14 +133,22 @@ def surrogate(args: argparse.Namespace) -> dict[str, Any]:
     return rows
 
 
-def finetune(explainer: str, weight: float, out: Path, quick: bool) -> tuple[Any, float, Path]:
+def finetune(
+    explainer: str, weight: float, out: Path, quick: bool, detach_clean: bool = False
+) -> tuple[Any, float, Path]:
     """Fine-tune the natural model; return (model, fit CPU seconds, checkpoint)."""
     from robust_train.regularizers import ExplanationSmoothness
 
     term = ExplanationSmoothness(
-        weight=weight, explainer=explainer, radius=0.3, distance="cosine", seed=0
+        weight=weight,
+        explainer=explainer,
+        radius=0.3,
+        distance="cosine",
+        seed=0,
+        detach_clean=detach_clean,
     )
-    return fit([term], FINETUNE_EPOCHS, FINETUNE_LR, out / f"{explainer}_w{weight:g}.ckpt", quick)
+    name = f"{explainer}_w{weight:g}{'_detached' if detach_clean else ''}.ckpt"
+    return fit([term], FINETUNE_EPOCHS, FINETUNE_LR, out / name, quick)
 
 
 def fit(penalties: list[Any], epochs: int, lr: float, ckpt: Path, quick: bool) -> Any:
@@ -197,7 +205,9 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
     base["val_attack"] = attack(natural, x, y, args.explainer, args.images)["topk"]
     runs = []
     for weight in args.weights:
-        model, seconds, ckpt = finetune(args.explainer, weight, args.out, args.quick)
+        model, seconds, ckpt = finetune(
+            args.explainer, weight, args.out, args.quick, args.detach_clean
+        )
         r = {"weight": weight, "val_acc": accuracy(model, x, y), "fit_cpu_s": seconds}
         r["val_attack"] = attack(model, x, y, args.explainer, args.images)["topk"]
         r["ckpt"] = str(ckpt)
@@ -252,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("part", choices=("surrogate", "sweep", "table"))
     parser.add_argument("--explainer", default="grad_cam", choices=("grad_cam", "deeplift"))
     parser.add_argument("--weights", type=float, nargs="+", default=[10.0, 30.0, 100.0])
+    parser.add_argument(
+        "--detach-clean", action="store_true", help="sweep: the clean map without a graph"
+    )
     parser.add_argument("--model", nargs="+", default=[f"natural={BASELINE}"])
     parser.add_argument("--images", type=int, default=None, help="attacked images")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "new_explainers")
@@ -268,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     result = {"surrogate": surrogate, "sweep": sweep, "table": table}[args.part](args)
     tag = f"{args.part}_{args.explainer}" if args.part == "sweep" else args.part
+    tag += "_detached" if args.detach_clean else ""
     (args.out / f"{tag}.json").write_text(json.dumps(result, indent=1, default=str))
     return 0
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 from torch import Tensor, nn
@@ -104,3 +106,19 @@ def train_digits_cnn(epochs: int = 8, seed: int = 0) -> tuple[nn.Module, Tensor,
             loss.backward()
             opt.step()
     return model.eval(), x[1400:], y[1400:]
+
+
+@functools.cache
+def random_torchvision(name: str, num_classes: int = 10) -> nn.Module:
+    """A torchvision classifier with random weights, in eval mode, built once per test session
+    (callers must not change it). VGG's 100M-parameter classifier is replaced by one Linear
+    layer (its features, with their in-place ReLUs, are what the explainer tests need)."""
+    import torchvision
+
+    torch.manual_seed(0)
+    if name.startswith("vgg"):
+        model = getattr(torchvision.models, name)(num_classes=num_classes, init_weights=False)
+        model.classifier = nn.Linear(512 * 7 * 7, num_classes)
+    else:
+        model = getattr(torchvision.models, name)(num_classes=num_classes)
+    return model.eval()

@@ -31,7 +31,9 @@ from robust_train.explain.perturbation import (  # isort: skip
     NotDifferentiableError,
     meaningful_perturbation,
 )
+from robust_train.explain.grad_cam import grad_cam  # isort: skip
 from robust_train.explain.lrp import LRP_COMPOSITES, lrp  # isort: skip
+from robust_train.explain.deeplift import deeplift  # isort: skip
 from robust_train.explain.maps import flat_importance, importance_map, normalize_map
 from robust_train.explain.protocol import Explainer
 
@@ -44,10 +46,12 @@ __all__ = [
     "ExplainerSpec",
     "NotDifferentiableError",
     "bind_settings",
+    "deeplift",
     "explainer_name",
     "explainer_spec",
     "flat_importance",
     "get_explainer",
+    "grad_cam",
     "importance_map",
     "input_x_gradient",
     "integrated_gradients",

@@ -24,6 +24,15 @@ def _explainer(name, **extra):
     return get_explainer(name, **{**explainer_spec(name).test_options, **extra})
 
 
+def _skip_layer_explainer_without_conv(name, model):
+    """A layer explainer (`ExplainerSpec.layer`, e.g. Grad-CAM) needs a convolutional layer; the
+    MLP has none (its refusal is tested in the explainer's own tests)."""
+    if explainer_spec(name).layer and not any(
+        isinstance(m, torch.nn.Conv2d) for m in model.modules()
+    ):
+        pytest.skip(f"{name} explains through a Conv2d layer; {type(model).__name__} has none")
+
+
 @pytest.mark.parametrize("name", EXPLAINERS)
 @pytest.mark.parametrize("train", [True, False])
 def test_train_eval_state_is_unchanged(name, train):
@@ -51,6 +60,7 @@ def test_create_graph_gives_second_derivatives(name, smooth_model):
         if smooth_model == "softplus_cnn"
         else SmoothMLP()
     )
+    _skip_layer_explainer_without_conv(name, model)
     x = torch.rand(2, 1, 8, 8, requires_grad=True)
     explanation = _explainer(name)(model, x, torch.tensor([3, 8]), create_graph=True)
     assert explanation.requires_grad
@@ -62,6 +72,7 @@ def test_create_graph_gives_second_derivatives(name, smooth_model):
 
 @pytest.mark.parametrize("name", DIFFERENTIABLE)
 def test_without_create_graph_no_graph_is_kept(name):
+    _skip_layer_explainer_without_conv(name, SmoothMLP())
     x = torch.rand(2, 1, 8, 8, requires_grad=True)
     explanation = _explainer(name)(SmoothMLP(), x, torch.tensor([3, 8]))
     if name != "input_x_gradient":  # the seed's x * grad keeps x's graph; not ours to change

@@ -1,0 +1,69 @@
+"""Fragility attacks aimed at Grad-CAM and DeepLIFT maps: every objective runs, the direction is
+taken on the model itself (their maps move with x on a ReLU net), and on a natural model the
+top-k attack beats random signs of the same budget."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from helpers import TinyCNN
+
+from robust_train.attacks import OBJECTIVES, fragility_attack
+from robust_train.explain import deeplift, explainer_spec, grad_cam, importance_map
+
+NEW = ("grad_cam", "deeplift")
+
+
+@pytest.mark.parametrize("explainer", NEW)
+@pytest.mark.parametrize("objective", sorted(OBJECTIVES))
+def test_every_objective_runs_on_the_new_maps(explainer, objective):
+    model = TinyCNN().eval()
+    x = torch.rand(4, 1, 8, 8)
+    region = torch.zeros(1, 8, 8, dtype=torch.bool)
+    region[:, :, :4] = True
+    extra = {"target_region": region} if objective == "targeted" else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a sample whose Grad-CAM map is all zero is unmeasured
+        result = fragility_attack(
+            model, x, model(x).argmax(1), explainer=explainer, objective=objective,
+            epsilon=0.1, step_size=0.02, n_steps=3, k=8, seed=0, **extra,
+        )  # fmt: skip
+    assert result.objective == objective and result.explainer == explainer
+    assert float((result.adversarial - x).abs().max()) <= 0.1 + 1e-6
+    assert bool(result.label_kept.all())
+    measured = result.topk_intersection[result.measured]
+    assert bool(result.measured.any()) and bool(((measured >= 0) & (measured <= 1)).all())
+    assert result.surrogate_beta is None  # piecewise_constant=False: the model itself
+
+
+@pytest.mark.parametrize("explainer", NEW)
+def test_the_map_of_a_relu_net_moves_with_the_input(explainer):
+    """Why `piecewise_constant=False`: d(map)/dx of a ReLU net is not zero (unlike saliency)."""
+    assert not explainer_spec(explainer).piecewise_constant
+    model = TinyCNN().eval()
+    x = torch.rand(3, 1, 8, 8, requires_grad=True)
+    fn = {"grad_cam": grad_cam, "deeplift": deeplift}[explainer]
+    value = importance_map(fn(model, x, torch.tensor([0, 1, 2]), create_graph=True)).pow(2).sum()
+    (grad,) = torch.autograd.grad(value, x)
+    assert float(grad.abs().sum()) > 0
+
+
+@pytest.mark.parametrize("explainer", NEW)
+def test_top_k_attack_beats_random_signs_on_a_natural_model(trained_digits, explainer):
+    model, x, y = trained_digits
+    keep = (model(x).argmax(1) == y).nonzero().squeeze(1)[:48]
+    x, y = x[keep], y[keep]
+    settings = {"epsilon": 0.1, "step_size": 0.01, "n_steps": 20, "k": 8, "seed": 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        attacked = fragility_attack(model, x, y, explainer=explainer, **settings)
+        noise = fragility_attack(
+            model, x, y, explainer=explainer, objective="random_sign", **settings
+        )
+    both = attacked.measured & noise.measured
+    assert int(both.sum()) >= 24
+    attack_mean = float(attacked.topk_intersection[both].mean())
+    noise_mean = float(noise.topk_intersection[both].mean())
+    assert attack_mean < noise_mean - 0.1, (attack_mean, noise_mean)

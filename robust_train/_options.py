@@ -82,7 +82,11 @@ def takes_options(
     overrides = dict(defaults or {})
 
     def decorate(target: C) -> C:
-        fn: Any = target.__init__ if isinstance(target, type) else target  # type: ignore[misc]
+        fn: Any = target
+        if isinstance(target, type):
+            if "__init__" not in vars(target):  # inherited: give the class its own signature
+                target.__init__ = _forwarding_init(target)  # type: ignore[misc]
+            fn = target.__init__  # type: ignore[misc]
         signature = inspect.signature(fn)
         params = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
         taken = {p.name for p in params}
@@ -106,6 +110,20 @@ def takes_options(
         return target
 
     return decorate
+
+
+def _forwarding_init(cls: type) -> Callable[..., None]:
+    """An `__init__` for `cls` that calls the inherited one, so that decorating a subclass never
+    rewrites its base class's signature (IGSumNorm adds `beta` to its own options only)."""
+    inherited = super(cls, cls).__init__  # type: ignore[misc, arg-type]
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        inherited(self, *args, **kwargs)
+
+    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    __init__.__doc__ = inherited.__doc__
+    __init__.__signature__ = inspect.signature(inherited)  # type: ignore[attr-defined]
+    return __init__
 
 
 def build_options(

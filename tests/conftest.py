@@ -19,6 +19,17 @@ def _seed() -> None:
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _restore_determinism():
+    """A fit with `trainer.deterministic: true` in this process turns deterministic algorithms on
+    for the whole process (Lightning never turns them off); later tests must not inherit that
+    (Captum's DeepLift reference uses max_unpool2d, which has no deterministic kernel)."""
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    yield
+    torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+
+
 @pytest.fixture(scope="session")
 def trained_digits():
     """(model, x_test, y_test): a TinyCNN trained a few seconds on digits, shared by the session."""

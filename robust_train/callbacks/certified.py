@@ -14,7 +14,7 @@ from robust_train._validation import check_positive
 from robust_train.callbacks._base import RobustnessCallback
 from robust_train.callbacks._checks import check_explainer, compute_quietly, explainer_name
 from robust_train.callbacks._figures import Report
-from robust_train.certify import certify_explanations, check_alpha, check_radius, check_sigma
+from robust_train.certify import SmoothingOptions, certify_explanations, check_radius
 
 DEFAULT_CERTIFY_SAMPLES = 100
 
@@ -67,13 +67,14 @@ class CertifiedMonitor(RobustnessCallback):
     ) -> None:
         super().__init__(**kwargs)
         self.explainer = check_explainer(explainer, "explainer")
-        self.sigma, self.alpha = check_sigma(sigma), check_alpha(alpha)
-        check_positive(certify_samples, "certify_samples", integer=True)
+        n = certify_samples  # the monitor's name for it: `n_samples` is the subset's size here
+        check_positive(n, "certify_samples", integer=True)
+        self.smoothing = SmoothingOptions(
+            explainer=self.explainer, sigma=sigma, n_samples=n, k=k, kappa=kappa, alpha=alpha,
+            seed=self.seed, internal_batch_size=self.internal_batch_size,
+        )  # fmt: skip
         check_optional_positive(radius, "radius")
-        check_optional_positive(k, "k", integer=True)
-        check_optional_positive(kappa, "kappa", integer=True)
-        self.certify_samples, self.k, self.kappa = certify_samples, k, kappa
-        self.radius = float(radius) if radius is not None else self.sigma / 2
+        self.radius = float(radius) if radius is not None else sigma / 2
 
     @property
     def key(self) -> str:
@@ -91,20 +92,7 @@ class CertifiedMonitor(RobustnessCallback):
         radius_half = MeanMetric().to(inputs.device)
         if x.shape[0]:
             check_radius(self.radius, x[0].numel(), "radius")  # at most the box's diagonal
-            cert = certify_explanations(
-                model,
-                x,
-                y,
-                explainer=self.explainer,
-                sigma=self.sigma,
-                n_samples=self.certify_samples,
-                k=self.k,
-                kappa=self.kappa,
-                alpha=self.alpha,
-                radii=[self.radius],
-                seed=self.seed,
-                internal_batch_size=self.internal_batch_size,
-            )
+            cert = certify_explanations(model, x, y, radii=[self.radius], options=self.smoothing)
             overlap.update(cert.certified_overlap[:, 0].to(torch.float32))
             radius_half.update(cert.certified_radius(0.5).to(torch.float32))
         prefix = f"robustness/certified/{explainer_name(self.explainer)}"

@@ -28,6 +28,7 @@ from robust_train.certify.bounds import (  # isort: skip
 )
 from robust_train.certify.certificate import (  # isort: skip
     ExplanationCertificate,
+    SmoothingOptions,
     certificate_from_counts,
     certify_explanations,
     check_radius,
@@ -45,6 +46,7 @@ __all__ = [
     "CertifySettings",
     "EmpiricalOverlap",
     "ExplanationCertificate",
+    "SmoothingOptions",
     "SoftSmoothedExplainer",
     "attack_certificate",
     "measure_overlap",

@@ -22,12 +22,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from robust_train._options import build_options, takes_options
 from robust_train._runtime import check_optional_positive
-from robust_train._validation import check_images, check_non_negative, check_target
+from robust_train._validation import check_images, check_non_negative, check_positive, check_target
 from robust_train.attacks.defaults import default_k
 from robust_train.certify.bounds import overlap_radii, pixel_radii, reference_set
 from robust_train.certify.sampling import check_sigma, sparsified_counts
@@ -35,7 +37,13 @@ from robust_train.certify.statistics import check_alpha, simultaneous_bounds
 from robust_train.explain.protocol import Explainer
 from robust_train.explain.registry import resolve_explainer
 
-__all__ = ["RADIUS_GRID", "ExplanationCertificate", "certify_explanations", "check_radius"]
+__all__ = [
+    "RADIUS_GRID",
+    "ExplanationCertificate",
+    "SmoothingOptions",
+    "certify_explanations",
+    "check_radius",
+]
 
 RADIUS_GRID = tuple(i / 4 for i in range(11))  # default radii in units of sigma: 0, 0.25, ..., 2.5
 
@@ -107,22 +115,54 @@ def check_radius(radius: object, dimension: int, name: str = "radius") -> float:
     return float(radius)  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class SmoothingOptions:
+    """The smoothed explainer and its certificate's statistics: one option set for
+    `certify_explanations`, `CertifySettings` (the command) and `CertifiedMonitor`.
+
+    Attributes:
+        explainer: any name of `robust_train.explain.EXPLAINERS` or an explainer callable.
+        sigma: Gaussian noise standard deviation, in (0, 1].
+        n_samples: noisy copies per image (the bound tightens as it grows).
+        k: size of the certified top-k set; None: `default_k` (H*W // 8, 98 for 28x28).
+        kappa: size of the top set of each noisy map (the sparsification); None: k.
+        alpha: failure probability of each image's certificate, in (0, 1).
+        seed: seed of the noise (None: the global RNG, or `generator`).
+        internal_batch_size: noisy copies per explainer call (memory); None: `auto_chunk`.
+    """
+
+    explainer: str | Explainer = "saliency"
+    sigma: float = 0.25
+    n_samples: int = 1000
+    k: int | None = None
+    kappa: int | None = None
+    alpha: float = 0.05
+    seed: int | None = None
+    internal_batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        resolve_explainer(self.explainer, differentiable=False)
+        check_sigma(self.sigma)
+        check_alpha(self.alpha)
+        check_positive(self.n_samples, "n_samples", integer=True)
+        check_optional_positive(self.k, "k", integer=True)
+        check_optional_positive(self.kappa, "kappa", integer=True)
+        if self.seed is not None:
+            check_non_negative(self.seed, "seed", integer=True)
+        check_optional_positive(self.internal_batch_size, "internal_batch_size", integer=True)
+
+
+@takes_options(SmoothingOptions)
 def certify_explanations(
     model: nn.Module,
     inputs: Tensor,
     target: Tensor,
     *,
-    explainer: str | Explainer = "saliency",
-    sigma: float = 0.25,
-    n_samples: int = 1000,
-    k: int | None = None,
-    kappa: int | None = None,
-    alpha: float = 0.05,
     radii: Sequence[float] | None = None,
     generator: torch.Generator | None = None,
-    seed: int | None = None,
-    internal_batch_size: int | None = None,
     progress: bool = False,
+    options: SmoothingOptions | None = None,
+    **kwargs: Any,
 ) -> ExplanationCertificate:
     """Certify the top-k set of the smoothed sparsified explainer of each image (module docstring).
 
@@ -130,16 +170,11 @@ def certify_explanations(
         model: classifier returning logits; run in eval mode (flags restored).
         inputs: images (B, C, H, W) in [0, 1]; radii and sigma are in these pixel units.
         target: (B,) class explained (usually the predicted one), the same at every x'.
-        explainer: any name of `robust_train.explain.EXPLAINERS` or an explainer callable.
-        sigma: Gaussian noise standard deviation, in (0, 1].
-        n_samples: noisy copies per image (the bound tightens as it grows).
-        k: size of the certified top-k set; default `default_k` (H*W // 8, 98 for 28x28).
-        kappa: size of the top set of each noisy map (the sparsification); default k.
-        alpha: failure probability of each image's certificate, in (0, 1).
         radii: L2 radii of `certified_overlap`; default `RADIUS_GRID` times sigma (0 to 2.5).
-        generator, seed: randomness of the noise (exclusive).
-        internal_batch_size: noisy copies per explainer call (memory); None: `auto_chunk`.
+        generator: randomness of the noise (exclusive with the option `seed`).
         progress: tqdm bar over the samples.
+        options, **kwargs: the `SmoothingOptions` (explainer, sigma, n_samples, k, kappa, alpha,
+            seed, internal_batch_size); keywords override `options`.
 
     Example:
         >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
@@ -148,31 +183,30 @@ def certify_explanations(
         >>> cert.certified_overlap.shape, cert.overlap_at(0.0).tolist()  # a linear model
         (torch.Size([2, 11]), [1.0, 1.0])
     """
+    o = build_options(SmoothingOptions, kwargs, where="certify_explanations", base=options)
     check_images(inputs, "inputs")
     target = check_target(target, inputs.shape[0]).to(inputs.device)
     _, channels, height, width = inputs.shape
-    explain, name = resolve_explainer(explainer, differentiable=False)
-    sigma, alpha = check_sigma(sigma), check_alpha(alpha)
-    check_optional_positive(internal_batch_size, "internal_batch_size", integer=True)
-    k = _check_size(default_k(height, width) if k is None else k, "k", height * width)
-    kappa = _check_size(k if kappa is None else kappa, "kappa", height * width)
-    grid = _radii(radii, sigma, channels * height * width)
+    explain, name = resolve_explainer(o.explainer, differentiable=False)
+    k = _check_size(default_k(height, width) if o.k is None else o.k, "k", height * width)
+    kappa = _check_size(k if o.kappa is None else o.kappa, "kappa", height * width)
+    grid = _radii(radii, o.sigma, channels * height * width)
     counts = sparsified_counts(
         model,
         inputs,
         target,
         explain=explain,
-        sigma=sigma,
-        n_samples=n_samples,
+        sigma=o.sigma,
+        n_samples=o.n_samples,
         kappa=kappa,
         generator=generator,
-        seed=seed,
-        internal_batch_size=internal_batch_size,
+        seed=o.seed,
+        internal_batch_size=o.internal_batch_size,
         progress=progress,
         desc=f"certify {name}",
     )
     return certificate_from_counts(
-        counts, n_samples, target, explain, name, sigma, k, kappa, alpha, grid
+        counts, o.n_samples, target, explain, name, o.sigma, k, kappa, o.alpha, grid
     )
 
 

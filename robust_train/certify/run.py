@@ -16,7 +16,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from robust_train._runtime import check_optional_positive
 from robust_train._validation import check_non_negative, check_positive
 from robust_train.certify.attack import (
     EmpiricalOverlap,
@@ -24,10 +23,7 @@ from robust_train.certify.attack import (
     measure_overlap,
     random_search,
 )
-from robust_train.certify.certificate import RADIUS_GRID, certify_explanations
-from robust_train.certify.sampling import check_sigma
-from robust_train.certify.statistics import check_alpha
-from robust_train.explain.registry import resolve_explainer
+from robust_train.certify.certificate import RADIUS_GRID, SmoothingOptions, certify_explanations
 
 __all__ = ["CertifySettings", "certify_model"]
 
@@ -35,8 +31,9 @@ ATTACK_GRID = (0.5, 1.0, 1.5, 2.0)
 
 
 @dataclass(frozen=True)
-class CertifySettings:
-    """Settings of a certification run (see `certify_explanations`, `attack_certificate`).
+class CertifySettings(SmoothingOptions):
+    """Settings of a certification run: the smoothed explainer's `SmoothingOptions` (seed 0 by
+    default, so runs repeat) and those of the attack side (see `attack_certificate`).
 
     `radii` and `attack_radii` are L2 radii in pixel units; None: `RADIUS_GRID` and `ATTACK_GRID`
     times sigma. `random_points` 0 skips the random search; `attack_steps` 0 skips the attack.
@@ -52,32 +49,20 @@ class CertifySettings:
     """
 
     explainer: str = "saliency"
-    sigma: float = 0.25
-    n_samples: int = 1000
-    alpha: float = 0.05
-    k: int | None = None
-    kappa: int | None = None
+    seed: int = 0
     radii: tuple[float, ...] | None = None
     attack_radii: tuple[float, ...] | None = None
     attack_steps: int = 20
     attack_restarts: int = 1
     attack_samples: int = 8
     random_points: int = 2
-    seed: int = 0
-    internal_batch_size: int | None = None
 
     def __post_init__(self) -> None:
-        resolve_explainer(self.explainer, differentiable=False)
-        check_sigma(self.sigma)
-        check_alpha(self.alpha)
-        check_positive(self.n_samples, "n_samples", integer=True)
-        check_optional_positive(self.k, "k", integer=True)
-        check_optional_positive(self.kappa, "kappa", integer=True)
-        for name in ("attack_steps", "random_points", "seed"):
+        super().__post_init__()
+        for name in ("attack_steps", "random_points"):
             check_non_negative(getattr(self, name), name, integer=True)
         for name in ("attack_restarts", "attack_samples"):
             check_positive(getattr(self, name), name, integer=True)
-        check_optional_positive(self.internal_batch_size, "internal_batch_size", integer=True)
         for name in ("radii", "attack_radii"):
             values = getattr(self, name)
             if values is not None:
@@ -125,19 +110,7 @@ def certify_model(
     s = settings
     start = time.perf_counter()
     cert = certify_explanations(
-        model,
-        inputs,
-        target,
-        explainer=s.explainer,
-        sigma=s.sigma,
-        n_samples=s.n_samples,
-        k=s.k,
-        kappa=s.kappa,
-        alpha=s.alpha,
-        radii=s.resolved_radii(),
-        seed=s.seed,
-        internal_batch_size=s.internal_batch_size,
-        progress=progress,
+        model, inputs, target, radii=s.resolved_radii(), progress=progress, options=s
     )
     certify_seconds = time.perf_counter() - start
     records, resampled = _bracket(model, inputs, cert, s, progress)

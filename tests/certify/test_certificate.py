@@ -121,7 +121,7 @@ def test_counts_are_seeded_and_chunking_keeps_their_totals() -> None:
         ({"n_samples": 0}, ValueError, "`n_samples` must be > 0"),
         ({"alpha": 1.0}, ValueError, "`alpha` must lie strictly between 0 and 1"),
         ({"k": 65}, ValueError, r"`k` must be an int in \[1, H\*W\] = \[1, 64\]"),
-        ({"kappa": 0}, ValueError, "`kappa` must be an int"),
+        ({"kappa": 0}, ValueError, "`kappa` must be (> 0|an int)"),
         ({"radii": [-0.1]}, ValueError, "`radii` must be >= 0"),
         ({"radii": [9.0]}, ValueError, r"`radii` 9.0 exceeds sqrt\(64\) = 8"),
         ({"radii": []}, ValueError, "`radii` is empty"),

@@ -175,33 +175,24 @@ def _empirical(
     progress: bool,
 ) -> list[EmpiricalOverlap]:
     found = []
+    common: dict[str, Any] = dict(
+        radius=radius, seed=s.seed, internal_batch_size=s.internal_batch_size
+    )
     if s.attack_steps:
         found.append(
             attack_certificate(
                 model,
                 inputs,
                 cert,
-                radius=radius,
                 n_steps=s.attack_steps,
                 n_restarts=s.attack_restarts,
                 attack_samples=s.attack_samples,
-                seed=s.seed,
-                internal_batch_size=s.internal_batch_size,
                 progress=progress,
-            )
+                **common,
+            )  # fmt: skip
         )
     if s.random_points:
-        found.append(
-            random_search(
-                model,
-                inputs,
-                cert,
-                radius=radius,
-                n_points=s.random_points,
-                seed=s.seed,
-                internal_batch_size=s.internal_batch_size,
-            )
-        )
+        found.append(random_search(model, inputs, cert, n_points=s.random_points, **common))
     return found
 
 

@@ -179,18 +179,9 @@ def _empirical(
         radius=radius, seed=s.seed, internal_batch_size=s.internal_batch_size
     )
     if s.attack_steps:
-        found.append(
-            attack_certificate(
-                model,
-                inputs,
-                cert,
-                n_steps=s.attack_steps,
-                n_restarts=s.attack_restarts,
-                attack_samples=s.attack_samples,
-                progress=progress,
-                **common,
-            )  # fmt: skip
-        )
+        attack = dict(n_steps=s.attack_steps, n_restarts=s.attack_restarts)
+        attack.update(attack_samples=s.attack_samples)
+        found.append(attack_certificate(model, inputs, cert, progress=progress, **attack, **common))
     if s.random_points:
         found.append(random_search(model, inputs, cert, n_points=s.random_points, **common))
     return found

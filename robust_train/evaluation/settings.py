@@ -12,7 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from robust_train._validation import check_choice, check_positive
+from robust_train._validation import check_choice, check_non_negative, check_positive
 from robust_train.attacks.objectives import OBJECTIVES, get_objective
 from robust_train.attacks.options import AttackOptions, check_linf_budget
 from robust_train.explain.registry import resolve_explainer
@@ -56,6 +56,9 @@ class EvaluationSettings(AttackOptions):
         ig_steps: integration points of integrated gradients (for every explainer whose spec
             ties an option to it: `ExplainerSpec.settings`).
         ig_baseline: value of the constant baseline image of integrated gradients (0.0: black).
+        certify_sigma, certify_samples, certify_alpha, certify_radius, certify_attack_steps:
+            the "certified" part (not run by default): noise, noisy copies per image, failure
+            probability per image, L2 radius (None: sigma) and L2 attack steps (0: no attack).
         seed: all randomness (attacks, samples, stochastic explainers) is seeded from it.
         extra: free-form notes carried along (not used by the engine).
     """
@@ -99,6 +102,21 @@ class EvaluationSettings(AttackOptions):
     ig_baseline: float = field(
         default=0.0, metadata={"help": "constant baseline image of integrated gradients"}
     )
+    certify_sigma: float = field(
+        default=0.25, metadata={"help": "certified part: smoothing noise sigma"}
+    )
+    certify_samples: int = field(
+        default=500, metadata={"help": "certified part: noisy copies per image"}
+    )
+    certify_alpha: float = field(
+        default=0.05, metadata={"help": "certified part: failure probability per image"}
+    )
+    certify_radius: float | None = field(
+        default=None, metadata={"help": "certified part: L2 radius (default certify_sigma)"}
+    )
+    certify_attack_steps: int = field(
+        default=20, metadata={"help": "certified part: steps of the L2 attack (0: none)"}
+    )
     seed: int = field(default=0, metadata={"help": "seed of every random draw"})
     extra: dict[str, Any] = field(default_factory=dict, metadata={"cli": False})
 
@@ -106,6 +124,7 @@ class EvaluationSettings(AttackOptions):
         super().__post_init__()
         for name in ("n_samples", "lipschitz_samples", "fidelity_steps", "ig_steps"):
             check_positive(getattr(self, name), name, integer=True)
+        self._check_certify()
         if self.lipschitz_radius is not None:
             check_linf_budget(self.lipschitz_radius, "lipschitz_radius")
         check_choice(self.lipschitz_normalize, "lipschitz_normalize", NORMALIZE)
@@ -127,6 +146,16 @@ class EvaluationSettings(AttackOptions):
             resolve_explainer(explainer, differentiable=gradient, name="attack_explainers")
         for explainer in self.explainers:
             resolve_explainer(explainer, differentiable=False, name="explainers")
+
+    def _check_certify(self) -> None:
+        from robust_train.certify import check_alpha, check_sigma
+
+        check_sigma(self.certify_sigma, "certify_sigma")
+        check_alpha(self.certify_alpha, "certify_alpha")
+        check_positive(self.certify_samples, "certify_samples", integer=True)
+        check_non_negative(self.certify_attack_steps, "certify_attack_steps", integer=True)
+        if self.certify_radius is not None:
+            check_positive(self.certify_radius, "certify_radius")
 
     def resolved(self, height: int, width: int) -> EvaluationSettings:  # type: ignore[override]
         """A copy with every None replaced by its size-dependent default, checked on the size.

@@ -23,34 +23,30 @@ one-channel synthetic images
 (Quantus PixelFlipping requires features_in_step to divide H*W, so it cannot remove whole RGB
 pixels in equal steps: 3 * pixels per step never divides 1024).
 
-    python benchmarks/bench_eval.py [--quick] [--no-write] [--threads 1]
+    python -m benchmarks.bench_eval [--quick] [--no-write] [--threads 1]
 """
 
 from __future__ import annotations
 
-import sys
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_utils as bu  # noqa: E402
-import eval_peers as peers  # noqa: E402
-
-from robust_train._runtime import auto_chunk  # noqa: E402
-from robust_train.attacks import fragility_attack  # noqa: E402
-from robust_train.explain import get_explainer, importance_map, saliency  # noqa: E402
-from robust_train.metrics.functional import (  # noqa: E402
+from benchmarks import bench_utils as bu
+from benchmarks import eval_peers as peers
+from robust_train._runtime import auto_chunk
+from robust_train.attacks import fragility_attack
+from robust_train.explain import get_explainer, importance_map, saliency
+from robust_train.metrics.functional import (
     fidelity_curves,
     local_lipschitz_estimate,
     sample_perturbations,
 )
-from robust_train.models import MNISTConvNet, SmallCNN  # noqa: E402
+from robust_train.models import MNISTConvNet, SmallCNN
 
 FLOOR_LIMIT = 1.3
 # "No slower than the peer": equal compute measures 0.92-1.12 round to round on a loaded machine,

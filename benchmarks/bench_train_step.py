@@ -7,10 +7,10 @@ are timed in one process, interleaved round by round; ratios are to the plain st
 round. Peak memory: bench_utils.peak_memory, one step after a warm-up step (so Adam's state
 already exists and is not counted).
 
-    python benchmarks/bench_train_step.py            # full run, appends to benchmarks/RESULTS.md
-    python benchmarks/bench_train_step.py --quick --no-write
-    python benchmarks/bench_train_step.py --device cuda --precision bf16 --models resnet18
-    python benchmarks/bench_train_step.py --penalties registry --models smallcnn mnist28 smallcnn32
+    python -m benchmarks.bench_train_step            # full run, appends to benchmarks/RESULTS.md
+    python -m benchmarks.bench_train_step --quick --no-write
+    python -m benchmarks.bench_train_step --device cuda --precision bf16 --models resnet18
+    python -m benchmarks.bench_train_step --penalties registry --models smallcnn mnist28 smallcnn32
 
 `--penalties registry` times every penalty of `robust_train.regularizers.PENALTIES` (the
 leaderboard configs' CPU-sized inner loops, `train_bare.SETTINGS`) and, beside each penalty that
@@ -23,20 +23,16 @@ MNIST-5k digits, SmallCNN on 32x32 synthetic grey images, ResNet18CIFAR on 32x32
 from __future__ import annotations
 
 import copy
-import sys
 import warnings
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_utils as bu  # noqa: E402
-import train_bare  # noqa: E402
-
-from robust_train import RobustClassifier  # noqa: E402
-from robust_train.regularizers import (  # noqa: E402
+from benchmarks import bench_utils as bu
+from benchmarks import train_bare
+from robust_train import RobustClassifier
+from robust_train.regularizers import (
     PENALTIES,
     Curvature,
     ExplanationSmoothness,

@@ -4,7 +4,10 @@ measuring tools they share count what they claim to count."""
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -107,3 +110,38 @@ def test_bench_train_step_registry_quick(bench, tmp_path):
     for name in PENALTIES:  # every registered penalty is timed; the bare ones beside it
         assert f"| {name} |" in text
     assert "| ig_norm, bare |" in text and "its bare formula" in text
+
+
+SCRIPTS = sorted(
+    p.stem for p in BENCHMARKS.glob("*.py") if 'if __name__ == "__main__":' in p.read_text()
+)
+RUN_EACH_AS_MAIN = """
+import runpy, sys
+for name in sys.argv[1:]:
+    sys.argv = [name, "--help"]
+    try:
+        runpy.run_module("benchmarks." + name, run_name="__main__", alter_sys=True)
+    except SystemExit as stop:
+        assert stop.code in (0, None), (name, stop.code)
+    else:
+        raise AssertionError(name + ": --help did not exit")
+    print("ran", name)
+"""
+
+
+@pytest.mark.slow
+def test_every_script_runs_as_a_module_from_the_repository_root():
+    """`python -m benchmarks.<script> --help` (runpy, as -m does) from the root, with no
+    PYTHONPATH: the package imports its own modules, no script edits sys.path."""
+    assert {"bench_train_step", "bench_eval", "leaderboard", "gpu_check"} <= set(SCRIPTS)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_EACH_AS_MAIN, *SCRIPTS],
+        cwd=BENCHMARKS.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("ran ") == len(SCRIPTS)

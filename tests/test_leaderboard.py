@@ -22,8 +22,10 @@ def test_quick_leaderboard_writes_table_sweeps_and_plot(tmp_path: Path):
     )
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["failed"] == [] and results["skipped"] == []
-    methods = sorted({(r["method"], r["seed"]) for r in results["rows"]})
-    assert methods == [
+    assert all(isinstance(r["test"], dict) and "accuracy" in r["test"] for r in results["rows"])
+    assert all("test" not in r for r in results["sweeps"]["adversarial"])  # swept: val only
+    rows = sorted({(r["method"], r["seed"]) for r in results["rows"]})
+    assert rows == [
         ("adversarial", 0),
         ("adversarial", 1),
         ("finetune", 0),
@@ -51,6 +53,30 @@ def test_quick_leaderboard_writes_table_sweeps_and_plot(tmp_path: Path):
     assert "| finetune (adversarial) |" in rewritten
     report.write_report({**results, "out": "elsewhere"}, tmp_path, quick=True)
     assert "seen by hand" not in page.read_text()
+
+
+def test_jobs_say_whether_to_test_and_results_hold_the_test_metrics():
+    """A job's `run_test` (bool) and a result's `test` (metrics) are distinct names; a result
+    rebuilds the job that made it; the method table is read by field."""
+    plan = methods.quick_plan()
+    job = methods.TrainJob(
+        id="gradnorm_weight1_s0", method="gradnorm", penalty="gradnorm", seed=0, plan=plan,
+        out="/tmp", epochs=1, kwargs={"weight": 1.0}, value=1.0, run_test=True,
+    )  # fmt: skip
+    row = job.record()
+    assert row["run_test"] is True and "test" not in row and "plan" not in row
+    result = {**row, "seconds": 1.0, "test": {"accuracy": 0.5}}
+    again = methods.TrainJob.of(result, plan, id="gradnorm_chosen_s1", seed=1)
+    assert (again.seed, again.kwargs, again.run_test, again.plan) == (
+        1,
+        {"weight": 1.0},
+        True,
+        plan,
+    )
+    with pytest.raises(AttributeError):
+        methods.METHODS["gradnorm"].values = (3.0,)  # frozen
+    assert methods.FINETUNED == {n for n, m in methods.METHODS.items() if m.finetuned}
+    assert methods.METHODS["adversarial"].record()["values"] == [0.1, 0.3]  # JSON: a list
 
 
 def test_weight_rule_prefers_robustness_within_one_point():

@@ -15,7 +15,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, TypedDict, cast
 
-MODEL = {"channels": [16, 32], "hidden": 128}
+MODEL: dict[str, Any] = {"channels": [16, 32], "hidden": 128}
 LR, BATCH, EPOCHS, FINETUNE_EPOCHS, FINETUNE_LR = 3e-3, 64, 6, 2, 2e-3
 TRAIN_IMAGES = 3500  # MNIST5kDataModule's train split
 

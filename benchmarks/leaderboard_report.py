@@ -20,6 +20,7 @@ from benchmarks.leaderboard_methods import (
     METHODS,
     MODEL,
     Results,
+    RunResult,
     eligible,
 )
 
@@ -58,7 +59,7 @@ def _fmt(values: list[float], digits: int) -> str:
 
 def table_rows(results: Results) -> list[dict[str, Any]]:
     """One aggregated row per method (mean and half-range over seeds)."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[RunResult]] = {}
     for r in results["rows"]:
         key = r["method"] if r["method"] != "finetune" else f"finetune ({r['base_method']})"
         groups.setdefault(key, []).append(r)
@@ -308,7 +309,7 @@ def _sweep_lines(results: Results) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     chosen_ids = {r["id"] for r in results["rows"]}
-    nat_acc = results["natural_val_accuracy"]
+    nat_acc = float(results["natural_val_accuracy"])  # type: ignore[arg-type]
     nat_correct = next(
         (
             r["val"].get("correct")

@@ -148,7 +148,7 @@ def _ig_map(model: nn.Module, a: Tensor, y: Tensor, m: int) -> Tensor:
 
 
 def _map_shift(
-    name: str, model: nn.Module, x: Tensor, logits: Tensor, y: Tensor, s: dict[str, object]
+    name: str, model: nn.Module, x: Tensor, logits: Tensor, y: Tensor, s: Mapping[str, Any]
 ) -> Tensor:
     """Per-sample distance between the importance maps at x and at x' in B_inf(x, radius).
 

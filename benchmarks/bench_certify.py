@@ -15,12 +15,11 @@ Times are process CPU seconds (one thread by default; the wall time on the share
 printed beside it), one call each after a warm-up; certification is a fixed amount of work per
 sample (one explainer call on a noisy copy, one top-kappa), so one call is representative.
 
-    python benchmarks/bench_certify.py [--quick] [--images 4] [--ns 100 300 1000 3000] [--no-write]
+    python -m benchmarks.bench_certify [--quick] [--images 4] [--ns 100 300 1000 3000] [--no-write]
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,12 +27,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_utils as bu  # noqa: E402
-
-from robust_train._checkpoint_io import heldout_tensors, load_checkpoint  # noqa: E402
-from robust_train.certify import certify_explanations, overlap_radii, reference_set  # noqa: E402
-from robust_train.models import MNISTConvNet, SmallCNN  # noqa: E402
+from benchmarks import bench_utils as bu
+from robust_train._checkpoint_io import heldout_tensors, load_checkpoint
+from robust_train.certify import certify_explanations, overlap_radii, reference_set
+from robust_train.models import MNISTConvNet, SmallCNN
 
 ROOT = Path(__file__).resolve().parents[1]
 SIGMA = 0.25

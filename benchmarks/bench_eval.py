@@ -23,34 +23,32 @@ one-channel synthetic images
 (Quantus PixelFlipping requires features_in_step to divide H*W, so it cannot remove whole RGB
 pixels in equal steps: 3 * pixels per step never divides 1024).
 
-    python benchmarks/bench_eval.py [--quick] [--no-write] [--threads 1]
+    python -m benchmarks.bench_eval [--quick] [--no-write] [--threads 1]
 """
 
 from __future__ import annotations
 
-import sys
 import warnings
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_utils as bu  # noqa: E402
-import eval_peers as peers  # noqa: E402
-
-from robust_train._runtime import auto_chunk  # noqa: E402
-from robust_train.attacks import fragility_attack  # noqa: E402
-from robust_train.explain import get_explainer, importance_map, saliency  # noqa: E402
-from robust_train.metrics.functional import (  # noqa: E402
+from benchmarks import bench_utils as bu
+from benchmarks import eval_peers as peers
+from robust_train._runtime import auto_chunk
+from robust_train.attacks import fragility_attack
+from robust_train.explain import get_explainer, importance_map, saliency
+from robust_train.metrics.functional import (
     fidelity_curves,
     local_lipschitz_estimate,
     sample_perturbations,
 )
-from robust_train.models import MNISTConvNet, SmallCNN  # noqa: E402
+from robust_train.models import MNISTConvNet, SmallCNN
 
 FLOOR_LIMIT = 1.3
 # "No slower than the peer": equal compute measures 0.92-1.12 round to round on a loaded machine,
@@ -192,44 +190,9 @@ def lipschitz_part(label, model, x, y, n_samples, args, device) -> list[str]:
         clamp=False,
         divide_by_distance=False,
     )
-    # values on the same perturbed inputs
-    q_points = sample_perturbations(
-        x, n_samples, radius=radius, sampling="gaussian", clamp=False, seed=1
-    )
-    q_values = peers.quantus_lipschitz(model, x, y, n_samples, radius, q_points)
-    q_diff = float(
-        np.abs(local_lipschitz_estimate(model, x, y, seed=1, **q_kw).numpy() - q_values).max()
-    )
-    c_points = sample_perturbations(x, n_samples, radius=radius, clamp=False, seed=2)
-    clean_norm = saliency(model, x, y).flatten(1).norm(dim=1)
-    ours_c = local_lipschitz_estimate(model, x, y, seed=2, **c_kw) / clean_norm
-    c_diff = float(
-        (ours_c - peers.captum_sensitivity(model, x, y, n_samples, radius, c_points)).abs().max()
-    )
-    names = [
-        "ours, Quantus settings",
-        f"ours, Quantus settings, internal_batch_size={c}",
-        "Quantus LocalLipschitzEstimate",
-        "ours, Captum settings",
-        f"ours, Captum settings, internal_batch_size={c}",
-        "Captum sensitivity_max",
-        f"Captum sensitivity_max, max_examples_per_batch={c}",
-    ]
-    variants = dict(
-        zip(
-            names,
-            [
-                lambda: local_lipschitz_estimate(model, x, y, **q_kw),
-                lambda: local_lipschitz_estimate(model, x, y, internal_batch_size=c, **q_kw),
-                lambda: peers.quantus_lipschitz(model, x, y, n_samples, radius),
-                lambda: local_lipschitz_estimate(model, x, y, **c_kw),
-                lambda: local_lipschitz_estimate(model, x, y, internal_batch_size=c, **c_kw),
-                lambda: peers.captum_sensitivity(model, x, y, n_samples, radius),
-                lambda: peers.captum_sensitivity(model, x, y, n_samples, radius, chunk=c),
-            ],
-            strict=True,
-        )
-    )
+    q_diff, c_diff = _lipschitz_differences(model, x, y, n_samples, radius, q_kw, c_kw)
+    variants = _lipschitz_variants(model, x, y, n_samples, radius, c, q_kw, c_kw)
+    names = list(variants)
     t = bu.time_interleaved(
         variants, names[0], rounds=args.rounds, device=device, min_sample_seconds=args.min_sample
     )
@@ -270,11 +233,51 @@ def lipschitz_part(label, model, x, y, n_samples, args, device) -> list[str]:
     )
 
 
+def _lipschitz_differences(model, x, y, n_samples, radius, q_kw, c_kw) -> tuple[float, float]:
+    """Max |ours - peer| on the same perturbed inputs: Quantus's estimate, and Captum's
+    sensitivity_max (ours divided by ||E(x)||)."""
+    q_points = sample_perturbations(
+        x, n_samples, radius=radius, sampling="gaussian", clamp=False, seed=1
+    )
+    q_values = peers.quantus_lipschitz(model, x, y, n_samples, radius, q_points)
+    q_diff = float(
+        np.abs(local_lipschitz_estimate(model, x, y, seed=1, **q_kw).numpy() - q_values).max()
+    )
+    c_points = sample_perturbations(x, n_samples, radius=radius, clamp=False, seed=2)
+    clean_norm = saliency(model, x, y).flatten(1).norm(dim=1)
+    ours_c = local_lipschitz_estimate(model, x, y, seed=2, **c_kw) / clean_norm
+    c_diff = float(
+        (ours_c - peers.captum_sensitivity(model, x, y, n_samples, radius, c_points)).abs().max()
+    )
+    return q_diff, c_diff
+
+
+def _lipschitz_variants(model, x, y, n_samples, radius, c, q_kw, c_kw) -> dict[str, Callable]:
+    """Ours at Quantus's and Captum's settings (default chunks and chunks of `c`) and the two
+    peers, in the order lipschitz_part pairs them."""
+    return {
+        "ours, Quantus settings": lambda: local_lipschitz_estimate(model, x, y, **q_kw),
+        f"ours, Quantus settings, internal_batch_size={c}": lambda: local_lipschitz_estimate(
+            model, x, y, internal_batch_size=c, **q_kw
+        ),
+        "Quantus LocalLipschitzEstimate": lambda: peers.quantus_lipschitz(
+            model, x, y, n_samples, radius
+        ),
+        "ours, Captum settings": lambda: local_lipschitz_estimate(model, x, y, **c_kw),
+        f"ours, Captum settings, internal_batch_size={c}": lambda: local_lipschitz_estimate(
+            model, x, y, internal_batch_size=c, **c_kw
+        ),
+        "Captum sensitivity_max": lambda: peers.captum_sensitivity(model, x, y, n_samples, radius),
+        f"Captum sensitivity_max, max_examples_per_batch={c}": lambda: peers.captum_sensitivity(
+            model, x, y, n_samples, radius, chunk=c
+        ),
+    }
+
+
 def attack_part(label, model, x, y, eps, n_steps, args, device) -> list[str]:
     """Attack vs its bare loop, for saliency (and for IG at 28x28: the RAR protocol's settings,
     epsilon 0.3, step 0.01, k 200, measure_k 100, 10 IG points from a zero baseline)."""
-    rar = x.shape[-1] == 28
-    if rar:
+    if x.shape[-1] == 28:
         x, y = x[:ATTACK_IMAGES_28], y[:ATTACK_IMAGES_28]
         eps, k, kw = 0.3, 200, dict(step_size=0.01, measure_k=100)
         explainers = {"saliency": None, "integrated_gradients": 2 if args.quick else RAR_IG_STEPS}
@@ -284,102 +287,151 @@ def attack_part(label, model, x, y, eps, n_steps, args, device) -> list[str]:
     target = model(x).argmax(1).detach()
     out = []
     for name, ig_steps in explainers.items():
-        explainer = (
-            name if ig_steps is None else get_explainer(name, n_steps=ig_steps, baseline=0.0)
-        )
-        steps = n_steps if ig_steps is None else max(1, n_steps // 2)
-        bare_kw = dict(
-            epsilon=eps, n_steps=steps, k=k, ig_steps=ig_steps, step_size=kw.get("step_size")
-        )
-        variants = {
-            "fragility_attack (topk)": lambda e=explainer, s=steps: fragility_attack(
-                model, x, target, explainer=e, epsilon=eps, n_steps=s, k=k, seed=0, **kw
-            ),
-            "bare loop (floor)": lambda b=bare_kw: peers.bare_attack(model, x, target, **b),
-            "bare loop + ranking map": lambda b=bare_kw: peers.bare_attack(
-                model, x, target, ranking=True, **b
-            ),
-        }
-        if ig_steps is not None:  # the floors with the attack's default path chunks
-            per, rank_per = _attack_path_steps(x)
-            chunked = f"bare loop, IG path in chunks of {per} steps"
-            chunked_rank = (
-                f"bare loop + ranking map, IG paths in chunks of {per} / {rank_per} steps"
-            )
-            variants[chunked] = lambda b=bare_kw, p=per: peers.bare_attack(
-                model, x, target, ig_chunk_steps=p, **b
-            )
-            variants[chunked_rank] = lambda b=bare_kw, p=per, r=rank_per: peers.bare_attack(
-                model, x, target, ranking=True, ig_chunk_steps=p, rank_chunk_steps=r, **b
-            )
-        t = bu.time_interleaved(
-            variants,
-            "bare loop (floor)",
-            rounds=args.rounds,
-            device=device,
-            min_sample_seconds=args.min_sample,
-        )
-        names = list(variants)
-        vs_floor, floor_range = bu.pair_ratio(t, names[0], names[1])
-        vs_rank, rank_range = bu.pair_ratio(t, names[0], names[2])
-        rows = [[v, t[v].median * 1e3, t[v].median_wall * 1e3] for v in variants]
-        per_step = 20 / x.shape[0] / steps
-        what = "saliency" if ig_steps is None else f"integrated gradients, {ig_steps} points"
-        notes, targets = (
-            [],
-            [
-                (
-                    f"fragility_attack ({what}) within 1.3x of its bare loop",
-                    vs_floor,
-                    FLOOR_LIMIT,
-                    None,
-                )
-            ],
-        )
-        if ig_steps is not None:
-            vs_chunked, chunked_range = bu.pair_ratio(t, names[0], names[3])
-            vs_chunked_rank, chunked_rank_range = bu.pair_ratio(t, names[0], names[4])
-            notes += [
-                f"(a) attack / {names[3]} (surrogate only): {vs_chunked:.2f} ({chunked_range})",
-                f"(b) attack / {names[4]} (the same algorithm): {vs_chunked_rank:.2f} "
-                f"({chunked_rank_range})",
-                f"per step and 20 images (CPU s), same path chunks as the attack: floor "
-                f"{t[names[3]].median * per_step:.3f}, floor + ranking map "
-                f"{t[names[4]].median * per_step:.3f}",
-            ]
-            targets += [
-                (
-                    f"fragility_attack ({what}) within 1.3x of its bare surrogate-only loop with "
-                    "the same path chunks",
-                    vs_chunked,
-                    FLOOR_LIMIT,
-                    None,
-                ),
-                (
-                    f"fragility_attack ({what}) within 1.3x of the bare loop of the same "
-                    "algorithm (+ ranking map) with the same path chunks",
-                    vs_chunked_rank,
-                    FLOOR_LIMIT,
-                    None,
-                ),
-            ]
-        out += _emit(
-            args,
-            f"(c) fragility attack ({what}), {label}, {x.shape[0]} images, "
-            f"{steps} steps, epsilon {eps:.3g}, k {k}",
-            rows,
-            [
-                f"attack / bare loop: {vs_floor:.2f} ({floor_range})",
-                f"attack / bare loop + ranking map: {vs_rank:.2f} ({rank_range})",
-                f"per step and 20 images (CPU s): attack {t[names[0]].median * per_step:.3f}, "
-                f"floor {t[names[1]].median * per_step:.3f}, floor + ranking map "
-                f"{t[names[2]].median * per_step:.3f}",
-                *notes,
-            ],
-            targets,
-            label,
-        )
+        attack = _Attack(model, x, target, name, ig_steps, eps, k, kw, n_steps)
+        out += _attack_explainer(label, attack, args, device)
     return out
+
+
+@dataclass
+class _Attack:
+    """One attack_part measurement: the attack of `explainer` on (x, target) and its budget."""
+
+    model: nn.Module
+    x: Tensor
+    target: Tensor
+    explainer: str
+    ig_steps: int | None  # None: saliency
+    eps: float
+    k: int
+    kw: dict[str, Any]
+    n_steps: int
+
+    @property
+    def steps(self) -> int:
+        return self.n_steps if self.ig_steps is None else max(1, self.n_steps // 2)
+
+    @property
+    def what(self) -> str:
+        return (
+            "saliency" if self.ig_steps is None else f"integrated gradients, {self.ig_steps} points"
+        )
+
+
+def _attack_variants(a: _Attack) -> dict[str, Callable[[], Any]]:
+    """The attack, its bare loop (floor), the loop + ranking map, and for IG the two loops with
+    the attack's default path chunks."""
+    model, x, target, steps = a.model, a.x, a.target, a.steps
+    explainer: Any = a.explainer
+    if a.ig_steps is not None:
+        explainer = get_explainer(a.explainer, n_steps=a.ig_steps, baseline=0.0)
+    bare_kw = dict(
+        epsilon=a.eps, n_steps=steps, k=a.k, ig_steps=a.ig_steps, step_size=a.kw.get("step_size")
+    )
+    variants = {
+        "fragility_attack (topk)": lambda: fragility_attack(
+            model,
+            x,
+            target,
+            explainer=explainer,
+            epsilon=a.eps,
+            n_steps=steps,
+            k=a.k,
+            seed=0,
+            **a.kw,
+        ),
+        "bare loop (floor)": lambda: peers.bare_attack(model, x, target, **bare_kw),
+        "bare loop + ranking map": lambda: peers.bare_attack(
+            model, x, target, ranking=True, **bare_kw
+        ),
+    }
+    if a.ig_steps is not None:  # the floors with the attack's default path chunks
+        per, rank_per = _attack_path_steps(x)
+        variants[f"bare loop, IG path in chunks of {per} steps"] = lambda: peers.bare_attack(
+            model, x, target, ig_chunk_steps=per, **bare_kw
+        )
+        variants[f"bare loop + ranking map, IG paths in chunks of {per} / {rank_per} steps"] = (
+            lambda: peers.bare_attack(
+                model,
+                x,
+                target,
+                ranking=True,
+                ig_chunk_steps=per,
+                rank_chunk_steps=rank_per,
+                **bare_kw,
+            )
+        )
+    return variants
+
+
+def _attack_explainer(label, a: _Attack, args, device) -> list[str]:
+    """Time one explainer's attack beside its bare loops; record the table, return verdicts."""
+    variants = _attack_variants(a)
+    t = bu.time_interleaved(
+        variants,
+        "bare loop (floor)",
+        rounds=args.rounds,
+        device=device,
+        min_sample_seconds=args.min_sample,
+    )
+    names = list(variants)
+    vs_floor, floor_range = bu.pair_ratio(t, names[0], names[1])
+    vs_rank, rank_range = bu.pair_ratio(t, names[0], names[2])
+    rows = [[v, t[v].median * 1e3, t[v].median_wall * 1e3] for v in variants]
+    per_step = 20 / a.x.shape[0] / a.steps
+    targets = [
+        (f"fragility_attack ({a.what}) within 1.3x of its bare loop", vs_floor, FLOOR_LIMIT, None)
+    ]
+    notes: list[str] = []
+    if a.ig_steps is not None:
+        notes, chunk_targets = _chunked_floor_lines(t, names, a.what, per_step)
+        targets += chunk_targets
+    return _emit(
+        args,
+        f"(c) fragility attack ({a.what}), {label}, {a.x.shape[0]} images, "
+        f"{a.steps} steps, epsilon {a.eps:.3g}, k {a.k}",
+        rows,
+        [
+            f"attack / bare loop: {vs_floor:.2f} ({floor_range})",
+            f"attack / bare loop + ranking map: {vs_rank:.2f} ({rank_range})",
+            f"per step and 20 images (CPU s): attack {t[names[0]].median * per_step:.3f}, "
+            f"floor {t[names[1]].median * per_step:.3f}, floor + ranking map "
+            f"{t[names[2]].median * per_step:.3f}",
+            *notes,
+        ],
+        targets,
+        label,
+    )
+
+
+def _chunked_floor_lines(t, names, what, per_step) -> tuple[list[str], list[tuple]]:
+    """IG: the attack over the two bare loops with its own path chunks (notes and targets)."""
+    vs_chunked, chunked_range = bu.pair_ratio(t, names[0], names[3])
+    vs_chunked_rank, chunked_rank_range = bu.pair_ratio(t, names[0], names[4])
+    notes = [
+        f"(a) attack / {names[3]} (surrogate only): {vs_chunked:.2f} ({chunked_range})",
+        f"(b) attack / {names[4]} (the same algorithm): {vs_chunked_rank:.2f} "
+        f"({chunked_rank_range})",
+        f"per step and 20 images (CPU s), same path chunks as the attack: floor "
+        f"{t[names[3]].median * per_step:.3f}, floor + ranking map "
+        f"{t[names[4]].median * per_step:.3f}",
+    ]
+    targets = [
+        (
+            f"fragility_attack ({what}) within 1.3x of its bare surrogate-only loop with "
+            "the same path chunks",
+            vs_chunked,
+            FLOOR_LIMIT,
+            None,
+        ),
+        (
+            f"fragility_attack ({what}) within 1.3x of the bare loop of the same "
+            "algorithm (+ ranking map) with the same path chunks",
+            vs_chunked_rank,
+            FLOOR_LIMIT,
+            None,
+        ),
+    ]
+    return notes, targets
 
 
 def _attack_path_steps(x: Tensor) -> tuple[int, int]:

@@ -12,8 +12,8 @@ round (bench_utils.time_interleaved; process CPU time, one thread):
 - penalty step: one training step of RobustClassifier with ExplanationSmoothness (radius 0.3,
   cosine, one sample) on the explainer: forward, penalty (two maps with create_graph), backward.
 
-    python benchmarks/bench_lrp.py            # ~15 min on one core (results: benchmarks/LRP.md)
-    python benchmarks/bench_lrp.py --quick    # smoke run
+    python -m benchmarks.bench_lrp            # ~15 min on one core (results: benchmarks/LRP.md)
+    python -m benchmarks.bench_lrp --quick    # smoke run
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
-from bench_utils import Record, base_parser, setup_torch, table, time_interleaved
 from torch import Tensor, nn
 
+from benchmarks.bench_utils import Record, base_parser, setup_torch, table, time_interleaved
 from robust_train import RobustClassifier
 from robust_train.explain import importance_map, lrp, saliency
 from robust_train.models import MNISTConvNet, TorchvisionClassifier

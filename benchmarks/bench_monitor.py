@@ -17,7 +17,7 @@ Reported:
   so it is only meaningful with several rounds (--repeats);
 and the logged seconds of each part (fragility, Lipschitz, fidelity).
 
-    python benchmarks/bench_monitor.py [--quick] [--no-write] [--max-epochs 20] [--profile]
+    python -m benchmarks.bench_monitor [--quick] [--no-write] [--max-epochs 20] [--profile]
 """
 
 from __future__ import annotations
@@ -26,18 +26,15 @@ import cProfile
 import inspect
 import io
 import pstats
-import sys
 import tempfile
 import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_utils as bu  # noqa: E402
-
-from robust_train.callbacks import RobustnessCallback, RobustnessMonitor  # noqa: E402
-from robust_train.cli import lightning_main  # noqa: E402
+from benchmarks import bench_utils as bu
+from robust_train.callbacks import RobustnessCallback, RobustnessMonitor
+from robust_train.cli import lightning_main
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = [ROOT / "configs" / "digits_baseline.yaml", ROOT / "configs" / "digits_smoothness.yaml"]

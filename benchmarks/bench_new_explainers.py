@@ -8,23 +8,18 @@ model: `fragility_attack`'s own step functions) and one training step (forward, 
 plain cross-entropy step. Settings: MNISTConvNet(channels=[16, 32], hidden=128) on 28x28, batch
 32; torchvision ResNet-50 (random weights, 10 classes) on 224x224, batch 2 (CPU).
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_new_explainers.py [--settings mnist28]
-    .venv/bin/python benchmarks/bench_new_explainers.py --quick   # smoke run, seconds
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_new_explainers [--settings mnist28]
+    .venv/bin/python -m benchmarks.bench_new_explainers --quick   # smoke run, seconds
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+import torch
 
-import torch  # noqa: E402
-from bench_utils import Record, base_parser, setup_torch, table, time_interleaved  # noqa: E402
+from benchmarks.bench_utils import Record, base_parser, setup_torch, table, time_interleaved
 
 EXPLAINERS = ("saliency", "grad_cam", "deeplift")
 

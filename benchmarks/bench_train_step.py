@@ -7,36 +7,33 @@ are timed in one process, interleaved round by round; ratios are to the plain st
 round. Peak memory: bench_utils.peak_memory, one step after a warm-up step (so Adam's state
 already exists and is not counted).
 
-    python benchmarks/bench_train_step.py            # full run, appends to benchmarks/RESULTS.md
-    python benchmarks/bench_train_step.py --quick --no-write
-    python benchmarks/bench_train_step.py --device cuda --precision bf16 --models resnet18
-    python benchmarks/bench_train_step.py --penalties registry --models smallcnn mnist28 smallcnn32
+    python -m benchmarks.bench_train_step            # full run, appends to benchmarks/RESULTS.md
+    python -m benchmarks.bench_train_step --quick --no-write
+    python -m benchmarks.bench_train_step --device cuda --precision bf16 --models resnet18
+    python -m benchmarks.bench_train_step --penalties registry --models smallcnn mnist28 smallcnn32
 
 `--penalties registry` times every penalty of `robust_train.regularizers.PENALTIES` (the
-leaderboard configs' CPU-sized inner loops, `train_bare.SETTINGS`) and, beside each penalty that
-has one, a bare implementation of its formula in plain torch (`train_bare.py`: no
-RobustClassifier, no logging); the "vs bare" column is the library step over the bare step,
-measured side by side. Models: SmallCNN on 8x8 digits, MNISTConvNet(16, 32, 128) on 28x28
+leaderboard configs' CPU-sized inner loops, `train_bare.SETTINGS`; a penalty without a bare
+formula at its own `test_options`) and, beside each penalty that has one, a bare implementation
+of its formula in plain torch (`train_bare.py`: no RobustClassifier, no logging; the record says
+what to add for a penalty that has none); the "vs bare" column is the library step over the bare
+step, measured side by side. Models: SmallCNN on 8x8 digits, MNISTConvNet(16, 32, 128) on 28x28
 MNIST-5k digits, SmallCNN on 32x32 synthetic grey images, ResNet18CIFAR on 32x32 RGB.
 """
 
 from __future__ import annotations
 
 import copy
-import sys
 import warnings
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_utils as bu  # noqa: E402
-import train_bare  # noqa: E402
-
-from robust_train import RobustClassifier  # noqa: E402
-from robust_train.regularizers import (  # noqa: E402
+from benchmarks import bench_utils as bu
+from benchmarks import train_bare
+from robust_train import RobustClassifier
+from robust_train.regularizers import (
     PENALTIES,
     Curvature,
     ExplanationSmoothness,
@@ -135,22 +132,36 @@ def profile_step(step: Callable[[], None], rows: int = 12) -> str:
     return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
 
 
-def run_registry(key: str, args, device: torch.device, record: bu.Record) -> list[str]:
-    """Every registered penalty beside its bare formula (train_bare.py) and the plain step."""
-    label, base, x, y = make_setup(key, args.quick, args.batch)
-    x, y = x.to(device), y.to(device)
+def registry_steps(
+    base: nn.Module, x: Tensor, y: Tensor, device: torch.device
+) -> tuple[dict[str, Callable[[], None]], list[str]]:
+    """The plain step, one library step per registered penalty (`train_bare.term_settings`)
+    and, beside each penalty that has one, its bare formula's step; and one note per penalty
+    without a bare formula, saying what to add."""
     steps = {PLAIN: make_step(base, None, x, y, device, False)}
+    notes = []
     for name in PENALTIES:
-        steps[name] = make_step(
-            base, get_penalty(name, **train_bare.SETTINGS[name]), x, y, device, False
-        )
+        settings = train_bare.term_settings(name)
+        steps[name] = make_step(base, get_penalty(name, **settings), x, y, device, False)
         if name in train_bare.BARE:
             steps[f"{name}, bare"] = train_bare.bare_step(
                 name, copy.deepcopy(base).to(device), x, y
             )
+        else:
+            notes.append(
+                f"- {name}: library step only ({settings}); " + train_bare.missing_message(name)
+            )
         if name == "smoothness":  # issue 11: no double backprop through the clean map
-            detached = get_penalty(name, **train_bare.SETTINGS[name], detach_clean=True)
+            detached = get_penalty(name, **settings, detach_clean=True)
             steps["smoothness (detach_clean)"] = make_step(base, detached, x, y, device, False)
+    return steps, notes
+
+
+def run_registry(key: str, args, device: torch.device, record: bu.Record) -> list[str]:
+    """Every registered penalty beside its bare formula (train_bare.py) and the plain step."""
+    label, base, x, y = make_setup(key, args.quick, args.batch)
+    x, y = x.to(device), y.to(device)
+    steps, notes = registry_steps(base, x, y, device)
     for step in steps.values():
         step()
     memory = {name: bu.peak_memory(step, device) for name, step in steps.items()}
@@ -173,29 +184,24 @@ def run_registry(key: str, args, device: torch.device, record: bu.Record) -> lis
                 f"- {label}: {name} <= {BARE_LIMIT:g}x its bare formula: "
                 + bu.verdict(ratio, BARE_LIMIT)
             )
-        rows.append(
-            [
-                name,
-                t.median * 1e3,
-                t.ratio,
-                vs_bare,
-                memory[name] / 2**20,
-                memory[name] / max(memory[PLAIN], 1),
-            ]
-        )
+        ratio_memory = memory[name] / max(memory[PLAIN], 1)
+        rows.append([name, t.median * 1e3, t.ratio, vs_bare, memory[name] / 2**20, ratio_memory])
     record.add(
         f"### every registered penalty, {label}, batch {x.shape[0]}, {rounds} round(s)\n\n"
         f"ms/step and ratios: {bu.clock_name(device)}, median over rounds; settings: "
-        "train_bare.SETTINGS (the leaderboard configs' inner loops).\n\n"
+        "train_bare.SETTINGS (the leaderboard configs' inner loops; a penalty without a bare "
+        "formula at its test_options).\n\n"
         + bu.table(
             ["variant", "ms/step", "vs plain", "vs bare formula", "peak MB", "memory vs plain"],
             rows,
         )
+        + ("\n\nWithout a bare formula:\n\n" + "\n".join(notes) if notes else "")
     )
     return verdicts
 
 
 def run_model(key: str, args, device: torch.device, record: bu.Record) -> list[str]:
+    """The default variants (VARIANTS and the plain step on a 3x batch) on model `key`."""
     label, base, x, y = make_setup(key, args.quick, args.batch)
     bf16 = args.precision == "bf16"
     steps = {
@@ -214,19 +220,35 @@ def run_model(key: str, args, device: torch.device, record: bu.Record) -> list[s
         warmup=False,
         min_sample_seconds=0.05 if args.quick else 0.5,
     )
-    rows = []
-    for name, t in timings.items():
-        rows.append(
-            [
-                name,
-                t.median * 1e3,
-                t.median_wall * 1e3,
-                t.ratio,
-                t.spread(),
-                memory[name] / 2**20,
-                memory[name] / max(memory[PLAIN], 1),
-            ]
-        )
+    record.add(
+        f"### {label}, batch {x.shape[0]}, {args.precision}, {rounds} round(s)\n\n"
+        f"ms/step and ratios: {bu.clock_name(device)}, median over rounds. "
+        f"`{PLAIN_3X}` is the plain step on a batch three times as large: the compute "
+        "of the zero-order curvature (x, x + hu, x - hu), without its overhead.\n\n"
+        + _model_table(timings, memory)
+    )
+    verdicts, misses = _time_verdicts(key, label, timings)
+    verdicts += _memory_verdicts(label, memory)
+    if args.profile:
+        for name in dict.fromkeys(misses + [PLAIN]):
+            print(f"profile of one step, {label}, {name}:\n{profile_step(steps[name])}")
+    return verdicts
+
+
+def _model_table(timings: dict[str, bu.Timing], memory: dict[str, float]) -> str:
+    """Time (CPU and wall), its ratio to plain and memory of every variant, as a table."""
+    rows = [
+        [
+            name,
+            t.median * 1e3,
+            t.median_wall * 1e3,
+            t.ratio,
+            t.spread(),
+            memory[name] / 2**20,
+            memory[name] / max(memory[PLAIN], 1),
+        ]
+        for name, t in timings.items()
+    ]
     header = [
         "variant",
         "ms/step",
@@ -236,39 +258,40 @@ def run_model(key: str, args, device: torch.device, record: bu.Record) -> list[s
         "peak MB",
         "memory ratio",
     ]
-    record.add(
-        f"### {label}, batch {x.shape[0]}, {args.precision}, {rounds} round(s)\n\n"
-        f"ms/step and ratios: {bu.clock_name(device)}, median over rounds. "
-        f"`{PLAIN_3X}` is the plain step on a batch three times as large: the compute "
-        "of the zero-order curvature (x, x + hu, x - hu), without its overhead.\n\n"
-        + bu.table(header, rows)
-    )
+    return bu.table(header, rows)
+
+
+def _time_verdicts(
+    key: str, label: str, timings: dict[str, bu.Timing]
+) -> tuple[list[str], list[str]]:
+    """The TIME_TARGETS lines of model `key` and the variants that missed theirs."""
     verdicts, misses = [], []
     for name, model_key, limit in TIME_TARGETS:
-        if model_key in (None, key):
-            line = f"- {label}: {name} time <= {limit:g}x plain: " + bu.verdict(
-                timings[name].ratio, limit
+        if model_key not in (None, key):
+            continue
+        line = f"- {label}: {name} time <= {limit:g}x plain: " + bu.verdict(
+            timings[name].ratio, limit
+        )
+        if name == "curvature zero_order":
+            floor, spread = bu.pair_ratio(timings, name, PLAIN_3X)
+            line += (
+                f"; its compute floor ({PLAIN_3X}) costs {timings[PLAIN_3X].ratio:.2f}x "
+                f"plain, zero_order / floor = {floor:.2f} ({spread})"
             )
-            if name == "curvature zero_order":
-                floor, spread = bu.pair_ratio(timings, name, PLAIN_3X)
-                line += (
-                    f"; its compute floor ({PLAIN_3X}) costs {timings[PLAIN_3X].ratio:.2f}x "
-                    f"plain, zero_order / floor = {floor:.2f} ({spread})"
-                )
-            verdicts.append(line)
-            if timings[name].ratio > limit:
-                misses.append(name)
-    for name in VARIANTS:
-        if name not in (PLAIN, PLAIN_3X):
-            ratio = memory[name] / max(memory[PLAIN], 1)
-            verdicts.append(
-                f"- {label}: {name} peak memory <= {MEMORY_LIMIT:g}x plain: "
-                f"{bu.verdict(ratio, MEMORY_LIMIT)}"
-            )
-    if args.profile:
-        for name in dict.fromkeys(misses + [PLAIN]):
-            print(f"profile of one step, {label}, {name}:\n{profile_step(steps[name])}")
-    return verdicts
+        verdicts.append(line)
+        if timings[name].ratio > limit:
+            misses.append(name)
+    return verdicts, misses
+
+
+def _memory_verdicts(label: str, memory: dict[str, float]) -> list[str]:
+    """One MEMORY_LIMIT line per penalty variant."""
+    return [
+        f"- {label}: {name} peak memory <= {MEMORY_LIMIT:g}x plain: "
+        f"{bu.verdict(memory[name] / max(memory[PLAIN], 1), MEMORY_LIMIT)}"
+        for name in VARIANTS
+        if name not in (PLAIN, PLAIN_3X)
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> str:

@@ -217,9 +217,9 @@ class Record:
         self, title: str, args: argparse.Namespace, device: torch.device, argv: Sequence[str] | None
     ) -> None:
         self.args = args
-        script = Path(sys.argv[0]).name if argv is None else f"{title}.py"
+        script = Path(sys.argv[0]).stem if argv is None else title
         words = list(sys.argv[1:] if argv is None else argv)
-        self.command = "python benchmarks/" + " ".join([script, *map(shlex.quote, words)])
+        self.command = "python -m benchmarks." + " ".join([script, *map(shlex.quote, words)])
         self.title = title
         self.start = datetime.datetime.now(datetime.timezone.utc)
         self.load_start = load_average()

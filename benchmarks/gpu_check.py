@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -27,8 +26,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import eval_peers as peers  # noqa: E402
+from benchmarks import eval_peers as peers
 
 HERE = Path(__file__).resolve().parent
 

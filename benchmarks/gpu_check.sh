@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-.venv/bin/python}"
-exec timeout 240 "$PYTHON" benchmarks/gpu_check.py "$@"
+exec timeout 240 "$PYTHON" -m benchmarks.gpu_check "$@"

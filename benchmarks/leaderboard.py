@@ -8,8 +8,8 @@ on the same test images; adds a fine-tuning row (the natural models fine-tuned w
 method). Writes benchmarks/LEADERBOARD.md, benchmarks/leaderboard_pareto.png and, in --out,
 results.json and the checkpoints.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/leaderboard.py [--workers 2] [--budget-min 40]
-    .venv/bin/python benchmarks/leaderboard.py --quick --out /tmp/lb   # smoke run, seconds
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.leaderboard [--workers 2] [--budget-min 40]
+    .venv/bin/python -m benchmarks.leaderboard --quick --out /tmp/lb   # smoke run, seconds
 
 Weight rule (stated in the output): among a method's sweep values, the largest val robustness
 (saliency top-k intersection under the val attack) whose val accuracy is within 1 point of the
@@ -28,120 +28,32 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
+from benchmarks.leaderboard_methods import (
+    BATCH,
+    FINETUNE_LR,
+    FINETUNED,
+    LR,
+    METHODS,
+    MODEL,
+    TRAIN_IMAGES,
+    Plan,
+    Results,
+    RunResult,
+    TestJob,
+    TrainJob,
+    choose,
+    eligible,
+    quick_plan,
+    val_robustness,
+)
+from benchmarks.leaderboard_report import write_report
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))  # leaderboard_report, also when imported by a test
-
-MODEL = {"channels": [16, 32], "hidden": 128}
-LR, BATCH, EPOCHS, FINETUNE_EPOCHS, FINETUNE_LR = 3e-3, 64, 6, 2, 2e-3
-TRAIN_IMAGES = 3500  # MNIST5kDataModule's train split
-
-# name -> (penalty, fixed CPU-sized kwargs, swept argument, sweep values, what the paper used)
-METHODS: dict[str, tuple[str | None, dict[str, Any], str, list[float], str]] = {
-    # Scheduled in this order. One value = the paper's, not swept (the costliest methods).
-    "natural": (None, {}, "", [], "plain cross-entropy"),
-    "smoothness": (
-        "smoothness",
-        {"radius": 0.1},
-        "weight",
-        [1.0, 3.0],
-        "this project: L1 of saliency maps at x and x + U(-0.1, 0.1)",
-    ),
-    "smoothness_detached": (
-        "smoothness",
-        {"radius": 0.1, "detach_clean": True},
-        "weight",
-        [1.0],
-        "this project: smoothness with the clean map detached (issue 11), not swept",
-    ),
-    "adversarial": (
-        "adversarial",
-        {"step_size": 0.1, "n_steps": 3},
-        "epsilon",
-        [0.1, 0.3],
-        "Madry et al. 2018: eps 0.3, 40 steps of 0.01",
-    ),
-    "ig_norm": (
-        "ig_norm",
-        {"step_size": 0.3, "n_steps": 1, "n_attack_points": 2, "n_points": 3},
-        "weight",
-        [0.1, 1.0],
-        "RAR: lambda 1, eps 0.3, 40 steps of 0.01, 10 / 50 path points",
-    ),
-    "ssr": (
-        "ssr",
-        {"n_iterations": 2},
-        "weight",
-        [1.0, 10.0],
-        "Wang et al. 2020: lambda_max of the Gauss-Newton input Hessian (CIFAR, a = 0.3)",
-    ),
-    "curvature": ("curvature", {"h": 0.05}, "weight", [0.01, 0.1], "this project, zero-order"),
-    "gradnorm": ("gradnorm", {}, "weight", [1.0, 10.0], "Ross & Doshi-Velez 2018"),
-    "ig_sum_norm": (
-        "ig_sum_norm",
-        {"step_size": 0.3, "n_steps": 1, "n_attack_points": 2, "n_points": 3},
-        "beta",
-        [0.1],
-        "RAR: beta 0.1, eps 0.3, 40 steps of 0.01, 10 / 50 path points",
-    ),
-    "finetune_smoothness": (
-        "smoothness",
-        {"radius": 0.3, "distance": "cosine"},
-        "weight",
-        [20.0, 40.0, 60.0, 80.0],
-        "this project: the natural model of the same seed fine-tuned with the smoothness penalty "
-        "(1 - cosine of the saliency maps at x and x + U(-0.3, 0.3); the cheap path for an "
-        "existing classifier)",
-    ),
-    "igr": (
-        "igr",
-        {"radius": 0.3, "n_ascent_steps": 1, "n_ig_steps": 3},
-        "weight",
-        [1.0],
-        "Wang & Kong 2022: 1 - cos(IG(x), IG(x')) with AT/TRADES; eval attack 200 steps",
-    ),
-}
-
-# Methods that start from the natural model of their seed (FINETUNE_EPOCHS at FINETUNE_LR, decayed
-# to 0 by a per-step cosine schedule); their cost counts the natural training too.
-FINETUNED = frozenset({"finetune_smoothness"})
-
-
-@dataclasses.dataclass
-class Plan:
-    """Sizes of one leaderboard run (the full run, or --quick)."""
-
-    epochs: int = EPOCHS
-    finetune_epochs: int = FINETUNE_EPOCHS
-    limit_batches: int | None = None
-    seeds: tuple[int, ...] = (0, 1)
-    val_images: int = 100
-    val_steps: int = 10
-    test_images: int = 100
-    test_steps: int = 10
-    test_restarts: int = 1
-    ig_steps: int = 5
-    lipschitz_samples: int = 4
-    fidelity_steps: int = 5
-
-
-def quick_plan() -> Plan:
-    return Plan(
-        epochs=1,
-        finetune_epochs=1,
-        limit_batches=2,
-        val_images=8,
-        val_steps=2,
-        test_images=8,
-        test_steps=2,
-        ig_steps=2,
-        lipschitz_samples=2,
-        fidelity_steps=3,
-    )
 
 
 def settings(plan: Plan, split: str) -> Any:
@@ -180,38 +92,67 @@ def _tensors(split: str) -> tuple[Any, Any]:
     return {"val": dm.val_set, "test": dm.test_set}[split].tensors
 
 
-def train_job(job: dict[str, Any]) -> dict[str, Any]:
+def train_job(job: TrainJob) -> RunResult:
     """Train one model (in a worker: one thread), save its checkpoint, score it on val."""
     import pytorch_lightning as pl
     import torch
 
-    from robust_train import RobustClassifier
     from robust_train.data import MNIST5kDataModule
-    from robust_train.models import MNISTConvNet
-    from robust_train.regularizers import get_penalty
 
     _quiet()
     torch.set_num_threads(1)
-    plan: Plan = job["plan"]
-    pl.seed_everything(job["seed"], workers=True, verbose=False)
+    pl.seed_everything(job.seed, workers=True, verbose=False)
+    module = _classifier(job)
+    trainer = _trainer(job)
+    start = time.perf_counter()
+    trainer.fit(module, datamodule=MNIST5kDataModule(batch_size=BATCH, seed=0))
+    seconds = time.perf_counter() - start
+    ckpt = Path(job.out) / f"{job.id}.ckpt"
+    trainer.save_checkpoint(ckpt)
+    loss = trainer.callback_metrics.get("train/loss_epoch")
+    result = job.record()
+    result["seconds"] = seconds
+    result["final_loss"] = float(loss) if loss is not None else math.nan
+    result["ckpt"] = str(ckpt)
+    if job.score_val:
+        result["val"] = evaluate(module.model, "val", job.plan)
+    if job.run_test:
+        result["test"] = evaluate(module.model, "test", job.plan)
+    return result
+
+
+def _classifier(job: TrainJob) -> Any:
+    """The RobustClassifier of `job`: MNISTConvNet(MODEL), its penalty, Adam at its rate (and the
+    per-step cosine decay to 0 of a fine-tuning job), started from `job.init` when it has one."""
+    import torch
+
+    from robust_train import RobustClassifier
+    from robust_train.models import MNISTConvNet
+    from robust_train.regularizers import get_penalty
+
     penalties = []
-    if job["penalty"]:
-        penalties = [get_penalty(job["penalty"], seed=job["seed"], **job["kwargs"])]
-    lr = job.get("lr", LR)
+    if job.penalty:
+        penalties = [get_penalty(job.penalty, seed=job.seed, **job.kwargs)]
     scheduler = None
-    if job.get("cosine"):  # fine-tuning: the rate decays to 0 over the fit's steps
-        steps = job["epochs"] * (plan.limit_batches or math.ceil(TRAIN_IMAGES / BATCH))
+    if job.cosine:  # fine-tuning: the rate decays to 0 over the fit's steps
+        steps = job.epochs * (job.plan.limit_batches or math.ceil(TRAIN_IMAGES / BATCH))
         scheduler = lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=steps)  # noqa: E731
-    module = RobustClassifier(
+    return RobustClassifier(
         MNISTConvNet(**MODEL),
         penalties,
-        optimizer=lambda p: torch.optim.Adam(p, lr=lr),
+        optimizer=lambda p: torch.optim.Adam(p, lr=job.lr),
         lr_scheduler=scheduler,
         lr_scheduler_interval="step",
-        init_checkpoint=job.get("init"),
+        init_checkpoint=job.init,
     )
-    trainer = pl.Trainer(
-        max_epochs=job["epochs"],
+
+
+def _trainer(job: TrainJob) -> Any:
+    """A quiet CPU Trainer of `job.epochs` epochs, no validation loop, no logger."""
+    import pytorch_lightning as pl
+
+    return pl.Trainer(
+        max_epochs=job.epochs,
         accelerator="cpu",
         logger=False,
         enable_checkpointing=False,
@@ -219,25 +160,8 @@ def train_job(job: dict[str, Any]) -> dict[str, Any]:
         enable_model_summary=False,
         limit_val_batches=0,
         num_sanity_val_steps=0,
-        limit_train_batches=plan.limit_batches,
+        limit_train_batches=job.plan.limit_batches,
     )
-    start = time.perf_counter()
-    trainer.fit(module, datamodule=MNIST5kDataModule(batch_size=BATCH, seed=0))
-    seconds = time.perf_counter() - start
-    ckpt = Path(job["out"]) / f"{job['id']}.ckpt"
-    trainer.save_checkpoint(ckpt)
-    loss = trainer.callback_metrics.get("train/loss_epoch")
-    result = {
-        **{k: v for k, v in job.items() if k != "plan"},
-        "seconds": seconds,
-        "final_loss": float(loss) if loss is not None else math.nan,
-        "ckpt": str(ckpt),
-    }
-    if job.get("score_val"):
-        result["val"] = evaluate(module.model, "val", plan)
-    if job.get("test"):
-        result["test"] = evaluate(module.model, "test", plan)
-    return result
 
 
 def _quiet() -> None:
@@ -280,53 +204,16 @@ def evaluate(model: Any, split: str, plan: Plan) -> dict[str, Any]:
     return out
 
 
-def test_job(job: dict[str, Any]) -> dict[str, Any]:
+def test_job(job: TestJob) -> RunResult:
     """Evaluate a saved run on the test split."""
     from robust_train.models import load_classifier
 
-    return {**job, "test": evaluate(load_classifier(job["ckpt"]), "test", job["plan"])}
+    result = job.record()
+    result["test"] = evaluate(load_classifier(job.run["ckpt"]), "test", job.plan)
+    return result
 
 
-ACCURACY_MARGIN = 0.01  # "within 1 point of natural"
-Z_ONE_SIDED_95 = 1.645
-
-
-def eligible(
-    run: dict[str, Any], natural_val_acc: float, natural_correct: list[int] | None = None
-) -> bool:
-    """True when the run's val accuracy is within 1 point of natural's, up to the val noise.
-
-    With per-image results of both models (`val["correct"]`, the same images), the allowed drop
-    is 1 point plus 1.645 standard errors of the mean paired difference natural - run (one-sided
-    95%): on 500 images one image is 0.2 points, and a 1-point threshold on its own mostly
-    measures which images the split happens to hold. Without them, exactly 1 point.
-    """
-    margin = ACCURACY_MARGIN
-    correct = run["val"].get("correct")
-    if natural_correct is not None and correct is not None and len(correct) == len(natural_correct):
-        d = [a - b for a, b in zip(natural_correct, correct, strict=True)]
-        n = len(d)
-        mean = sum(d) / n
-        var = sum((v - mean) ** 2 for v in d) / (n - 1) if n > 1 else 0.0
-        margin += Z_ONE_SIDED_95 * math.sqrt(var / n)
-    return run["val"]["accuracy"] >= natural_val_acc - margin - 1e-9
-
-
-def choose(
-    runs: list[dict[str, Any]],
-    natural_val_acc: float,
-    natural_correct: list[int] | None = None,
-) -> dict[str, Any]:
-    """The weight rule: best val robustness among the `eligible` runs, else best val accuracy."""
-    ok = [r for r in runs if eligible(r, natural_val_acc, natural_correct)]
-    if ok:
-        return max(ok, key=_val_robustness)
-    return max(runs, key=lambda r: r["val"]["accuracy"])
-
-
-def _val_robustness(run: dict[str, Any]) -> float:
-    value = run["val"]["sal/topk/topk_intersection"]
-    return value if math.isfinite(value) else -math.inf
+Job = TrainJob | TestJob
 
 
 class Scheduler:
@@ -338,22 +225,22 @@ class Scheduler:
         self.pool = ProcessPoolExecutor(workers) if workers > 1 else None
         self.budget_s = budget_s
         self.deadline = time.time() + budget_s
-        self.queue: list[tuple[float, int, Any, dict[str, Any]]] = []
+        self.queue: list[tuple[float, int, Callable[[Any], RunResult], Job]] = []
         self.skipped: list[str] = []
         self._count = 0
 
-    def add(self, fn: Any, job: dict[str, Any], priority: float) -> None:
+    def add(self, fn: Callable[[Any], RunResult], job: Job, priority: float) -> None:
         self._count += 1
         self.queue.append((priority, self._count, fn, job))
         self.queue.sort(key=lambda item: (item[0], item[1]))
 
-    def run(self, on_done: Any) -> None:
-        running: dict[Future[Any], dict[str, Any]] = {}
+    def run(self, on_done: Callable[[RunResult], None]) -> None:
+        running: dict[Future[RunResult], Job] = {}
         while self.queue or running:
             while self.queue and len(running) < max(1, self.workers):
                 _, _, fn, job = self.queue.pop(0)
                 if time.time() > self.deadline:
-                    self.skipped.append(job["id"])
+                    self.skipped.append(job.id)
                     continue
                 if self.pool is None:
                     on_done(fn(job))
@@ -366,46 +253,49 @@ class Scheduler:
                     try:
                         on_done(future.result())
                     except Exception as err:  # a failed run is reported, the others go on
-                        print(f"job {job['id']} failed: {err!r}", flush=True)
-                        on_done({**job, "failed": repr(err)})
+                        print(f"job {job.id} failed: {err!r}", flush=True)
+                        on_done({**job.record(), "failed": repr(err)})
         if self.pool is not None:
             self.pool.shutdown()
 
 
-def main(argv: list[str] | None = None) -> int:
-    from leaderboard_report import write_report  # it imports this module's method table
-
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny smoke run (seconds)")
-    parser.add_argument("--methods", nargs="*", default=None, help="subset of METHODS")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument(
+def parser() -> argparse.ArgumentParser:
+    """The command line of the leaderboard (run, --ship or --report)."""
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="tiny smoke run (seconds)")
+    p.add_argument("--methods", nargs="*", default=None, help="subset of METHODS")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument(
         "--budget-min",
         type=float,
         default=40.0,
         help="no new job starts after this many minutes (results say partial)",
     )
-    parser.add_argument("--out", default=str(ROOT / "runs" / "leaderboard"))
-    parser.add_argument(
+    p.add_argument("--out", default=str(ROOT / "runs" / "leaderboard"))
+    p.add_argument(
         "--md",
         default=None,
         help="markdown output (default: benchmarks/ for the full run, --out for --quick)",
     )
-    parser.add_argument(
+    p.add_argument(
         "--ship",
         default=None,
         metavar="RUN_DIR",
         help="instead of running: export the natural and the best method's first-seed models of "
         "RUN_DIR/results.json to checkpoints/mnist5k_{baseline,robust}.ckpt and rewrite the report",
     )
-    parser.add_argument("--ship-to", default=str(ROOT / "checkpoints"), help="folder of --ship")
-    parser.add_argument(
+    p.add_argument("--ship-to", default=str(ROOT / "checkpoints"), help="folder of --ship")
+    p.add_argument(
         "--report",
         default=None,
         metavar="RUN_DIR",
         help="only rewrite the report from RUN_DIR/results.json",
     )
-    args = parser.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if args.report:
         results = json.loads((Path(args.report) / "results.json").read_text())
         write_report(results, Path(args.md) if args.md else ROOT / "benchmarks", quick=False)
@@ -443,26 +333,19 @@ class Leaderboard:
     def __init__(self, names: list[str], plan: Plan, out: Path, scheduler: Scheduler) -> None:
         self.names, self.plan, self.out, self.sched = names, plan, out, scheduler
         self.start = time.time()
-        self.rows: list[dict[str, Any]] = []
-        self.sweeps: dict[str, list[dict[str, Any]]] = {n: [] for n in names if n != "natural"}
-        self.natural: list[dict[str, Any]] = []
-        self.chosen: dict[str, dict[str, Any]] = {}
-        self.best: dict[str, Any] | None = None
-        self.failed: list[dict[str, Any]] = []
+        self.rows: list[RunResult] = []
+        self.sweeps: dict[str, list[RunResult]] = {n: [] for n in names if n != "natural"}
+        self.natural: list[RunResult] = []
+        self.chosen: dict[str, RunResult] = {}
+        self.best: RunResult | None = None
+        self.failed: list[RunResult] = []
 
-    def _job(self, **kw: Any) -> dict[str, Any]:
-        return {
-            "plan": self.plan,
-            "out": str(self.out),
-            "epochs": self.plan.epochs,
-            "score_val": False,
-            "test": False,
-            "value": None,
-            "kwargs": {},
-            **kw,
-        }
+    def _job(self, **kw: Any) -> TrainJob:
+        return TrainJob(
+            **{"plan": self.plan, "out": str(self.out), "epochs": self.plan.epochs, **kw}
+        )
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> Results:
         seeds = self.plan.seeds
         for s in seeds:
             self.sched.add(
@@ -473,40 +356,43 @@ class Leaderboard:
                     penalty=None,
                     seed=s,
                     score_val=s == seeds[0],
-                    test=True,
+                    run_test=True,
                 ),
                 0,
             )
         for rank, name in enumerate(self.names):
-            penalty, fixed, arg, values, _ = METHODS[name]
-            if penalty is None or name in FINETUNED:  # fine-tuned: once natural is trained
-                continue
-            # One value (not swept): every seed starts now, each evaluated on test in its job.
-            single = len(values) == 1
-            for v in values:
-                for s in seeds if single else seeds[:1]:
-                    self.sched.add(
-                        train_job,
-                        self._job(
-                            id=f"{name}_{arg}{v:g}_s{s}",
-                            method=name,
-                            penalty=penalty,
-                            kwargs={**fixed, arg: v},
-                            seed=s,
-                            value=v,
-                            score_val=s == seeds[0],
-                            test=single,
-                        ),
-                        1 + rank,
-                    )
+            if METHODS[name].penalty is not None and name not in FINETUNED:
+                self._schedule_sweep(name, 1 + rank)  # fine-tuned: once natural is trained
         self.sched.run(self._done)
         return self.results()
 
-    def _finetune_job(self, name: str, natural: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    def _schedule_sweep(self, name: str, priority: float) -> None:
+        """The val sweep of `name` on the first seed; one value (not swept): every seed starts
+        now, each evaluated on test in its job."""
+        m, seeds = METHODS[name], self.plan.seeds
+        single = len(m.values) == 1
+        for v in m.values:
+            for s in seeds if single else seeds[:1]:
+                self.sched.add(
+                    train_job,
+                    self._job(
+                        id=f"{name}_{m.swept}{v:g}_s{s}",
+                        method=name,
+                        penalty=m.penalty,
+                        kwargs={**m.fixed, m.swept: v},
+                        seed=s,
+                        value=v,
+                        score_val=s == seeds[0],
+                        run_test=single,
+                    ),
+                    priority,
+                )
+
+    def _finetune_job(self, name: str, natural: RunResult, **kw: Any) -> TrainJob:
         """A run of fine-tuned method `name` starting from the natural run `natural`."""
         return self._job(
             method=name,
-            penalty=METHODS[name][0],
+            penalty=METHODS[name].penalty,
             seed=natural["seed"],
             init=natural["ckpt"],
             epochs=self.plan.finetune_epochs,
@@ -515,43 +401,43 @@ class Leaderboard:
             **kw,
         )
 
-    def _natural_run(self, seed: int) -> dict[str, Any] | None:
+    def _natural_run(self, seed: int) -> RunResult | None:
         return next((n for n in self.natural if n["seed"] == seed), None)
 
-    def _schedule_finetuned_sweeps(self, natural: dict[str, Any]) -> None:
+    def _schedule_finetuned_sweeps(self, natural: RunResult) -> None:
         """The first seed's natural model is trained: sweep each fine-tuned method from it."""
         for rank, name in enumerate(self.names):
             if name not in FINETUNED:
                 continue
-            _, fixed, arg, values, _ = METHODS[name]
-            for v in values:
+            m = METHODS[name]
+            for v in m.values:
                 self.sched.add(
                     train_job,
                     self._finetune_job(
                         name,
                         natural,
-                        id=f"{name}_{arg}{v:g}_s{natural['seed']}",
-                        kwargs={**fixed, arg: v},
+                        id=f"{name}_{m.swept}{v:g}_s{natural['seed']}",
+                        kwargs={**m.fixed, m.swept: v},
                         value=v,
                         score_val=True,
                     ),
                     1 + rank,
                 )
 
-    def _done(self, r: dict[str, Any]) -> None:
+    def _done(self, r: RunResult) -> None:
         if "failed" in r:
-            self.failed.append({k: v for k, v in r.items() if k != "plan"})
+            self.failed.append(r)
         elif r["method"] == "natural" and r.get("score_val"):
             self.natural.insert(0, r)
             self._schedule_finetuned_sweeps(r)
         elif r["method"] == "natural":
             self.natural.append(r)
-        elif "val" in r and r["method"] in self.sweeps and not isinstance(r.get("test"), dict):
+        elif "val" in r and r["method"] in self.sweeps and "test" not in r:
             self.sweeps[r["method"]].append(r)
-        elif "val" in r and r["method"] in self.sweeps and len(METHODS[r["method"]][3]) == 1:
+        elif "val" in r and r["method"] in self.sweeps and len(METHODS[r["method"]].values) == 1:
             self.sweeps[r["method"]].append(r)  # a single value's first seed: tested already
-        if isinstance(r.get("test"), dict) and "failed" not in r:
-            self.rows.append({k: v for k, v in r.items() if k != "plan"})
+        if "test" in r and "failed" not in r:
+            self.rows.append(r)
         for name in self.sweeps:
             if name not in self.chosen:
                 self._maybe_choose(name)
@@ -573,45 +459,39 @@ class Leaderboard:
     def _maybe_choose(self, name: str) -> None:
         nat = self._natural_val()
         runs = self.sweeps[name]
-        if nat is None or not runs or len(runs) < len(METHODS[name][3]):
+        if nat is None or not runs or len(runs) < len(METHODS[name].values):
             return
         if name in FINETUNED and len(self.natural) < len(self.plan.seeds):
             return  # the other seeds start from their natural models: wait for them
         c = choose(runs, nat, self._natural_correct())
         self.chosen[name] = c
-        if len(METHODS[name][3]) == 1 and name not in FINETUNED:
+        if len(METHODS[name].values) == 1 and name not in FINETUNED:
             return  # not swept: every seed was scheduled (and tested) from the start
-        base = {k: v for k, v in c.items() if k not in ("val", "plan", "seconds", "ckpt")}
-        self.sched.add(test_job, {**c, "plan": self.plan, "test": True}, -1)
+        self.sched.add(test_job, TestJob(c, self.plan), -1)
         for s in self.plan.seeds[1:]:
-            natural = self._natural_run(s)
-            if name in FINETUNED and natural is not None:
-                self.sched.add(
-                    train_job,
-                    self._finetune_job(
-                        name,
-                        natural,
-                        id=f"{name}_chosen_s{s}",
-                        kwargs=c["kwargs"],
-                        value=c["value"],
-                        test=True,
-                    ),
-                    0.5,
-                )
-                continue
-            self.sched.add(
-                train_job,
-                self._job(
-                    **{
-                        **base,
-                        "id": f"{name}_chosen_s{s}",
-                        "seed": s,
-                        "score_val": False,
-                        "test": True,
-                    }
-                ),
-                0.5,
+            self.sched.add(train_job, self._chosen_job(name, c, s), 0.5)
+
+    def _chosen_job(self, name: str, chosen: RunResult, seed: int) -> TrainJob:
+        """The chosen setting of `name` trained (and tested) on another seed: a fine-tuned
+        method from that seed's natural model, the others from scratch."""
+        natural = self._natural_run(seed)
+        if name in FINETUNED and natural is not None:
+            return self._finetune_job(
+                name,
+                natural,
+                id=f"{name}_chosen_s{seed}",
+                kwargs=chosen["kwargs"],
+                value=chosen["value"],
+                run_test=True,
             )
+        return TrainJob.of(
+            chosen,
+            self.plan,
+            id=f"{name}_chosen_s{seed}",
+            seed=seed,
+            score_val=False,
+            run_test=True,
+        )
 
     def _maybe_finetune(self) -> None:
         nat = self._natural_val()
@@ -624,7 +504,7 @@ class Leaderboard:
         if not scratch:
             return
         ok = [c for c in scratch if eligible(c, nat, self._natural_correct())]
-        self.best = max(ok or scratch, key=_val_robustness)
+        self.best = max(ok or scratch, key=val_robustness)
         b = self.best
         for n in self.natural:
             self.sched.add(
@@ -640,7 +520,7 @@ class Leaderboard:
                     epochs=self.plan.finetune_epochs,
                     lr=FINETUNE_LR,
                     cosine=True,
-                    test=True,
+                    run_test=True,
                     base_method=b["method"],
                 ),
                 0.25,
@@ -659,19 +539,14 @@ class Leaderboard:
         lost = {f["id"] for f in self.failed} | set(self.sched.skipped)
         return not any(i.startswith(f"{name}_") for i in lost)
 
-    def results(self) -> dict[str, Any]:
-        strip = lambda r: {k: v for k, v in r.items() if k != "plan"}  # noqa: E731
+    def results(self) -> Results:
         return {
             "rows": self.rows,
-            "sweeps": {k: [strip(r) for r in v] for k, v in self.sweeps.items()},
+            "sweeps": self.sweeps,
             "natural_val_accuracy": self._natural_val(),
             "best": self.best["method"] if self.best else None,
             "robust": self._robust_pick(),
-            "methods": {
-                k: {"penalty": v[0], "fixed": v[1], "swept": v[2], "values": v[3], "paper": v[4]}
-                for k, v in METHODS.items()
-                if k in self.names
-            },
+            "methods": {k: v.record() for k, v in METHODS.items() if k in self.names},
             "wall_seconds": time.time() - self.start,
             "budget_min": self.sched.budget_s / 60,
             "out": str(self.out),
@@ -682,7 +557,7 @@ class Leaderboard:
 
 
 # ------------------------------------------------------------------------------- shipping
-def step_profile(results: dict[str, Any], n_steps: int = 10) -> dict[str, float]:
+def step_profile(results: Results, n_steps: int = 10) -> dict[str, float]:
     """Milliseconds per training step (batch 64, one thread, one process, one after the other)
     of natural training and of every method at its chosen setting: a steadier cost measure
     than the runs' wall times, which share the machine with the other runs and other work."""
@@ -723,7 +598,7 @@ def step_profile(results: dict[str, Any], n_steps: int = 10) -> dict[str, float]
     return out
 
 
-def ship(results: dict[str, Any], folder: Path) -> dict[str, dict[str, Any]]:
+def ship(results: Results, folder: Path) -> dict[str, dict[str, Any]]:
     """Export natural seed 0 and the best method's first-seed run (small files) and measure
     their accuracy on the whole 1,000-image test split as the test suite does."""
     import torch

@@ -1,7 +1,9 @@
 """The leaderboard's report: the table rows, the Pareto plot and LEADERBOARD.md.
 
 Split from `leaderboard.py` (which trains and evaluates); `leaderboard.py` calls `write_report`
-after a run and after `--ship`. Reads only the run's `results` dict and the method table.
+after a run and after `--ship`. Reads only the run's `Results` (results.json) and the method
+table of `leaderboard_methods.py`, which both modules import (this one never imports
+`leaderboard.py`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,17 @@ import math
 from pathlib import Path
 from typing import Any
 
-from leaderboard import BATCH, FINETUNE_LR, FINETUNED, LR, METHODS, MODEL, eligible
+from benchmarks.leaderboard_methods import (
+    BATCH,
+    FINETUNE_LR,
+    FINETUNED,
+    LR,
+    METHODS,
+    MODEL,
+    Results,
+    RunResult,
+    eligible,
+)
 
 COLUMNS = [  # (key in row["test"], header, digits)
     ("accuracy", "test acc", 3),
@@ -45,9 +57,9 @@ def _fmt(values: list[float], digits: int) -> str:
     return f"{mean:.{digits}f} ± {half:.{digits}f}" if len(values) > 1 else f"{mean:.{digits}f}"
 
 
-def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+def table_rows(results: Results) -> list[dict[str, Any]]:
     """One aggregated row per method (mean and half-range over seeds)."""
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[RunResult]] = {}
     for r in results["rows"]:
         key = r["method"] if r["method"] != "finetune" else f"finetune ({r['base_method']})"
         groups.setdefault(key, []).append(r)
@@ -59,7 +71,7 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for key, runs in groups.items():
         method = runs[0]["method"] if runs[0]["method"] != "finetune" else runs[0]["base_method"]
-        _, _, arg, _, _ = METHODS[method]
+        arg = METHODS[method].swept
         setting = f"{arg}={runs[0]['value']:g}" if runs[0].get("value") is not None else "-"
         seconds = [r["seconds"] for r in runs]
         sal = [r["test"]["sal/topk/topk_intersection"] for r in runs]
@@ -198,31 +210,53 @@ def pareto_plot(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-def write_report(results: dict[str, Any], folder: Path, *, quick: bool) -> Path:
+def write_report(results: Results, folder: Path, *, quick: bool) -> Path:
     """LEADERBOARD.md (table, sweeps, settings vs papers) and the Pareto plot in `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     rows = table_rows(results)
-    plan = results["plan"]
     png = folder / "leaderboard_pareto.png"
     pareto_plot(rows, png)
-    partial = bool(results["skipped"])
+    lines = [
+        *_banner_lines(results, quick),
+        *_table_lines(results, rows, png),
+        *_sweep_lines(results),
+        *_settings_lines(results),
+        *shipped_section(results.get("shipped")),
+    ]
+    path = folder / "LEADERBOARD.md"
+    marker = hand_written_marker(results)
+    kept = kept_notes(path, marker)
+    lines += ["", marker, *([kept] if kept else [])]
+    path.write_text("\n".join(lines).rstrip("\n") + "\n")
+    return path
+
+
+def _banner_lines(results: Results, quick: bool) -> list[str]:
+    """The title, the quick / partial warnings and the commands that made the run."""
+    plan = results["plan"]
     lines = ["# MNIST-5k attributional-robustness leaderboard", ""]
     if quick:
         lines += ["**QUICK SMOKE RUN: sizes are tiny, the numbers mean nothing.**", ""]
-    if partial:
+    if results["skipped"]:
         lines += [
             f"**PARTIAL: the time budget ran out; not run: {', '.join(results['skipped'])}.**",
             "",
         ]
-    lines += [
-        "Commands: `OMP_NUM_THREADS=1 .venv/bin/python benchmarks/leaderboard.py --workers 2 "
+    return lines + [
+        "Commands: `OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.leaderboard --workers 2 "
         f"--budget-min {results.get('budget_min', 40):g} "
         f"--out {results.get('out', 'RUN_DIR')}`, then `... "
-        f"benchmarks/leaderboard.py --ship {results.get('out', 'RUN_DIR')}` (step profile, "
+        f"-m benchmarks.leaderboard --ship {results.get('out', 'RUN_DIR')}` (step profile, "
         "shipped checkpoints). Wall "
         f"{results['wall_seconds'] / 60:.1f} min for {len(plan['seeds'])} seeds, 2 runs at a "
         "time, 1 thread each, on the 2-core CPU machine shared with other work.",
         "",
+    ]
+
+
+def _table_lines(results: Results, rows: list[dict[str, Any]], png: Path) -> list[str]:
+    """The main table (one aggregated row per method), what its columns mean, and the plot."""
+    lines = [
         "| method | setting | "
         + " | ".join(h for _, h, _ in COLUMNS)
         + " | step ms | cost × natural | run s | finite loss |",
@@ -236,7 +270,7 @@ def write_report(results: dict[str, Any], folder: Path, *, quick: bool) -> Path:
             + ("yes" if r["finite"] else "NO")
             + " |"
         )
-    lines += [
+    return lines + [
         "",
         "Test acc: the whole 1,000-image test split. "
         "Mean ± half the range over seeds. Attack columns: the RAR top-k attack "
@@ -250,24 +284,32 @@ def write_report(results: dict[str, Any], folder: Path, *, quick: bool) -> Path:
         "",
         f"![Pareto plot]({png.name})",
         "",
+    ]
+
+
+def _sweep_lines(results: Results) -> list[str]:
+    """The weight rule in words, the picks, and one line per val sweep run."""
+    plan = results["plan"]
+    lines = [
         "## Weight sweeps (val split, first seed)",
         "",
         f"Natural val accuracy: {results['natural_val_accuracy']:.3f}. Rule: the value with "
         "the largest val saliency top-k intersection whose val accuracy is within 1 point "
         "of natural, up to the noise of the 500-image split (the drop may pass 1 point by "
         "1.645 standard errors of the paired per-image difference; `eligible` in "
-        "leaderboard.py); when none is, the best val accuracy. Best method trained from scratch "
-        f"by the same rule: **{results['best']}** (the finetune row); best of all, fine-tuned "
-        f"methods included (the shipped robust model): **{results.get('robust')}**. "
-        f"{', '.join(sorted(FINETUNED))}: the first seed's natural model fine-tuned "
-        f"{plan['finetune_epochs']} epochs at lr {FINETUNE_LR} (per-step cosine decay to 0).",
+        "leaderboard_methods.py); when none is, the best val accuracy. Best method trained "
+        f"from scratch by the same rule: **{results['best']}** (the finetune row); best of all, "
+        "fine-tuned methods included (the shipped robust model): "
+        f"**{results.get('robust')}**. {', '.join(sorted(FINETUNED))}: the first seed's "
+        f"natural model fine-tuned {plan['finetune_epochs']} epochs at lr {FINETUNE_LR} "
+        "(per-step cosine decay to 0).",
         "",
         "| method | value | val acc | within the accuracy margin | val sal top-k ∩ | train s "
         "| chosen |",
         "|---|---|---|---|---|---|---|",
     ]
     chosen_ids = {r["id"] for r in results["rows"]}
-    nat_acc = results["natural_val_accuracy"]
+    nat_acc = float(results["natural_val_accuracy"])  # type: ignore[arg-type]
     nat_correct = next(
         (
             r["val"].get("correct")
@@ -277,7 +319,7 @@ def write_report(results: dict[str, Any], folder: Path, *, quick: bool) -> Path:
         None,
     )
     for name, runs in results["sweeps"].items():
-        arg = METHODS[name][2]
+        arg = METHODS[name].swept
         for r in runs:
             ok = eligible(r, nat_acc, nat_correct)
             lines.append(
@@ -287,7 +329,13 @@ def write_report(results: dict[str, Any], folder: Path, *, quick: bool) -> Path:
                 + ("**yes**" if r["id"] in chosen_ids else "")
                 + " |"
             )
-    lines += [
+    return lines
+
+
+def _settings_lines(results: Results) -> list[str]:
+    """Model, optimiser and evaluation sizes here, and each method's settings beside its paper's."""
+    plan = results["plan"]
+    lines = [
         "",
         "## Settings here versus the papers",
         "",
@@ -314,16 +362,10 @@ def write_report(results: dict[str, Any], folder: Path, *, quick: bool) -> Path:
             f"| {name} | {m['fixed'] or '-'} | {m['swept'] or '-'} {m['values'] or ''} "
             f"| {m['paper']} |"
         )
-    lines += shipped_section(results.get("shipped"))
-    path = folder / "LEADERBOARD.md"
-    marker = hand_written_marker(results)
-    kept = kept_notes(path, marker)
-    lines += ["", marker, *([kept] if kept else [])]
-    path.write_text("\n".join(lines).rstrip("\n") + "\n")
-    return path
+    return lines
 
 
-def hand_written_marker(results: dict[str, Any]) -> str:
+def hand_written_marker(results: Results) -> str:
     """The line after which LEADERBOARD.md holds notes written by hand about this run."""
     return (
         f"<!-- written by hand below this line, about the run {results.get('out', 'RUN_DIR')}; "

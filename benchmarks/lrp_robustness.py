@@ -1,9 +1,9 @@
 """LRP on MNIST-5k: the attack's direction (surrogate or model), the fine-tuning weight (val) and
 the target table (test), for `robust_train.explain.lrp` (not a speed benchmark).
 
-    OMP_NUM_THREADS=1 python benchmarks/lrp_robustness.py surrogate          # ~3 min
-    OMP_NUM_THREADS=1 python benchmarks/lrp_robustness.py sweep --weights 1 3 10 30   # ~10 min
-    OMP_NUM_THREADS=1 python benchmarks/lrp_robustness.py table --weight 10  # ~10 min
+    OMP_NUM_THREADS=1 python -m benchmarks.lrp_robustness surrogate          # ~3 min
+    OMP_NUM_THREADS=1 python -m benchmarks.lrp_robustness sweep --weights 1 3 10 30   # ~10 min
+    OMP_NUM_THREADS=1 python -m benchmarks.lrp_robustness table --weight 10  # ~10 min
 
 Protocol (the issue's): the top-k attack of Ghorbani et al. (2019) on the explainer's map,
 L_inf 0.3, 50 sign steps of 0.01, k = 100 (attack and reported), on the first `--images`
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> str:
     torch.set_num_threads(1)
     start = time.perf_counter()
     text = {"surrogate": surrogate, "sweep": sweep, "table": table}[args.mode](args)
-    command = "OMP_NUM_THREADS=1 python benchmarks/lrp_robustness.py " + " ".join(
+    command = "OMP_NUM_THREADS=1 python -m benchmarks.lrp_robustness " + " ".join(
         map(shlex.quote, sys.argv[1:] if argv is None else argv)
     )
     took = time.perf_counter() - start

@@ -18,10 +18,10 @@ are recorded in benchmarks/NEW_EXPLAINERS.md):
   saliency, grad_cam and deeplift (top-100 intersection, 200 correctly classified test images),
   random signs beside, for each model.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/new_explainers_finetune.py surrogate
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/new_explainers_finetune.py sweep \\
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.new_explainers_finetune surrogate
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.new_explainers_finetune sweep \\
         --explainer grad_cam --weights 10 30 100 300
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/new_explainers_finetune.py table \\
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.new_explainers_finetune table \\
         --model natural=checkpoints/mnist5k_baseline.ckpt ...
     add --quick for a smoke run (seconds).
 """
@@ -31,16 +31,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 BASELINE = ROOT / "checkpoints" / "mnist5k_baseline.ckpt"
 MODEL = {"channels": [16, 32], "hidden": 128}

@@ -4,7 +4,7 @@ Trains the digits configs (and weight variants) with the same seed and epochs, t
 top-k and random-sign attacks (eps 0.1, k 8, 50 steps) on the saliency maps of the first 200
 test images, and the Lipschitz estimate. Appends the table to benchmarks/PENALTY_SWEEP.md.
 
-    .venv/bin/python benchmarks/penalty_sweep.py [--epochs 20] [--threads 1] [--only NAME ...]
+    .venv/bin/python -m benchmarks.penalty_sweep [--epochs 20] [--threads 1] [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         f"## {datetime.datetime.now():%Y-%m-%d %H:%M}: "
         f"penalty sweep on digits ({args.epochs} epochs)",
         "",
-        f"Command: `.venv/bin/python benchmarks/penalty_sweep.py {' '.join(argv or [])}`  ",
+        f"Command: `.venv/bin/python -m benchmarks.penalty_sweep {' '.join(argv or [])}`  ",
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch "
         f"{torch.__version__}, {args.threads} thread(s), load average {os.getloadavg()[0]:.1f}",
         "",

@@ -1,40 +1,103 @@
-"""Bare training steps: each registered penalty's formula in plain torch, no RobustClassifier.
+"""Bare training steps: registered penalties' formulas in plain torch, no RobustClassifier.
 
-What `bench_train_step.py --penalties registry` times beside the library's step: one forward, the
-loss (cross-entropy plus weight * mean penalty, or the penalty's own cross-entropy when it
-replaces the task loss), backward and an Adam step, written as plainly as possible from the
-papers. The settings are the leaderboard configs' CPU-sized inner loops (configs/mnist5k_*.yaml);
-smoothness, lipschitz, curvature and igr list the numbers their bare formulas read, at the
-terms' defaults (explainer, distance and ball are written into the formulas: saliency of the target
+What `python -m benchmarks.bench_train_step --penalties registry` times beside the library's
+step: one forward, the loss (cross-entropy plus weight * mean penalty, or the penalty's own
+cross-entropy when it replaces the task loss), backward and an Adam step, written as plainly as
+possible from the papers. A bare formula is registered by penalty name with `@bare_formula(name,
+**settings)`: the settings are the term's keyword arguments that the formula reads (here the
+leaderboard configs' CPU-sized inner loops, configs/mnist5k_*.yaml, at the terms' defaults
+otherwise: explainer, distance and ball are written into the formulas: saliency of the target
 logit with sum-normalised L1 for smoothness and lipschitz, IG of the target logit from a black
-baseline with 1 - cosine for igr, L_inf balls). Every registered penalty has a bare version
-(`BARE`); tests/test_train_bare.py checks that the bare loss and its parameter gradients equal
-the library step's for the same random draws (the bare draws come from the global generator,
-seeded as the term's).
+baseline with 1 - cosine for igr, L_inf balls). tests/test_train_bare.py checks that the bare
+loss and its parameter gradients equal the library step's for the same random draws (the bare
+draws come from the global generator, seeded as the term's).
+
+Penalties are discovered through `robust_train.regularizers.PENALTIES`: a penalty without a bare
+formula is still timed (library step only, at its `test_options`, see `term_settings`), and
+`formula(name)` says what to add for a bare one; no table here has to list every penalty.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-# name -> keyword arguments of the registered term (the leaderboard configs' inner loops)
-SETTINGS: dict[str, dict[str, object]] = {
-    "adversarial": dict(epsilon=0.3, step_size=0.1, n_steps=3, seed=0),
-    "curvature": dict(h=0.05, seed=0),
-    "gradnorm": dict(),
-    "ig_norm": dict(epsilon=0.3, step_size=0.3, n_steps=1, n_attack_points=2, n_points=3, seed=0),
-    "ig_sum_norm": dict(
-        beta=0.1, epsilon=0.3, step_size=0.3, n_steps=1, n_attack_points=2, n_points=3, seed=0
-    ),
-    "smoothness": dict(radius=0.1, seed=0),
-    "lipschitz": dict(weight=0.01, radius=0.1, n_ascent_steps=1, seed=0),
-    "igr": dict(radius=0.3, n_ascent_steps=1, n_ig_steps=3, seed=0),
-    "ssr": dict(n_iterations=2, seed=0),
-}
+from robust_train.regularizers import PENALTIES
+
+# loss(model, x, y, settings) -> scalar training loss, written from the paper
+BareLoss = Callable[[nn.Module, Tensor, Tensor, Mapping[str, Any]], Tensor]
+
+BARE: dict[str, BareLoss] = {}  # penalty name -> its bare loss, in registration order
+# penalty name -> keyword arguments of the registered term that its bare formula reads
+SETTINGS: dict[str, dict[str, Any]] = {}
+
+
+class MissingBareFormula(LookupError):
+    """A registered penalty has no bare formula; the message says what to add."""
+
+
+def bare_formula(name: str, **settings: Any) -> Callable[[BareLoss], BareLoss]:
+    """Register `loss` as the bare formula of penalty `name`, read at the term's `settings`.
+
+    Example:
+        >>> @bare_formula("doc_zero")
+        ... def _zero(model, x, y, s):
+        ...     return F.cross_entropy(model(x), y)
+        >>> "doc_zero" in BARE and SETTINGS["doc_zero"] == {}
+        True
+        >>> _ = BARE.pop("doc_zero"), SETTINGS.pop("doc_zero")
+    """
+
+    def register(loss: BareLoss) -> BareLoss:
+        if name in BARE and BARE[name] is not loss:
+            raise ValueError(f"bare formula {name!r} is already registered ({BARE[name]!r})")
+        BARE[name], SETTINGS[name] = loss, dict(settings)
+        return loss
+
+    return register
+
+
+def formula(name: str) -> BareLoss:
+    """The bare loss of registered penalty `name`, or an error that says what to add."""
+    if name not in PENALTIES:
+        raise ValueError(f"Unknown `penalty` {name!r}; expected one of {list(PENALTIES)}")
+    if name not in BARE:
+        raise MissingBareFormula(missing_message(name))
+    return BARE[name]
+
+
+def missing_message(name: str) -> str:
+    """What to add so that penalty `name` is timed beside a bare formula."""
+    term = PENALTIES[name]
+    return (
+        f"penalty {name!r} ({term.__module__}.{term.__qualname__}) has no bare formula: to time "
+        f"it beside one, add a function `(model, x, y, settings) -> loss` written from its paper "
+        f"and decorated with `@bare_formula({name!r}, **term_kwargs)` in benchmarks/train_bare.py "
+        "(tests/test_train_bare.py then checks it against the library step)"
+    )
+
+
+def missing() -> list[str]:
+    """The registered penalties that have no bare formula (timed as the library step only)."""
+    return [name for name in PENALTIES if name not in BARE]
+
+
+def term_settings(name: str) -> dict[str, Any]:
+    """Keyword arguments of `get_penalty(name, ...)` in the benchmark: the bare formula's
+    settings when it has one, else the term's own cheap `test_options` (and `seed=0` when its
+    constructor takes a seed)."""
+    if name in SETTINGS:
+        return dict(SETTINGS[name])
+    term = PENALTIES[name]
+    options = dict(getattr(term, "test_options", {}) or {})
+    if "seed" in inspect.signature(term).parameters:
+        options.setdefault("seed", 0)
+    return options
 
 
 def _pgd(
@@ -85,7 +148,7 @@ def _ig_map(model: nn.Module, a: Tensor, y: Tensor, m: int) -> Tensor:
 
 
 def _map_shift(
-    name: str, model: nn.Module, x: Tensor, logits: Tensor, y: Tensor, s: dict[str, object]
+    name: str, model: nn.Module, x: Tensor, logits: Tensor, y: Tensor, s: Mapping[str, Any]
 ) -> Tensor:
     """Per-sample distance between the importance maps at x and at x' in B_inf(x, radius).
 
@@ -147,84 +210,132 @@ def _map_shift(
     return value
 
 
-def _loss(name: str, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
-    s = SETTINGS[name]
-    if name == "adversarial":  # Madry et al. 2018: CE at a PGD example, replaces the CE
+@bare_formula("adversarial", epsilon=0.3, step_size=0.1, n_steps=3, seed=0)
+def _adversarial(model: nn.Module, x: Tensor, y: Tensor, s: Mapping[str, Any]) -> Tensor:
+    """Madry et al. 2018: CE at a PGD example, replaces the CE."""
 
-        def ce(a: Tensor) -> Tensor:
-            return F.cross_entropy(model(a), y, reduction="none")
+    def ce(a: Tensor) -> Tensor:
+        return F.cross_entropy(model(a), y, reduction="none")
 
-        return ce(_pgd(ce, x, s["epsilon"], s["step_size"], s["n_steps"])).mean()
-    if name in ("ig_norm", "ig_sum_norm"):  # Chen et al. 2019 (RAR)
-        beta = float(s.get("beta", 0.0))
-        m_attack, m = int(s["n_attack_points"]), int(s["n_points"])
+    return ce(_pgd(ce, x, s["epsilon"], s["step_size"], s["n_steps"])).mean()
 
-        def objective(a: Tensor) -> Tensor:
-            ig, ce_a = _path_ig(model, x, a, y, m_attack)
-            value = ig.abs().flatten(1).sum(1)
-            return ce_a + beta * value if beta else value
 
-        adv = _pgd(objective, x, s["epsilon"], s["step_size"], s["n_steps"])
-        ig, ce_adv = _path_ig(model, x, adv, y, m)
-        norm = ig.abs().flatten(1).sum(1)
-        if name == "ig_sum_norm":  # replaces the task loss
-            return (ce_adv + beta * norm).mean()
-        return F.cross_entropy(model(x), y) + norm.mean()
-    if name == "curvature":  # zero-order: ||z(x + hu) + z(x - hu) - 2 z(x)||^2 / h^4, ||u|| = 1
-        h, weight = float(s["h"]), float(s.get("weight", 1.0))
-        logits = model(x)
-        u = torch.randn_like(x)
-        u = u / u.flatten(1).norm(dim=1).view(-1, 1, 1, 1) * h
-        plus, minus = model(torch.cat([x + u, x - u])).chunk(2)
-        second = (plus + minus - 2 * logits) / h**2
-        return F.cross_entropy(logits, y) + weight * second.pow(2).sum(1).mean()
+def _rar(model: nn.Module, x: Tensor, y: Tensor, s: Mapping[str, Any], *, replaces: bool) -> Tensor:
+    """Chen et al. 2019 (RAR): IG-NORM, or IG-SUM-NORM (`replaces` the task loss)."""
+    beta = float(s.get("beta", 0.0))
+    m_attack, m = int(s["n_attack_points"]), int(s["n_points"])
+
+    def objective(a: Tensor) -> Tensor:
+        ig, ce_a = _path_ig(model, x, a, y, m_attack)
+        value = ig.abs().flatten(1).sum(1)
+        return ce_a + beta * value if beta else value
+
+    adv = _pgd(objective, x, s["epsilon"], s["step_size"], s["n_steps"])
+    ig, ce_adv = _path_ig(model, x, adv, y, m)
+    norm = ig.abs().flatten(1).sum(1)
+    if replaces:
+        return (ce_adv + beta * norm).mean()
+    return F.cross_entropy(model(x), y) + norm.mean()
+
+
+@bare_formula(
+    "ig_norm", epsilon=0.3, step_size=0.3, n_steps=1, n_attack_points=2, n_points=3, seed=0
+)
+def _ig_norm(model: nn.Module, x: Tensor, y: Tensor, s: Mapping[str, Any]) -> Tensor:
+    return _rar(model, x, y, s, replaces=False)
+
+
+@bare_formula(
+    "ig_sum_norm",
+    beta=0.1,
+    epsilon=0.3,
+    step_size=0.3,
+    n_steps=1,
+    n_attack_points=2,
+    n_points=3,
+    seed=0,
+)
+def _ig_sum_norm(model: nn.Module, x: Tensor, y: Tensor, s: Mapping[str, Any]) -> Tensor:
+    return _rar(model, x, y, s, replaces=True)
+
+
+@bare_formula("curvature", h=0.05, seed=0)
+def _curvature(model: nn.Module, x: Tensor, y: Tensor, s: Mapping[str, Any]) -> Tensor:
+    """Zero-order: ||z(x + hu) + z(x - hu) - 2 z(x)||^2 / h^4, ||u|| = 1."""
+    h, weight = float(s["h"]), float(s.get("weight", 1.0))
+    logits = model(x)
+    u = torch.randn_like(x)
+    u = u / u.flatten(1).norm(dim=1).view(-1, 1, 1, 1) * h
+    plus, minus = model(torch.cat([x + u, x - u])).chunk(2)
+    second = (plus + minus - 2 * logits) / h**2
+    return F.cross_entropy(logits, y) + weight * second.pow(2).sum(1).mean()
+
+
+def _clean(model: nn.Module, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(x requiring grad, its logits, their mean CE): the forward a double-backprop term reuses."""
     xv = x.detach().requires_grad_(True)
     logits = model(xv)
-    ce = F.cross_entropy(logits, y)
-    if name in ("smoothness", "lipschitz", "igr"):
+    return xv, logits, F.cross_entropy(logits, y)
+
+
+def _shift_loss(name: str) -> BareLoss:
+    """CE + weight * mean `_map_shift` for the map-distance penalties."""
+
+    def loss(model: nn.Module, x: Tensor, y: Tensor, s: Mapping[str, Any]) -> Tensor:
+        xv, logits, ce = _clean(model, x, y)
         return ce + float(s.get("weight", 1.0)) * _map_shift(name, model, xv, logits, y, s).mean()
-    if name == "gradnorm":  # Drucker & LeCun 1992: ||grad_x CE||^2, double backprop
-        (g,) = torch.autograd.grad(
-            F.cross_entropy(logits, y, reduction="sum"), xv, create_graph=True
-        )
-        return ce + g.flatten(1).pow(2).sum(1).mean()
-    if name == "ssr":  # Wang et al. 2020: Rayleigh quotient of J^T (diag p - p p^T) J
-        p = logits.softmax(1)
-        u0 = torch.zeros_like(logits, requires_grad=True)
-        (jt_u,) = torch.autograd.grad(logits, xv, grad_outputs=u0, create_graph=True)
-        v = torch.randn_like(x)
-        v = v / v.flatten(1).norm(dim=1).view(-1, 1, 1, 1)
-        pd = p.detach()
-        for _ in range(int(s["n_iterations"])):
-            (w,) = torch.autograd.grad(jt_u, u0, grad_outputs=v, retain_graph=True)
-            a = pd * w - pd * (pd * w).sum(1, keepdim=True)
-            (v,) = torch.autograd.grad(logits, xv, grad_outputs=a, retain_graph=True)
-            v = v / v.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, 1, 1, 1)
-        (w,) = torch.autograd.grad(jt_u, u0, grad_outputs=v, create_graph=True)
-        return ce + ((p * w.pow(2)).sum(1) - (p * w).sum(1).pow(2)).mean()
-    raise KeyError(name)
+
+    return loss
 
 
-BARE = (
-    "adversarial",
-    "curvature",
-    "gradnorm",
-    "ig_norm",
-    "ig_sum_norm",
-    "smoothness",
-    "lipschitz",
-    "igr",
-    "ssr",
+bare_formula("smoothness", radius=0.1, seed=0)(_shift_loss("smoothness"))
+bare_formula("lipschitz", weight=0.01, radius=0.1, n_ascent_steps=1, seed=0)(
+    _shift_loss("lipschitz")
 )
+bare_formula("igr", radius=0.3, n_ascent_steps=1, n_ig_steps=3, seed=0)(_shift_loss("igr"))
+
+
+@bare_formula("gradnorm")
+def _gradnorm(model: nn.Module, x: Tensor, y: Tensor, s: Mapping[str, Any]) -> Tensor:
+    """Drucker & LeCun 1992: ||grad_x CE||^2, double backprop."""
+    xv, logits, ce = _clean(model, x, y)
+    (g,) = torch.autograd.grad(F.cross_entropy(logits, y, reduction="sum"), xv, create_graph=True)
+    return ce + g.flatten(1).pow(2).sum(1).mean()
+
+
+@bare_formula("ssr", n_iterations=2, seed=0)
+def _ssr(model: nn.Module, x: Tensor, y: Tensor, s: Mapping[str, Any]) -> Tensor:
+    """Wang et al. 2020: Rayleigh quotient of J^T (diag p - p p^T) J, power iteration."""
+    xv, logits, ce = _clean(model, x, y)
+    p = logits.softmax(1)
+    u0 = torch.zeros_like(logits, requires_grad=True)
+    (jt_u,) = torch.autograd.grad(logits, xv, grad_outputs=u0, create_graph=True)
+    v = torch.randn_like(x)
+    v = v / v.flatten(1).norm(dim=1).view(-1, 1, 1, 1)
+    pd = p.detach()
+    for _ in range(int(s["n_iterations"])):
+        (w,) = torch.autograd.grad(jt_u, u0, grad_outputs=v, retain_graph=True)
+        a = pd * w - pd * (pd * w).sum(1, keepdim=True)
+        (v,) = torch.autograd.grad(logits, xv, grad_outputs=a, retain_graph=True)
+        v = v / v.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, 1, 1, 1)
+    (w,) = torch.autograd.grad(jt_u, u0, grad_outputs=v, create_graph=True)
+    return ce + ((p * w.pow(2)).sum(1) - (p * w).sum(1).pow(2)).mean()
+
+
+def bare_loss(name: str, model: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+    """The bare training loss of penalty `name` at `SETTINGS[name]` (draws: the global
+    generator)."""
+    return formula(name)(model, x, y, SETTINGS[name])
 
 
 def bare_step(name: str, model: nn.Module, x: Tensor, y: Tensor) -> Callable[[], None]:
     """One bare optimisation step of `model` (in train mode) with penalty `name`."""
+    formula(name)  # fails here, before any work, when there is none
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     model.train()
 
     def step() -> None:
-        _loss(name, model, x, y).backward()
+        bare_loss(name, model, x, y).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 

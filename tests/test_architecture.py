@@ -2,7 +2,9 @@
 
 The graph is read from the source with `ast` (every `import`, at module level or inside a
 function), so a lazy import cannot hide a cycle or an upward dependency. A fresh interpreter then
-imports every module, lowest layer first, to check that each one imports on its own.
+imports every module, lowest layer first, to check that each one imports on its own. The
+benchmarks package is held to the same graph rules (no cycle), imports its scripts by package
+name rather than through `sys.path`, and both keep every function body within 60 lines (issue 17).
 """
 
 from __future__ import annotations
@@ -13,7 +15,11 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "robust_train"
+BENCHMARKS = PACKAGE.parent / "benchmarks"
+MAX_BODY_LINES = 60
 
 # Layers, lowest first: a module may import its own layer's modules and any lower layer's. Every
 # top-level module or package of robust_train is placed here (a test checks it), so a new one is
@@ -56,19 +62,19 @@ def modules(package: Path = PACKAGE) -> dict[str, Path]:
     return found
 
 
-def imports(path: Path, known: dict[str, Path]) -> set[str]:
-    """robust_train modules that `path` imports anywhere: `from a import b` needs a.b when it is
+def imports(path: Path, known: dict[str, Path], root: str = "robust_train") -> set[str]:
+    """`root` modules that `path` imports anywhere: `from a import b` needs a.b when it is
     a module, and the package a itself unless every imported name is one of its modules."""
     out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module.split(".")[0] == "robust_train":
+            if node.module.split(".")[0] == root:
                 named = {f"{node.module}.{a.name}" for a in node.names}
                 out |= named & set(known)
                 if not named <= set(known):
                     out.add(node.module)
         elif isinstance(node, ast.Import):
-            out |= {a.name for a in node.names if a.name.split(".")[0] == "robust_train"}
+            out |= {a.name for a in node.names if a.name.split(".")[0] == root}
     return out
 
 
@@ -79,7 +85,7 @@ def graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     edges = {}
     for name, path in known.items():
         targets = set()
-        for target in imports(path, known):
+        for target in imports(path, known, package.name):
             parts = target.split(".")
             ancestors = {".".join(parts[:i]) for i in range(2, len(parts) + 1)}
             targets |= {a for a in ancestors if not name.startswith(a + ".")}
@@ -170,3 +176,52 @@ def test_every_module_imports_alone_in_a_fresh_interpreter() -> None:
         "    importlib.import_module(name)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=600)
+
+
+def test_benchmarks_import_graph_has_no_cycle() -> None:
+    edges = graph(BENCHMARKS)
+    assert "benchmarks.leaderboard_report" in edges["benchmarks.leaderboard"]  # the graph sees them
+    cycle = find_cycle(edges)
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_benchmarks_import_each_other_as_a_package_without_editing_sys_path() -> None:
+    edits = []
+    for path in sorted(BENCHMARKS.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr == "path":
+                if isinstance(node.value, ast.Name) and node.value.id == "sys":
+                    edits.append(f"{path.name}:{node.lineno}")
+    assert edits == [], "run the scripts as `python -m benchmarks.<script>` instead"
+
+
+def body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of a function's body, its docstring excluded."""
+    body = node.body
+    first = body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+        if isinstance(first.value.value, str):
+            body = body[1:]
+    if not body:
+        return 0
+    return (body[-1].end_lineno or body[-1].lineno) - body[0].lineno + 1
+
+
+def long_functions(folder: Path, limit: int = MAX_BODY_LINES) -> list[str]:
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if (n := body_lines(node)) > limit:
+                    found.append(f"{path.relative_to(folder.parent)}:{node.lineno} {node.name} {n}")
+    return found
+
+
+def test_body_lines_excludes_the_docstring() -> None:
+    (fn,) = ast.parse('def f():\n    """doc\n    more"""\n    a = 1\n    return a\n').body
+    assert isinstance(fn, ast.FunctionDef) and body_lines(fn) == 2
+
+
+@pytest.mark.parametrize("folder", [PACKAGE, BENCHMARKS], ids=lambda f: f.name)
+def test_no_function_body_is_over_60_lines(folder: Path) -> None:
+    assert long_functions(folder) == [], "split them into small named helpers"

@@ -4,7 +4,9 @@ measuring tools they share count what they claim to count."""
 from __future__ import annotations
 
 import importlib
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,11 +18,8 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield lambda name: importlib.import_module(name)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    """The benchmark module `name` of the benchmarks package (imported as the scripts run)."""
+    return lambda name: importlib.import_module(f"benchmarks.{name}")
 
 
 def test_peak_memory_is_the_most_bytes_alive_at_once(bench):
@@ -55,7 +54,7 @@ def test_interleaving_alternates_the_order_and_ratios_are_per_round(bench):
 def _check_record(text: str, path: Path, title: str) -> None:
     written = path.read_text()
     assert f"## {title} (quick)" in written and text in written
-    assert "- command: `python benchmarks/" in written and "load average" in written
+    assert "- command: `python -m benchmarks." in written and "load average" in written
     assert "Targets:" in written and ("met (" in written or "MISSED (" in written)
 
 
@@ -111,3 +110,38 @@ def test_bench_train_step_registry_quick(bench, tmp_path):
     for name in PENALTIES:  # every registered penalty is timed; the bare ones beside it
         assert f"| {name} |" in text
     assert "| ig_norm, bare |" in text and "its bare formula" in text
+
+
+SCRIPTS = sorted(
+    p.stem for p in BENCHMARKS.glob("*.py") if 'if __name__ == "__main__":' in p.read_text()
+)
+RUN_EACH_AS_MAIN = """
+import runpy, sys
+for name in sys.argv[1:]:
+    sys.argv = [name, "--help"]
+    try:
+        runpy.run_module("benchmarks." + name, run_name="__main__", alter_sys=True)
+    except SystemExit as stop:
+        assert stop.code in (0, None), (name, stop.code)
+    else:
+        raise AssertionError(name + ": --help did not exit")
+    print("ran", name)
+"""
+
+
+@pytest.mark.slow
+def test_every_script_runs_as_a_module_from_the_repository_root():
+    """`python -m benchmarks.<script> --help` (runpy, as -m does) from the root, with no
+    PYTHONPATH: the package imports its own modules, no script edits sys.path."""
+    assert {"bench_train_step", "bench_eval", "leaderboard", "gpu_check"} <= set(SCRIPTS)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_EACH_AS_MAIN, *SCRIPTS],
+        cwd=BENCHMARKS.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("ran ") == len(SCRIPTS)

@@ -118,6 +118,21 @@ def test_new_units_run_through_the_attack_and_a_penalty():
     assert value.shape == (6,) and any(p.grad is not None for p in model.parameters())
 
 
+def test_the_new_penalty_is_found_by_the_benchmarks_without_a_bare_formula():
+    """benchmarks/train_bare.py discovers penalties through the registry: the new one is timed
+    at its test_options beside the others, and what a bare formula would need is named."""
+    from benchmarks import bench_train_step, train_bare
+
+    assert "squared_saliency_mean" in train_bare.missing()
+    with pytest.raises(train_bare.MissingBareFormula, match="@bare_formula"):
+        train_bare.formula("squared_saliency_mean")
+    model, (x, y) = _model().train(), _data(4)
+    steps, notes = bench_train_step.registry_steps(model, x, y, torch.device("cpu"))
+    assert "squared_saliency_mean" in steps and "squared_saliency_mean, bare" not in steps
+    assert len(notes) == len(train_bare.missing())  # one line per penalty without a formula
+    assert any("'squared_saliency_mean'" in n and "benchmarks/train_bare.py" in n for n in notes)
+
+
 def test_new_units_run_through_the_engine_and_the_report():
     model, (x, y) = _model(), _data(8)
     result = evaluate_classifier(model, x, y, EvaluationSettings(**SETTINGS), progress=False)

@@ -10,29 +10,23 @@ Mersenne twisters, so `torch.rand(shape, generator=g)` after `g.manual_seed(s)` 
 from __future__ import annotations
 
 import copy
-import importlib
-import sys
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
 from torch import Tensor, nn
 
 from robust_train import RobustClassifier
-from robust_train.regularizers import get_penalty
+from robust_train.regularizers import PENALTIES, PenaltyTerm, get_penalty, register_penalty
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 NAMES = ("smoothness", "lipschitz", "curvature", "igr")
 
 
 @pytest.fixture(scope="module")
 def train_bare():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("train_bare")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    from benchmarks import train_bare
+
+    return train_bare
 
 
 def _tiny(side: int, activation: type[nn.Module] | None = None) -> nn.Module:
@@ -73,7 +67,7 @@ def _library(name: str, settings: dict, model: nn.Module, x: Tensor, y: Tensor):
 def _bare(train_bare, name: str, seed: int, model: nn.Module, x: Tensor, y: Tensor):
     model = copy.deepcopy(model)
     torch.manual_seed(seed)
-    loss = train_bare._loss(name, model, x, y)
+    loss = train_bare.bare_loss(name, model, x, y)
     return loss.detach(), _grads(model, loss)
 
 
@@ -123,7 +117,7 @@ def test_bare_ascent_on_a_relu_model_takes_the_softplus_direction_like_the_libra
     bare_model = copy.deepcopy(model)
     relu = bare_model[1]
     torch.manual_seed(int(settings["seed"]))
-    bare_value = train_bare._loss(name, bare_model, x, y)
+    bare_value = train_bare.bare_loss(name, bare_model, x, y)
     bare_grads = _grads(bare_model, bare_value)
     assert bare_model[1] is relu
     assert _close(bare_value.detach(), value), (float(bare_value), float(value))
@@ -135,7 +129,81 @@ def test_bare_ascent_on_a_relu_model_takes_the_softplus_direction_like_the_libra
     assert abs(float(no_surrogate - value)) > 1e-4 * float(value)
 
 
-def test_every_registered_penalty_has_a_bare_formula(train_bare):
-    from robust_train.regularizers import PENALTIES
+def test_every_bare_formula_is_a_registered_penalty_that_its_settings_build(train_bare):
+    assert set(train_bare.BARE) == set(train_bare.SETTINGS) and train_bare.BARE
+    assert set(train_bare.BARE) <= set(PENALTIES)
+    for name in train_bare.BARE:
+        assert get_penalty(name, **train_bare.term_settings(name)).name == name
+    # the penalties shipped with a bare formula keep theirs
+    assert set(NAMES) | {"adversarial", "gradnorm", "ig_norm", "ig_sum_norm", "ssr"} <= set(
+        train_bare.BARE
+    )
 
-    assert set(train_bare.BARE) == set(PENALTIES) == set(train_bare.SETTINGS)
+
+class _CheapSaliencySquare(PenaltyTerm):
+    """A penalty registered by this test alone (as a new unit's one file would), no bare formula;
+    its constructor takes no seed, and its test_options are what the benchmark uses."""
+
+    double_backprop = True
+    test_options = {"scale": 2.0}
+
+    def __init__(self, weight: float = 1.0, scale: float = 1.0, name: str | None = None) -> None:
+        super().__init__(weight, name)
+        self.scale = scale
+
+    def penalty(self, model, inputs, target, logits):
+        inputs = inputs.detach().requires_grad_(True)
+        z = model(inputs).gather(1, target[:, None]).sum()
+        (g,) = torch.autograd.grad(z, inputs, create_graph=True)
+        return self.scale * g.flatten(1).pow(2).sum(1)
+
+
+@pytest.fixture
+def new_penalty():
+    register_penalty("cheap_saliency_square")(_CheapSaliencySquare)
+    yield "cheap_saliency_square"
+    PENALTIES.pop("cheap_saliency_square", None)
+
+
+def test_a_new_penalty_without_a_bare_formula_is_discovered_and_told_what_to_add(
+    train_bare, new_penalty
+):
+    """Registered, not known to train_bare.py: listed as missing, timed at its test_options
+    beside the others (no bare step), and asking for its bare step names the decorator."""
+    from benchmarks import bench_train_step
+
+    assert new_penalty in train_bare.missing()
+    assert train_bare.term_settings(new_penalty) == {"scale": 2.0}  # no seed: not taken
+    with pytest.raises(train_bare.MissingBareFormula, match=r"@bare_formula\('cheap_saliency"):
+        train_bare.bare_step(new_penalty, _tiny(8), *_batch(8))
+    with pytest.raises(ValueError, match="Unknown `penalty` 'nope'"):
+        train_bare.formula("nope")
+    x, y = _batch(8)
+    steps, notes = bench_train_step.registry_steps(_tiny(8), x, y, torch.device("cpu"))
+    assert new_penalty in steps and f"{new_penalty}, bare" not in steps
+    assert "ig_norm, bare" in steps and len(notes) == len(train_bare.missing())
+    assert any(f"'{new_penalty}'" in n and "benchmarks/train_bare.py" in n for n in notes)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*self.log.*")
+        steps[new_penalty]()  # the library step runs
+
+
+def test_a_bare_formula_registered_elsewhere_joins_the_comparison(train_bare, new_penalty):
+    """Registering one (what train_bare.py would hold) is all the benchmark needs."""
+
+    def loss(model, x, y, s):
+        xv = x.detach().requires_grad_(True)
+        logits = model(xv)
+        (g,) = torch.autograd.grad(logits.gather(1, y[:, None]).sum(), xv, create_graph=True)
+        ce = nn.functional.cross_entropy(logits, y)
+        return ce + s["scale"] * g.flatten(1).pow(2).sum(1).mean()
+
+    train_bare.bare_formula(new_penalty, scale=2.0)(loss)
+    try:
+        assert new_penalty not in train_bare.missing()
+        model, (x, y) = _tiny(8), _batch(8)
+        value, grads = _library(new_penalty, train_bare.term_settings(new_penalty), model, x, y)
+        bare_value, bare_grads = _bare(train_bare, new_penalty, 0, model, x, y)
+        assert _close(bare_value, value) and _close(bare_grads, grads)
+    finally:
+        train_bare.BARE.pop(new_penalty), train_bare.SETTINGS.pop(new_penalty)

@@ -5,26 +5,18 @@ explainers' maps, its labels a forward of the iterate, and chunking the IG paths
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 from torch import nn
 
 from robust_train.explain import importance_map, integrated_gradients, saliency
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
 
 @pytest.fixture(scope="module")
 def peers():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        yield importlib.import_module("eval_peers")
-    finally:
-        sys.path.remove(str(BENCHMARKS))
+    from benchmarks import eval_peers
+
+    return eval_peers
 
 
 def _model() -> nn.Module:

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
+from robust_train.models.input_check import check_model_fits_data
 from robust_train.models.loading import CheckpointError, load_classifier, read_checkpoint
 
 __all__ = [
@@ -88,6 +89,8 @@ def heldout_tensors(
     dm.prepare_data()
     dm.setup("test" if split == "test" else "validate")
     loader = dm.test_dataloader() if split == "test" else dm.val_dataloader()
+    if model is not None:  # one probe forward: channels, size and classes (issue 19, items 3-4)
+        check_model_fits_data(model, dm, loader)
     xs, ys, n, correct, total = [], [], 0, 0, 0
     for x, y in loader:
         if n < n_samples:

@@ -4,6 +4,7 @@
     robust-train evaluate --ckpt checkpoints/digits_robust.ckpt --protocol rar --n-samples 50
     robust-train compare checkpoints/digits_baseline.ckpt checkpoints/digits_robust.ckpt \
         --out runs/compare
+    robust-train evaluate --model torchvision:resnet50 --weights my.pth --data-config data.yaml
 
 Every argument is checked (names of explainers and attacks, positive counts, budgets, files)
 before a checkpoint is loaded; the flags are the fields of `EvaluationSettings`
@@ -14,6 +15,10 @@ default settings -> runs/eval/x/version_0/best/default; `--protocol rar` -> .../
 -> .../custom-<hash>), and refuses to write over results of another checkpoint or of other
 settings unless `--overwrite`; `compare` does the same for its folder. When a checkpoint records
 the W&B run it was trained in, the numbers are also added to that run's summary (`eval/<key>`).
+A model not trained here is given by `--model` (and `--weights`; for `compare` the positional
+files are then weights): see `robust_train._model_source`. Before any work one probe forward
+checks the data's channels, image size and classes against the model
+(`robust_train.models.input_check`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from robust_train._checkpoint_io import checkpoint_meta, evaluate_checkpoint, export_checkpoint
+from robust_train._model_source import (
+    ModelSource,
+    add_model_source_arguments,
+    evaluate_model_source,
+    model_source_from,
+)
 from robust_train._settings_cli import CommandParser, add_settings_arguments, settings_from
 from robust_train.evaluation import PROTOCOLS, EvaluationSettings
 
@@ -150,12 +161,19 @@ def _record(ckpt: str | Path, result: dict[str, Any], skip: bool) -> None:
     record_evaluation(checkpoint_meta(ckpt)["wandb_run"], to_json({"r": result})["r"]["measures"])
 
 
-def _evaluate_all(args: Any, checkpoints: list[str], settings: EvaluationSettings) -> list[Any]:
-    for ckpt in checkpoints:
+def _evaluate_all(
+    args: Any,
+    checkpoints: list[str],
+    settings: EvaluationSettings,
+    sources: list[ModelSource] | None = None,
+) -> list[Any]:
+    for ckpt in checkpoints if sources is None else [s.weights for s in sources if s.weights]:
         if not Path(ckpt).is_file():
             raise FileNotFoundError(f"checkpoint {ckpt!r} does not exist")
     if args.data_config and not Path(args.data_config).is_file():
         raise FileNotFoundError(f"`--data-config` {args.data_config!r} does not exist")
+    if sources is not None:  # --model: a model not trained here (robust_train._model_source)
+        return [_source_result(args, source, settings) for source in sources]
     results = []
     for ckpt in checkpoints:
         result = evaluate_checkpoint(
@@ -172,13 +190,28 @@ def _evaluate_all(args: Any, checkpoints: list[str], settings: EvaluationSetting
     return results
 
 
+def _source_result(args: Any, source: ModelSource, settings: EvaluationSettings) -> Any:
+    result = evaluate_model_source(
+        source,
+        settings,
+        data_config=args.data_config,
+        split=args.split,
+        progress=not args.no_progress,
+        threads=args.threads,
+    )
+    result["checkpoint_path"] = str(Path(source.label).resolve())
+    result["settings_tag"] = settings_tag(settings)
+    return result
+
+
 def evaluate_main(argv: list[str]) -> int:
     from robust_train.report import summary_table, to_json
 
     parser = CommandParser(
         prog="robust-train evaluate", description="Robustness evaluation of one checkpoint."
     )
-    parser.add_argument("--ckpt", required=True, help="a .ckpt written by `robust-train fit`")
+    parser.add_argument("--ckpt", help="a .ckpt written by `robust-train fit` (or use --model)")
+    add_model_source_arguments(parser)
     parser.add_argument(
         "--out",
         default=None,
@@ -190,15 +223,22 @@ def evaluate_main(argv: list[str]) -> int:
     add_settings_arguments(parser)
     args = parser.parse_args(argv)
     settings = settings_from(args)
-    out = Path(args.out) if args.out else default_out(args.ckpt, settings)
-    _check_out(out, [args.ckpt], settings, args.overwrite)
-    (result,) = _evaluate_all(args, [args.ckpt], settings)
+    source = model_source_from(args)
+    if (args.ckpt is None) == (source is None):
+        raise ValueError(
+            "give `--ckpt` (a fit checkpoint) or `--model` (with --weights and --data-config), "
+            f"not {'both' if source else 'neither'}"
+        )
+    target = args.ckpt if source is None else source.label
+    out = Path(args.out) if args.out else default_out(target, settings)
+    _check_out(out, [target], settings, args.overwrite)
+    (result,) = _evaluate_all(args, [target], settings, None if source is None else [source])
     out.mkdir(parents=True, exist_ok=True)
-    name = Path(args.ckpt).stem
+    name = Path(target).stem
     (out / "results.json").write_text(json.dumps(to_json({name: result}), indent=2))
     table = summary_table({name: result})
-    (out / "summary.md").write_text(summary_markdown(args.ckpt, result, table))
-    _record(args.ckpt, result, args.no_wandb)
+    (out / "summary.md").write_text(summary_markdown(target, result, table))
+    _record(target, result, args.no_wandb or source is not None)
     print(table)
     print(
         f"\nevaluated in {result['evaluation_seconds']:.1f} s; wrote {out / 'results.json'} and "
@@ -214,7 +254,10 @@ def compare_main(argv: list[str]) -> int:
         prog="robust-train compare",
         description="Evaluate several checkpoints with the same settings; write a report.",
     )
-    parser.add_argument("ckpts", nargs="+", help="two or more checkpoints")
+    parser.add_argument(
+        "ckpts", nargs="+", help="two or more checkpoints (with --model: weights files)"
+    )
+    add_model_source_arguments(parser, weights=False)
     parser.add_argument("--names", nargs="+", help="column names (default: file stems)")
     parser.add_argument(
         "--out", default="runs/compare", help="folder for report.md, results.json and plots"
@@ -235,10 +278,14 @@ def compare_main(argv: list[str]) -> int:
     if len(set(names)) != len(names):
         raise ValueError(f"the column names {names} repeat; pass distinct --names")
     settings = settings_from(args)
+    source = model_source_from(args)
+    sources = None if source is None else [ModelSource(source.spec, c) for c in args.ckpts]
     _check_out(Path(args.out), list(args.ckpts), settings, args.overwrite)
-    results = dict(zip(names, _evaluate_all(args, list(args.ckpts), settings), strict=True))
+    results = dict(
+        zip(names, _evaluate_all(args, list(args.ckpts), settings, sources), strict=True)
+    )
     histories = {
-        n: checkpoint_meta(c)["robust_train"].get("history") or {}
+        n: {} if source else checkpoint_meta(c)["robust_train"].get("history") or {}
         for n, c in zip(names, args.ckpts, strict=True)
     }
     path = write_report(results, args.out, histories=histories)

@@ -34,9 +34,10 @@ class DataMismatchError(ValueError):
 
 
 def _shape(channels: int | None, size: tuple[int, int] | None) -> str:
-    c = "?" if channels is None else str(channels)
-    h, w = ("?", "?") if size is None else size
-    return f"{c}x{h}x{w}"
+    """ "1x28x28"; "3 channels (any size)" or "?x28x28" where one side is not stated."""
+    if size is None:
+        return "any shape" if channels is None else f"{channels} channel(s) (any size)"
+    return f"{'?' if channels is None else channels}x{size[0]}x{size[1]}"
 
 
 def _pair(value: Any) -> tuple[int, int] | None:
@@ -155,8 +156,8 @@ def check_model_fits_data(
     wrong_channels = channels is not None and channels != image.shape[1]
     if wrong_channels or (size is not None and size != tuple(image.shape[2:])):
         raise DataMismatchError(
-            f"the model ({name}) expects images of {expects} (channels x height x width) but the "
-            f"data ({data}) gives {given}"
+            f"the model ({name}) expects images of {expects} but the data ({data}) gives {given} "
+            "(channels x height x width)"
         )
     logits = _probe(model, image, name, given, expects)
     n_classes = data_classes(datamodule)

@@ -340,6 +340,12 @@ def evaluate_model_source(
     same probe (channels, size, classes), held-out images and suite."""
     config = data_config_from_yaml(data_config)
     model = build_source_model(source, instantiate(config))
+    if source.weights is None:
+        print(
+            f"note: no --weights: {source.spec} is evaluated with the weights its config builds "
+            "(random unless it loads pretrained ones)",
+            file=sys.stderr,
+        )
     if threads is not None:
         torch.set_num_threads(threads)
     elif sum(p.numel() for p in model.parameters()) < 1_000_000:

@@ -138,8 +138,12 @@ def summary_markdown(name: str, result: dict[str, Any], table: str) -> str:
         "",
         table,
         "",
-        f"Checkpoint: `{result.get('checkpoint')}` (epoch {result.get('epoch', '-')}); "
-        f"{result.get('split', 'test')} split; {result.get('n_images', '-')} images, "
+        (
+            f"Model: `{result['model']}` with weights `{result.get('weights') or 'none given'}`; "
+            if result.get("model")
+            else f"Checkpoint: `{result.get('checkpoint')}` (epoch {result.get('epoch', '-')}); "
+        )
+        + f"{result.get('split', 'test')} split; {result.get('n_images', '-')} images, "
         f"{int(measures.get('n_attacked') or 0)} attacked.",
         "",
         "## Settings",

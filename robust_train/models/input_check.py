@@ -109,9 +109,9 @@ def _probe(model: nn.Module, image: Tensor, name: str, given: str, expects: str)
             return model(image)
     except Exception as err:  # the model's own error: a shape it cannot take
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        stated = "" if expects == "any shape" else f", which states {expects}"
         raise DataMismatchError(
-            f"the model ({name}, expects {expects}) cannot take the data's images ({given}): "
-            f"{first}"
+            f"the model ({name}{stated}) cannot take the data's images ({given}): {first}"
         ) from err
 
 
@@ -161,6 +161,11 @@ def check_model_fits_data(
         )
     logits = _probe(model, image, name, given, expects)
     n_classes = data_classes(datamodule)
+    if not isinstance(logits, Tensor):
+        raise DataMismatchError(
+            f"the model ({name}) returns a {type(logits).__name__} for one image of {given}; a "
+            "classifier returns a tensor of logits (1, number of classes)"
+        )
     if logits.dim() != 2 or logits.shape[0] != 1:
         raise DataMismatchError(
             f"the model ({name}) gives outputs of shape {tuple(logits.shape)} for one image of "

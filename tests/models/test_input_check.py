@@ -35,10 +35,17 @@ def test_outputs_against_classes_and_a_model_that_cannot_run():
         check_model_fits_data(SmallCNN(), _data(classes=3))
     plain = nn.Sequential(nn.Flatten(), nn.Linear(784, 10))  # records nothing: only the probe tells
     with pytest.raises(
-        DataMismatchError, match=r"\(Sequential, expects any shape\) cannot take .* \(1x8x8\): mat1"
+        DataMismatchError, match=r"\(Sequential\) cannot take the data's images \(1x8x8\): mat1"
     ):
         check_model_fits_data(plain, _data())
     check_model_fits_data(nn.Sequential(nn.Flatten(), nn.Linear(64, 10)), _data())  # fits
+
+    class Pair(nn.Module):
+        def forward(self, x):
+            return x, x
+
+    with pytest.raises(DataMismatchError, match="returns a tuple"):
+        check_model_fits_data(Pair(), _data())
 
 
 def test_undeclared_data_is_probed_with_its_first_image_and_modes_are_kept():

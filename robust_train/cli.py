@@ -47,7 +47,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "robust_train.demo:main",
     ),
     "evaluate": (
-        "robustness suite (attacks, Lipschitz, fidelity) on one checkpoint",
+        "robustness suite (attacks, Lipschitz, fidelity) on one checkpoint or --model/--weights",
         "robust_train.commands:evaluate_main",
     ),
     "compare": (

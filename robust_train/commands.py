@@ -24,7 +24,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from robust_train._checkpoint_io import checkpoint_meta, evaluate_checkpoint, export_checkpoint
+from robust_train._checkpoint_io import (
+    add_trust_argument,
+    checkpoint_meta,
+    evaluate_checkpoint,
+    export_checkpoint,
+)
 from robust_train._settings_cli import CommandParser, add_settings_arguments, settings_from
 from robust_train.evaluation import PROTOCOLS, EvaluationSettings
 
@@ -141,19 +146,22 @@ def summary_markdown(name: str, result: dict[str, Any], table: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _record(ckpt: str | Path, result: dict[str, Any], skip: bool) -> None:
+def _record(ckpt: str | Path, result: dict[str, Any], skip: bool, trusted: bool = False) -> None:
     if skip:
         return
     from robust_train.loggers import record_evaluation
     from robust_train.report import to_json
 
-    record_evaluation(checkpoint_meta(ckpt)["wandb_run"], to_json({"r": result})["r"]["measures"])
+    run = checkpoint_meta(ckpt, trusted=trusted)["wandb_run"]
+    record_evaluation(run, to_json({"r": result})["r"]["measures"])
 
 
 def _evaluate_all(args: Any, checkpoints: list[str], settings: EvaluationSettings) -> list[Any]:
     for ckpt in checkpoints:
         if not Path(ckpt).is_file():
             raise FileNotFoundError(f"checkpoint {ckpt!r} does not exist")
+    for ckpt in checkpoints:  # every file readable and its class paths checked before any work
+        checkpoint_meta(ckpt, trusted=args.trust_checkpoint)
     if args.data_config and not Path(args.data_config).is_file():
         raise FileNotFoundError(f"`--data-config` {args.data_config!r} does not exist")
     results = []
@@ -165,6 +173,7 @@ def _evaluate_all(args: Any, checkpoints: list[str], settings: EvaluationSetting
             split=args.split,
             progress=not args.no_progress,
             threads=args.threads,
+            trusted=args.trust_checkpoint,
         )
         result["checkpoint_path"] = str(Path(ckpt).resolve())
         result["settings_tag"] = settings_tag(settings)
@@ -187,6 +196,7 @@ def evaluate_main(argv: list[str]) -> int:
     parser.add_argument(
         "--overwrite", action="store_true", help="write over other results in --out"
     )
+    add_trust_argument(parser)
     add_settings_arguments(parser)
     args = parser.parse_args(argv)
     settings = settings_from(args)
@@ -198,7 +208,7 @@ def evaluate_main(argv: list[str]) -> int:
     (out / "results.json").write_text(json.dumps(to_json({name: result}), indent=2))
     table = summary_table({name: result})
     (out / "summary.md").write_text(summary_markdown(args.ckpt, result, table))
-    _record(args.ckpt, result, args.no_wandb)
+    _record(args.ckpt, result, args.no_wandb, args.trust_checkpoint)
     print(table)
     print(
         f"\nevaluated in {result['evaluation_seconds']:.1f} s; wrote {out / 'results.json'} and "
@@ -222,6 +232,7 @@ def compare_main(argv: list[str]) -> int:
     parser.add_argument(
         "--overwrite", action="store_true", help="write over other results in --out"
     )
+    add_trust_argument(parser)
     add_settings_arguments(parser)
     args = parser.parse_args(argv)
     if len(args.ckpts) < 2:
@@ -238,7 +249,7 @@ def compare_main(argv: list[str]) -> int:
     _check_out(Path(args.out), list(args.ckpts), settings, args.overwrite)
     results = dict(zip(names, _evaluate_all(args, list(args.ckpts), settings), strict=True))
     histories = {
-        n: checkpoint_meta(c)["robust_train"].get("history") or {}
+        n: checkpoint_meta(c, trusted=args.trust_checkpoint)["robust_train"].get("history") or {}
         for n, c in zip(names, args.ckpts, strict=True)
     }
     path = write_report(results, args.out, histories=histories)
@@ -254,7 +265,8 @@ def export_main(argv: list[str]) -> int:
     )
     parser.add_argument("src")
     parser.add_argument("dst")
+    add_trust_argument(parser)
     args = parser.parse_args(argv)
-    path = export_checkpoint(args.src, args.dst)
+    path = export_checkpoint(args.src, args.dst, trusted=args.trust_checkpoint)
     print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
     return 0

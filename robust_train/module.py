@@ -58,7 +58,10 @@ class RobustClassifier(pl.LightningModule):
         freeze_backbone_epochs: train only the head for this many epochs (fine-tuning).
         head: attribute path of the head module (e.g. "fc", "backbone.fc"); default: last nn.Linear.
         init_checkpoint: weights to start from: a .ckpt written by `robust-train fit` or a
-            state_dict file (fine-tuning a user checkpoint).
+            state_dict file (fine-tuning a user checkpoint). Read tensors-only.
+        trust_init_checkpoint: also load an `init_checkpoint` that holds Python objects beyond
+            tensors and plain values (full unpickling). RISK: that runs any code the file
+            carries; only for files whose maker you trust.
         on_nonfinite: "raise" stops with an error naming the term when a loss part is NaN/inf;
             "skip" skips that optimisation step (one warning per fit, `train/skipped_steps` per
             epoch; one process only: refused under DDP).
@@ -84,6 +87,7 @@ class RobustClassifier(pl.LightningModule):
         freeze_backbone_epochs: int = 0,
         head: str | None = None,
         init_checkpoint: str | None = None,
+        trust_init_checkpoint: bool = False,
         on_nonfinite: str = "raise",
         label_smoothing: float = 0.0,
         lr_scheduler_interval: str = "epoch",
@@ -114,7 +118,12 @@ class RobustClassifier(pl.LightningModule):
         if init_checkpoint is not None:
             from robust_train.models import load_classifier
 
-            model = load_classifier(init_checkpoint, model=model).train()
+            model = load_classifier(
+                init_checkpoint,
+                model=model,
+                trusted=trust_init_checkpoint,
+                opt_in="set `trust_init_checkpoint: true` in the model section",
+            ).train()
         self.model = (
             softplus(model, softplus_beta, inplace=True) if softplus_beta is not None else model
         )

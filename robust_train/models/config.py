@@ -257,13 +257,16 @@ def _has_class_spec(value: Any) -> bool:
     return False
 
 
-def build_model(config: Mapping[str, Any], *, skip_pretrained: bool = False) -> nn.Module:
+def build_model(
+    config: Mapping[str, Any], *, skip_pretrained: bool = False, what: str = "the model config"
+) -> nn.Module:
     """Build a model from `{"class_path": "pkg.module.Class", "init_args": {...}}`.
 
     Args:
         config: the dict written by `model_config` (or a LightningCLI-style model section).
         skip_pretrained: build the architecture only: apply the class's `skip_pretrained_args`
             (used when a state dict will be loaded next, so no weights are downloaded).
+        what: where the config came from, named in a class-path error.
 
     Example:
         >>> net = build_model(
@@ -277,7 +280,7 @@ def build_model(config: Mapping[str, Any], *, skip_pretrained: bool = False) -> 
     init_args = config.get("init_args") or {}
     if not isinstance(init_args, Mapping):
         raise ValueError(f"`config['init_args']` must be a dict, got {init_args!r}")
-    cls = resolve_class(config["class_path"], nn.Module, "the model config")
+    cls = resolve_class(config["class_path"], nn.Module, what)
     args = dict(init_args)
     if skip_pretrained:
         args.update(getattr(cls, "skip_pretrained_args", {}))

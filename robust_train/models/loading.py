@@ -249,7 +249,8 @@ def classifier_from(
                 f"{str(path)!r} holds no model config (checkpoint['robust_train']['model']); pass "
                 "model=<config dict {'class_path', 'init_args'} or an nn.Module> to load it into"
             )
-        net = build_model(config, skip_pretrained=True)
+        where = "the `model` given" if model is not None else f"the model recorded in {path!s}"
+        net = build_model(config, skip_pretrained=True, what=where)
         beta = meta.get("softplus_beta")
         if beta is not None:
             softplus(net, float(beta), inplace=True)

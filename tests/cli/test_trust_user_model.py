@@ -86,7 +86,9 @@ def test_fit_records_a_user_model_and_evaluate_rebuilds_it(tmp_path: Path, run_c
 
     # The module is not importable from here (item 11): exit 2 and one line saying what to do.
     elsewhere = run_cli("evaluate", "--ckpt", str(last), *TINY_EVAL, cwd=tmp_path)
-    _error_line(elsewhere, "usernet.TinyNet", "No module named 'usernet'", "PYTHONPATH")
+    _error_line(
+        elsewhere, "usernet.TinyNet", "No module named 'usernet'", "PYTHONPATH", "last.ckpt"
+    )
     # ... and the working directory is searched, as `python -m` would (no PYTHONPATH entry).
     in_cwd = run_cli(
         "evaluate", "--ckpt", str(last), "--out", str(tmp_path / "e2"), *TINY_EVAL, cwd=user

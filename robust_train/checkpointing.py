@@ -16,11 +16,6 @@ The rule `robust-train fit` follows (documented in the README, CLI section):
 - A fit that stops before its first checkpoint (a failed start) removes the run folder it
   created (which then holds only config.yaml).
 
-Every checkpoint loads tensors-only (`torch.load(weights_only=True)`, what `robust-train evaluate`
-accepts without `--trust-checkpoint`): the hyper-parameters of the module and the datamodule are
-stored as plain values (paths as strings, namespaces and dataclasses as dicts, any other object as
-its repr, a description rather than the object).
-
 The W&B run id of the fit (when a W&B logger has started) is stored in each checkpoint as
 `checkpoint["wandb_run"]`, so a resumed fit continues the same W&B run. The random number
 generators (torch, CUDA, numpy, Python, and every `torch.Generator` held by a submodule of the
@@ -44,8 +39,6 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.trainer.states import TrainerFn
-
-from robust_train.models.loading import checkpoint_safe
 
 __all__ = ["RunCheckpoint", "latest_run_folder", "new_run_folder", "rng_states", "set_rng_states"]
 
@@ -175,9 +168,6 @@ class RunCheckpoint(ModelCheckpoint):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
         checkpoint["rng_states"] = rng_states(pl_module)
-        for key in ("hyper_parameters", "datamodule_hyper_parameters"):
-            if key in checkpoint:  # plain values only: the file then loads tensors-only
-                checkpoint[key] = checkpoint_safe(checkpoint[key])
         for logger in trainer.loggers:
             run = getattr(logger, "_experiment", None) if isinstance(logger, WandbLogger) else None
             if run is not None and getattr(run, "id", None):

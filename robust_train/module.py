@@ -22,6 +22,7 @@ from robust_train._module_parts import (
 )
 from robust_train._precision import check_precision, penalty_value
 from robust_train._validation import check_choice, check_images, check_non_negative, check_positive
+from robust_train.models.loading import checkpoint_safe
 from robust_train.models.softplus import softplus
 from robust_train.regularizers.base import PenaltyTerm, check_declared
 
@@ -381,7 +382,12 @@ class RobustClassifier(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Record what `load_classifier` and `robust-train evaluate` need to rebuild the model
-        and data, and the run's descriptions (`run_config`)."""
+        and data, and the run's descriptions (`run_config`). The hyper-parameters of the module
+        and the datamodule are stored as plain values (paths as strings, any other object as its
+        repr), so every checkpoint loads tensors-only, without `--trust-checkpoint`."""
+        for key in ("hyper_parameters", "datamodule_hyper_parameters"):
+            if key in checkpoint:
+                checkpoint[key] = checkpoint_safe(checkpoint[key])
         checkpoint["robust_train"] = {
             "model": try_model_config(self.model),
             "softplus_beta": self.hparams["softplus_beta"],

@@ -245,8 +245,11 @@ def classifier_from(
     else:
         config = model if model is not None else meta.get("model")
         if config is None:
+            kind = f" of its {meta['model_class']}" if meta.get("model_class") else ""
             raise ValueError(
-                f"{str(path)!r} holds no model config (checkpoint['robust_train']['model']); pass "
+                f"{str(path)!r} holds no model config{kind} (checkpoint['robust_train']['model']: "
+                "fit records it for a model built from a config with plain init_args, or of a "
+                "class deriving from robust_train.models.RecordsConfig); pass "
                 "model=<config dict {'class_path', 'init_args'} or an nn.Module> to load it into"
             )
         where = "the `model` given" if model is not None else f"the model recorded in {path!s}"

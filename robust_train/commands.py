@@ -29,7 +29,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from robust_train._checkpoint_io import checkpoint_meta, evaluate_checkpoint, export_checkpoint
+from robust_train._checkpoint_io import (
+    add_trust_argument,
+    checkpoint_meta,
+    evaluate_checkpoint,
+    export_checkpoint,
+)
 from robust_train._model_source import (
     ModelSource,
     add_model_source_arguments,
@@ -156,13 +161,14 @@ def summary_markdown(name: str, result: dict[str, Any], table: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _record(ckpt: str | Path, result: dict[str, Any], skip: bool) -> None:
+def _record(ckpt: str | Path, result: dict[str, Any], skip: bool, trusted: bool = False) -> None:
     if skip:
         return
     from robust_train.loggers import record_evaluation
     from robust_train.report import to_json
 
-    record_evaluation(checkpoint_meta(ckpt)["wandb_run"], to_json({"r": result})["r"]["measures"])
+    run = checkpoint_meta(ckpt, trusted=trusted)["wandb_run"]
+    record_evaluation(run, to_json({"r": result})["r"]["measures"])
 
 
 def _evaluate_all(
@@ -174,6 +180,8 @@ def _evaluate_all(
     for ckpt in checkpoints if sources is None else [s.weights for s in sources if s.weights]:
         if not Path(ckpt).is_file():
             raise FileNotFoundError(f"checkpoint {ckpt!r} does not exist")
+    for ckpt in checkpoints:  # every file readable and its class paths checked before any work
+        checkpoint_meta(ckpt, trusted=args.trust_checkpoint)
     if args.data_config and not Path(args.data_config).is_file():
         raise FileNotFoundError(f"`--data-config` {args.data_config!r} does not exist")
     if sources is not None:  # --model: a model not trained here (robust_train._model_source)
@@ -187,6 +195,7 @@ def _evaluate_all(
             split=args.split,
             progress=not args.no_progress,
             threads=args.threads,
+            trusted=args.trust_checkpoint,
         )
         result["checkpoint_path"] = str(Path(ckpt).resolve())
         result["settings_tag"] = settings_tag(settings)
@@ -224,6 +233,7 @@ def evaluate_main(argv: list[str]) -> int:
     parser.add_argument(
         "--overwrite", action="store_true", help="write over other results in --out"
     )
+    add_trust_argument(parser)
     add_settings_arguments(parser)
     args = parser.parse_args(argv)
     settings = settings_from(args)
@@ -242,7 +252,7 @@ def evaluate_main(argv: list[str]) -> int:
     (out / "results.json").write_text(json.dumps(to_json({name: result}), indent=2))
     table = summary_table({name: result})
     (out / "summary.md").write_text(summary_markdown(target, result, table))
-    _record(target, result, args.no_wandb or source is not None)
+    _record(target, result, args.no_wandb or source is not None, args.trust_checkpoint)
     print(table)
     print(
         f"\nevaluated in {result['evaluation_seconds']:.1f} s; wrote {out / 'results.json'} and "
@@ -269,6 +279,7 @@ def compare_main(argv: list[str]) -> int:
     parser.add_argument(
         "--overwrite", action="store_true", help="write over other results in --out"
     )
+    add_trust_argument(parser)
     add_settings_arguments(parser)
     args = parser.parse_args(argv)
     if len(args.ckpts) < 2:
@@ -289,7 +300,9 @@ def compare_main(argv: list[str]) -> int:
         zip(names, _evaluate_all(args, list(args.ckpts), settings, sources), strict=True)
     )
     histories = {
-        n: {} if source else checkpoint_meta(c)["robust_train"].get("history") or {}
+        n: {}
+        if source
+        else checkpoint_meta(c, trusted=args.trust_checkpoint)["robust_train"].get("history") or {}
         for n, c in zip(names, args.ckpts, strict=True)
     }
     path = write_report(results, args.out, histories=histories)
@@ -305,7 +318,8 @@ def export_main(argv: list[str]) -> int:
     )
     parser.add_argument("src")
     parser.add_argument("dst")
+    add_trust_argument(parser)
     args = parser.parse_args(argv)
-    path = export_checkpoint(args.src, args.dst)
+    path = export_checkpoint(args.src, args.dst, trusted=args.trust_checkpoint)
     print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
     return 0

@@ -12,12 +12,14 @@ from robust_train.evaluation.parts.base import (  # isort: skip  (the registry f
 from robust_train.evaluation.parts.fragility import FragilityPart  # isort: skip
 from robust_train.evaluation.parts.lipschitz import LipschitzPart  # isort: skip
 from robust_train.evaluation.parts.fidelity import FidelityPart  # isort: skip
+from robust_train.evaluation.parts.faithfulness import FaithfulnessPart  # isort: skip
 
 __all__ = [
     "PARTS",
     "AttackExamples",
     "Curve",
     "EvaluationPart",
+    "FaithfulnessPart",
     "FidelityPart",
     "FragilityPart",
     "LipschitzPart",

@@ -150,3 +150,20 @@ def test_console_script_reports_a_bad_value_in_one_line(tmp_path: Path):
     assert len(errors) == 1 and errors[0].startswith("robust-train: error: "), result.stderr
     assert "every_n_steps" in errors[0] and "0" in errors[0], errors[0]
     assert not (tmp_path / "checkpoints").exists()
+
+
+@pytest.mark.slow
+def test_the_benchmark_runs_as_a_module(tmp_path: Path):
+    import os
+    import subprocess
+    import sys
+
+    root = CONFIGS.parent
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(root)}
+    out = tmp_path / "cheaper.md"
+    command = [sys.executable, "-m", "benchmarks.cheaper_robustness", "--quick", "--out", str(out)]
+    result = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    text = out.read_text()
+    for name in ("natural", "full (the recipe)", "batch_fraction 0.25", "every_n_steps 4"):
+        assert f"| {name} |" in text

@@ -303,6 +303,20 @@ def _gradnorm(model: nn.Module, x: Tensor, y: Tensor, s: Mapping[str, Any]) -> T
     return ce + g.flatten(1).pow(2).sum(1).mean()
 
 
+@bare_formula("lga", radius=0.3, l2_weight=0.3, cos_weight=3.0, seed=0)
+def _lga(model: nn.Module, x: Tensor, y: Tensor, s: Mapping[str, Any]) -> Tensor:
+    """Joo et al. 2023 (LGA): l2 + cosine between the target logit's input gradient at x
+    (detached) and at one uniform point of the L_inf ball."""
+    xv, logits, ce = _clean(model, x, y)
+    (g,) = torch.autograd.grad(logits.gather(1, y[:, None]).sum(), xv, retain_graph=True)
+    noise = (2 * torch.rand_like(x) - 1) * float(s["radius"])
+    xp = (x + noise).clamp(0, 1).detach().requires_grad_(True)
+    (gp,) = torch.autograd.grad(model(xp).gather(1, y[:, None]).sum(), xp, create_graph=True)
+    a, b = g.detach().flatten(1), gp.flatten(1)
+    cosine = (1 - F.cosine_similarity(a, b, dim=1)) / 2
+    return ce + (float(s["l2_weight"]) * (a - b).pow(2).sum(1) + s["cos_weight"] * cosine).mean()
+
+
 @bare_formula("ssr", n_iterations=2, seed=0)
 def _ssr(model: nn.Module, x: Tensor, y: Tensor, s: Mapping[str, Any]) -> Tensor:
     """Wang et al. 2020: Rayleigh quotient of J^T (diag p - p p^T) J, power iteration."""

@@ -180,8 +180,8 @@ def _evaluate_all(
     for ckpt in checkpoints if sources is None else [s.weights for s in sources if s.weights]:
         if not Path(ckpt).is_file():
             raise FileNotFoundError(f"checkpoint {ckpt!r} does not exist")
-    for ckpt in checkpoints:  # every file readable and its class paths checked before any work
-        checkpoint_meta(ckpt, trusted=args.trust_checkpoint)
+    for ckpt in checkpoints if sources is None else []:  # --weights files: _model_source's check
+        checkpoint_meta(ckpt, trusted=args.trust_checkpoint)  # readable, class paths checked
     if args.data_config and not Path(args.data_config).is_file():
         raise FileNotFoundError(f"`--data-config` {args.data_config!r} does not exist")
     if sources is not None:  # --model: a model not trained here (robust_train._model_source)

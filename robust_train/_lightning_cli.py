@@ -15,7 +15,6 @@ The default logger is W&B, offline, under runs/ (robust_train.loggers.SafeWandbL
 
 from __future__ import annotations
 
-import difflib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +27,7 @@ from pytorch_lightning import LightningDataModule
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+from robust_train._parse_errors import describe_parse_error
 from robust_train._quiet import quiet_lightning
 from robust_train.checkpointing import RunCheckpoint, latest_run_folder, new_run_folder
 from robust_train.models.loading import CheckpointError, read_checkpoint
@@ -43,22 +43,18 @@ KEYWORD_CHECKPOINTS = ("last", "best")
 
 
 class QuietParser(LightningArgumentParser):
-    """Parse errors raise (jsonargparse's ArgumentError) instead of printing the whole usage; the
-    console script prints them as one line (robust_train.cli)."""
+    """Parse errors raise (jsonargparse's ArgumentError) as one line with a "did you mean" where a
+    known option is close (robust_train._parse_errors), instead of printing the whole usage; the
+    console script prints them (robust_train.cli). Options are never abbreviated:
+    `--trainer.max_epoch 1` is an error, not `--trainer.max_epochs 1`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["exit_on_error"] = False
+        kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None) -> Any:
-        if message.startswith("unrecognized arguments:") and "did you mean" not in message:
-            options = [o for o in self._option_string_actions if o.startswith("--")]
-            for token in message.split(":", 1)[1].split():
-                close = difflib.get_close_matches(token.split("=")[0], options, n=1, cutoff=0.75)
-                if token.startswith("--") and close:
-                    message += f" (did you mean {close[0]}?)"
-                    break
-        return super().error(message, ex)
+        return super().error(describe_parse_error(message, ex, self), ex)
 
 
 class SaveConfigToRun(SaveConfigCallback):

@@ -39,6 +39,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "cli",
         "demo",
         "_lightning_cli",
+        "_parse_errors",
         "_checkpoint_io",
         "_settings_cli",
         "certify_command",

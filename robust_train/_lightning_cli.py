@@ -15,6 +15,7 @@ The default logger is W&B, offline, under runs/ (robust_train.loggers.SafeWandbL
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Any
 
 import torch
 import yaml
+from jsonargparse import Namespace
 from jsonargparse.typing import PositiveInt
 from pytorch_lightning import LightningDataModule
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
@@ -30,10 +32,12 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from robust_train._parse_errors import describe_parse_error
 from robust_train._quiet import quiet_lightning
 from robust_train.checkpointing import RunCheckpoint, latest_run_folder, new_run_folder
+from robust_train.data.check import UnreadableImageError, check_datamodule
+from robust_train.loggers import SafeWandbLogger
 from robust_train.models.loading import CheckpointError, read_checkpoint
 from robust_train.module import RobustClassifier
 
-__all__ = ["RobustCLI", "lightning_main", "run_subcommand", "DEFAULT_LOGGER"]
+__all__ = ["RobustCLI", "lightning_main", "run_subcommand", "check_data_main", "DEFAULT_LOGGER"]
 
 DEFAULT_LOGGER = {
     "class_path": "robust_train.loggers.SafeWandbLogger",
@@ -188,8 +192,14 @@ class RobustCLI(LightningCLI):
         if threads is not None:
             torch.set_num_threads(int(threads))
         resume = getattr(self, "resume_checkpoint", None)
-        if resume is not None:
-            _check_fits(resume, self.model)
+        try:
+            if resume is not None:
+                _check_fits(resume, self.model)
+        except Exception:
+            for logger in self.trainer.loggers:  # the fit will not start: leave nothing behind
+                if isinstance(logger, SafeWandbLogger):
+                    logger.finalize("failed")
+            raise
 
     def _run_subcommand(self, subcommand: str) -> None:
         """Run it; an interrupted fit (Ctrl+C: Lightning exits with 1; SIGTERM) says what was saved
@@ -294,4 +304,71 @@ def lightning_main(args: Sequence[str] | None = None, run: bool = True) -> Robus
 def run_subcommand(argv: list[str]) -> int:
     """`robust-train fit|validate|test|predict ...` (argv starts with the subcommand)."""
     lightning_main(argv)
+    return 0
+
+
+class _DataOnlyCLI(RobustCLI):
+    """Parses a fit config (files and flags) as `fit` does, then builds its DataModule alone: no
+    model, trainer, logger or run folder."""
+
+    def _parse_ckpt_path(self) -> None:
+        self.resume_checkpoint = None
+
+    def _set_seed(self) -> None:
+        pass  # nothing random is drawn
+
+    def before_instantiate_classes(self) -> None:
+        pass
+
+    def instantiate_classes(self) -> None:
+        data = self.config.get("data")
+        if data is None or not data.get("class_path"):
+            raise ValueError("check-data needs a `data` section with a class_path in --config")
+        module, _, name = str(data.class_path).rpartition(".")
+        cls = getattr(importlib.import_module(module), name)
+        if not (isinstance(cls, type) and issubclass(cls, LightningDataModule)):
+            raise TypeError(f"data.class_path {data.class_path!r} is not a LightningDataModule")
+        init = data.get("init_args") or Namespace()
+        kwargs = init.as_dict() if isinstance(init, Namespace) else dict(init)
+        self.datamodule = cls(**kwargs)
+
+    def after_instantiate_classes(self) -> None:
+        pass
+
+
+def check_data_main(argv: list[str]) -> int:
+    """`robust-train check-data --config CONFIG.yaml [--data.init_args.root ...]`: read every
+    image (every sample) of each split of the config's data before training. Prints each split's
+    size and every file that cannot be read; exits 2 when one would stop the fit (0 when there is
+    none, or when the config sets `skip_unreadable: true`, which leaves them out).
+    """
+    quiet_lightning()
+    cli = _DataOnlyCLI(
+        RobustClassifier,
+        LightningDataModule,
+        subclass_mode_data=True,
+        parser_class=QuietParser,
+        args=list(argv),
+        run=False,
+        auto_configure_optimizers=False,
+        seed_everything_default=False,
+    )
+    datamodule = cli.datamodule
+    checks = check_datamodule(datamodule)
+    name = type(datamodule).__name__
+    for check in checks:
+        print(f"{name} {check.split}: {check.n_items} items, {len(check.unreadable)} unreadable")
+        for item, reason in check.unreadable:
+            print(f"  unreadable: {item}: {reason}")
+    bad = sum(len(c.unreadable) for c in checks)
+    total = sum(c.n_items for c in checks)
+    if bad and getattr(datamodule, "hparams", {}).get("skip_unreadable"):
+        print(f"{bad} of {total} unreadable; the fit skips them (skip_unreadable: true)")
+    elif bad:
+        raise UnreadableImageError(
+            f"{bad} of {total} items of {name} cannot be read (listed above); fix or remove "
+            "them, or set data.init_args.skip_unreadable: true"
+        )
+    else:
+        print(f"all {total} items of {name} read")
     return 0

@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "robust_train"
 # top-level module or package of robust_train is placed here (a test checks it), so a new one is
 # placed deliberately.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_validation", "_runtime", "_quiet", "_options", "_registry"),
+    ("_validation", "_runtime", "_quiet", "_options", "_registry", "_lightning_compat"),
     ("models", "data"),
     ("explain",),
     ("attacks", "regularizers"),
@@ -40,6 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "demo",
         "_lightning_cli",
         "_parse_errors",
+        "lightning",
         "_checkpoint_io",
         "_settings_cli",
         "certify_command",

@@ -3,6 +3,7 @@
     robust-train fit --config configs/digits_smoothness.yaml
     robust-train fit --config configs/digits_smoothness.yaml --ckpt_path last       # resume
     robust-train test --config configs/digits_smoothness.yaml --ckpt_path best
+    robust-train check-data --config configs/finetune_torchvision.yaml   # every image readable?
 
 Run folders (see robust_train.checkpointing): each fit writes to
 `<checkpoint_root>/<experiment>/version_<N>/` (best.ckpt, last.ckpt, config.yaml), and
@@ -10,7 +11,9 @@ Run folders (see robust_train.checkpointing): each fit writes to
 checkpoints of that latest run; a fit resumed from a checkpoint inside a run folder continues in
 that folder (and in the same W&B run). The model is always built from the config given
 (`--config`, flags); the checkpoint supplies weights and training state and must fit that model.
-The default logger is W&B, offline, under runs/ (robust_train.loggers.SafeWandbLogger).
+The default logger is W&B, offline, under runs/ (robust_train.loggers.SafeWandbLogger). Parse
+errors are one line with a "did you mean" (robust_train._parse_errors); options are never
+abbreviated.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
     robust-train fit --config configs/digits_smoothness.yaml
     robust-train fit --config configs/digits_smoothness.yaml --ckpt_path last       # resume
     robust-train test --config configs/digits_smoothness.yaml --ckpt_path best
+    robust-train check-data --config configs/finetune_torchvision.yaml   # every image readable?
 
 Run folders (see robust_train.checkpointing): each fit writes to
 `<checkpoint_root>/<experiment>/version_<N>/` (best.ckpt, last.ckpt, config.yaml), and
@@ -10,12 +11,14 @@ Run folders (see robust_train.checkpointing): each fit writes to
 checkpoints of that latest run; a fit resumed from a checkpoint inside a run folder continues in
 that folder (and in the same W&B run). The model is always built from the config given
 (`--config`, flags); the checkpoint supplies weights and training state and must fit that model.
-The default logger is W&B, offline, under runs/ (robust_train.loggers.SafeWandbLogger).
+The default logger is W&B, offline, under runs/ (robust_train.loggers.SafeWandbLogger). Parse
+errors are one line with a "did you mean" (robust_train._parse_errors); options are never
+abbreviated.
 """
 
 from __future__ import annotations
 
-import difflib
+import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,18 +26,22 @@ from typing import Any
 
 import torch
 import yaml
+from jsonargparse import Namespace
 from jsonargparse.typing import PositiveInt
 from pytorch_lightning import LightningDataModule
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+from robust_train._parse_errors import describe_parse_error
 from robust_train._quiet import quiet_lightning
 from robust_train.checkpointing import RunCheckpoint, latest_run_folder, new_run_folder
+from robust_train.data.check import UnreadableImageError, check_datamodule
+from robust_train.loggers import SafeWandbLogger
 from robust_train.models.config import record_config
 from robust_train.models.loading import CheckpointError, read_checkpoint
 from robust_train.module import RobustClassifier
 
-__all__ = ["RobustCLI", "lightning_main", "run_subcommand", "DEFAULT_LOGGER"]
+__all__ = ["RobustCLI", "lightning_main", "run_subcommand", "check_data_main", "DEFAULT_LOGGER"]
 
 DEFAULT_LOGGER = {
     "class_path": "robust_train.loggers.SafeWandbLogger",
@@ -44,22 +51,18 @@ KEYWORD_CHECKPOINTS = ("last", "best")
 
 
 class QuietParser(LightningArgumentParser):
-    """Parse errors raise (jsonargparse's ArgumentError) instead of printing the whole usage; the
-    console script prints them as one line (robust_train.cli)."""
+    """Parse errors raise (jsonargparse's ArgumentError) as one line with a "did you mean" where a
+    known option is close (robust_train._parse_errors), instead of printing the whole usage; the
+    console script prints them (robust_train.cli). Options are never abbreviated:
+    `--trainer.max_epoch 1` is an error, not `--trainer.max_epochs 1`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["exit_on_error"] = False
+        kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None) -> Any:
-        if message.startswith("unrecognized arguments:") and "did you mean" not in message:
-            options = [o for o in self._option_string_actions if o.startswith("--")]
-            for token in message.split(":", 1)[1].split():
-                close = difflib.get_close_matches(token.split("=")[0], options, n=1, cutoff=0.75)
-                if token.startswith("--") and close:
-                    message += f" (did you mean {close[0]}?)"
-                    break
-        return super().error(message, ex)
+        return super().error(describe_parse_error(message, ex, self), ex)
 
 
 class SaveConfigToRun(SaveConfigCallback):
@@ -196,8 +199,14 @@ class RobustCLI(LightningCLI):
         # a model class without RecordsConfig: checkpoints record the config section that built it
         record_config(getattr(self.model, "model", None), (config.get("model") or {}).get("model"))
         resume = getattr(self, "resume_checkpoint", None)
-        if resume is not None:
-            _check_fits(resume, self.model)
+        try:
+            if resume is not None:
+                _check_fits(resume, self.model)
+        except Exception:
+            for logger in self.trainer.loggers:  # the fit will not start: leave nothing behind
+                if isinstance(logger, SafeWandbLogger):
+                    logger.finalize("failed")
+            raise
 
     def _run_subcommand(self, subcommand: str) -> None:
         """Run it; an interrupted fit (Ctrl+C: Lightning exits with 1; SIGTERM) says what was saved
@@ -302,4 +311,71 @@ def lightning_main(args: Sequence[str] | None = None, run: bool = True) -> Robus
 def run_subcommand(argv: list[str]) -> int:
     """`robust-train fit|validate|test|predict ...` (argv starts with the subcommand)."""
     lightning_main(argv)
+    return 0
+
+
+class _DataOnlyCLI(RobustCLI):
+    """Parses a fit config (files and flags) as `fit` does, then builds its DataModule alone: no
+    model, trainer, logger or run folder."""
+
+    def _parse_ckpt_path(self) -> None:
+        self.resume_checkpoint = None
+
+    def _set_seed(self) -> None:
+        pass  # nothing random is drawn
+
+    def before_instantiate_classes(self) -> None:
+        pass
+
+    def instantiate_classes(self) -> None:
+        data = self.config.get("data")
+        if data is None or not data.get("class_path"):
+            raise ValueError("check-data needs a `data` section with a class_path in --config")
+        module, _, name = str(data.class_path).rpartition(".")
+        cls = getattr(importlib.import_module(module), name)
+        if not (isinstance(cls, type) and issubclass(cls, LightningDataModule)):
+            raise TypeError(f"data.class_path {data.class_path!r} is not a LightningDataModule")
+        init = data.get("init_args") or Namespace()
+        kwargs = init.as_dict() if isinstance(init, Namespace) else dict(init)
+        self.datamodule = cls(**kwargs)
+
+    def after_instantiate_classes(self) -> None:
+        pass
+
+
+def check_data_main(argv: list[str]) -> int:
+    """`robust-train check-data --config CONFIG.yaml [--data.init_args.root ...]`: read every
+    image (every sample) of each split of the config's data before training. Prints each split's
+    size and every file that cannot be read; exits 2 when one would stop the fit (0 when there is
+    none, or when the config sets `skip_unreadable: true`, which leaves them out).
+    """
+    quiet_lightning()
+    cli = _DataOnlyCLI(
+        RobustClassifier,
+        LightningDataModule,
+        subclass_mode_data=True,
+        parser_class=QuietParser,
+        args=list(argv),
+        run=False,
+        auto_configure_optimizers=False,
+        seed_everything_default=False,
+    )
+    datamodule = cli.datamodule
+    checks = check_datamodule(datamodule)
+    name = type(datamodule).__name__
+    for check in checks:
+        print(f"{name} {check.split}: {check.n_items} items, {len(check.unreadable)} unreadable")
+        for item, reason in check.unreadable:
+            print(f"  unreadable: {item}: {reason}")
+    bad = sum(len(c.unreadable) for c in checks)
+    total = sum(c.n_items for c in checks)
+    if bad and getattr(datamodule, "hparams", {}).get("skip_unreadable"):
+        print(f"{bad} of {total} unreadable; the fit skips them (skip_unreadable: true)")
+    elif bad:
+        raise UnreadableImageError(
+            f"{bad} of {total} items of {name} cannot be read (listed above); fix or remove "
+            "them, or set data.init_args.skip_unreadable: true"
+        )
+    else:
+        print(f"all {total} items of {name} read")
     return 0

@@ -13,8 +13,10 @@ The rule `robust-train fit` follows (documented in the README, CLI section):
 - `best.ckpt` is the finished epoch with the best `monitor` value (`mode` max or min; ties keep
   the earlier epoch). It is chosen at the end of the epoch too, so a monitor may name a
   robustness metric logged by a RobustnessMonitor (`robustness/...`) as well as `val/acc`.
-- A fit that stops before its first checkpoint (a failed start) removes the run folder it
-  created (which then holds only config.yaml).
+- A fit that stops before its first checkpoint (a failed start), or ends without a training step
+  (`--trainer.max_epochs 0`), removes the run folder it created (which then holds only
+  config.yaml) and the experiment and checkpoint-root folders it created, if they are then empty;
+  an empty fit also tells the W&B logger to discard its run (`SafeWandbLogger.empty_fit`).
 
 The W&B run id of the fit (when a W&B logger has started) is stored in each checkpoint as
 `checkpoint["wandb_run"]`, so a resumed fit continues the same W&B run. The random number
@@ -30,6 +32,7 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,7 @@ import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.trainer.states import TrainerFn
+from pytorch_lightning.utilities import rank_zero_info
 
 __all__ = ["RunCheckpoint", "latest_run_folder", "new_run_folder", "rng_states", "set_rng_states"]
 
@@ -127,6 +131,9 @@ class RunCheckpoint(ModelCheckpoint):
         self._last_step_of_last = -1  # global step of the last `last.ckpt` this run wrote
         self._saved_this_run = False
         self._fresh_folder = False  # the folder held no checkpoint when this fit started
+        # the folders up to dirpath that do not exist yet (deepest first): a failed or empty fit
+        # removes them again when nothing is left in them
+        self._created_dirs = _missing_folders(Path(self.dirpath)) if self.dirpath else []
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
@@ -189,24 +196,58 @@ class RunCheckpoint(ModelCheckpoint):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
     ) -> None:
         super().on_exception(trainer, pl_module, exception)
-        if (
+        self._remove_unused_run(trainer)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_fit_end(trainer, pl_module)
+        if trainer.global_step == 0 and not self._saved_this_run and self._fresh_folder:
+            for logger in trainer.loggers:
+                if hasattr(logger, "empty_fit"):
+                    logger.empty_fit = True  # finalized after this hook: it discards its run
+            if self._remove_unused_run(trainer):
+                rank_zero_info(
+                    "The fit ran no training step (max_epochs=0, limit_train_batches=0 or an "
+                    f"empty train split): nothing was saved; its run folder {self.dirpath} (and "
+                    "its W&B run, if any) was removed."
+                )
+
+    def _remove_unused_run(self, trainer: pl.Trainer) -> bool:
+        """Remove the run folder (and the folders above it) this fit created, if it holds no
+        checkpoint; True when something was removed."""
+        if not (
             trainer.is_global_zero
             and self._fresh_folder
             and not self._saved_this_run
             and trainer.state.fn == TrainerFn.FITTING
             and self.dirpath
         ):
-            _remove_if_no_checkpoint(Path(self.dirpath))
+            return False
+        return _remove_if_no_checkpoint(Path(self.dirpath), self._created_dirs)
 
 
-def _remove_if_no_checkpoint(folder: Path) -> None:
-    """Remove a run folder a failed start left holding only config.yaml (nothing else)."""
+def _missing_folders(folder: Path) -> list[Path]:
+    """`folder` and its ancestors that do not exist, deepest first."""
+    missing = []
+    for candidate in (folder, *folder.parents):
+        if candidate.exists():
+            break
+        missing.append(candidate)
+    return missing
+
+
+def _remove_if_no_checkpoint(folder: Path, created: Sequence[Path] = ()) -> bool:
+    """Remove a run folder a failed or empty fit left holding only config.yaml (nothing else),
+    then its experiment folder and the `created` folders (deepest first) if they are empty; True
+    if the run folder was removed."""
     if not folder.is_dir() or not VERSION.match(folder.name):
-        return
-    if {p.name for p in folder.iterdir()} <= {"config.yaml"}:
-        shutil.rmtree(folder, ignore_errors=True)
-        if folder.parent.is_dir() and not any(folder.parent.iterdir()):
-            folder.parent.rmdir()  # the experiment folder this start created
+        return False
+    if not {p.name for p in folder.iterdir()} <= {"config.yaml"}:
+        return False
+    shutil.rmtree(folder, ignore_errors=True)
+    for parent in dict.fromkeys([folder.parent, *created]):
+        if parent != folder and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+    return True
 
 
 def _generators(module: torch.nn.Module) -> dict[str, torch.Generator]:

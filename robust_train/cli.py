@@ -58,6 +58,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "strip a fit checkpoint to weights and metadata for sharing",
         "robust_train.commands:export_main",
     ),
+    "check-data": (
+        "read every image of a config's data before training; list the files that cannot be read",
+        "robust_train._lightning_cli:check_data_main",
+    ),
     "certify": (
         "certified explanation robustness (randomized smoothing) beside the L2 attack",
         "robust_train.certify_command:certify_main",

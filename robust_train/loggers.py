@@ -11,8 +11,10 @@ Run records: `robust-train fit` logs the full resolved config as the run config 
 in the run's files; at the end of a fit the run summary gets the best and last checkpoints
 (`checkpoint/best_path`, `checkpoint/best_score`, `checkpoint/monitor`, `checkpoint/last_path`);
 `robust-train evaluate` adds its numbers to the summary of the run a checkpoint came from
-(`eval/...`, see `record_evaluation`). A fit that fails before its first checkpoint leaves no
-run: it is finished as failed and, offline, its folder is removed.
+(`eval/...`, see `record_evaluation`). A fit that fails before its first checkpoint, or one that
+ends without a training step (`--trainer.max_epochs 0`), leaves no run: it is finished as failed
+and, offline, its folder, the `debug*.log` links W&B made to it and the folders this logger
+created (`runs/`, `runs/wandb/`, when they are then empty) are removed.
 
 Checkpoint artifacts (`log_model=True` or "all") work offline too: W&B records the artifact in
 the offline run and uploads the checkpoint files with `wandb sync`.
@@ -58,6 +60,10 @@ class SafeWandbLogger(WandbLogger):
         # Absolute: W&B's writer is a separate long-lived process with a working directory of
         # its own.
         save_dir = os.path.abspath(save_dir)
+        # the folders this run creates, deepest first: removed again if the run is discarded
+        self._created_dirs = [
+            d for d in (os.path.join(save_dir, "wandb"), save_dir) if not os.path.isdir(d)
+        ]
         os.makedirs(save_dir, exist_ok=True)
         log_model = kwargs.pop("log_model", False)
         # WandbLogger refuses log_model offline, yet W&B records artifacts offline and uploads
@@ -72,6 +78,7 @@ class SafeWandbLogger(WandbLogger):
         self.failed: str | None = None  # set when the run itself could not start
         self.failures: dict[str, str] = {}  # kind of call -> first error
         self.checkpoint_saved = False  # a checkpoint was written while this logger was attached
+        self.empty_fit = False  # set by RunCheckpoint when a fit ended without a training step
         self._checkpoint_callback: Any = None
 
     def _guard(self, what: str, fn: Callable[[], Any]) -> Any:
@@ -149,13 +156,10 @@ class SafeWandbLogger(WandbLogger):
     @rank_zero_only
     def finalize(self, status: str) -> None:
         new_run = self._id is None  # a run resumed by id (a resumed fit, `test`) is never discarded
-        if (
-            status != "success"
-            and new_run
-            and not self.checkpoint_saved
-            and self._experiment is not None
-        ):
-            self._guard("finalize", self._discard_run)
+        if new_run and not self.checkpoint_saved and (status != "success" or self.empty_fit):
+            if self._experiment is not None:
+                self._guard("finalize", self._discard_run)
+            self._remove_created_dirs()
             return
         self._guard("finalize", lambda: super(SafeWandbLogger, self).finalize(status))
         if status == "success":
@@ -190,9 +194,18 @@ class SafeWandbLogger(WandbLogger):
         run.finish(exit_code=1)
         if self.is_offline and folder is not None and folder.name.startswith("offline-run-"):
             shutil.rmtree(folder, ignore_errors=True)
-            latest = folder.parent / "latest-run"
-            if latest.is_symlink() and not latest.exists():
-                latest.unlink()
+            for name in ("latest-run", "debug.log", "debug-internal.log"):
+                link = folder.parent / name  # W&B's links to the newest run, now dangling
+                if link.is_symlink() and not link.exists():
+                    link.unlink()
+
+    def _remove_created_dirs(self) -> None:
+        """Remove the folders this logger created, if nothing is left in them."""
+        for folder in self._created_dirs:
+            try:
+                os.rmdir(folder)
+            except OSError:  # not empty (other runs, other files) or already gone
+                pass
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, float]) -> None:

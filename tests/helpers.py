@@ -122,3 +122,27 @@ def random_torchvision(name: str, num_classes: int = 10) -> nn.Module:
     else:
         model = getattr(torchvision.models, name)(num_classes=num_classes)
     return model.eval()
+
+
+def write_image_folder(root, per_class: int = 6, truncate: tuple[str, ...] = ()) -> list:
+    """root/train/{cat,dog}/<i>.png and one <cat|dog>/j.jpg each, 20x20 random RGB; the files named
+    in `truncate` (relative to root/train, e.g. "cat/3.png", "dog/j.jpg") are cut to half their
+    bytes, as an interrupted copy leaves them. Returns the truncated paths."""
+    from pathlib import Path
+
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    train = Path(root) / "train"
+    for cls in ("cat", "dog"):
+        (train / cls).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            pixels = rng.integers(0, 255, (20, 20, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(train / cls / f"{i}.png")
+        pixels = rng.integers(0, 255, (20, 20, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(train / cls / "j.jpg", quality=95)
+    cut = [train / name for name in truncate]
+    for path in cut:
+        data = path.read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    return cut

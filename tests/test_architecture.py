@@ -25,7 +25,7 @@ MAX_BODY_LINES = 60
 # top-level module or package of robust_train is placed here (a test checks it), so a new one is
 # placed deliberately.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("_validation", "_runtime", "_quiet", "_options", "_registry"),
+    ("_validation", "_runtime", "_quiet", "_options", "_registry", "_lightning_compat"),
     ("models", "data"),
     ("explain",),
     ("attacks", "regularizers"),
@@ -45,6 +45,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "cli",
         "demo",
         "_lightning_cli",
+        "_parse_errors",
+        "lightning",
         "_checkpoint_io",
         "_model_source",
         "_settings_cli",

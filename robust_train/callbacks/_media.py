@@ -16,6 +16,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.loggers import Logger, WandbLogger
 from pytorch_lightning.utilities import rank_zero_warn
 
+from robust_train._lightning_compat import lightning_classes
 from robust_train.callbacks._figures import Report, render_curves, render_examples, save_png
 
 
@@ -46,8 +47,8 @@ class MediaWriter:
             if id(logger) in self._failed_ids:
                 continue
             try:
-                if isinstance(logger, WandbLogger):
-                    self._to_wandb(logger, report, trainer.global_step, cache)
+                if isinstance(logger, lightning_classes("loggers.WandbLogger")):  # either package
+                    self._to_wandb(logger, report, trainer.global_step, cache)  # type: ignore[arg-type]
                 else:
                     folder = log_dir(logger, trainer) / "robustness"
                     if folder not in written_dirs:

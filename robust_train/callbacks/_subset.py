@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
+from robust_train._lightning_compat import lightning_classes
 from robust_train._validation import check_images, check_target
 
 SPLITS = ("val", "test")
@@ -123,14 +124,17 @@ def _given_loader(trainer: pl.Trainer, split: str) -> Any:
         instance = loop._data_source.instance
     except Exception:  # noqa: BLE001  (a private attribute of another version: defer the check)
         return None
-    if instance is None or isinstance(instance, (pl.LightningModule, pl.LightningDataModule)):
+    hooks = lightning_classes("LightningModule") + lightning_classes("LightningDataModule")
+    if instance is None or isinstance(instance, hooks):
         return None
     return instance
 
 
 def _overridden(obj: Any, method: str) -> bool:
-    base = pl.LightningDataModule if isinstance(obj, pl.LightningDataModule) else pl.LightningModule
-    return getattr(type(obj), method, None) is not getattr(base, method, None)
+    """`method` is defined below Lightning's base classes (of either Lightning package)."""
+    bases = lightning_classes("LightningModule") + lightning_classes("LightningDataModule")
+    own = getattr(type(obj), method, None)
+    return all(own is not getattr(base, method, None) for base in bases)
 
 
 def _split_batch(batch: Any, what: str) -> tuple[Tensor, Tensor]:

@@ -1,18 +1,28 @@
-"""Your own images: `root/train/<class>/*.png`, optional `root/val/...` and `root/test/...`."""
+"""Your own images: `root/train/<class>/*.png`, optional `root/val/...` and `root/test/...`.
+
+A file that cannot be decoded is named in the error (`UnreadableImageError`, exit code 2 from the
+command line), whether it is met during training or found before it: `verify=True` reads every
+image when the fit sets up and refuses the folder if any fails, `skip_unreadable=True` drops them
+with a printed count, and `robust-train check-data --config ...` lists them without training.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
+from pytorch_lightning.utilities import rank_zero_only
 from torch.utils.data import random_split
 from torchvision import transforms
 from torchvision.datasets import ImageFolder
 
 from robust_train._validation import check_non_negative, check_probability
 from robust_train.data._base import ImageDataModule, as_size
+from robust_train.data.check import SplitCheck, UnreadableImageError, unreadable_files
 
 __all__ = ["ImageFolderDataModule"]
 
@@ -20,6 +30,8 @@ __all__ = ["ImageFolderDataModule"]
 class _FixedClassesFolder(ImageFolder):
     """ImageFolder whose class indices come from the training folder, so that they agree across
     splits even when a val/test folder lacks a class."""
+
+    samples: list[tuple[str, int]]
 
     def __init__(self, root: str, classes: list[str], transform: transforms.Compose):
         self._fixed = classes
@@ -34,6 +46,22 @@ class _FixedClassesFolder(ImageFolder):
             )
         return list(self._fixed), {c: i for i, c in enumerate(self._fixed)}
 
+    def __getitem__(self, index: int) -> Any:
+        try:
+            return super().__getitem__(index)
+        except Exception as err:
+            raise UnreadableImageError(
+                f"cannot read image {self.samples[index][0]!r}: {type(err).__name__}: {err} "
+                "(check every image first: robust-train check-data --config ...; skip such "
+                "files: data.init_args.skip_unreadable: true)"
+            ) from err
+
+    def drop(self, paths: set[str]) -> None:
+        """Leave the files `paths` out of the dataset."""
+        kept: list[tuple[str, int]] = [s for s in self.samples if s[0] not in paths]
+        self.samples = self.imgs = kept
+        self.targets = [target for _, target in self.samples]
+
 
 class ImageFolderDataModule(ImageDataModule):
     """Images in class folders, resized to `image_size` and converted to [0, 1] tensors.
@@ -46,6 +74,10 @@ class ImageFolderDataModule(ImageDataModule):
         grayscale: convert to one channel (else RGB; alpha is dropped).
         val_fraction: share of `train/` held out (seeded) for validation when there is no `val/`.
         seed: seed of that split.
+        verify: read every image when the fit sets up, before any training, and refuse the
+            folder (naming the files) if one cannot be read.
+        skip_unreadable: read every image at setup and leave out those that cannot be read,
+            printing how many (and the first) on stderr; the split runs over the rest.
 
     Example:
         >>> import tempfile
@@ -71,6 +103,8 @@ class ImageFolderDataModule(ImageDataModule):
         grayscale: bool = False,
         val_fraction: float = 0.1,
         seed: int = 0,
+        verify: bool = False,
+        skip_unreadable: bool = False,
     ):
         super().__init__(batch_size, num_workers)
         self.save_hyperparameters()
@@ -80,6 +114,7 @@ class ImageFolderDataModule(ImageDataModule):
         self.hparams["root"] = str(root)  # plain values only, for YAML hparams and configs
         self.size: tuple[int, int] = as_size(image_size, "image_size") or (224, 224)
         self._classes: list[str] | None = None
+        self.skipped: list[tuple[str, str]] = []  # (path, reason) left out by skip_unreadable
 
     def _split_dir(self, split: str) -> Path:
         return self.root / split
@@ -108,7 +143,7 @@ class ImageFolderDataModule(ImageDataModule):
     def image_size(self) -> tuple[int, int]:
         return self.size
 
-    def _folder(self, split: str) -> ImageFolder:
+    def _folder(self, split: str) -> _FixedClassesFolder:
         steps: list[object] = [transforms.Resize(self.size)]
         if self.hparams["grayscale"]:
             steps.append(transforms.Grayscale(num_output_channels=1))
@@ -117,14 +152,47 @@ class ImageFolderDataModule(ImageDataModule):
             str(self._split_dir(split)), self.class_names, transforms.Compose(steps)
         )
 
+    def _splits(self) -> list[str]:
+        return ["train", *(s for s in ("val", "test") if self._split_dir(s).is_dir())]
+
+    def check_files(self) -> list[SplitCheck]:
+        """Decode every image of every split (as training would, without resizing); nothing is
+        skipped. See `robust_train.data.check_datamodule`."""
+        checks = []
+        for split in self._splits():
+            folder = self._folder(split)
+            paths = [path for path, _ in folder.samples]
+            checks.append(
+                SplitCheck(split, len(paths), tuple(unreadable_files(paths, folder.loader)))
+            )
+        return checks
+
+    def _readable(self, folder: _FixedClassesFolder, split: str) -> _FixedClassesFolder:
+        """The folder, checked (verify) or without its unreadable files (skip_unreadable)."""
+        if not (self.hparams["verify"] or self.hparams["skip_unreadable"]):
+            return folder
+        bad = unreadable_files([path for path, _ in folder.samples], folder.loader)
+        if bad and not self.hparams["skip_unreadable"]:
+            raise UnreadableImageError(
+                f"{len(bad)} of {len(folder.samples)} images under "
+                f"{str(self._split_dir(split))!r} cannot be read, e.g. {bad[0][0]!r} "
+                f"({bad[0][1]}); list them: robust-train check-data --config ...; or set "
+                "skip_unreadable: true"
+            )
+        if bad:
+            folder.drop({path for path, _ in bad})
+            self.skipped += bad
+            _report_skipped(bad, len(folder.samples) + len(bad), self._split_dir(split))
+        return folder
+
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
             return
-        train = self._folder("train")
+        train = self._readable(self._folder("train"), "train")
         if len(train) == 0:
             raise FileNotFoundError(f"no images found under {str(self._split_dir('train'))!r}")
         if self._split_dir("val").is_dir():
-            self.train_set, self.val_set = train, self._folder("val")
+            self.train_set, self.val_set = train, self._readable(self._folder("val"), "val")
         else:
             n_val = int(round(self.hparams["val_fraction"] * len(train)))
             if n_val < 1 or n_val >= len(train):
@@ -138,9 +206,18 @@ class ImageFolderDataModule(ImageDataModule):
                 train, [len(train) - n_val, n_val], generator=generator
             )
         if self._split_dir("test").is_dir():
-            self.test_set = self._folder("test")
+            self.test_set = self._readable(self._folder("test"), "test")
 
     def test_dataloader(self):  # noqa: D102
         if self.train_set is not None and self.test_set is None:
             raise RuntimeError(f"no test split: {str(self._split_dir('test'))!r} does not exist")
         return super().test_dataloader()
+
+
+@rank_zero_only
+def _report_skipped(bad: list[tuple[str, str]], total: int, folder: Path) -> None:
+    print(
+        f"ImageFolderDataModule: skipped {len(bad)} unreadable image(s) of {total} under "
+        f"{str(folder)!r} (skip_unreadable), e.g. {bad[0][0]!r}: {bad[0][1]}",
+        file=sys.stderr,
+    )

@@ -1,0 +1,65 @@
+"""Looking at an offline W&B run without a server (issue 19, item 16), with the commands the
+README gives: `wandb leet inspect --summary --json RUN` (the run's state, the latest value of
+every metric and its config), `wandb leet inspect --json RUN` (every record: the history rows a
+chart is drawn from) and `wandb sync --dry-run RUN`, on the run a real `robust-train fit` wrote
+with its default logger. The installed wandb has no `wandb sync --view`. (`wandb leet runs/wandb`,
+the interactive terminal UI, is not run here.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+CONFIG = Path(__file__).resolve().parents[2] / "configs" / "digits_baseline.yaml"
+WANDB = Path(sys.executable).parent / "wandb"
+
+
+def _wandb(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "WANDB_SILENT": "true", "NO_COLOR": "1"}
+    return subprocess.run(
+        [str(WANDB), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.slow
+def test_leet_reads_the_offline_run_of_a_fit(tmp_path: Path, run_cli):
+    fit = run_cli(
+        "fit",
+        "--config",
+        str(CONFIG),
+        "--trainer.max_epochs=2",
+        "--trainer.limit_train_batches=3",
+        "--trainer.limit_val_batches=1",
+        "--trainer.enable_progress_bar=false",
+        cwd=tmp_path,
+    )
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    (run,) = (tmp_path / "runs" / "wandb").glob("offline-run-*")
+    last = tmp_path / "checkpoints" / "digits_baseline" / "latest" / "last.ckpt"
+    run_id = torch.load(last, map_location="cpu", weights_only=True)["wandb_run"]["id"]
+
+    summary = _wandb("leet", "inspect", "--summary", "--json", str(run), cwd=tmp_path)
+    assert summary.returncode == 0, summary.stderr[-2000:]
+    state = json.loads(summary.stdout)
+    assert state["run_id"] == run_id and state["state"] == "finished"
+    assert 0.0 <= state["summary"]["val/acc"] <= 1.0
+    assert state["summary"]["checkpoint/last_path"] == str(last.resolve())
+    assert "robustness/attack/saliency/topk/topk_intersection" in state["summary"]
+    assert state["config"]["experiment"] == "digits_baseline"
+
+    records = _wandb("leet", "inspect", "--json", str(run), cwd=tmp_path)
+    assert records.returncode == 0, records.stderr[-2000:]
+    rows = [json.loads(line) for line in records.stdout.splitlines() if line.startswith("{")]
+    history = [r["history"]["item"] for r in rows if r["type"] == "history"]
+    assert [row["epoch"] for row in history if "val/acc" in row] == [0, 1]  # one row an epoch
+
+    dry = _wandb("sync", "--dry-run", str(run), cwd=tmp_path)
+    assert dry.returncode == 0 and "Would sync 1 run(s)" in dry.stdout + dry.stderr, dry.stderr
+    view = _wandb("sync", "--view", str(run), cwd=tmp_path)  # what the README used to say
+    assert view.returncode != 0 and "no such option" in (view.stderr + view.stdout).lower()

@@ -68,8 +68,9 @@ def test_quick_demo_trains_natural_then_fine_tunes_it(quick_run):
     stored = torch.load(robust, map_location="cpu", weights_only=False)
     assert Path(stored["hyper_parameters"]["init_checkpoint"]).resolve() == natural.resolve()
     start = torch.load(natural, map_location="cpu", weights_only=False)["state_dict"]
-    moved = [not torch.equal(v, start[k]) for k, v in stored["state_dict"].items() if k in start]
-    assert moved and all(moved)
+    weights = [k for k in start if k.endswith((".weight", ".bias"))]
+    assert len(weights) >= 4 and all(k in stored["state_dict"] for k in weights)
+    assert all(not torch.equal(stored["state_dict"][k], start[k]) for k in weights)
     assert stored["robust_train"]["penalties"] == [
         "ExplanationSmoothness(name='smoothness', weight=80.0)"
     ]
@@ -152,7 +153,28 @@ def test_help_and_bad_flags_through_the_console_script(tmp_path):
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == ["robust-train: error: `--seed` must be >= 0, got -1"]
     assert not (tmp_path / "x").exists(), "refused before any work"
-    missing = robust_train("demo", "--robust", "nope.yaml", cwd=tmp_path)
-    assert missing.returncode == 2 and "`--robust` config 'nope.yaml' does not exist" in (
-        missing.stderr
+    with pytest.raises(FileNotFoundError, match="`--robust` config 'nope.yaml' does not exist"):
+        demo.main(["--robust", "nope.yaml", "--out", str(tmp_path / "y")])
+    assert not (tmp_path / "y").exists()
+
+
+def test_demo_protocol_is_rar_at_the_demos_size():
+    import dataclasses
+
+    from robust_train.commands import settings_tag
+    from robust_train.evaluation import PROTOCOLS
+
+    rar, preset = PROTOCOLS["rar"], PROTOCOLS["demo"]
+    differs = {
+        f.name for f in dataclasses.fields(rar) if getattr(rar, f.name) != getattr(preset, f.name)
+    }
+    assert differs == {
+        "n_samples", "n_steps", "step_size", "n_restarts", "lipschitz_samples", "fidelity_steps",
+        "extra",
+    }  # fmt: skip
+    assert (preset.n_samples, preset.n_steps, preset.step_size, preset.n_restarts) == (
+        100, 20, 0.03, 1,
+    )  # fmt: skip
+    assert (
+        settings_tag(preset) == "demo" and demo._settings(demo._parser().parse_args([])) == preset
     )

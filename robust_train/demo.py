@@ -57,7 +57,7 @@ MEASURED_ACC_CHANGE = {"mean": float("nan"), "min": float("nan"), "max": float("
 # --quick: a smoke run of the whole pipeline in well under a minute (its numbers are no claim).
 QUICK_TRAINING = ("--trainer.limit_train_batches=6", "--trainer.limit_val_batches=2")
 QUICK_EPOCHS = (2, 1)
-QUICK_SETTINGS = {"n_samples": 16, "n_steps": 3, "step_size": 0.2, "ig_steps": 3,
+QUICK_SETTINGS: dict[str, Any] = {"n_samples": 16, "n_steps": 3, "step_size": 0.2, "ig_steps": 3,
                   "lipschitz_samples": 2, "fidelity_steps": 4}  # fmt: skip
 
 
@@ -253,8 +253,8 @@ def _runs_arguments(args: argparse.Namespace, extra: list[str]) -> tuple[list[st
         value, least = getattr(args, flag), 0 if flag == "seed" else 1
         if value is not None and value < least:
             raise ValueError(f"`--{flag.replace('_', '-')}` must be >= {least}, got {value}")
-    epochs = list(QUICK_EPOCHS) if args.quick else [None, None]
-    epochs = [args.epochs or epochs[0], args.finetune_epochs or epochs[1]]
+    quick: tuple[int | None, ...] = QUICK_EPOCHS if args.quick else (None, None)
+    epochs = (args.epochs or quick[0], args.finetune_epochs or quick[1])
     common = [*QUICK_TRAINING] if args.quick else []
     if args.seed is not None:
         common.append(f"--seed_everything={args.seed}")

@@ -49,11 +49,12 @@ TOPK = {
     "integrated_gradients": "attack/integrated_gradients/topk/topk_intersection",
 }
 # Measured with `robust-train demo --seed S` (README, "The demo's claim"): robust minus natural
-# at last.ckpt under PROTOCOLS["demo"]; accuracy on the whole 1,000-image test split.
-MEASURED_SEEDS = (0, 1, 2)
-MEASURED_GAIN = {"mean": float("nan"), "sd": float("nan"), "min": float("nan"), "max": float("nan")}
-MEASURED_IG_GAIN = {"mean": float("nan"), "min": float("nan"), "max": float("nan")}
-MEASURED_ACC_CHANGE = {"mean": float("nan"), "min": float("nan"), "max": float("nan")}
+# at last.ckpt under PROTOCOLS["demo"]; accuracy on the whole 1,000-image test split. Ranges are
+# rounded outwards to 4 decimals, so each measured seed lies inside.
+MEASURED_SEEDS = (0, 1, 2, 3, 4)
+MEASURED_GAIN = {"mean": 0.4426, "sd": 0.0667, "min": 0.3602, "max": 0.5007}
+MEASURED_IG_GAIN = {"mean": 0.1654, "min": 0.0981, "max": 0.1958}
+MEASURED_ACC_CHANGE = {"mean": -0.0166, "min": -0.0210, "max": -0.0110}
 # --quick: a smoke run of the whole pipeline in well under a minute (its numbers are no claim).
 QUICK_TRAINING = ("--trainer.limit_train_batches=6", "--trainer.limit_val_batches=2")
 QUICK_EPOCHS = (2, 1)
@@ -182,7 +183,7 @@ def _range_line(label: str, value: float, measured: dict[str, float], scale: flo
     lo, hi = measured["min"], measured["max"]
     if lo != lo or value != value:  # NaN: no measured range, or nothing measured
         return text
-    where = "inside" if lo <= value <= hi else "OUTSIDE"
+    where = "inside" if lo - 1e-6 <= value <= hi + 1e-6 else "OUTSIDE"  # 1e-6: float error
     return (f"{text}: {where} the measured range {fmt.format(scale * lo)} to "
             f"{fmt.format(scale * hi)} (mean {fmt.format(scale * measured['mean'])})")  # fmt: skip
 

@@ -110,7 +110,7 @@ def test_quick_demo_states_its_claim_against_the_measured_range(quick_run):
     judged(ig, demo.MEASURED_IG_GAIN)
     judged(accuracy, demo.MEASURED_ACC_CHANGE, scale=100)
     assert "differ from the measured ones" in lines[claim + 4], "--quick is not the measured run"
-    printed = float(saliency.split()[2])
+    printed = float(saliency.split()[2].rstrip(":"))
     measures = {n: r["measures"] for n, r in json.loads((out / "results.json").read_text()).items()}
     key = demo.TOPK["saliency"]
     expected = measures["robust"][key] - measures["natural"][key]
@@ -126,6 +126,8 @@ def test_verdict_says_inside_or_outside(monkeypatch):
     assert "+0.500: inside the measured range +0.450 to +0.550" in saliency
     assert "+0.300: OUTSIDE the measured range +0.150 to +0.250" in ig
     assert "-3.0: OUTSIDE the measured range -2.0 to +0.0" in accuracy
+    edge = demo.verdict({"saliency": 0.45, "integrated_gradients": 0.25, "accuracy": -0.02})
+    assert edge.count(": inside the measured range") == 3, "a range holds its own ends"
     other = demo.verdict({"saliency": 0.5, "integrated_gradients": 0.2, "accuracy": 0.0}, False)
     assert "reference, not a check" in other
 

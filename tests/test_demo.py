@@ -1,54 +1,182 @@
-"""`robust-train demo` end to end, shortened: two fits, two W&B runs, the table and the report."""
+"""`robust-train demo` on MNIST-5k: the console script end to end (`--quick`), claim, flags."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from wandb_reader import read_run
 
-from robust_train.cli import main
+import robust_train.demo as demo
+
+SCRIPT = Path(sys.executable).parent / "robust-train"
+TOPK_KEY = "robustness/attack/saliency/topk/topk_intersection"
+
+
+def robust_train(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The real console script in a subprocess, one torch thread, W&B left at its default."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_SILENT": "true"}
+    env.pop("WANDB_MODE", None)
+    command = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "robust_train.cli"]
+    return subprocess.run(
+        [*command, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+
+
+def judged(line: str, measured: dict[str, float], scale: float = 1.0) -> None:
+    """The claim line says inside exactly when its value lies in the measured range."""
+    value = float(re.search(r" ([+-][0-9.]+)(:|$)", line).group(1)) / scale  # type: ignore[union-attr]
+    lo, hi = measured["min"], measured["max"]
+    if lo != lo:
+        assert "range" not in line
+        return
+    tolerance = 0.0006  # the printed value is rounded
+    if lo + tolerance < value < hi - tolerance:
+        assert ": inside the measured range" in line, line
+    elif value < lo - tolerance or value > hi + tolerance:
+        assert ": OUTSIDE the measured range" in line, line
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    proc = robust_train(
+        "demo", "--quick", "--seed", "1", "--out", str(out / "run"),
+        "--trainer.enable_progress_bar=false", cwd=out,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out / "run", proc.stdout
 
 
 @pytest.mark.slow
-def test_demo_trains_both_models_and_writes_the_report(tmp_path, capsys):
-    assert (
-        main(
-            [
-                "demo",
-                "--out",
-                str(tmp_path),
-                "--epochs",
-                "2",
-                "--n-samples",
-                "24",
-                "--monitor-every",
-                "1",
-                "--trainer.enable_progress_bar=false",
-            ]
-        )
-        == 0
-    )
-    out = capsys.readouterr().out
-    assert "| measure | baseline | robust |" in out
-    assert "| `attack/saliency/topk/topk_intersection` ↑ |" in out
-    # The demo states its gain and compares it with the range measured over seeds (README).
-    assert "gain of the robust model: top-k intersection" in out
-    assert "the range measured over seeds" in out
-    # Checkpoint rule: each model is evaluated at the end of its last epoch, not at best val/acc.
-    results = json.loads((tmp_path / "results.json").read_text())
-    for name in ("baseline", "robust"):
-        checkpoint = Path(results[name]["checkpoint"])
+def test_quick_demo_trains_natural_then_fine_tunes_it(quick_run):
+    out, _ = quick_run
+    results = json.loads((out / "results.json").read_text())
+    natural = Path(results["natural"]["checkpoint"])
+    robust = Path(results["robust"]["checkpoint"])
+    # Checkpoint rule: each model at the end of its last epoch, not at best val/acc.
+    for checkpoint, epochs in zip((natural, robust), demo.QUICK_EPOCHS, strict=True):
         assert checkpoint.name == "last.ckpt"
-        assert torch.load(checkpoint, map_location="cpu", weights_only=False)["epoch"] == 1
-    report = (tmp_path / "report.md").read_text()
+        assert torch.load(checkpoint, map_location="cpu", weights_only=False)["epoch"] == epochs - 1
+    # The fine-tune starts from the natural model the demo just trained, and moved it.
+    stored = torch.load(robust, map_location="cpu", weights_only=False)
+    assert Path(stored["hyper_parameters"]["init_checkpoint"]).resolve() == natural.resolve()
+    start = torch.load(natural, map_location="cpu", weights_only=False)["state_dict"]
+    weights = [k for k in start if k.endswith((".weight", ".bias"))]
+    assert len(weights) >= 4 and all(k in stored["state_dict"] for k in weights)
+    assert all(not torch.equal(stored["state_dict"][k], start[k]) for k in weights)
+    assert stored["robust_train"]["penalties"] == [
+        "ExplanationSmoothness(name='smoothness', weight=80.0)"
+    ]
+    # Both evaluated with the demo protocol (shrunk by --quick): saliency and IG attacked.
+    settings = results["natural"]["settings"]
+    assert settings["epsilon"] == 0.3 and settings["attacks"] == ["random_sign", "topk"]
+    assert settings["attack_explainers"] == ["saliency", "integrated_gradients"]
+    assert settings["n_samples"] == demo.QUICK_SETTINGS["n_samples"]
+
+
+@pytest.mark.slow
+def test_quick_demo_writes_the_table_report_figures_and_wandb_runs(quick_run):
+    out, stdout = quick_run
+    assert "| measure | natural | robust |" in stdout
+    for explainer in ("saliency", "integrated_gradients"):
+        assert f"| `attack/{explainer}/topk/topk_intersection` ↑ |" in stdout
+    report = (out / "report.md").read_text()
+    assert "MNIST-5k" in report.splitlines()[0] and "## The claim" in report
     for png in ("robustness_per_epoch.png", "fidelity_curves.png", "attack_examples.png"):
-        assert (tmp_path / png).stat().st_size > 1000 and png in report
-    runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
+        assert (out / png).stat().st_size > 1000 and f"({png})" in report
+    runs = sorted((out / "wandb").glob("offline-run-*"))
     assert len(runs) == 2, "each fit gets its own W&B run"
+    counts = sorted(len(read_run(r).column(TOPK_KEY)) for r in runs)
+    assert counts == sorted(demo.QUICK_EPOCHS), "the monitors logged every epoch of each fit"
     for run_dir in runs:
-        run = read_run(run_dir)
-        values = run.column("robustness/attack/saliency/topk/topk_intersection")
-        assert len(values) == 2 and all(0 <= v <= 1 for v in values)
+        assert all(0 <= v <= 1 for v in read_run(run_dir).column(TOPK_KEY))
+
+
+@pytest.mark.slow
+def test_quick_demo_states_its_claim_against_the_measured_range(quick_run):
+    out, stdout = quick_run
+    lines = stdout.splitlines()
+    claim = lines.index(next(line for line in lines if line.startswith("claim:")))
+    saliency, ig, accuracy = lines[claim + 1 : claim + 4]
+    assert saliency.startswith("  saliency gain") and ig.startswith("  integrated-gradients gain")
+    judged(saliency, demo.MEASURED_GAIN)
+    judged(ig, demo.MEASURED_IG_GAIN)
+    judged(accuracy, demo.MEASURED_ACC_CHANGE, scale=100)
+    assert "differ from the measured ones" in lines[claim + 4], "--quick is not the measured run"
+    printed = float(saliency.split()[2].rstrip(":"))
+    measures = {n: r["measures"] for n, r in json.loads((out / "results.json").read_text()).items()}
+    key = demo.TOPK["saliency"]
+    expected = measures["robust"][key] - measures["natural"][key]
+    assert printed == pytest.approx(expected, abs=6e-4)
+
+
+def test_verdict_says_inside_or_outside(monkeypatch):
+    monkeypatch.setattr(demo, "MEASURED_GAIN", {"mean": 0.5, "sd": 0.02, "min": 0.45, "max": 0.55})
+    monkeypatch.setattr(demo, "MEASURED_IG_GAIN", {"mean": 0.2, "min": 0.15, "max": 0.25})
+    monkeypatch.setattr(demo, "MEASURED_ACC_CHANGE", {"mean": -0.01, "min": -0.02, "max": 0.0})
+    lines = demo.verdict({"saliency": 0.5, "integrated_gradients": 0.3, "accuracy": -0.03})
+    saliency, ig, accuracy = lines.splitlines()[1:4]
+    assert "+0.500: inside the measured range +0.450 to +0.550" in saliency
+    assert "+0.300: OUTSIDE the measured range +0.150 to +0.250" in ig
+    assert "-3.0: OUTSIDE the measured range -2.0 to +0.0" in accuracy
+    edge = demo.verdict({"saliency": 0.45, "integrated_gradients": 0.25, "accuracy": -0.02})
+    assert edge.count(": inside the measured range") == 3, "a range holds its own ends"
+    other = demo.verdict({"saliency": 0.5, "integrated_gradients": 0.2, "accuracy": 0.0}, False)
+    assert "reference, not a check" in other
+
+
+def test_only_the_default_run_is_the_measured_one():
+    parser = demo._parser()
+
+    def measured(*argv: str) -> bool:
+        args, extra = parser.parse_known_args(list(argv))
+        return demo._as_measured(args, extra, demo._settings(args))
+
+    assert measured() and measured("--seed", "7", "--trainer.enable_progress_bar=false")
+    assert not measured("--quick")
+    assert not measured("--n-samples", "20")
+    assert not measured("--epochs", "3")
+    assert not measured("--trainer.limit_train_batches=3")
+
+
+def test_help_and_bad_flags_through_the_console_script(tmp_path):
+    help_text = robust_train("demo", "--help", cwd=tmp_path)
+    assert help_text.returncode == 0
+    for flag in ("--seed", "--out", "--quick", "--n-samples"):
+        assert flag in help_text.stdout
+    bad = robust_train("demo", "--seed", "-1", "--out", str(tmp_path / "x"), cwd=tmp_path)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == ["robust-train: error: `--seed` must be >= 0, got -1"]
+    assert not (tmp_path / "x").exists(), "refused before any work"
+    with pytest.raises(FileNotFoundError, match="`--robust` config 'nope.yaml' does not exist"):
+        demo.main(["--robust", "nope.yaml", "--out", str(tmp_path / "y")])
+    assert not (tmp_path / "y").exists()
+
+
+def test_demo_protocol_is_rar_at_the_demos_size():
+    import dataclasses
+
+    from robust_train.commands import settings_tag
+    from robust_train.evaluation import PROTOCOLS
+
+    rar, preset = PROTOCOLS["rar"], PROTOCOLS["demo"]
+    differs = {
+        f.name for f in dataclasses.fields(rar) if getattr(rar, f.name) != getattr(preset, f.name)
+    }
+    assert differs == {
+        "n_samples", "n_steps", "step_size", "n_restarts", "lipschitz_samples", "fidelity_steps",
+        "extra",
+    }  # fmt: skip
+    assert (preset.n_samples, preset.n_steps, preset.step_size, preset.n_restarts) == (
+        100, 20, 0.03, 1,
+    )  # fmt: skip
+    assert (
+        settings_tag(preset) == "demo" and demo._settings(demo._parser().parse_args([])) == preset
+    )

@@ -64,8 +64,8 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
         "--protocol",
         choices=sorted(PROTOCOLS),
         default=None,
-        help="a literature preset (rar: Chen et al. 2019, the RAR/ART protocol); "
-        "flags given beside it override its fields",
+        help="a preset (rar: Chen et al. 2019, the RAR/ART protocol; demo: RAR at the demo's "
+        "size, 100 images, 20 steps); flags given beside it override its fields",
     )
     parser.add_argument(
         "--data-config",

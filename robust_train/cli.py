@@ -43,7 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "robust_train._lightning_cli:run_subcommand",
     ),
     "demo": (
-        "train a baseline and a robust model on digits, evaluate both, write a report",
+        "train a natural model on MNIST-5k, fine-tune it robust, attack both, write a report",
         "robust_train.demo:main",
     ),
     "evaluate": (

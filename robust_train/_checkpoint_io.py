@@ -173,6 +173,30 @@ def heldout_tensors(
     return torch.cat(xs)[:n_samples], torch.cat(ys)[:n_samples], accuracy
 
 
+def evaluate_on_split(
+    model: nn.Module,
+    data_config: dict[str, Any],
+    settings: EvaluationSettings,
+    split: str,
+    *,
+    progress: bool = True,
+    threads: int | None = None,
+) -> dict[str, Any]:
+    """The suite on the first `settings.n_samples` images of a data config's split, after the
+    probe (`heldout_tensors`); one torch thread for small models unless `threads` says."""
+    if threads is not None:
+        torch.set_num_threads(threads)
+    elif sum(p.numel() for p in model.parameters()) < 1_000_000:
+        torch.set_num_threads(1)
+    x, y, accuracy = heldout_tensors(data_config, settings.n_samples, split, model=model)
+    start = time.perf_counter()
+    result = evaluate_classifier(model, x, y, settings, progress=progress)
+    if accuracy is not None:
+        result["measures"]["split_accuracy"] = accuracy
+    result["evaluation_seconds"] = time.perf_counter() - start
+    return result
+
+
 def evaluate_checkpoint(
     ckpt: str | Path,
     settings: EvaluationSettings,
@@ -185,21 +209,12 @@ def evaluate_checkpoint(
 ) -> dict[str, Any]:
     """Load a checkpoint and its held-out data, run the suite, add the training time."""
     model, stored = load_checkpoint(ckpt, trusted=trusted)
-    if threads is not None:
-        torch.set_num_threads(threads)
-    elif sum(p.numel() for p in model.parameters()) < 1_000_000:
-        torch.set_num_threads(1)
     config = data_config_from_yaml(data_config) if data_config else stored
     if config is None:
         raise ValueError(
             f"checkpoint {str(ckpt)!r} records no datamodule; pass --data-config CONFIG.yaml"
         )
-    x, y, accuracy = heldout_tensors(config, settings.n_samples, split, model=model)
-    start = time.perf_counter()
-    result = evaluate_classifier(model, x, y, settings, progress=progress)
-    if accuracy is not None:
-        result["measures"]["split_accuracy"] = accuracy
-    result["evaluation_seconds"] = time.perf_counter() - start
+    result = evaluate_on_split(model, config, settings, split, progress=progress, threads=threads)
     meta = checkpoint_meta(ckpt, trusted=trusted)
     if meta["robust_train"].get("training_seconds") is not None:
         result["training_seconds"] = meta["robust_train"]["training_seconds"]

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +31,8 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from robust_train._checkpoint_io import data_config_from_yaml, heldout_tensors, instantiate
-from robust_train.evaluation import EvaluationSettings, evaluate_classifier
+from robust_train._checkpoint_io import data_config_from_yaml, evaluate_on_split, instantiate
+from robust_train.evaluation import EvaluationSettings
 from robust_train.models import Normalize, softplus, torchvision_classifier_names
 from robust_train.models.config import build_model
 from robust_train.models.input_check import data_classes, data_shape
@@ -346,15 +345,6 @@ def evaluate_model_source(
             "(random unless it loads pretrained ones)",
             file=sys.stderr,
         )
-    if threads is not None:
-        torch.set_num_threads(threads)
-    elif sum(p.numel() for p in model.parameters()) < 1_000_000:
-        torch.set_num_threads(1)
-    x, y, accuracy = heldout_tensors(config, settings.n_samples, split, model=model)
-    start = time.perf_counter()
-    result = evaluate_classifier(model, x, y, settings, progress=progress)
-    if accuracy is not None:
-        result["measures"]["split_accuracy"] = accuracy
-    result["evaluation_seconds"] = time.perf_counter() - start
+    result = evaluate_on_split(model, config, settings, split, progress=progress, threads=threads)
     result.update(checkpoint=source.label, model=source.spec, weights=source.weights, split=split)
     return result

@@ -186,35 +186,30 @@ def _evaluate_all(
         raise FileNotFoundError(f"`--data-config` {args.data_config!r} does not exist")
     if sources is not None:  # --model: a model not trained here (robust_train._model_source)
         return [_source_result(args, source, settings) for source in sources]
-    results = []
-    for ckpt in checkpoints:
-        result = evaluate_checkpoint(
-            ckpt,
-            settings,
-            data_config=args.data_config,
-            split=args.split,
-            progress=not args.no_progress,
-            threads=args.threads,
-            trusted=args.trust_checkpoint,
-        )
-        result["checkpoint_path"] = str(Path(ckpt).resolve())
-        result["settings_tag"] = settings_tag(settings)
-        results.append(result)
-    return results
+    run = _run_options(args)
+    return [
+        _tagged(evaluate_checkpoint(c, settings, trusted=args.trust_checkpoint, **run), c, settings)
+        for c in checkpoints
+    ]
+
+
+def _run_options(args: Any) -> dict[str, Any]:
+    """The evaluation options every checkpoint or model source of one command shares."""
+    return dict(
+        data_config=args.data_config, split=args.split, progress=not args.no_progress,
+        threads=args.threads,
+    )  # fmt: skip
+
+
+def _tagged(result: dict[str, Any], path: str, settings: EvaluationSettings) -> dict[str, Any]:
+    result["checkpoint_path"] = str(Path(path).resolve())
+    result["settings_tag"] = settings_tag(settings)
+    return result
 
 
 def _source_result(args: Any, source: ModelSource, settings: EvaluationSettings) -> Any:
-    result = evaluate_model_source(
-        source,
-        settings,
-        data_config=args.data_config,
-        split=args.split,
-        progress=not args.no_progress,
-        threads=args.threads,
-    )
-    result["checkpoint_path"] = str(Path(source.label).resolve())
-    result["settings_tag"] = settings_tag(settings)
-    return result
+    result = evaluate_model_source(source, settings, **_run_options(args))
+    return _tagged(result, source.label, settings)
 
 
 def evaluate_main(argv: list[str]) -> int:

@@ -12,7 +12,13 @@ from torch.utils.data import DataLoader, Dataset
 
 from robust_train._validation import check_non_negative, check_positive
 
-__all__ = ["ImageDataModule", "ImageTensorDataset", "as_size", "resize_images"]
+__all__ = [
+    "GreyDigitsDataModule",
+    "ImageDataModule",
+    "ImageTensorDataset",
+    "as_size",
+    "resize_images",
+]
 
 
 def as_size(size: int | Sequence[int] | None, name: str = "resize") -> tuple[int, int] | None:
@@ -117,3 +123,15 @@ class ImageDataModule(pl.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._loader(self.test_set, "test", shuffle=False)
+
+
+class GreyDigitsDataModule(ImageDataModule):
+    """Digit images: ten classes named "0" to "9", one channel (the digits and MNIST data)."""
+
+    @property
+    def class_names(self) -> list[str]:
+        return [str(i) for i in range(10)]
+
+    @property
+    def in_channels(self) -> int:
+        return 1

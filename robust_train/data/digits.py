@@ -9,7 +9,7 @@ from torch import Tensor
 from torch.utils.data import TensorDataset
 
 from robust_train._validation import check_non_negative, check_probability
-from robust_train.data._base import ImageDataModule, as_size, resize_images
+from robust_train.data._base import GreyDigitsDataModule, as_size, resize_images
 
 __all__ = ["DigitsDataModule", "load_digits_tensors"]
 
@@ -24,7 +24,7 @@ def load_digits_tensors() -> tuple[Tensor, Tensor]:
     return images, torch.tensor(digits.target, dtype=torch.long)
 
 
-class DigitsDataModule(ImageDataModule):
+class DigitsDataModule(GreyDigitsDataModule):
     """The UCI handwritten digits bundled with scikit-learn (1797 images, 8x8, 10 classes).
 
     A fixed, seeded, stratified split into train / val / test (TensorDatasets held in memory).
@@ -68,14 +68,6 @@ class DigitsDataModule(ImageDataModule):
             )
         check_non_negative(seed, "seed", integer=True)
         self.resize = as_size(resize)
-
-    @property
-    def class_names(self) -> list[str]:
-        return [str(i) for i in range(10)]
-
-    @property
-    def in_channels(self) -> int:
-        return 1
 
     @property
     def image_size(self) -> tuple[int, int]:

@@ -17,7 +17,7 @@ from torch import Tensor
 from torch.utils.data import TensorDataset
 
 from robust_train._validation import check_non_negative
-from robust_train.data._base import ImageDataModule
+from robust_train.data._base import GreyDigitsDataModule
 
 __all__ = ["MNIST5K_SPLIT", "MNIST5kDataModule", "load_mnist5k_tensors"]
 
@@ -55,7 +55,7 @@ def load_mnist5k_tensors() -> tuple[Tensor, Tensor]:
     return torch.from_numpy(pixels.astype(np.float32) / 255.0), torch.from_numpy(labels)
 
 
-class MNIST5kDataModule(ImageDataModule):
+class MNIST5kDataModule(GreyDigitsDataModule):
     """MNIST-5k: a fixed, seeded, stratified split into 3,500 train / 500 val / 1,000 test.
 
     Images are float in [0, 1], shape (B, 1, 28, 28); every split holds the same share of each
@@ -80,14 +80,6 @@ class MNIST5kDataModule(ImageDataModule):
         super().__init__(batch_size, num_workers)
         self.save_hyperparameters()
         check_non_negative(seed, "seed", integer=True)
-
-    @property
-    def class_names(self) -> list[str]:
-        return [str(i) for i in range(10)]
-
-    @property
-    def in_channels(self) -> int:
-        return 1
 
     @property
     def image_size(self) -> tuple[int, int]:

@@ -12,13 +12,15 @@ measure it reports). `EvaluationSettings(parts=(..., "name"))` and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from torch import Tensor, nn
 
 from robust_train._registry import Registry, class_decorator, lookup
+from robust_train.evaluation.measures import part_key
+from robust_train.explain import bind_settings, explainer_name
 
 __all__ = [
     "PARTS",
@@ -97,6 +99,23 @@ class EvaluationPart:
     def keys(self) -> tuple[str, ...]:
         """The measure keys this part reports."""
         raise NotImplementedError
+
+    def explainer_keys(
+        self, measures: tuple[str, ...], explainers: tuple[Any, ...] | None = None
+    ) -> tuple[str, ...]:
+        """`<part>/<explainer>/<measure>` for every explainer (default: the settings'
+        `explainers`) and measure, explainer by explainer."""
+        chosen = self.settings.explainers if explainers is None else explainers
+        return tuple(part_key(self.name, explainer_name(e), m) for e in chosen for m in measures)
+
+    def explanations(
+        self, model: nn.Module, inputs: Tensor, predictions: Tensor
+    ) -> Iterator[tuple[str, Tensor]]:
+        """(name, detached explanation of the predicted class) of every explainer of the
+        settings, bound to the settings (`robust_train.explain.bind_settings`)."""
+        for explainer in self.settings.explainers:
+            explain = bind_settings(explainer, self.settings)
+            yield explainer_name(explainer), explain(model, inputs, predictions).detach()
 
     def curve_keys(self) -> dict[str, tuple[int, tuple[str, ...]]]:
         """Curve key -> (number of points, line names) of the curves it reports (default none)."""

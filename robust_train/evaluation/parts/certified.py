@@ -67,11 +67,7 @@ class CertifiedPart(EvaluationPart):
     """The certificate and the L2 attack on the smoothed version of every attacked explainer."""
 
     def keys(self) -> tuple[str, ...]:
-        return tuple(
-            part_key("certified", explainer_name(e), m)
-            for e in self.settings.attack_explainers
-            for m in MEASURE_NAMES
-        )
+        return self.explainer_keys(MEASURE_NAMES, self.settings.attack_explainers)
 
     def run(
         self, model: nn.Module, inputs: Tensor, labels: Tensor, predictions: Tensor

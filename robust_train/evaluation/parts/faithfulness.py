@@ -15,7 +15,6 @@ from torch import Tensor, nn
 
 from robust_train.evaluation.measures import Measure, part_key, register_measure
 from robust_train.evaluation.parts.base import EvaluationPart, PartOutput, register_part
-from robust_train.explain import bind_settings, explainer_name
 from robust_train.metrics.functional import faithfulness_correlation
 
 __all__ = ["FaithfulnessPart"]
@@ -37,28 +36,17 @@ class FaithfulnessPart(EvaluationPart):
     """Faithfulness correlation of every explainer of the settings, per image."""
 
     def keys(self) -> tuple[str, ...]:
-        return tuple(
-            part_key("faithfulness", explainer_name(e), MEASURE.name)
-            for e in self.settings.explainers
-        )
+        return self.explainer_keys((MEASURE.name,))
 
     def run(
         self, model: nn.Module, inputs: Tensor, labels: Tensor, predictions: Tensor
     ) -> PartOutput:
         s = self.settings
         out = PartOutput()
-        for explainer in s.explainers:
-            explanation = bind_settings(explainer, s)(model, inputs, predictions)
-            key = part_key("faithfulness", explainer_name(explainer), MEASURE.name)
-            out.values[key] = faithfulness_correlation(
-                model,
-                inputs,
-                predictions,
-                explanation.detach(),
-                n_runs=s.faithfulness_runs,
-                subset_size=s.faithfulness_subset,
-                perturbation=s.fidelity_perturbation,
-                internal_batch_size=s.internal_batch_size,
-                seed=s.seed,
-            )
+        for name, explanation in self.explanations(model, inputs, predictions):
+            out.values[part_key("faithfulness", name, MEASURE.name)] = faithfulness_correlation(
+                model, inputs, predictions, explanation, n_runs=s.faithfulness_runs,
+                subset_size=s.faithfulness_subset, perturbation=s.fidelity_perturbation,
+                internal_batch_size=s.internal_batch_size, seed=s.seed,
+            )  # fmt: skip
         return out

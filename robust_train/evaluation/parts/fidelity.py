@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from robust_train.evaluation.measures import part_key
 from robust_train.evaluation.parts.base import Curve, EvaluationPart, PartOutput, register_part
-from robust_train.explain import bind_settings, explainer_name, importance_map
+from robust_train.explain import explainer_name, importance_map
 from robust_train.metrics.functional import fidelity_curves, fidelity_estimate
 
 __all__ = ["FidelityPart"]
@@ -28,11 +28,7 @@ class FidelityPart(EvaluationPart):
     """MIF/LIF curves and the fidelity estimate of every explainer of the settings."""
 
     def keys(self) -> tuple[str, ...]:
-        return tuple(
-            part_key("fidelity", explainer_name(e), m)
-            for e in self.settings.explainers
-            for m in MEASURES
-        )
+        return self.explainer_keys(MEASURES)
 
     def curve_keys(self) -> dict[str, tuple[int, tuple[str, ...]]]:
         points = self.settings.fidelity_steps + 1
@@ -46,14 +42,12 @@ class FidelityPart(EvaluationPart):
     ) -> PartOutput:
         s = self.settings
         out = PartOutput()
-        for explainer in s.explainers:
-            name = explainer_name(explainer)
-            explanation = bind_settings(explainer, s)(model, inputs, predictions)
+        for name, explanation in self.explanations(model, inputs, predictions):
             curves = fidelity_curves(
                 model,
                 inputs,
                 predictions,
-                importance_map(explanation).detach(),
+                importance_map(explanation),
                 n_steps=s.fidelity_steps,
                 perturbation=s.fidelity_perturbation,
                 internal_batch_size=s.internal_batch_size,

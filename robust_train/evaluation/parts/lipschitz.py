@@ -24,9 +24,7 @@ class LipschitzPart(EvaluationPart):
     """The local Lipschitz estimate of every explainer of the settings."""
 
     def keys(self) -> tuple[str, ...]:
-        return tuple(
-            part_key("lipschitz", explainer_name(e), "lipschitz") for e in self.settings.explainers
-        )
+        return self.explainer_keys(("lipschitz",))
 
     def run(
         self, model: nn.Module, inputs: Tensor, labels: Tensor, predictions: Tensor

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,20 @@ def _wandb(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(WANDB), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
     )
+
+
+def _finished_summary(run: Path, cwd: Path, wait_s: float = 60.0) -> dict:
+    """`wandb leet inspect --summary --json RUN`, read again until the run's exit record is on
+    disk: W&B's service process writes it after the fit's process has returned (seen: "running"
+    for a few seconds on a loaded machine)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        summary = _wandb("leet", "inspect", "--summary", "--json", str(run), cwd=cwd)
+        assert summary.returncode == 0, summary.stderr[-2000:]
+        state = json.loads(summary.stdout)
+        if state["state"] != "running" or time.monotonic() > deadline:
+            return state
+        time.sleep(1.0)
 
 
 @pytest.mark.slow
@@ -44,9 +59,7 @@ def test_leet_reads_the_offline_run_of_a_fit(tmp_path: Path, run_cli):
     last = tmp_path / "checkpoints" / "digits_baseline" / "latest" / "last.ckpt"
     run_id = torch.load(last, map_location="cpu", weights_only=True)["wandb_run"]["id"]
 
-    summary = _wandb("leet", "inspect", "--summary", "--json", str(run), cwd=tmp_path)
-    assert summary.returncode == 0, summary.stderr[-2000:]
-    state = json.loads(summary.stdout)
+    state = _finished_summary(run, tmp_path)
     assert state["run_id"] == run_id and state["state"] == "finished"
     assert 0.0 <= state["summary"]["val/acc"] <= 1.0
     assert state["summary"]["checkpoint/last_path"] == str(last.resolve())

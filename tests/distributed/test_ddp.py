@@ -42,6 +42,7 @@ from robust_train.callbacks._base import predict
 from robust_train.callbacks._subset import from_dataloader, shard
 from robust_train.data import DigitsDataModule
 from robust_train.models import SmallCNN
+from robust_train.models.config import build_model
 from robust_train.regularizers import ExplanationSmoothness, PenaltyTerm
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,11 +155,13 @@ def _datamodule() -> DigitsDataModule:
 
 
 def _config_model() -> SmallCNN:
-    return instantiate(SETTINGS["model"]["model"])
+    return build_model(SETTINGS["model"]["model"])
 
 
 def _penalty() -> ExplanationSmoothness:
-    return instantiate(SETTINGS["model"]["penalties"][0])
+    config = SETTINGS["model"]["penalties"][0]
+    assert config["class_path"].endswith(".ExplanationSmoothness"), config
+    return ExplanationSmoothness(**config["init_args"])
 
 
 def _pretrained(dm: DigitsDataModule) -> SmallCNN:

@@ -20,11 +20,16 @@ from robust_train.models.softplus import smooth_relus, softplus
 def captum_deeplift(model, x, t, baseline):
     from captum.attr import DeepLift
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return DeepLift(model).attribute(
-            x, baselines=baseline, target=t, return_convergence_delta=True
-        )
+    enabled = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(False)  # Captum's max-pool rule calls max_unpool2d,
+    try:  # which has no deterministic kernel (a deterministic fit earlier may have turned it on)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return DeepLift(model).attribute(
+                x, baselines=baseline, target=t, return_convergence_delta=True
+            )
+    finally:
+        torch.use_deterministic_algorithms(enabled)
 
 
 def conv_pool_net(size):

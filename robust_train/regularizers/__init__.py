@@ -17,6 +17,7 @@ from robust_train.regularizers.smoothness import (
     explanation_smoothness,
 )
 from robust_train.regularizers.ssr import SmoothedGeometry, ssr_eigenvalue
+from robust_train.regularizers.topk_mass import TopKMassPenalty, topk_mass
 
 __all__ = [
     "CURVATURE_METHODS",
@@ -32,6 +33,7 @@ __all__ = [
     "LocalLipschitzPenalty",
     "PenaltyTerm",
     "SmoothedGeometry",
+    "TopKMassPenalty",
     "adversarial_loss",
     "curvature",
     "explanation_smoothness",
@@ -41,4 +43,5 @@ __all__ = [
     "input_gradient_norm",
     "register_penalty",
     "ssr_eigenvalue",
+    "topk_mass",
 ]

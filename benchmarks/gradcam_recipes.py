@@ -166,6 +166,57 @@ def _log(args: argparse.Namespace, row: dict[str, Any]) -> None:
     )
 
 
+def summary(args: argparse.Namespace) -> None:
+    """The val table of every run in --out/sweep.jsonl and the selection rule's pick.
+
+    Eligible: val accuracy within 1 point of natural's, at least as many val images measured as
+    natural's, no larger share of all-zero maps than natural's (a recipe must not win by hiding
+    images from the attack) and natural fit + fine-tune <= 3x a natural fit (CPU time; the
+    natural fit of the run's own process, else the latest one logged). Pick: the largest val
+    top-100 intersection among the eligible."""
+    rows = [json.loads(line) for line in open(args.out / "sweep.jsonl")]
+    natural = [r for r in rows if r["tag"] == "natural"][-1]
+    nat = natural["val_attack"]
+    lines = [
+        "| recipe | terms | weight | epochs | val acc | val top-100 ∩ [measured] | all-zero maps "
+        "| median positive px | cost × natural | eligible |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| natural | - | - | 6 | {natural['val_acc']:.3f} | {nat['topk']:.3f} [{nat['n']}] | "
+        f"{nat['zero_maps']:.2f} | {nat['median_positive']:.0f} | 1 | - |",
+    ]
+    best = None
+    for r in rows:
+        if r["tag"] == "natural":
+            continue
+        a, cost = (
+            r["val_attack"],
+            1 + r["fit_cpu_s"] / (r["natural_fit_cpu_s"] or natural["fit_cpu_s"]),
+        )
+        ok = (
+            r["val_acc"] >= natural["val_acc"] - 0.01 - 1e-9
+            and a["n"] >= nat["n"]
+            and a["zero_maps"] <= nat["zero_maps"]
+            and cost <= 3.0
+        )
+        if ok and (best is None or a["topk"] > best[1]["val_attack"]["topk"]):
+            best = (len(lines), r)
+        terms = " + ".join(_term_label(t) for t in r["terms"])
+        lines.append(
+            f"| {r['tag']} | {terms} | {r['weight']:g} | {r['epochs']} | {r['val_acc']:.3f} | "
+            f"{a['topk']:.3f} [{a['n']}] | {a['zero_maps']:.2f} | {a['median_positive']:.0f} | "
+            f"{cost:.2f} | {'yes' if ok else 'no'} |"
+        )
+    if best is not None:
+        lines[best[0]] = lines[best[0]].replace("| yes |", "| **chosen** |")
+    print("\n".join(lines))
+
+
+def _term_label(term: dict[str, Any]) -> str:
+    options = {k: v for k, v in term.items() if k not in ("penalty", "explainer")}
+    inner = ", ".join(f"{k}={v}" for k, v in options.items())
+    return f"{term['penalty']}({inner})" if inner else term["penalty"]
+
+
 def table(args: argparse.Namespace) -> None:
     from robust_train.models import load_classifier
 
@@ -207,7 +258,7 @@ def markdown(rows: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", choices=("sweep", "table"))
+    parser.add_argument("part", choices=("sweep", "summary", "table"))
     parser.add_argument("--terms", default='[{"penalty": "topk_mass", "explainer": "grad_cam"}]')
     parser.add_argument("--weights", type=float, nargs="+", default=[1.0])
     parser.add_argument("--epochs", type=int, default=2)
@@ -223,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("lightning.pytorch", "pytorch_lightning", "lightning_fabric"):
         logging.getLogger(name).setLevel("ERROR")
     args.out.mkdir(parents=True, exist_ok=True)
-    {"sweep": sweep, "table": table}[args.part](args)
+    {"sweep": sweep, "summary": summary, "table": table}[args.part](args)
     return 0
 
 

@@ -1,16 +1,24 @@
 """Top-k mass penalty: the top-k fragility attack's own objective, trained against.
 
 penalty(x) = 1 - sum_{i in B(x)} p(x')_i, with p(x') the sum-normalised importance map of a
-differentiable explainer at x' and B(x) the k most important pixels of the clean map at x: the
-share of the perturbed map's mass that left the clean top-k set. x' is found by a few projected
-sign-ascent steps on that same value in B_inf(x, radius) (from a uniform random point of the ball
-by default), i.e. the inner maximisation is the top-k attack of Ghorbani, Abid & Zou ("
-Interpretation of Neural Networks is Fragile", AAAI 2019; `robust_train.attacks.objectives.topk`)
-run for a few steps, as attributional adversarial training does with its attack (RAR, Chen et
-al. 2019; ART, Singh et al. 2020). Unlike a map distance (L1, cosine), the value is aligned with
-the reported top-k intersection: it is zero exactly when the perturbed map keeps all its mass on
-the clean top-k set, and it does not reward dense maps that are close in distance but reorder
-their top-k set.
+differentiable explainer at x' and B(x) the positive pixels among the k most important of the
+clean map at x: the share of the perturbed map's mass that left the clean top-k set. x' is found
+by a few projected sign-ascent steps on that same value in B_inf(x, radius) (from a uniform
+random point of the ball by default), i.e. the inner maximisation is the top-k attack of
+Ghorbani, Abid & Zou ("Interpretation of Neural Networks is Fragile", AAAI 2019;
+`robust_train.attacks.objectives.topk`) run for a few steps, as attributional adversarial
+training does with its attack (RAR, Chen et al. 2019; ART, Singh et al. 2020). Unlike a map
+distance (L1, cosine), the value is aligned with the reported top-k intersection: it is zero
+exactly when the perturbed map keeps all its mass on the clean top-k set, and it does not reward
+dense maps that are close in distance but reorder their top-k set.
+
+B keeps only positive clean pixels: where a map has fewer than k positive pixels (Grad-CAM's
+ReLU), the attack's top-k set is filled with zero pixels by index (top-left first), which say
+nothing about the image. An all-zero clean map defines no set; its penalty is 0. Caution
+(benchmarks/NEW_EXPLAINERS.md): on Grad-CAM a large weight with a weak inner ascent (one step)
+is met by shrinking the maps, many to all-zero, which the gradient attack cannot move, so its
+mean over measured images rises while fewer images are measured; report the measured count and
+the share of all-zero maps beside it.
 
 The clean map only defines the set B (a top-k selection has no gradient), so it is computed
 without a graph; the penalty differentiates through the perturbed map (create_graph=True,

@@ -18,7 +18,7 @@ TEST images, plus the grad_cam mean over the images every model measured.
         --model natural=checkpoints/mnist5k_baseline.ckpt recipe=runs/gradcam_recipes/x.ckpt
 
 A term is a JSON object: "penalty" (a registered name), "scale" (its weight is scale x the
-run's weight, default 1) and the term's options.
+run's weight, default 1), "seed" (of its generator, default its position) and its options.
 """
 
 from __future__ import annotations
@@ -88,8 +88,9 @@ def build_terms(specs: list[dict[str, Any]], weight: float) -> list[Any]:
     for i, spec in enumerate(specs):
         options = dict(spec)
         name, scale = options.pop("penalty"), float(options.pop("scale", 1.0))
+        seed = int(options.pop("seed", i))
         cls = PENALTIES[name]
-        terms.append(cls(weight=weight * scale, seed=i, name=f"{name}{i}", **options))
+        terms.append(cls(weight=weight * scale, seed=seed, name=f"{name}{i}", **options))
     return terms
 
 

@@ -18,6 +18,7 @@ from robust_train.regularizers.smoothness import (
     explanation_smoothness,
 )
 from robust_train.regularizers.ssr import SmoothedGeometry, ssr_eigenvalue
+from robust_train.regularizers.topk_mass import TopKMassPenalty, topk_mass
 
 __all__ = [
     "CURVATURE_METHODS",
@@ -34,6 +35,7 @@ __all__ = [
     "LocalLipschitzPenalty",
     "PenaltyTerm",
     "SmoothedGeometry",
+    "TopKMassPenalty",
     "adversarial_loss",
     "curvature",
     "explanation_smoothness",
@@ -44,4 +46,5 @@ __all__ = [
     "local_gradient_alignment",
     "register_penalty",
     "ssr_eigenvalue",
+    "topk_mass",
 ]

@@ -1,0 +1,177 @@
+"""Top-k mass penalty: the top-k fragility attack's own objective, trained against.
+
+penalty(x) = 1 - sum_{i in B(x)} p(x')_i, with p(x') the sum-normalised importance map of a
+differentiable explainer at x' and B(x) the positive pixels among the k most important of the
+clean map at x: the share of the perturbed map's mass that left the clean top-k set. x' is found
+by a few projected sign-ascent steps on that same value in B_inf(x, radius) (from a uniform
+random point of the ball by default), i.e. the inner maximisation is the top-k attack of
+Ghorbani, Abid & Zou ("Interpretation of Neural Networks is Fragile", AAAI 2019;
+`robust_train.attacks.objectives.topk`) run for a few steps, as attributional adversarial
+training does with its attack (RAR, Chen et al. 2019; ART, Singh et al. 2020). Unlike a map
+distance (L1, cosine), the value is aligned with the reported top-k intersection: it is zero
+exactly when the perturbed map keeps all its mass on the clean top-k set, and it does not reward
+dense maps that are close in distance but reorder their top-k set.
+
+B keeps only positive clean pixels: where a map has fewer than k positive pixels (Grad-CAM's
+ReLU), the attack's top-k set is filled with zero pixels by index (top-left first), which say
+nothing about the image. An all-zero clean map defines no set; its penalty is 0. Caution
+(benchmarks/NEW_EXPLAINERS.md): on Grad-CAM a large weight with a weak inner ascent (one step)
+is met by shrinking the maps, many to all-zero, which the gradient attack cannot move, so its
+mean over measured images rises while fewer images are measured; report the measured count and
+the share of all-zero maps beside it.
+
+The clean map only defines the set B (a top-k selection has no gradient), so it is computed
+without a graph; the penalty differentiates through the perturbed map (create_graph=True,
+double backprop). The ascent direction of an explainer whose map is piecewise constant on ReLU
+networks (saliency) is taken on the softplus surrogate (`ascent_beta`), as in the attack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from robust_train._options import build_options, takes_options
+from robust_train._validation import check_non_negative, check_positive
+from robust_train.attacks.options import check_linf_budget
+from robust_train.explain.maps import importance_map, normalize_map
+from robust_train.explain.registry import explainer_spec, resolve_explainer
+from robust_train.explain.similarity import topk_mask
+from robust_train.models.softplus import smooth_relus
+from robust_train.regularizers._inner import PGDOptions, linf_pgd
+from robust_train.regularizers.base import PenaltyTerm, register_penalty
+
+__all__ = ["TopKMassOptions", "TopKMassPenalty", "topk_mass"]
+
+Explainer = Callable[..., Tensor]
+
+
+@dataclass(frozen=True)
+class TopKMassOptions:
+    """The options of the top-k mass penalty (the function and the term take them).
+
+    Attributes:
+        explainer: any differentiable explainer or its registered name (grad_cam, saliency, ...).
+        k: size of the clean top-k set B (the attack's k; MNIST protocol 100); at most H * W.
+        radius: L_inf radius of x' around x (pixel units of [0, 1] images, < 1).
+        n_ascent_steps: sign-ascent steps on the penalty's own value (0: x' is the start point).
+        ascent_step_size: step of the ascent (default 2.5 * radius / max(1, n_ascent_steps),
+            the PGD rule of Madry et al. that lets a few steps reach the ball's boundary).
+        random_start: start the ascent at a uniform point of the ball (else at x).
+        ascent_beta: during the ascent only, every ReLU computes softplus_ascent_beta when the
+            explainer's map is piecewise constant on ReLU nets (None: the model itself); the
+            penalty itself is always computed on the model.
+    """
+
+    explainer: str | Explainer = "saliency"
+    k: int = 100
+    radius: float = 0.3
+    n_ascent_steps: int = 1
+    ascent_step_size: float | None = None
+    random_start: bool = True
+    ascent_beta: float | None = 10.0
+
+    def __post_init__(self) -> None:
+        check_positive(self.k, "k", integer=True)
+        check_linf_budget(self.radius, "radius")
+        check_non_negative(self.n_ascent_steps, "n_ascent_steps", integer=True)
+        check_positive(self.step, "ascent_step_size")
+        if not isinstance(self.random_start, bool):
+            raise TypeError(f"`random_start` must be a bool, got {self.random_start!r}")
+        if self.ascent_beta is not None:
+            check_positive(self.ascent_beta, "ascent_beta")
+        resolve_explainer(self.explainer, differentiable=True)
+
+    @property
+    def step(self) -> float:
+        """The ascent step: `ascent_step_size`, else 2.5 * radius / max(1, n_ascent_steps)."""
+        if self.ascent_step_size is not None:
+            return self.ascent_step_size
+        return 2.5 * self.radius / max(1, self.n_ascent_steps)
+
+
+@takes_options(TopKMassOptions)
+def topk_mass(
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    *,
+    generator: torch.Generator | None = None,
+    **options: Any,
+) -> Tensor:
+    """Per-sample share of the perturbed map's mass outside the clean top-k set, shape (B,).
+
+    Args:
+        model: the classifier being trained.
+        inputs: images (B, C, H, W) in [0, 1].
+        target: class indices whose explanation is regularised (the labels, in training).
+        generator: RNG of the random start (CPU generator).
+        **options: the fields of `TopKMassOptions`.
+
+    Returns:
+        Values in [0, 1] with a graph through the perturbed map (not through x').
+
+    Example:
+        >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3),
+        ...                           torch.nn.Softplus(), torch.nn.Linear(3, 2))
+        >>> x, y = torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 0, 1])
+        >>> value = topk_mass(net, x, y, k=4, radius=0.1, explainer="saliency")
+        >>> value.shape, bool(((value >= 0) & (value <= 1)).all())
+        (torch.Size([4]), True)
+    """
+    o = build_options(TopKMassOptions, options, where="topk_mass")
+    return _topk_mass(model, inputs, target, o, generator)
+
+
+def _topk_mass(
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    o: TopKMassOptions,
+    generator: torch.Generator | None,
+) -> Tensor:
+    """`topk_mass` with its options checked."""
+    explain = resolve_explainer(o.explainer, differentiable=True)[0]
+    x0 = inputs.detach()
+    clean = importance_map(explain(model, x0, target, create_graph=False)).detach()
+    support = topk_mask(clean, o.k) & (clean > 0)
+    informative = support.flatten(1).any(1).to(clean.dtype)
+
+    def outside(x: Tensor) -> Tensor:
+        maps = normalize_map(importance_map(explain(model, x, target, create_graph=True)), "sum")
+        return (1 - (maps * support).flatten(1).sum(1)) * informative
+
+    pgd = PGDOptions(o.radius, o.step, o.n_ascent_steps, o.random_start)
+    beta = o.ascent_beta if explainer_spec(explain).piecewise_constant else None
+    with smooth_relus(beta):
+        x_pert = linf_pgd(outside, x0, pgd, generator)
+    return outside(x_pert)
+
+
+@register_penalty("topk_mass")
+@takes_options(TopKMassOptions)
+class TopKMassPenalty(PenaltyTerm):
+    """Share of the map's mass that a short top-k attack pushes out of the clean top-k set
+    (see `topk_mass`).
+
+    Args:
+        weight, name, seed: as every `PenaltyTerm`.
+        **options: the fields of `TopKMassOptions`.
+
+    Example:
+        >>> TopKMassPenalty(weight=3.0, explainer="grad_cam").options.k
+        100
+    """
+
+    double_backprop = True  # the perturbed map is taken with create_graph=True
+    options_class = TopKMassOptions
+    test_options = {"k": 4, "n_ascent_steps": 1}
+
+    def penalty(
+        self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
+    ) -> Tensor:
+        return _topk_mass(model, inputs, target, self.options, self.generator)

@@ -3,23 +3,37 @@
 `evaluate_checkpoint(path, settings)` loads a `robust-train fit` checkpoint, rebuilds its held-out
 data from the datamodule recorded in it (or a config's `data:` section) and runs the suite;
 `export_checkpoint(src, dst)` writes a small copy (weights and rebuild metadata).
+
+Checkpoints are read tensors-only; one holding other Python objects is refused unless the user
+passes `--trust-checkpoint` (`trusted=True`), and the class paths a checkpoint records are checked
+to name an `nn.Module` (model) and a `LightningDataModule` (data) before anything is built.
 """
 
 from __future__ import annotations
 
-import importlib
+import argparse
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from pytorch_lightning import LightningDataModule
 from torch import Tensor, nn
 
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
-from robust_train.models.loading import CheckpointError, load_classifier, read_checkpoint
+from robust_train.models.config import ClassPathNotFound, resolve_class
+from robust_train.models.input_check import check_model_fits_data
+from robust_train.models.loading import (
+    CheckpointError,
+    checkpoint_safe,
+    classifier_from,
+    read_checkpoint,
+)
 
 __all__ = [
     "KEEP_KEYS",
+    "TRUST_FLAG",
+    "add_trust_argument",
     "checkpoint_meta",
     "data_config_from_yaml",
     "evaluate_checkpoint",
@@ -39,32 +53,83 @@ KEEP_KEYS = (
 )
 
 
-def instantiate(config: dict[str, Any]) -> Any:
-    """Build an object from {"class_path": "pkg.mod.Class", "init_args": {...}}."""
-    module_name, _, cls_name = config["class_path"].rpartition(".")
-    return getattr(importlib.import_module(module_name), cls_name)(**config.get("init_args", {}))
+TRUST_FLAG = "--trust-checkpoint"
+TRUST_HELP = (
+    "also load checkpoints that hold Python objects beyond tensors and plain values (full "
+    "unpickling). RISK: unpickling runs any code the file carries; use it only for files whose "
+    "maker you trust (those of `robust-train fit` and `export` never need it)"
+)
 
 
-def checkpoint_meta(path: str | Path) -> dict[str, Any]:
-    """`{"robust_train": ..., "wandb_run": ..., "epoch": ...}` of a checkpoint (empty dicts when
-    absent); raises FileNotFoundError / CheckpointError with the path when it is unreadable."""
-    ckpt = read_checkpoint(path)
+def add_trust_argument(parser: argparse.ArgumentParser) -> None:
+    """The `--trust-checkpoint` flag of every command that reads checkpoints (documented risk)."""
+    parser.add_argument(TRUST_FLAG, action="store_true", help=TRUST_HELP)
+
+
+def _read(path: str | Path, trusted: bool) -> Any:
+    return read_checkpoint(path, trusted=trusted, opt_in=f"pass {TRUST_FLAG}")
+
+
+def instantiate(config: dict[str, Any], what: str = "the data config") -> LightningDataModule:
+    """Build a datamodule from {"class_path": "pkg.mod.Class", "init_args": {...}}; the class is
+    checked to be a LightningDataModule before it is called."""
+    if not isinstance(config, dict):
+        raise ValueError(f"{what} must be a dict with 'class_path', got {config!r}")
+    cls = resolve_class(config.get("class_path"), LightningDataModule, what)
+    init_args = config.get("init_args") or {}
+    if not isinstance(init_args, dict):
+        raise ValueError(f"the init_args of {what} must be a dict, got {init_args!r}")
+    return cls(**init_args)
+
+
+def _check_classes(meta: dict[str, Any], path: str | Path) -> None:
+    """Refuse recorded class paths that import but name no nn.Module / LightningDataModule (one
+    that does not import fails where it is built, if it is used)."""
+    for key, base in (("model", nn.Module), ("datamodule", LightningDataModule)):
+        spec = meta.get(key)
+        if spec is None:
+            continue
+        what = f"the {key} recorded in {str(path)!r}"
+        if not isinstance(spec, dict):
+            raise CheckpointError(f"{what} is not a {{'class_path', 'init_args'}} dict: {spec!r}")
+        try:
+            resolve_class(spec.get("class_path"), base, what)
+        except ClassPathNotFound:
+            pass
+
+
+def _meta(ckpt: Any, path: str | Path) -> dict[str, Any]:
     if not isinstance(ckpt, dict):
         raise CheckpointError(f"{str(path)!r} is not a checkpoint written by `robust-train fit`")
-    return {
+    meta = {
         "robust_train": ckpt.get("robust_train") or {},
         "wandb_run": ckpt.get("wandb_run"),
         "epoch": ckpt.get("epoch"),
     }
+    if not isinstance(meta["robust_train"], dict):
+        raise CheckpointError(f"checkpoint['robust_train'] of {str(path)!r} is not a dict")
+    _check_classes(meta["robust_train"], path)
+    return meta
 
 
-def load_checkpoint(path: str | Path) -> tuple[nn.Module, dict[str, Any] | None]:
-    """The classifier of a `robust-train fit` checkpoint and its datamodule config (or None)."""
+def checkpoint_meta(path: str | Path, *, trusted: bool = False) -> dict[str, Any]:
+    """`{"robust_train": ..., "wandb_run": ..., "epoch": ...}` of a checkpoint (empty dicts when
+    absent); raises FileNotFoundError / CheckpointError with the path when it is unreadable,
+    holds Python objects and `trusted` is False, or records a class path of the wrong kind."""
+    return _meta(_read(path, trusted), path)
+
+
+def load_checkpoint(
+    path: str | Path, *, trusted: bool = False
+) -> tuple[nn.Module, dict[str, Any] | None]:
+    """The classifier of a `robust-train fit` checkpoint and its datamodule config (or None); the
+    file is read once, and its class paths are checked before the model is built."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"`ckpt` {str(path)!r} does not exist")
-    model = load_classifier(path)
-    return model, checkpoint_meta(path)["robust_train"].get("datamodule")
+    ckpt = _read(path, trusted)
+    meta = _meta(ckpt, path)
+    return classifier_from(ckpt, path), meta["robust_train"].get("datamodule")
 
 
 def data_config_from_yaml(path: str | Path) -> dict[str, Any]:
@@ -84,10 +149,12 @@ def heldout_tensors(
 ) -> tuple[Tensor, Tensor, float | None]:
     """The first `n_samples` images and labels of a datamodule's held-out split, and, when a model
     is given, its accuracy on the whole split (streamed batch by batch)."""
-    dm = instantiate(data_config)
+    dm = instantiate(data_config, "the datamodule of the held-out data")
     dm.prepare_data()
     dm.setup("test" if split == "test" else "validate")
     loader = dm.test_dataloader() if split == "test" else dm.val_dataloader()
+    if model is not None:  # one probe forward: channels, size and classes (issue 19, items 3-4)
+        check_model_fits_data(model, dm, loader)
     xs, ys, n, correct, total = [], [], 0, 0, 0
     for x, y in loader:
         if n < n_samples:
@@ -114,9 +181,10 @@ def evaluate_checkpoint(
     split: str = "test",
     progress: bool = True,
     threads: int | None = None,
+    trusted: bool = False,
 ) -> dict[str, Any]:
     """Load a checkpoint and its held-out data, run the suite, add the training time."""
-    model, stored = load_checkpoint(ckpt)
+    model, stored = load_checkpoint(ckpt, trusted=trusted)
     if threads is not None:
         torch.set_num_threads(threads)
     elif sum(p.numel() for p in model.parameters()) < 1_000_000:
@@ -132,7 +200,7 @@ def evaluate_checkpoint(
     if accuracy is not None:
         result["measures"]["split_accuracy"] = accuracy
     result["evaluation_seconds"] = time.perf_counter() - start
-    meta = checkpoint_meta(ckpt)
+    meta = checkpoint_meta(ckpt, trusted=trusted)
     if meta["robust_train"].get("training_seconds") is not None:
         result["training_seconds"] = meta["robust_train"]["training_seconds"]
     if meta["epoch"] is not None:
@@ -142,19 +210,23 @@ def evaluate_checkpoint(
     return result
 
 
-def export_checkpoint(src: str | Path, dst: str | Path) -> Path:
+def export_checkpoint(src: str | Path, dst: str | Path, *, trusted: bool = False) -> Path:
     """Write a small copy of a fit checkpoint: weights and rebuild metadata, no optimizer state.
 
     The copy loads with `load_classifier`, `robust-train evaluate` and `compare`, and as
-    `init_checkpoint` for fine-tuning; it cannot resume training.
+    `init_checkpoint` for fine-tuning; it cannot resume training. It always loads tensors-only:
+    anything else (Python objects a trusted `src` held) is written as plain values or its repr.
     """
-    ckpt = read_checkpoint(src)
+    ckpt = _read(src, trusted)
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "robust_train" not in ckpt:
         raise CheckpointError(
             f"`src` {str(src)!r} is not a checkpoint written by `robust-train fit`"
         )
-    small = {k: ckpt[k] for k in KEEP_KEYS if k in ckpt}
-    small["state_dict"] = {k: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")}
+    _meta(ckpt, src)
+    small = {k: checkpoint_safe(ckpt[k]) for k in KEEP_KEYS if k in ckpt and k != "state_dict"}
+    small["state_dict"] = {
+        k: checkpoint_safe(v) for k, v in ckpt["state_dict"].items() if k.startswith("model.")
+    }
     dst = Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
     torch.save(small, dst)

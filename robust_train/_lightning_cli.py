@@ -30,6 +30,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from robust_train._quiet import quiet_lightning
 from robust_train.checkpointing import RunCheckpoint, latest_run_folder, new_run_folder
+from robust_train.models.config import record_config
 from robust_train.models.loading import CheckpointError, read_checkpoint
 from robust_train.module import RobustClassifier
 
@@ -147,7 +148,8 @@ class RobustCLI(LightningCLI):
         if path in KEYWORD_CHECKPOINTS and not Path(path).exists():
             path = _keyword_checkpoint(path, config)
             config.ckpt_path = path
-        ckpt = read_checkpoint(path)
+        trusted = config.get("weights_only") is False  # Lightning's own opt-in to full unpickling
+        ckpt = read_checkpoint(path, trusted=trusted, opt_in="pass --weights_only false")
         if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
             raise CheckpointError(
                 f"`--ckpt_path` {path!r} is not a Lightning checkpoint (no 'state_dict')"
@@ -191,6 +193,8 @@ class RobustCLI(LightningCLI):
             threads = 1
         if threads is not None:
             torch.set_num_threads(int(threads))
+        # a model class without RecordsConfig: checkpoints record the config section that built it
+        record_config(getattr(self.model, "model", None), (config.get("model") or {}).get("model"))
         resume = getattr(self, "resume_checkpoint", None)
         if resume is not None:
             _check_fits(resume, self.model)

@@ -24,7 +24,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from robust_train._checkpoint_io import data_config_from_yaml, heldout_tensors, load_checkpoint
+from robust_train._checkpoint_io import (
+    add_trust_argument,
+    data_config_from_yaml,
+    heldout_tensors,
+    load_checkpoint,
+)
 from robust_train._runtime import predict
 from robust_train._settings_cli import CommandParser
 from robust_train.certify.report import summary_markdown, write_plot
@@ -64,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output folder (default runs/certify/<checkpoint path>)")
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--no-progress", action="store_true")
+    add_trust_argument(p)
     return p
 
 
@@ -133,7 +139,7 @@ def certify_main(argv: list[str]) -> int:
     _check_out(out, paths, args.overwrite)
     models, config = {}, data_config_from_yaml(args.data_config) if args.data_config else None
     for name, ckpt in zip(names, args.ckpt, strict=True):
-        models[name], stored = load_checkpoint(ckpt)
+        models[name], stored = load_checkpoint(ckpt, trusted=args.trust_checkpoint)
         config = config or stored
     if config is None:
         raise ValueError(f"checkpoint {args.ckpt[0]!r} records no datamodule; pass --data-config")

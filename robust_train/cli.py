@@ -47,7 +47,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "robust_train.demo:main",
     ),
     "evaluate": (
-        "robustness suite (attacks, Lipschitz, fidelity) on one checkpoint",
+        "robustness suite (attacks, Lipschitz, fidelity) on one checkpoint or --model/--weights",
         "robust_train.commands:evaluate_main",
     ),
     "compare": (
@@ -194,6 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("ROBUST_TRAIN_DEBUG", "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
+    if os.getcwd() not in sys.path:  # `class_path: mynet.Net` finds ./mynet.py, as `python -m` does
+        sys.path.append(os.getcwd())  # last: installed packages are never shadowed
     if not argv:
         print(help_text(), file=sys.stderr)
         print(f"{PROG}: error: a command is required", file=sys.stderr)

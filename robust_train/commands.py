@@ -4,6 +4,7 @@
     robust-train evaluate --ckpt checkpoints/digits_robust.ckpt --protocol rar --n-samples 50
     robust-train compare checkpoints/digits_baseline.ckpt checkpoints/digits_robust.ckpt \
         --out runs/compare
+    robust-train evaluate --model torchvision:resnet50 --weights my.pth --data-config data.yaml
 
 Every argument is checked (names of explainers and attacks, positive counts, budgets, files)
 before a checkpoint is loaded; the flags are the fields of `EvaluationSettings`
@@ -14,6 +15,10 @@ default settings -> runs/eval/x/version_0/best/default; `--protocol rar` -> .../
 -> .../custom-<hash>), and refuses to write over results of another checkpoint or of other
 settings unless `--overwrite`; `compare` does the same for its folder. When a checkpoint records
 the W&B run it was trained in, the numbers are also added to that run's summary (`eval/<key>`).
+A model not trained here is given by `--model` (and `--weights`; for `compare` the positional
+files are then weights): see `robust_train._model_source`. Before any work one probe forward
+checks the data's channels, image size and classes against the model
+(`robust_train.models.input_check`).
 """
 
 from __future__ import annotations
@@ -24,7 +29,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from robust_train._checkpoint_io import checkpoint_meta, evaluate_checkpoint, export_checkpoint
+from robust_train._checkpoint_io import (
+    add_trust_argument,
+    checkpoint_meta,
+    evaluate_checkpoint,
+    export_checkpoint,
+)
+from robust_train._model_source import (
+    ModelSource,
+    add_model_source_arguments,
+    evaluate_model_source,
+    model_source_from,
+)
 from robust_train._settings_cli import CommandParser, add_settings_arguments, settings_from
 from robust_train.evaluation import PROTOCOLS, EvaluationSettings
 
@@ -127,8 +143,12 @@ def summary_markdown(name: str, result: dict[str, Any], table: str) -> str:
         "",
         table,
         "",
-        f"Checkpoint: `{result.get('checkpoint')}` (epoch {result.get('epoch', '-')}); "
-        f"{result.get('split', 'test')} split; {result.get('n_images', '-')} images, "
+        (
+            f"Model: `{result['model']}` with weights `{result.get('weights') or 'none given'}`; "
+            if result.get("model")
+            else f"Checkpoint: `{result.get('checkpoint')}` (epoch {result.get('epoch', '-')}); "
+        )
+        + f"{result.get('split', 'test')} split; {result.get('n_images', '-')} images, "
         f"{int(measures.get('n_attacked') or 0)} attacked.",
         "",
         "## Settings",
@@ -141,21 +161,31 @@ def summary_markdown(name: str, result: dict[str, Any], table: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _record(ckpt: str | Path, result: dict[str, Any], skip: bool) -> None:
+def _record(ckpt: str | Path, result: dict[str, Any], skip: bool, trusted: bool = False) -> None:
     if skip:
         return
     from robust_train.loggers import record_evaluation
     from robust_train.report import to_json
 
-    record_evaluation(checkpoint_meta(ckpt)["wandb_run"], to_json({"r": result})["r"]["measures"])
+    run = checkpoint_meta(ckpt, trusted=trusted)["wandb_run"]
+    record_evaluation(run, to_json({"r": result})["r"]["measures"])
 
 
-def _evaluate_all(args: Any, checkpoints: list[str], settings: EvaluationSettings) -> list[Any]:
-    for ckpt in checkpoints:
+def _evaluate_all(
+    args: Any,
+    checkpoints: list[str],
+    settings: EvaluationSettings,
+    sources: list[ModelSource] | None = None,
+) -> list[Any]:
+    for ckpt in checkpoints if sources is None else [s.weights for s in sources if s.weights]:
         if not Path(ckpt).is_file():
             raise FileNotFoundError(f"checkpoint {ckpt!r} does not exist")
+    for ckpt in checkpoints:  # every file readable and its class paths checked before any work
+        checkpoint_meta(ckpt, trusted=args.trust_checkpoint)
     if args.data_config and not Path(args.data_config).is_file():
         raise FileNotFoundError(f"`--data-config` {args.data_config!r} does not exist")
+    if sources is not None:  # --model: a model not trained here (robust_train._model_source)
+        return [_source_result(args, source, settings) for source in sources]
     results = []
     for ckpt in checkpoints:
         result = evaluate_checkpoint(
@@ -165,11 +195,26 @@ def _evaluate_all(args: Any, checkpoints: list[str], settings: EvaluationSetting
             split=args.split,
             progress=not args.no_progress,
             threads=args.threads,
+            trusted=args.trust_checkpoint,
         )
         result["checkpoint_path"] = str(Path(ckpt).resolve())
         result["settings_tag"] = settings_tag(settings)
         results.append(result)
     return results
+
+
+def _source_result(args: Any, source: ModelSource, settings: EvaluationSettings) -> Any:
+    result = evaluate_model_source(
+        source,
+        settings,
+        data_config=args.data_config,
+        split=args.split,
+        progress=not args.no_progress,
+        threads=args.threads,
+    )
+    result["checkpoint_path"] = str(Path(source.label).resolve())
+    result["settings_tag"] = settings_tag(settings)
+    return result
 
 
 def evaluate_main(argv: list[str]) -> int:
@@ -178,7 +223,8 @@ def evaluate_main(argv: list[str]) -> int:
     parser = CommandParser(
         prog="robust-train evaluate", description="Robustness evaluation of one checkpoint."
     )
-    parser.add_argument("--ckpt", required=True, help="a .ckpt written by `robust-train fit`")
+    parser.add_argument("--ckpt", help="a .ckpt written by `robust-train fit` (or use --model)")
+    add_model_source_arguments(parser)
     parser.add_argument(
         "--out",
         default=None,
@@ -187,18 +233,26 @@ def evaluate_main(argv: list[str]) -> int:
     parser.add_argument(
         "--overwrite", action="store_true", help="write over other results in --out"
     )
+    add_trust_argument(parser)
     add_settings_arguments(parser)
     args = parser.parse_args(argv)
     settings = settings_from(args)
-    out = Path(args.out) if args.out else default_out(args.ckpt, settings)
-    _check_out(out, [args.ckpt], settings, args.overwrite)
-    (result,) = _evaluate_all(args, [args.ckpt], settings)
+    source = model_source_from(args)
+    if (args.ckpt is None) == (source is None):
+        raise ValueError(
+            "give `--ckpt` (a fit checkpoint) or `--model` (with --weights and --data-config), "
+            f"not {'both' if source else 'neither'}"
+        )
+    target = args.ckpt if source is None else source.label
+    out = Path(args.out) if args.out else default_out(target, settings)
+    _check_out(out, [target], settings, args.overwrite)
+    (result,) = _evaluate_all(args, [target], settings, None if source is None else [source])
     out.mkdir(parents=True, exist_ok=True)
-    name = Path(args.ckpt).stem
+    name = Path(target).stem
     (out / "results.json").write_text(json.dumps(to_json({name: result}), indent=2))
     table = summary_table({name: result})
-    (out / "summary.md").write_text(summary_markdown(args.ckpt, result, table))
-    _record(args.ckpt, result, args.no_wandb)
+    (out / "summary.md").write_text(summary_markdown(target, result, table))
+    _record(target, result, args.no_wandb or source is not None, args.trust_checkpoint)
     print(table)
     print(
         f"\nevaluated in {result['evaluation_seconds']:.1f} s; wrote {out / 'results.json'} and "
@@ -214,7 +268,10 @@ def compare_main(argv: list[str]) -> int:
         prog="robust-train compare",
         description="Evaluate several checkpoints with the same settings; write a report.",
     )
-    parser.add_argument("ckpts", nargs="+", help="two or more checkpoints")
+    parser.add_argument(
+        "ckpts", nargs="+", help="two or more checkpoints (with --model: weights files)"
+    )
+    add_model_source_arguments(parser, weights=False)
     parser.add_argument("--names", nargs="+", help="column names (default: file stems)")
     parser.add_argument(
         "--out", default="runs/compare", help="folder for report.md, results.json and plots"
@@ -222,6 +279,7 @@ def compare_main(argv: list[str]) -> int:
     parser.add_argument(
         "--overwrite", action="store_true", help="write over other results in --out"
     )
+    add_trust_argument(parser)
     add_settings_arguments(parser)
     args = parser.parse_args(argv)
     if len(args.ckpts) < 2:
@@ -235,10 +293,16 @@ def compare_main(argv: list[str]) -> int:
     if len(set(names)) != len(names):
         raise ValueError(f"the column names {names} repeat; pass distinct --names")
     settings = settings_from(args)
+    source = model_source_from(args)
+    sources = None if source is None else [ModelSource(source.spec, c) for c in args.ckpts]
     _check_out(Path(args.out), list(args.ckpts), settings, args.overwrite)
-    results = dict(zip(names, _evaluate_all(args, list(args.ckpts), settings), strict=True))
+    results = dict(
+        zip(names, _evaluate_all(args, list(args.ckpts), settings, sources), strict=True)
+    )
     histories = {
-        n: checkpoint_meta(c)["robust_train"].get("history") or {}
+        n: {}
+        if source
+        else checkpoint_meta(c, trusted=args.trust_checkpoint)["robust_train"].get("history") or {}
         for n, c in zip(names, args.ckpts, strict=True)
     }
     path = write_report(results, args.out, histories=histories)
@@ -254,7 +318,8 @@ def export_main(argv: list[str]) -> int:
     )
     parser.add_argument("src")
     parser.add_argument("dst")
+    add_trust_argument(parser)
     args = parser.parse_args(argv)
-    path = export_checkpoint(args.src, args.dst)
+    path = export_checkpoint(args.src, args.dst, trusted=args.trust_checkpoint)
     print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
     return 0

@@ -22,6 +22,7 @@ from robust_train._module_parts import (
 )
 from robust_train._precision import check_precision, penalty_value
 from robust_train._validation import check_choice, check_images, check_non_negative, check_positive
+from robust_train.models.loading import checkpoint_safe
 from robust_train.models.softplus import softplus
 from robust_train.regularizers.base import PenaltyTerm, check_declared
 
@@ -58,7 +59,10 @@ class RobustClassifier(pl.LightningModule):
         freeze_backbone_epochs: train only the head for this many epochs (fine-tuning).
         head: attribute path of the head module (e.g. "fc", "backbone.fc"); default: last nn.Linear.
         init_checkpoint: weights to start from: a .ckpt written by `robust-train fit` or a
-            state_dict file (fine-tuning a user checkpoint).
+            state_dict file (fine-tuning a user checkpoint). Read tensors-only.
+        trust_init_checkpoint: also load an `init_checkpoint` that holds Python objects beyond
+            tensors and plain values (full unpickling). RISK: that runs any code the file
+            carries; only for files whose maker you trust.
         on_nonfinite: "raise" stops with an error naming the term when a loss part is NaN/inf;
             "skip" skips that optimisation step (one warning per fit, `train/skipped_steps` per
             epoch; one process only: refused under DDP).
@@ -84,6 +88,7 @@ class RobustClassifier(pl.LightningModule):
         freeze_backbone_epochs: int = 0,
         head: str | None = None,
         init_checkpoint: str | None = None,
+        trust_init_checkpoint: bool = False,
         on_nonfinite: str = "raise",
         label_smoothing: float = 0.0,
         lr_scheduler_interval: str = "epoch",
@@ -114,7 +119,12 @@ class RobustClassifier(pl.LightningModule):
         if init_checkpoint is not None:
             from robust_train.models import load_classifier
 
-            model = load_classifier(init_checkpoint, model=model).train()
+            model = load_classifier(
+                init_checkpoint,
+                model=model,
+                trusted=trust_init_checkpoint,
+                opt_in="set `trust_init_checkpoint: true` in the model section",
+            ).train()
         self.model = (
             softplus(model, softplus_beta, inplace=True) if softplus_beta is not None else model
         )
@@ -372,7 +382,12 @@ class RobustClassifier(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Record what `load_classifier` and `robust-train evaluate` need to rebuild the model
-        and data, and the run's descriptions (`run_config`)."""
+        and data, and the run's descriptions (`run_config`). The hyper-parameters of the module
+        and the datamodule are stored as plain values (paths as strings, any other object as its
+        repr), so every checkpoint loads tensors-only, without `--trust-checkpoint`."""
+        for key in ("hyper_parameters", "datamodule_hyper_parameters"):
+            if key in checkpoint:
+                checkpoint[key] = checkpoint_safe(checkpoint[key])
         checkpoint["robust_train"] = {
             "model": try_model_config(self.model),
             "softplus_beta": self.hparams["softplus_beta"],

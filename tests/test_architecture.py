@@ -46,6 +46,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "demo",
         "_lightning_cli",
         "_checkpoint_io",
+        "_model_source",
         "_settings_cli",
         "certify_command",
         "__main__",

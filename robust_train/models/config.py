@@ -2,6 +2,10 @@
 
 Checkpoints store `{"class_path": ..., "init_args": {...}}` next to the weights (the layout of
 LightningCLI / jsonargparse), so a classifier can be rebuilt without the training code or config.
+A model class records its constructor arguments itself when it derives from `RecordsConfig`;
+`robust-train fit` records any other model's from the config that built it (`record_config`).
+Class paths read from a file are resolved and type-checked (`resolve_class`) before anything in
+them is called.
 """
 
 from __future__ import annotations
@@ -9,15 +13,36 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import os
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from torch import Tensor, nn
 
-__all__ = ["RecordsConfig", "model_config", "build_model"]
+__all__ = [
+    "ClassPathError",
+    "ClassPathNotFound",
+    "RecordsConfig",
+    "build_model",
+    "model_config",
+    "record_config",
+    "resolve_class",
+]
 
 _FLAG = "_rt_recording_init"
+_RECORD = "_model_config"
+
+
+class ClassPathError(ImportError, TypeError):
+    """A class path that cannot be imported, or names something other than the class expected (a
+    user error: the console script prints it as one line, exit code 2)."""
+
+    user_error = True
+
+
+class ClassPathNotFound(ClassPathError):
+    """A class path whose module or attribute cannot be imported."""
 
 
 class RecordsConfig:
@@ -73,7 +98,7 @@ def _recording(init: Callable[..., None]) -> Callable[..., None]:
                         )
                 else:
                     recorded[name] = value
-            object.__setattr__(self, "_model_config", {"init_args": recorded})
+            object.__setattr__(self, _RECORD, {"init_args": recorded})
 
     return wrapper
 
@@ -93,6 +118,8 @@ def _plain(value: Any, where: str) -> Any:
     """Convert to plain, picklable-with-weights_only values (tuples become lists)."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
     if isinstance(value, Tensor):
         return value.tolist()
     if isinstance(value, (list, tuple)):
@@ -118,7 +145,7 @@ def model_config(model: nn.Module) -> dict[str, Any]:
         >>> cfg["class_path"], cfg["init_args"]["width"]
         ('robust_train.models.SmallCNN', 8)
     """
-    recorded = getattr(model, "__dict__", {}).get("_model_config")
+    recorded = getattr(model, "__dict__", {}).get(_RECORD)
     if recorded is None:
         raise TypeError(
             f"{type(model).__name__} does not record its constructor arguments; derive it from "
@@ -130,12 +157,20 @@ def model_config(model: nn.Module) -> dict[str, Any]:
     return {"class_path": _class_path(type(model)), "init_args": init_args}
 
 
-def _import(class_path: str) -> Any:
+def _import(class_path: str, what: str) -> Any:
     parts = class_path.split(".")
+    missing: ModuleNotFoundError | None = None
     for cut in range(len(parts) - 1, 0, -1):
+        name = ".".join(parts[:cut])
         try:
-            obj: Any = importlib.import_module(".".join(parts[:cut]))
-        except ModuleNotFoundError:
+            obj: Any = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name and not name.startswith(err.name):
+                raise ClassPathNotFound(
+                    f"cannot import class_path {class_path!r} ({what}): its module {name!r} "
+                    f"fails to import: {err}"
+                ) from err
+            missing = missing or err
             continue
         try:
             for attr in parts[cut:]:
@@ -143,16 +178,95 @@ def _import(class_path: str) -> Any:
         except AttributeError:
             break
         return obj
-    raise ImportError(f"cannot import class_path {class_path!r} of the model config")
+    reason = f"{missing}; put the folder that holds it on PYTHONPATH" if missing else "no such name"
+    raise ClassPathNotFound(f"cannot import class_path {class_path!r} ({what}): {reason}")
 
 
-def build_model(config: Mapping[str, Any], *, skip_pretrained: bool = False) -> nn.Module:
+def resolve_class(class_path: Any, base: type, what: str) -> type:
+    """The class `class_path` names, checked to be `base` or a subclass of it before anything is
+    called (a path read from a checkpoint may name any callable, such as `subprocess.Popen`).
+
+    Args:
+        class_path: a dotted path "pkg.module.Class".
+        base: the class it must be (e.g. `nn.Module`, `LightningDataModule`).
+        what: where the path came from, for the error (e.g. "the model recorded in x.ckpt").
+
+    Raises:
+        ClassPathError: (an ImportError and TypeError) it is not a subclass of `base`, or
+            (ClassPathNotFound) cannot be imported; one line naming the path, `what` and `base`.
+
+    Example:
+        >>> resolve_class("torch.nn.Linear", nn.Module, "a test").__name__
+        'Linear'
+        >>> resolve_class("subprocess.Popen", nn.Module, "a test")
+        Traceback (most recent call last):
+        ...
+        robust_train.models.config.ClassPathError: class_path 'subprocess.Popen' (a test) ...
+    """
+    if not isinstance(class_path, str) or not class_path.strip():
+        raise ClassPathError(f"class_path of {what} must be a dotted path, got {class_path!r}")
+    cls = _import(class_path, what)
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ClassPathError(
+            f"class_path {class_path!r} ({what}) is not a {_class_path(base)} subclass but "
+            f"{cls!r}; refused before calling it"
+        )
+    return cls
+
+
+def record_config(model: Any, spec: Any) -> bool:
+    """Record on `model` the init_args of the config section `spec` (`{"class_path",
+    "init_args"}`, a dict or a jsonargparse Namespace) that built it, so that `model_config` and
+    the checkpoints of `robust-train fit` hold them, for a model class that does not derive from
+    `RecordsConfig`. Nothing is recorded (False) when the model records its own, when `spec`
+    names another class, or when the init_args are not plain values (nested class specs
+    included).
+
+    Example:
+        >>> net = nn.Linear(2, 3)
+        >>> record_config(net, {"class_path": "torch.nn.Linear",
+        ...                     "init_args": {"in_features": 2, "out_features": 3}})
+        True
+        >>> model_config(net)
+        {'class_path': 'torch.nn.Linear', 'init_args': {'in_features': 2, 'out_features': 3}}
+    """
+    if not isinstance(model, nn.Module) or _RECORD in model.__dict__:
+        return False
+    as_dict = getattr(spec, "as_dict", None)
+    spec = as_dict() if callable(as_dict) else spec
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("class_path"), str):
+        return False
+    init_args = spec.get("init_args") or {}
+    try:
+        if _import(spec["class_path"], "the model") is not type(model):
+            return False
+        plain = {k: _plain(v, f"`{k}`") for k, v in dict(init_args).items()}
+    except (ImportError, TypeError, ValueError):
+        return False
+    if _has_class_spec(plain):
+        return False
+    object.__setattr__(model, _RECORD, {"init_args": plain})
+    return True
+
+
+def _has_class_spec(value: Any) -> bool:
+    if isinstance(value, Mapping):
+        return "class_path" in value or any(_has_class_spec(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_class_spec(v) for v in value)
+    return False
+
+
+def build_model(
+    config: Mapping[str, Any], *, skip_pretrained: bool = False, what: str = "the model config"
+) -> nn.Module:
     """Build a model from `{"class_path": "pkg.module.Class", "init_args": {...}}`.
 
     Args:
         config: the dict written by `model_config` (or a LightningCLI-style model section).
         skip_pretrained: build the architecture only: apply the class's `skip_pretrained_args`
             (used when a state dict will be loaded next, so no weights are downloaded).
+        what: where the config came from, named in a class-path error.
 
     Example:
         >>> net = build_model(
@@ -166,9 +280,7 @@ def build_model(config: Mapping[str, Any], *, skip_pretrained: bool = False) -> 
     init_args = config.get("init_args") or {}
     if not isinstance(init_args, Mapping):
         raise ValueError(f"`config['init_args']` must be a dict, got {init_args!r}")
-    cls = _import(config["class_path"])
-    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        raise TypeError(f"class_path {config['class_path']!r} is not an nn.Module class: {cls!r}")
+    cls = resolve_class(config["class_path"], nn.Module, what)
     args = dict(init_args)
     if skip_pretrained:
         args.update(getattr(cls, "skip_pretrained_args", {}))

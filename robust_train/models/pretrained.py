@@ -17,7 +17,22 @@ import torch
 import torchvision
 from torch import Tensor
 
-__all__ = ["resolve_weights", "hub_checkpoint_path", "fetch_state_dict", "load_state_dict_file"]
+from robust_train.models.loading import read_checkpoint
+
+__all__ = [
+    "PretrainedWeightsError",
+    "resolve_weights",
+    "hub_checkpoint_path",
+    "fetch_state_dict",
+    "load_state_dict_file",
+]
+
+
+class PretrainedWeightsError(RuntimeError):
+    """Pretrained weights that cannot be had (offline, unreadable cache): a user error, printed by
+    the console script as its one line (exit code 2)."""
+
+    user_error = True
 
 
 def resolve_weights(name: str, weights: str | None) -> Any:
@@ -49,12 +64,15 @@ def hub_checkpoint_path(weights: Any) -> Path:
     return Path(torch.hub.get_dir()) / "checkpoints" / file_name
 
 
-def load_state_dict_file(path: str | os.PathLike[str]) -> dict[str, Tensor]:
-    """Load a state dict saved with `torch.save(model.state_dict(), path)` (tensors only)."""
+def load_state_dict_file(
+    path: str | os.PathLike[str], *, trusted: bool = False
+) -> dict[str, Tensor]:
+    """Load a state dict saved with `torch.save(model.state_dict(), path)`, tensors-only unless
+    `trusted` (full unpickling; RISK: runs any code the file carries, see `read_checkpoint`)."""
     file = Path(path).expanduser()
     if not file.is_file():
         raise FileNotFoundError(f"state dict file {str(file)!r} does not exist")
-    state = torch.load(file, map_location="cpu", weights_only=True)
+    state = read_checkpoint(file, trusted=trusted, opt_in="set `trust_weights_path: true`")
     if isinstance(state, Mapping) and isinstance(state.get("state_dict"), Mapping):
         state = state["state_dict"]
     if not isinstance(state, Mapping) or not all(isinstance(v, Tensor) for v in state.values()):
@@ -76,14 +94,14 @@ def fetch_state_dict(weights: Any, name: str) -> dict[str, Tensor]:
         try:
             return load_state_dict_file(target)
         except Exception as err:
-            raise RuntimeError(
+            raise PretrainedWeightsError(
                 f"Cannot read the cached weights {target} for {name!r} ({weights!r}): {err}. "
                 "Delete the file to download it again, or pass weights_path=<a state_dict file>."
             ) from err
     try:
         return dict(weights.get_state_dict(progress=False, check_hash=True))
     except Exception as err:
-        raise RuntimeError(
+        raise PretrainedWeightsError(
             f"Could not get the pretrained weights {weights!r} for torchvision model {name!r}: "
             f"torchvision looked for the file {target.name!r} in the hub checkpoints folder "
             f"{str(target.parent)!r} (TORCH_HOME={os.environ.get('TORCH_HOME', '<unset>')}) and "

@@ -47,11 +47,15 @@ class TorchvisionClassifier(RecordsConfig, nn.Module):
         in_channels: 3, 1 (the gray channel is repeated to RGB, keeping pretrained filters
             meaningful) or another number (the first convolution is rebuilt).
         weights_path: a local file holding a torchvision-format state dict (e.g. the hub file, or
-            `torch.save(torchvision_model.state_dict())`); loaded instead of downloading.
+            `torch.save(torchvision_model.state_dict())`); loaded instead of downloading, read
+            tensors-only.
         load_weights: False builds the architecture and normalisation of `weights` without
             fetching them (load_classifier does this before loading a checkpoint).
         model_kwargs: extra keyword arguments for the torchvision constructor
             (e.g. `{"image_size": 32}` for a ViT).
+        trust_weights_path: also load a `weights_path` that holds Python objects beyond tensors
+            (full unpickling). RISK: that runs any code the file carries; only for files whose
+            maker you trust.
 
     Example:
         >>> net = TorchvisionClassifier("resnet18", num_classes=10)
@@ -70,6 +74,7 @@ class TorchvisionClassifier(RecordsConfig, nn.Module):
         weights_path: str | None = None,
         load_weights: bool = True,
         model_kwargs: Mapping[str, Any] | None = None,
+        trust_weights_path: bool = False,
     ):
         super().__init__()
         check_positive(num_classes, "num_classes", integer=True)
@@ -85,7 +90,7 @@ class TorchvisionClassifier(RecordsConfig, nn.Module):
         backbone = torchvision.models.get_model(name, weights=None, **kwargs)
         if load_weights and (weights_path is not None or weights_enum is not None):
             if weights_path is not None:
-                state = load_state_dict_file(weights_path)
+                state = load_state_dict_file(weights_path, trusted=trust_weights_path)
             else:
                 state = fetch_state_dict(weights_enum, name)
             _load_backbone(

@@ -15,6 +15,7 @@ from robust_train.models import (
     model_config,
     softplus,
 )
+from robust_train.models.loading import UntrustedCheckpointError
 
 
 def _trained_like(model: nn.Module) -> nn.Module:
@@ -65,11 +66,14 @@ def test_fit_checkpoint_with_softplus_beta(tmp_path):
 
 
 def test_fit_checkpoint_with_python_objects_in_hyperparameters(tmp_path):
+    """Python objects need full unpickling: refused by default, loaded with trusted=True."""
     model = _trained_like(SmallCNN(width=8))
     path = tmp_path / "hp.ckpt"
     torch.save(_fit_checkpoint(model, hyper_parameters={"explainer": saliency}), path)
+    with pytest.raises(UntrustedCheckpointError, match=r"hp\.ckpt.*saliency.*trusted=True"):
+        load_classifier(path)
     x = torch.rand(2, 1, 8, 8)
-    torch.testing.assert_close(load_classifier(path)(x), model(x))
+    torch.testing.assert_close(load_classifier(path, trusted=True)(x), model(x))
 
 
 def test_pretrained_config_is_rebuilt_without_downloading(tmp_path, monkeypatch):

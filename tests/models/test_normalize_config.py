@@ -148,7 +148,7 @@ def test_model_config_rejects_objects():
         (
             {"class_path": "robust_train.models.Normalize.forward"},
             TypeError,
-            "not an nn.Module class",
+            "not a torch.nn.Module subclass",
         ),
         (
             {"class_path": "robust_train.models.SmallCNN", "init_args": {"depth": 3}},

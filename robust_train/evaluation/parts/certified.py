@@ -77,7 +77,8 @@ class CertifiedPart(EvaluationPart):
         self, model: nn.Module, inputs: Tensor, labels: Tensor, predictions: Tensor
     ) -> PartOutput:
         s = self.settings
-        keep = predictions == labels if s.correct_only else torch.ones_like(labels, dtype=torch.bool)
+        everyone = torch.ones_like(labels, dtype=torch.bool)
+        keep = predictions == labels if s.correct_only else everyone
         out = PartOutput()
         for explainer in s.attack_explainers:
             name = explainer_name(explainer)

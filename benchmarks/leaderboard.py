@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -55,6 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 # ---------------------------------------------------------------------------------- data
+@functools.lru_cache(maxsize=1)
 def _splits() -> Any:
     from robust_train.data import MNIST5kDataModule
 

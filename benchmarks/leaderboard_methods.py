@@ -163,11 +163,11 @@ class Plan:
     epochs: int = 5  # final fits on the 4,000-image pool
     finetune_epochs: int = 1
     cv_folds: int = 2
-    cv_epochs: int = 3  # each fold: trained on the other folds' 2,000 images
+    cv_epochs: int = 4  # each fold: trained on the other folds' 2,000 images
     cv_finetune_epochs: int = 1
     limit_batches: int | None = None
     seeds: tuple[int, ...] = (0, 1, 2)
-    cv_attack_images: int = 40  # per fold, correctly classified held-out images
+    cv_attack_images: int = 32  # per fold, correctly classified held-out images
     cv_steps: int = 10
     cv_ig_steps: int = 5
     test_images: int = 200  # correctly classified test images

@@ -167,6 +167,7 @@ def write_report(results: dict[str, Any], folder: Path) -> Path:
         "",
         f"![trade-off, IG]({ig.name})",
         "",
+        *_unmeasured_lines(results),
         *_rar_lines(results),
         *_sweep_lines(results),
         *_settings_lines(results),
@@ -239,6 +240,32 @@ def _table_lines(results: dict[str, Any]) -> list[str]:
         "one final fit, two jobs at a time.",
         "",
     ]
+
+
+def _unmeasured_lines(results: dict[str, Any]) -> list[str]:
+    """Per method and explainer: images the top-k attack could not measure (NaN, left out of
+    the means: a constant clean map, or a zero direction at every step), mean over seeds."""
+    evals, seeds = _evals(results), results["plan"]["seeds"]
+    lines = [
+        "Images the top-k attack could not measure (left out of the attack means; mean over "
+        "seeds, of the attacked images): a zero attack direction at every step or a constant "
+        "clean map (`FragilityResult.measured`).",
+        "",
+        "| method | " + " | ".join(SHORT_HEAD[e] for e in EXPLAINERS) + " |",
+        "|---|" + "---|" * len(EXPLAINERS),
+    ]
+    for name in results["names"]:
+        cells = []
+        for ex in EXPLAINERS:
+            got = [evals[(name, s, ex)] for s in seeds if (name, s, ex) in evals]
+            lost = [g.get(f"attack/{ex}/topk/n_unmeasured", math.nan) for g in got]
+            n = [g.get("n_images", math.nan) for g in got]
+            cells.append(
+                f"{statistics.mean(lost):.0f} of {statistics.mean(n):.0f}" if got else "not run"
+            )
+        if any(c != "not run" for c in cells):
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def _rar_lines(results: dict[str, Any]) -> list[str]:

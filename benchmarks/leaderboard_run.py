@@ -31,7 +31,8 @@ from benchmarks.leaderboard_methods import (
 )
 
 Worker = Callable[[Job, Plan, str], RunResult]
-# Eval groups and their priority for seed 0 / the other seeds (lower runs first).
+# Eval groups and their priority for seed 0 / the other seeds (lower runs first); CV 0-1, fits
+# 2 (seed 0) and 4, step profile 2.5, full-preset chunk c 7.5 + c.
 EVAL_PRIORITY = {
     "saliency": (3, 5),
     "integrated_gradients": (6, 8),
@@ -201,7 +202,7 @@ class Leaderboard:
                 chunk=c,
                 ckpt=fit["ckpt"],
             )
-            self.sched.add(job, 10 + self.rank[fit["method"]])
+            self.sched.add(job, 7.5 + c + self.rank[fit["method"]])  # chunk 0 before seeds 1-2
 
     def _done(self, r: RunResult) -> None:
         self.done[r["id"]] = r

@@ -52,7 +52,9 @@ class EvaluationSettings(AttackOptions):
             shape of their explanations; "none" keeps raw explanations (Alvarez-Melis & Jaakkola).
         fidelity_steps: removal steps of each MIF/LIF curve.
         fidelity_perturbation: fill of removed pixels ("mean", "zero", "blur", "noise",
-            "imputation").
+            "imputation"), in the fidelity curves and the faithfulness correlation.
+        faithfulness_runs: random pixel subsets per image of the faithfulness correlation.
+        faithfulness_subset: pixels per subset; None: one eighth of the image's pixels.
         ig_steps: integration points of integrated gradients (for every explainer whose spec
             ties an option to it: `ExplainerSpec.settings`).
         ig_baseline: value of the constant baseline image of integrated gradients (0.0: black).
@@ -96,6 +98,13 @@ class EvaluationSettings(AttackOptions):
     fidelity_perturbation: str = field(
         default="mean", metadata={"help": "fill of removed pixels in the fidelity curves"}
     )
+    faithfulness_runs: int = field(
+        default=100, metadata={"help": "random subsets per image of the faithfulness correlation"}
+    )
+    faithfulness_subset: int | None = field(
+        default=None,
+        metadata={"help": "pixels per subset of the faithfulness correlation (default H*W/8)"},
+    )
     ig_steps: int = field(
         default=16, metadata={"help": "integration points of integrated gradients"}
     )
@@ -125,6 +134,11 @@ class EvaluationSettings(AttackOptions):
         for name in ("n_samples", "lipschitz_samples", "fidelity_steps", "ig_steps"):
             check_positive(getattr(self, name), name, integer=True)
         self._check_certify()
+        check_positive(self.faithfulness_runs, "faithfulness_runs", integer=True)
+        if self.faithfulness_runs < 2:
+            raise ValueError(f"`faithfulness_runs` must be >= 2, got {self.faithfulness_runs}")
+        if self.faithfulness_subset is not None:
+            check_positive(self.faithfulness_subset, "faithfulness_subset", integer=True)
         if self.lipschitz_radius is not None:
             check_linf_budget(self.lipschitz_radius, "lipschitz_radius")
         check_choice(self.lipschitz_normalize, "lipschitz_normalize", NORMALIZE)
@@ -166,6 +180,12 @@ class EvaluationSettings(AttackOptions):
             (0.1, 98, 0.1)
         """
         attack = super().resolved(height, width)
+        subset = self.faithfulness_subset
+        if "faithfulness" in self.parts and subset is not None and subset >= height * width:
+            raise ValueError(
+                f"`faithfulness_subset` must be smaller than the {height * width} pixels of a "
+                f"{height}x{width} image, got {subset}"
+            )
         radius = self.lipschitz_radius if self.lipschitz_radius is not None else attack.epsilon
         values = {f.name: getattr(attack, f.name) for f in dataclasses.fields(AttackOptions)}
         return dataclasses.replace(self, **values, lipschitz_radius=radius)

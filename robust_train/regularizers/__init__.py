@@ -11,6 +11,7 @@ from robust_train.regularizers.gradient_norm import (
 )
 from robust_train.regularizers.ig_norm import IGNorm, IGSumNorm, ig_norm, ig_sum_norm
 from robust_train.regularizers.igr import IGRPenalty
+from robust_train.regularizers.lga import LocalGradientAlignment, local_gradient_alignment
 from robust_train.regularizers.smoothness import (
     ExplanationSmoothness,
     LocalLipschitzPenalty,
@@ -29,6 +30,7 @@ __all__ = [
     "IGRPenalty",
     "IGSumNorm",
     "InputGradientNorm",
+    "LocalGradientAlignment",
     "LocalLipschitzPenalty",
     "PenaltyTerm",
     "SmoothedGeometry",
@@ -39,6 +41,7 @@ __all__ = [
     "ig_norm",
     "ig_sum_norm",
     "input_gradient_norm",
+    "local_gradient_alignment",
     "register_penalty",
     "ssr_eigenvalue",
 ]

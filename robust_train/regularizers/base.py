@@ -7,6 +7,9 @@ construction with the same check the function runs, so a bad setting fails befor
 
 from __future__ import annotations
 
+import functools
+import inspect
+import math
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
@@ -14,9 +17,20 @@ import torch
 from torch import Tensor, nn
 
 from robust_train._options import build_options
-from robust_train._validation import check_choice, check_non_negative
+from robust_train._validation import check_choice, check_non_negative, check_positive
 
-__all__ = ["PENALTIES", "PenaltyTerm", "check_declared", "get_penalty", "register_penalty"]
+__all__ = [
+    "COST_OPTIONS",
+    "PENALTIES",
+    "PenaltyTerm",
+    "check_cost_options",
+    "check_declared",
+    "get_penalty",
+    "register_penalty",
+]
+
+# The options every term takes to cost less (`PenaltyTerm`'s "Cheaper" section).
+COST_OPTIONS = ("every_n_steps", "batch_fraction")
 
 
 class PenaltyTerm(nn.Module):
@@ -41,11 +55,39 @@ class PenaltyTerm(nn.Module):
     - `test_options`: cheap arguments for the shared tests and benchmarks (few steps), for a
       term whose defaults are expensive; the tests read them here, no table elsewhere.
 
+    Cheaper: every term (every subclass, whatever its own signature) also takes two keyword
+    arguments, checked before the subclass's own construction:
+
+    - `every_n_steps` (int >= 1, default 1): the penalty runs on every k-th call of the term
+      (calls 0, k, 2k, ...; RobustClassifier calls each term once per training step) and returns
+      zeros (B,) without any work on the others. It is SCALED: on the calls it runs, its value
+      is multiplied by k, so its mean over steps, and its expected gradient, equal the full
+      penalty's at the same `weight`. The call count is not saved in checkpoints: a resumed run
+      starts its cycle again at 0.
+    - `batch_fraction` (in (0, 1], default 1): the penalty runs on the first
+      ceil(batch_fraction * B) images of each batch only (the training loader shuffles, so each
+      step takes a different random subset) and returns one value per penalised image (m,),
+      whose mean is the batch penalty (unscaled: the mean over fewer images estimates the same
+      quantity). The subset gets its own forward (the caller's `logits` are not reused).
+
+    A term that replaces the task loss (`replaces_task_loss`) refuses both: the natural
+    cross-entropy is not optimised, so skipped steps or images would not train at all.
+
     Args:
         weight: multiplier of the batch mean of the penalty in the loss (>= 0).
         name: logged as train/penalty/<name>; default the registered name.
         seed: seed of the term's own CPU generator (random starts, directions, samples).
         **options: the fields of `options_class`, for a term that has one.
+
+    Example:
+        >>> from robust_train.regularizers import get_penalty
+        >>> term = get_penalty("gradnorm", every_n_steps=2, batch_fraction=0.5)
+        >>> term
+        InputGradientNorm(name='gradnorm', weight=1.0, every_n_steps=2, batch_fraction=0.5)
+        >>> get_penalty("gradnorm", every_n_steps=0)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: `every_n_steps` must be > 0, got 0
     """
 
     needs_input_grad: bool = False
@@ -63,6 +105,8 @@ class PenaltyTerm(nn.Module):
         super().__init__()
         check_non_negative(weight, "weight")
         self.weight = float(weight)
+        self.every_n_steps, self.batch_fraction = 1, 1.0
+        self.calls = 0  # calls of forward so far (the `every_n_steps` cycle)
         self.name = name or self.default_name
         self.generator = torch.Generator().manual_seed(seed) if seed is not None else None
         if self.options_class is not None:
@@ -72,10 +116,30 @@ class PenaltyTerm(nn.Module):
         elif options:
             raise TypeError(f"{type(self).__name__} got unknown arguments {sorted(options)}")
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Give every subclass's `__init__` the cost options (`COST_OPTIONS`), in its signature
+        too (what configs and `inspect.signature` read)."""
+        super().__init_subclass__(**kwargs)
+        own = "__init__" in cls.__dict__
+        init = cls.__init__
+        if not getattr(init, "takes_cost_options", False):
+            cls.__init__ = _with_cost_options(init)  # type: ignore[method-assign]
+        elif not own:  # its own copy, so that a decorator editing its signature edits its only
+            cls.__init__ = _own_copy(init)  # type: ignore[method-assign]
+
     def forward(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None = None
     ) -> Tensor:
-        return self.penalty(model, inputs, target, logits)
+        k = self.every_n_steps
+        if k > 1:
+            call, self.calls = self.calls, self.calls + 1
+            if call % k:
+                return inputs.new_zeros(inputs.shape[0])
+        if self.batch_fraction < 1:
+            m = max(1, math.ceil(self.batch_fraction * inputs.shape[0]))
+            inputs, target, logits = _first_rows(inputs, m), target[:m], None
+        value = self.penalty(model, inputs, target, logits)
+        return value * k if k > 1 else value
 
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
@@ -83,7 +147,97 @@ class PenaltyTerm(nn.Module):
         raise NotImplementedError
 
     def extra_repr(self) -> str:
-        return f"name={self.name!r}, weight={self.weight}"
+        text = f"name={self.name!r}, weight={self.weight}"
+        if self.every_n_steps != 1:
+            text += f", every_n_steps={self.every_n_steps}"
+        if self.batch_fraction != 1:
+            text += f", batch_fraction={self.batch_fraction}"
+        return text
+
+
+def _first_rows(inputs: Tensor, m: int) -> Tensor:
+    """The first `m` images as a new leaf (requiring grad when `inputs` did)."""
+    return inputs[:m].detach().requires_grad_(inputs.requires_grad)
+
+
+def check_cost_options(
+    term: type[PenaltyTerm], every_n_steps: object, batch_fraction: object
+) -> None:
+    """The one check of `every_n_steps` and `batch_fraction` (None: not given).
+
+    Example:
+        >>> from robust_train.regularizers import AdversarialTraining
+        >>> check_cost_options(AdversarialTraining, None, 0.5)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: `batch_fraction` 0.5 is not available for AdversarialTraining: ...
+    """
+    if every_n_steps is not None:
+        check_positive(every_n_steps, "every_n_steps", integer=True)
+    if batch_fraction is not None:
+        check_positive(batch_fraction, "batch_fraction")
+        if not float(batch_fraction) <= 1.0:  # type: ignore[arg-type]
+            raise ValueError(f"`batch_fraction` must lie in (0, 1], got {batch_fraction!r}")
+    replaces = getattr(term, "replaces_task_loss", False)
+    for name, value, default in (
+        ("every_n_steps", every_n_steps, 1),
+        ("batch_fraction", batch_fraction, 1),
+    ):
+        if value is not None and value != default and replaces is True:
+            raise ValueError(
+                f"`{name}` {value!r} is not available for {term.__name__}: it replaces the task "
+                "loss (the natural cross-entropy is not optimised), so the skipped steps or "
+                "images would not train at all"
+            )
+
+
+def _own_copy(init: Callable[..., None]) -> Callable[..., None]:
+    """A pass-through of an inherited `__init__` with its own (copied) signature."""
+
+    @functools.wraps(init)
+    def copied(self: PenaltyTerm, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+
+    copied.__signature__ = inspect.signature(init)  # type: ignore[attr-defined]
+    copied.takes_cost_options = True  # type: ignore[attr-defined]
+    return copied
+
+
+def _with_cost_options(init: Callable[..., None]) -> Callable[..., None]:
+    """`init` taking `every_n_steps` and `batch_fraction` too (checked before it runs)."""
+
+    @functools.wraps(init)
+    def wrapped(
+        self: PenaltyTerm,
+        *args: Any,
+        every_n_steps: int | None = None,
+        batch_fraction: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        check_cost_options(type(self), every_n_steps, batch_fraction)
+        init(self, *args, **kwargs)
+        if every_n_steps is not None:
+            self.every_n_steps = int(every_n_steps)
+        if batch_fraction is not None:
+            self.batch_fraction = float(batch_fraction)
+
+    signature = inspect.signature(init)
+    params = list(signature.parameters.values())
+    position = next((i for i, p in enumerate(params) if p.kind is p.VAR_KEYWORD), len(params))
+    added = [
+        inspect.Parameter(
+            "every_n_steps", inspect.Parameter.KEYWORD_ONLY, default=1, annotation="int"
+        ),
+        inspect.Parameter(
+            "batch_fraction", inspect.Parameter.KEYWORD_ONLY, default=1.0, annotation="float"
+        ),
+    ]
+    added = [p for p in added if p.name not in signature.parameters]
+    wrapped.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=params[:position] + added + params[position:]
+    )
+    wrapped.takes_cost_options = True  # type: ignore[attr-defined]
+    return wrapped
 
 
 PENALTIES: dict[str, type[PenaltyTerm]] = {}

@@ -13,6 +13,7 @@ from robust_train.evaluation.parts.fragility import FragilityPart  # isort: skip
 from robust_train.evaluation.parts.lipschitz import LipschitzPart  # isort: skip
 from robust_train.evaluation.parts.fidelity import FidelityPart  # isort: skip
 from robust_train.evaluation.parts.certified import CertifiedPart  # isort: skip
+from robust_train.evaluation.parts.faithfulness import FaithfulnessPart  # isort: skip
 
 __all__ = [
     "PARTS",
@@ -20,6 +21,7 @@ __all__ = [
     "CertifiedPart",
     "Curve",
     "EvaluationPart",
+    "FaithfulnessPart",
     "FidelityPart",
     "FragilityPart",
     "LipschitzPart",

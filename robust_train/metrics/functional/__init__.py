@@ -13,6 +13,7 @@ from robust_train.metrics.functional.confidence import (
     interval_from_moments,
     mean_confidence_interval,
 )
+from robust_train.metrics.functional.faithfulness import faithfulness_correlation
 from robust_train.metrics.functional.fidelity import (
     FidelityCurves,
     fidelity_curves,
@@ -29,6 +30,7 @@ __all__ = [
     "MeanInterval",
     "center_of_mass",
     "center_of_mass_shift",
+    "faithfulness_correlation",
     "fidelity_curves",
     "fidelity_estimate",
     "interval_from_moments",

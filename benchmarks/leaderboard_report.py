@@ -118,15 +118,20 @@ def missing(results: dict[str, Any]) -> list[str]:
         "lrp",
         "deeplift",
         "fidelity",
+        "faithfulness",
     }
+    short = {g: SHORT_HEAD.get(g, g) for g in groups}
     for n in results["chosen"]:
+        lost = []
         for s in results["plan"]["seeds"]:
             if f"fit_{n}_s{s}" not in done:
-                out.append(f"fit {n} seed {s}")
+                lost.append(f"seed {s} not trained")
                 continue
-            lost = [g for g in sorted(groups) if (n, s, g) not in evals]
-            if lost:
-                out.append(f"{n} seed {s}: {', '.join(lost)}")
+            gone = [short[g] for g in sorted(groups) if (n, s, g) not in evals]
+            if gone:
+                lost.append(f"seed {s}: {', '.join(gone)}")
+        if lost:
+            out.append(f"{n} ({'; '.join(lost)})")
     for n, r in rar_rows(results).items():
         if r["n_images"] < results["plan"]["rar_images"]:
             out.append(f"full RAR {n}: {r['n_images']} of {results['plan']['rar_images']} images")
@@ -393,14 +398,22 @@ def kept_notes(path: Path, marker: str) -> str:
     return path.read_text().split(marker, 1)[1].strip("\n")
 
 
+SHIPPED_NOTE = (
+    "From the earlier run `runs/leaderboard_v4` (page: `leaderboard_history/LEADERBOARD_v4.md`, "
+    "where its RAR columns come from); this run does not re-ship checkpoints."
+)
+
+
 def kept_section(path: Path, heading: str) -> list[str]:
     """The section `heading` of an existing `path`, verbatim (up to the next heading or the
     hand-written marker): the shipped checkpoints' table, which this run does not re-ship."""
     if not path.is_file() or heading not in path.read_text():
         return []
-    lines, out = path.read_text().split(heading, 1)[1].splitlines(), [heading]
-    for line in lines:
+    body = []
+    for line in path.read_text().split(heading, 1)[1].splitlines():
         if line.startswith("## ") or line.startswith("<!-- written by hand"):
             break
-        out.append(line)
-    return out
+        if line != SHIPPED_NOTE:
+            body.append(line)
+    text = "\n".join(body).strip("\n")
+    return [heading, "", SHIPPED_NOTE, "", *text.splitlines()]

@@ -161,7 +161,7 @@ def _check_report(folder: Path, results: dict) -> None:
     cut = [r for r in cut if r["id"] != "eval_lrp_natural_s0"]
     report.write_report({**results, "jobs": cut}, folder)
     text = page.read_text()
-    assert "PARTIAL" in text and "adversarial seed 1" in text and "natural seed 0: lrp" in text
+    assert "PARTIAL" in text and "adversarial (seed 1: " in text and "natural (seed 0: LRP)" in text
     assert "(1 of 3)" in text and text.count(marker) == 1 and text.endswith("- seen by hand\n")
     report.write_report({**results, "out": "elsewhere"}, folder)
     assert "seen by hand" not in page.read_text()

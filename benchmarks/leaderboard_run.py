@@ -182,8 +182,17 @@ class Leaderboard:
                 group=group,
                 ckpt=fit["ckpt"],
             )
-            self.sched.add(job, (p0 if s0 else p1) + self.rank[fit["method"]])
+            self.sched.add(job, (p0 if s0 else p1) + self._eval_rank(fit["method"]))
         self._add_rar(fit)
+
+    def _eval_rank(self, name: str) -> float:
+        """Natural and the best methods' evaluations first within a priority level."""
+        best = self.best or []
+        if name == "natural":
+            return 0.0
+        if name in best:
+            return (1 + best.index(name)) / 1000
+        return 0.01 + self.rank[name]
 
     def _add_rar(self, fit: RunResult) -> None:
         """The full RAR preset in chunks, for natural and the best methods' first seed."""

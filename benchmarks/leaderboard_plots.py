@@ -58,6 +58,7 @@ def tradeoff_plot(results: dict[str, Any], explainer: str, path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     points = sweep_points(results, explainer)
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5.2), sharey=True)
@@ -81,18 +82,35 @@ def tradeoff_plot(results: dict[str, Any], explainer: str, path: Path) -> Path:
         if math.isfinite(nat.get(explainer, math.nan)):
             for ax in (left, right):
                 ax.axhline(nat[explainer], color="gray", ls=":", lw=0.8)
+    if "accuracy" in nat:  # collapsed settings would squash the rest: clip, and say so
+        low = nat["accuracy"] - 0.08
+        off = sorted({p["method"] for p in points if p["accuracy"] < low})
+        left.set_xlim(low, max(p["accuracy"] for p in points) + 0.005)
+        if off:
+            left.text(
+                0.01,
+                0.01,
+                "off the left edge (CV accuracy < natural - 8 points): " + ", ".join(off),
+                transform=left.transAxes,
+                fontsize=7,
+                va="bottom",
+            )
     label = SHORT[explainer]
     left.set_xlabel("CV accuracy (4,000 held-out predictions)")
     left.set_ylabel(f"CV {label} top-100 intersection under the val attack")
     if any(p["cost"] > 0 for p in points):  # log scale needs a positive cost
         right.set_xscale("log")
+        right.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        right.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        right.set_xticks([1, 2, 3, 5, 10, 20, 40])
     right.set_xlabel("training cost relative to natural (step profile x epochs; log)")
     fig.suptitle(
         f"MNIST-5k: every setting of every method ({label}); star: the chosen setting; "
         "dotted: natural",
         fontsize=10,
     )
-    left.legend(fontsize=7, loc="best", ncol=2)
+    handles, labels = left.get_legend_handles_labels()
+    right.legend(handles, labels, fontsize=7, loc="upper right", ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

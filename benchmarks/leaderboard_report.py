@@ -1,229 +1,184 @@
-"""The leaderboard's report: the table rows, the Pareto plot and LEADERBOARD.md.
+"""The leaderboard's report: LEADERBOARD.md (test table over seeds, CV sweeps, full RAR preset,
+settings, costs, what is missing) and the trade-off plots (`leaderboard_plots.py`).
 
-Split from `leaderboard.py` (which trains and evaluates); `leaderboard.py` calls `write_report`
-after a run and after `--ship`. Reads only the run's `Results` (results.json) and the method
-table of `leaderboard_methods.py`, which both modules import (this one never imports
-`leaderboard.py`).
+Reads only the run's results (results.json, written by `leaderboard_run.Leaderboard`) and the
+method table; never imports `leaderboard.py`. A cell that was not measured says so ("not run");
+a run with missing jobs is labelled PARTIAL at the top.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 from typing import Any
 
-from benchmarks.leaderboard_methods import (
-    BATCH,
-    FINETUNE_LR,
-    FINETUNED,
-    LR,
-    METHODS,
-    MODEL,
-    Results,
-    RunResult,
-    eligible,
-)
+from benchmarks.leaderboard_methods import BATCH, EXPLAINERS, FINETUNE_LR, LR, METHODS, MODEL
+from benchmarks.leaderboard_plots import method_cost, tradeoff_plot
 
-COLUMNS = [  # (key in row["test"], header, digits)
-    ("accuracy", "test acc", 3),
-    ("sal/topk/topk_intersection", "sal top-k ∩ (attack)", 3),
-    ("sal/topk/kendall", "sal Kendall", 3),
-    ("sal/topk/spearman", "sal Spearman", 3),
-    ("sal/random_sign/topk_intersection", "sal top-k ∩ (noise)", 3),
-    ("ig/topk/topk_intersection", "IG top-k ∩ (attack)", 3),
-    ("ig/topk/kendall", "IG Kendall", 3),
-    ("ig/topk/spearman", "IG Spearman", 3),
-    ("ig/random_sign/topk_intersection", "IG top-k ∩ (noise)", 3),
-    ("fidelity/saliency", "fidelity (sal)", 3),
-    ("lipschitz/saliency", "Lipschitz (sal)", 2),
-]
+SHORT_HEAD = {
+    "saliency": "sal",
+    "integrated_gradients": "IG",
+    "grad_cam": "Grad-CAM",
+    "lrp": "LRP",
+    "deeplift": "DeepLIFT",
+}
 
 
-def _stats(values: list[float]) -> tuple[float, float]:
+def columns(results: dict[str, Any]) -> list[tuple[str, str, str, int]]:
+    """(eval group, measure key, header, digits) of the main table."""
+    cols = [("saliency", "accuracy", "test acc", 3)]
+    for ex in EXPLAINERS:
+        h = SHORT_HEAD[ex]
+        cols.append((ex, f"attack/{ex}/topk/topk_intersection", f"{h} top-k ∩ attack", 3))
+        cols.append((ex, f"attack/{ex}/random_sign/topk_intersection", f"{h} noise", 3))
+    cols.append(("saliency", "attack/saliency/topk/kendall", "sal Kendall", 3))
+    cols.append(
+        ("integrated_gradients", "attack/integrated_gradients/topk/kendall", "IG Kendall", 3)
+    )
+    for ex in ("saliency", "integrated_gradients"):
+        h = SHORT_HEAD[ex]
+        cols.append(("fidelity", f"fidelity/{ex}/fidelity", f"fidelity {h}", 3))
+        cols.append(
+            ("faithfulness", f"faithfulness/{ex}/faithfulness_correlation", f"faithf. corr {h}", 3)
+        )
+    cols.append(("fidelity", "lipschitz/saliency/lipschitz", "Lipschitz sal", 2))
+    return cols
+
+
+def cell(values: list[float], digits: int, n_seeds: int) -> str:
+    """Mean ± standard deviation over seeds; says how many seeds when fewer than planned."""
     v = [x for x in values if isinstance(x, (int, float)) and math.isfinite(x)]
+    if not values:
+        return "not run"
     if not v:
-        return math.nan, math.nan
-    mean = sum(v) / len(v)
-    return mean, (max(v) - min(v)) / 2
-
-
-def _fmt(values: list[float], digits: int) -> str:
-    mean, half = _stats(values)
-    if math.isnan(mean):
         return "n/a"
-    n_finite = sum(1 for v in values if isinstance(v, (int, float)) and math.isfinite(v))
-    if n_finite < len(values):  # a seed measured nothing (e.g. a collapsed model)
-        return f"{mean:.{digits}f} ({n_finite} of {len(values)} seeds)"
-    return f"{mean:.{digits}f} ± {half:.{digits}f}" if len(values) > 1 else f"{mean:.{digits}f}"
+    text = f"{statistics.mean(v):.{digits}f}"
+    if len(v) > 1:
+        text += f" ± {statistics.stdev(v):.{digits}f}"
+    return text + (f" ({len(v)} of {n_seeds})" if len(v) < n_seeds else "")
 
 
-def table_rows(results: Results) -> list[dict[str, Any]]:
-    """One aggregated row per method (mean and half-range over seeds)."""
-    groups: dict[str, list[RunResult]] = {}
-    for r in results["rows"]:
-        key = r["method"] if r["method"] != "finetune" else f"finetune ({r['base_method']})"
-        groups.setdefault(key, []).append(r)
-    nat = groups.get("natural", [])
-    nat_time = _stats([r["seconds"] for r in nat])[0] if nat else math.nan
-    nat_sal = _stats([r["test"]["sal/topk/topk_intersection"] for r in nat])[0] if nat else 0.0
-    step_ms = results.get("step_ms") or {}
-    plan = results["plan"]
+def _evals(results: dict[str, Any]) -> dict[tuple[str, int, str], dict[str, Any]]:
+    return {
+        (r["method"], r["seed"], r["group"]): r["test"]
+        for r in results["jobs"]
+        if r["kind"] == "eval" and r.get("group") != "rar" and "test" in r
+    }
+
+
+def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per method: its chosen setting, every column over the seeds, its cost."""
+    evals, seeds = _evals(results), results["plan"]["seeds"]
+    fits = {
+        (r["method"], r["seed"]): r
+        for r in results["jobs"]
+        if r["kind"] == "fit" and "failed" not in r
+    }
     rows = []
-    for key, runs in groups.items():
-        method = runs[0]["method"] if runs[0]["method"] != "finetune" else runs[0]["base_method"]
-        arg = METHODS[method].swept
-        setting = f"{arg}={runs[0]['value']:g}" if runs[0].get("value") is not None else "-"
-        seconds = [r["seconds"] for r in runs]
-        sal = [r["test"]["sal/topk/topk_intersection"] for r in runs]
-        ratio = step_ms.get(method, math.nan) / step_ms.get("natural", math.nan)
-        if runs[0]["method"] == "finetune" or method in FINETUNED:
-            # the natural training plus a few epochs of the method
-            ratio = 1 + plan["finetune_epochs"] / plan["epochs"] * ratio
+    for name in results["names"]:
+        if name not in results["chosen"]:
+            continue
+        value, m = results["chosen"][name], METHODS[name]
+        cells = []
+        for group, key, _, digits in columns(results):
+            vals = [
+                evals[(name, s, group)].get(key, math.nan)
+                for s in seeds
+                if (name, s, group) in evals
+            ]
+            cells.append(cell(vals, digits, len(seeds)))
+        fit_s = [fits[(name, s)]["seconds"] for s in seeds if (name, s) in fits]
         rows.append(
             {
-                "method": key,
-                "setting": setting,
-                "n_seeds": len(runs),
-                "cells": [
-                    _fmt([r["test"].get(c, math.nan) for r in runs], d) for c, _, d in COLUMNS
-                ],
-                "seconds": _stats(seconds)[0],
-                "relative_time": _stats(seconds)[0] / nat_time,
-                "step_ms": step_ms.get(method, math.nan),
-                "cost": ratio,
-                "gain": _stats(sal)[0] - nat_sal,
-                "gain_half": _stats(sal)[1],
-                "finite": all(math.isfinite(r["final_loss"]) for r in runs),
-                "accuracy": _stats([r["test"]["accuracy"] for r in runs])[0],
+                "method": name,
+                "setting": f"{m.swept}={value:g}" if value is not None else "-",
+                "cells": cells,
+                "fits": len(fit_s),
+                "fit_s": statistics.mean(fit_s) if fit_s else math.nan,
+                "step_ms": (results.get("step_ms") or {}).get(name, math.nan),
+                "cost": method_cost(results, name),
+                "finite": all(
+                    math.isfinite(fits[(name, s)]["final_loss"]) for s in seeds if (name, s) in fits
+                ),
             }
         )
     return rows
 
 
-# Label offsets (points) tried in turn: right of the point, then left, above, below, further out.
-_OFFSETS = [
-    (5, 3, "left", "bottom"),
-    (5, -3, "left", "top"),
-    (-5, 3, "right", "bottom"),
-    (-5, -3, "right", "top"),
-    (0, 7, "center", "bottom"),
-    (0, -7, "center", "top"),
-    (5, 13, "left", "bottom"),
-    (5, -13, "left", "top"),
-    (-5, 13, "right", "bottom"),
-    (-5, -13, "right", "top"),
-]
+def missing(results: dict[str, Any]) -> list[str]:
+    """What the plan holds and the run did not finish (the PARTIAL banner lists it)."""
+    done = {r["id"] for r in results["jobs"] if "failed" not in r}
+    evals = {k for k, v in _evals(results).items()}
+    out = [f"selection of {n}" for n in results["names"] if n not in results["chosen"]]
+    groups = {g for (_, _, g) in evals} | {
+        "saliency",
+        "integrated_gradients",
+        "grad_cam",
+        "lrp",
+        "deeplift",
+        "fidelity",
+        "faithfulness",
+    }
+    short = {g: SHORT_HEAD.get(g, g) for g in groups}
+    for n in results["chosen"]:
+        lost = []
+        for s in results["plan"]["seeds"]:
+            if f"fit_{n}_s{s}" not in done:
+                lost.append(f"seed {s} not trained")
+                continue
+            gone = [short[g] for g in sorted(groups) if (n, s, g) not in evals]
+            if gone:
+                lost.append(f"seed {s}: {', '.join(gone)}")
+        if lost:
+            out.append(f"{n} ({'; '.join(lost)})")
+    for n, r in rar_rows(results).items():
+        if r["n_images"] < results["plan"]["rar_images"]:
+            out.append(f"full RAR {n}: {r['n_images']} of {results['plan']['rar_images']} images")
+    if results.get("best") is None:
+        out.append("full RAR preset (best methods not known)")
+    return out + [f"failed: {r['id']}" for r in results.get("failed", [])]
 
 
-def _place_labels(fig: Any, ax: Any, items: list[tuple[float, float, str]]) -> None:
-    """Annotate each point with the first offset whose text box stays inside the axes and
-    overlaps no label placed before it (the first offset when none does)."""
-    from matplotlib.transforms import Bbox
-
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    inside = ax.get_window_extent(renderer)
-    taken: list[Any] = []  # label boxes, and a small box around every point
-    for x, y, _ in items:
-        px, py = ax.transData.transform((x, y))
-        taken.append(Bbox.from_extents(px - 4, py - 4, px + 4, py + 4))
-
-    def annotate(text: str, x: float, y: float, offset: tuple[int, int, str, str]) -> Any:
-        dx, dy, ha, va = offset
-        return ax.annotate(
-            text, (x, y), textcoords="offset points", xytext=(dx, dy), ha=ha, va=va, fontsize=8
-        )
-
-    for x, y, text in items:
-        for offset in _OFFSETS:
-            label = annotate(text, x, y, offset)
-            box = label.get_window_extent(renderer).expanded(1.02, 1.1)
-            if (
-                box.x0 >= inside.x0
-                and box.x1 <= inside.x1
-                and box.y0 >= inside.y0
-                and box.y1 <= inside.y1
-                and not any(box.overlaps(t) for t in taken)
-            ):
-                break
-            label.remove()
-        else:  # nowhere free: the first choice, overlapping
-            label = annotate(text, x, y, _OFFSETS[0])
-        taken.append(label.get_window_extent(renderer))
+def rar_rows(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The full-preset chunks merged per model: image-weighted means of every measure."""
+    chunks: dict[str, list[dict[str, Any]]] = {}
+    for r in results["jobs"]:
+        if r["kind"] == "eval" and r.get("group") == "rar" and "test" in r:
+            chunks.setdefault(r["method"], []).append(r)
+    out = {}
+    for name, rs in chunks.items():
+        n = sum(r["test"]["n_images"] for r in rs)
+        keys = {k for r in rs for k in r["test"] if k.startswith("attack/")}
+        merged = {
+            k: sum(r["test"].get(k, 0.0) * r["test"]["n_images"] for r in rs) / max(n, 1)
+            for k in keys
+        }
+        out[name] = {"n_images": n, "cpu_s": sum(r.get("cpu_s", 0.0) for r in rs), **merged}
+    return out
 
 
-def pareto_plot(rows: list[dict[str, Any]], path: Path) -> None:
-    """Robustness gain (saliency top-k intersection over natural) against training time."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    for r in rows:  # the step profile when there is one, else the runs' wall time
-        r["x"] = r["cost"] if math.isfinite(r["cost"]) else r["relative_time"]
-    pts = [r for r in rows if math.isfinite(r["x"]) and math.isfinite(r["gain"])]
-    natural_acc = next((r["accuracy"] for r in rows if r["method"] == "natural"), 0.0)
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    front, best = [], -math.inf
-    for r in sorted(pts, key=lambda r: r["x"]):
-        if r["gain"] > best:
-            front.append(r)
-            best = r["gain"]
-    for r in pts:
-        ax.errorbar(
-            r["x"],
-            r["gain"],
-            yerr=r["gain_half"],
-            fmt="o" if r["accuracy"] >= natural_acc - 0.01 else "x",
-            color="tab:red" if r in front else "tab:gray",
-            capsize=3,
-        )
-    ax.set_xscale("log")
-    ax.set_xlabel("training cost relative to natural (step profile x epochs; log)")
-    ax.set_ylabel("gain in saliency top-100 intersection\nunder the RAR attack (test)")
-    ax.axhline(0, color="k", lw=0.5)
-    ax.set_title(
-        "MNIST-5k: robustness gain vs training cost (mean ± half-range, 2 seeds)\n"
-        "x: test accuracy more than 1 point below natural",
-        fontsize=10,
-    )
-    fig.tight_layout()  # before the labels: it moves the axes, and with them every point
-    _place_labels(
-        fig,
-        ax,
-        [
-            (r["x"], r["gain"], f"{r['method']} (acc {r['accuracy']:.3f})")
-            for r in sorted(pts, key=lambda r: r["x"])
-        ],
-    )
-    if front:
-        ax.plot(
-            [r["x"] for r in front],
-            [r["gain"] for r in front],
-            "--",
-            color="tab:red",
-            lw=1,
-            label="Pareto front",
-        )
-        ax.legend(loc="lower right")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def write_report(results: Results, folder: Path, *, quick: bool) -> Path:
-    """LEADERBOARD.md (table, sweeps, settings vs papers) and the Pareto plot in `folder`."""
+def write_report(results: dict[str, Any], folder: Path) -> Path:
+    """LEADERBOARD.md and the two trade-off plots in `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
-    rows = table_rows(results)
-    png = folder / "leaderboard_pareto.png"
-    pareto_plot(rows, png)
+    sal = tradeoff_plot(results, "saliency", folder / "leaderboard_pareto.png")
+    ig = tradeoff_plot(results, "integrated_gradients", folder / "leaderboard_pareto_ig.png")
+    path = folder / "LEADERBOARD.md"
+    shipped = kept_section(path, "## Shipped checkpoints")
     lines = [
-        *_banner_lines(results, quick),
-        *_table_lines(results, rows, png),
+        *_banner_lines(results),
+        *_table_lines(results),
+        f"![trade-off, saliency]({sal.name})",
+        "",
+        f"![trade-off, IG]({ig.name})",
+        "",
+        *_unmeasured_lines(results),
+        *_rar_lines(results),
         *_sweep_lines(results),
         *_settings_lines(results),
-        *shipped_section(results.get("shipped")),
+        *_cost_lines(results),
+        *shipped,
     ]
-    path = folder / "LEADERBOARD.md"
     marker = hand_written_marker(results)
     kept = kept_notes(path, marker)
     lines += ["", marker, *([kept] if kept else [])]
@@ -231,176 +186,234 @@ def write_report(results: Results, folder: Path, *, quick: bool) -> Path:
     return path
 
 
-def _banner_lines(results: Results, quick: bool) -> list[str]:
-    """The title, the quick / partial warnings and the commands that made the run."""
-    plan = results["plan"]
+def _banner_lines(results: dict[str, Any]) -> list[str]:
     lines = ["# MNIST-5k attributional-robustness leaderboard", ""]
-    if quick:
+    if results.get("quick"):
         lines += ["**QUICK SMOKE RUN: sizes are tiny, the numbers mean nothing.**", ""]
-    if results["skipped"]:
+    lost = missing(results)
+    if lost or results.get("skipped"):
         lines += [
-            f"**PARTIAL: the time budget ran out; not run: {', '.join(results['skipped'])}.**",
+            "**PARTIAL: the run stopped (time budget) before these jobs; every number below was "
+            "measured, cells marked `not run` or `(n of 3)` were not (all of them):** "
+            + "; ".join(lost)
+            + ".",
             "",
         ]
     return lines + [
-        "Commands: `OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.leaderboard --workers 2 "
-        f"--budget-min {results.get('budget_min', 40):g} "
-        f"--out {results.get('out', 'RUN_DIR')}`, then `... "
-        f"-m benchmarks.leaderboard --ship {results.get('out', 'RUN_DIR')}` (step profile, "
-        "shipped checkpoints). Wall "
-        f"{results['wall_seconds'] / 60:.1f} min for {len(plan['seeds'])} seeds, 2 runs at a "
-        "time, 1 thread each, on the 2-core CPU machine shared with other work.",
+        f"Command: `OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.leaderboard --workers 2 "
+        f"--budget-min {results.get('budget_min', 60):g} --out {results.get('out')}` "
+        f"(wall {results['wall_seconds'] / 60:.1f} min this invocation; jobs reused from an "
+        f"earlier invocation of the same run: {results.get('reused', 0)}); 2 worker processes, "
+        "1 thread each, on the 2-core CPU machine.",
         "",
     ]
 
 
-def _table_lines(results: Results, rows: list[dict[str, Any]], png: Path) -> list[str]:
-    """The main table (one aggregated row per method), what its columns mean, and the plot."""
+def _table_lines(results: dict[str, Any]) -> list[str]:
+    cols = columns(results)
+    n = len(results["plan"]["seeds"])
+    head = "| method | setting | " + " | ".join(h for _, _, h, _ in cols)
     lines = [
-        "| method | setting | "
-        + " | ".join(h for _, h, _ in COLUMNS)
-        + " | step ms | cost × natural | run s | finite loss |",
-        "|" + "---|" * (len(COLUMNS) + 6),
+        head + " | step ms | cost × natural | fit s | finite loss |",
+        "|" + "---|" * (len(cols) + 6),
     ]
-    for r in rows:
+    for r in table_rows(results):
         lines.append(
             f"| {r['method']} | {r['setting']} | "
             + " | ".join(r["cells"])
-            + f" | {r['step_ms']:.0f} | {r['cost']:.1f} | {r['seconds']:.0f} | "
+            + f" | {r['step_ms']:.0f} | {r['cost']:.2f} | {r['fit_s']:.0f} | "
             + ("yes" if r["finite"] else "NO")
             + " |"
         )
+    p = results["plan"]
     return lines + [
         "",
-        "Test acc: the whole 1,000-image test split. "
-        "Mean ± half the range over seeds. Attack columns: the RAR top-k attack "
-        "(attack k 200, reported k 100); noise columns: random signs of the same budget. "
-        "Fidelity: AUC_LIF - AUC_MIF (higher is better); Lipschitz: local Lipschitz estimate of "
-        "the max-normalised saliency map (lower is smoother). step ms: one training step of "
-        "batch 64, one thread, measured one method after the other in one process "
-        "(`step_profile`); cost × natural: step ms × epochs over natural's (fine-tuning: the "
-        "natural training plus its epochs of the method). run s: wall time of each training "
-        "run, two runs at a time on the shared 2-core machine (noisy).",
-        "",
-        f"![Pareto plot]({png.name})",
+        f"Mean ± standard deviation over {n} seeds (the chosen setting trained on the 4,000 "
+        "train+val images with each seed; fine-tunes start from the natural model of the same "
+        "seed). Test acc: all 1,000 test images. Attack columns: the first "
+        f"{p['test_images']} correctly classified test images, the RAR top-k attack (attack k "
+        f"200, reported k 100, L_inf 0.3, {p['test_steps']} sign steps of "
+        f"{0.75 / p['test_steps']:.3g}, 1 restart, direction on the softplus surrogate where the "
+        f"explainer is piecewise constant) aimed at that column's explainer; IG with "
+        f"{p['ig_steps']} points, zero baseline; noise: random signs of the same budget. "
+        "Fidelity: AUC_LIF - AUC_MIF (Brocki & Chung; higher is more faithful); faithf. corr: "
+        "faithfulness correlation (Bhatt et al. 2020; higher is more faithful); both on the "
+        "same images, mean fill. Lipschitz: local Lipschitz estimate of the max-normalised "
+        f"saliency map ({p['lipschitz_samples']} samples). step ms: one training step of batch "
+        f"{BATCH}, one thread (`step_profile`, at the paper value); cost × natural: step ratio "
+        "× epochs ratio (fine-tunes: 1 + their epochs at their step ratio). fit s: wall time of "
+        "one final fit, two jobs at a time.",
         "",
     ]
 
 
-def _sweep_lines(results: Results) -> list[str]:
-    """The weight rule in words, the picks, and one line per val sweep run."""
-    plan = results["plan"]
+def _unmeasured_lines(results: dict[str, Any]) -> list[str]:
+    """Per method and explainer: images the top-k attack could not measure (NaN, left out of
+    the means: a constant clean map, or a zero direction at every step), mean over seeds."""
+    evals, seeds = _evals(results), results["plan"]["seeds"]
     lines = [
-        "## Weight sweeps (val split, first seed)",
+        "Images the top-k attack could not measure (left out of the attack means; mean over "
+        "seeds, of the attacked images): a zero attack direction at every step or a constant "
+        "clean map (`FragilityResult.measured`).",
         "",
-        f"Natural val accuracy: {results['natural_val_accuracy']:.3f}. Rule: the value with "
-        "the largest val saliency top-k intersection whose val accuracy is within 1 point "
-        "of natural, up to the noise of the 500-image split (the drop may pass 1 point by "
-        "1.645 standard errors of the paired per-image difference; `eligible` in "
-        "leaderboard_methods.py); when none is, the best val accuracy. Best method trained "
-        f"from scratch by the same rule: **{results['best']}** (the finetune row); best of all, "
-        "fine-tuned methods included (the shipped robust model): "
-        f"**{results.get('robust')}**. {', '.join(sorted(FINETUNED))}: the first seed's "
-        f"natural model fine-tuned {plan['finetune_epochs']} epochs at lr {FINETUNE_LR} "
-        "(per-step cosine decay to 0).",
-        "",
-        "| method | value | val acc | within the accuracy margin | val sal top-k ∩ | train s "
-        "| chosen |",
-        "|---|---|---|---|---|---|---|",
+        "| method | " + " | ".join(SHORT_HEAD[e] for e in EXPLAINERS) + " |",
+        "|---|" + "---|" * len(EXPLAINERS),
     ]
-    chosen_ids = {r["id"] for r in results["rows"]}
-    nat_acc = float(results["natural_val_accuracy"])  # type: ignore[arg-type]
-    nat_correct = next(
-        (
-            r["val"].get("correct")
-            for r in results["rows"]
-            if r["method"] == "natural" and "val" in r
-        ),
-        None,
-    )
-    for name, runs in results["sweeps"].items():
-        arg = METHODS[name].swept
-        for r in runs:
-            ok = eligible(r, nat_acc, nat_correct)
+    for name in results["names"]:
+        cells = []
+        for ex in EXPLAINERS:
+            got = [evals[(name, s, ex)] for s in seeds if (name, s, ex) in evals]
+            lost = [g.get(f"attack/{ex}/topk/n_unmeasured", math.nan) for g in got]
+            n = [g.get("n_images", math.nan) for g in got]
+            cells.append(
+                f"{statistics.mean(lost):.0f} of {statistics.mean(n):.0f}" if got else "not run"
+            )
+        if any(c != "not run" for c in cells):
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def _rar_lines(results: dict[str, Any]) -> list[str]:
+    rows = rar_rows(results)
+    lines = [
+        "## The full RAR preset: natural and the three best methods (seed 0)",
+        "",
+        f"Best by CV saliency robustness among eligible chosen settings: {results.get('best')}. "
+        "100 sign steps of 0.01 inside L_inf 0.3, 3 restarts (the worst kept), attack k 200, "
+        "reported k 100, IG 10 points; correctly classified test images, first seed.",
+        "",
+    ]
+    if not rows:
+        return lines + ["Not run (the run stopped before it).", ""]
+    keys = [
+        ("saliency", "topk"),
+        ("saliency", "random_sign"),
+        ("integrated_gradients", "topk"),
+        ("integrated_gradients", "random_sign"),
+    ]
+    lines += [
+        "| model | images | "
+        + " | ".join(f"{SHORT_HEAD[e]} {a} ∩ / Kendall" for e, a in keys)
+        + " | CPU s |",
+        "|" + "---|" * (len(keys) + 3),
+    ]
+    for name, r in rows.items():
+        vals = [
+            f"{r.get(f'attack/{e}/{a}/topk_intersection', math.nan):.3f} / "
+            f"{r.get(f'attack/{e}/{a}/kendall', math.nan):.3f}"
+            for e, a in keys
+        ]
+        lines.append(f"| {name} | {r['n_images']} | " + " | ".join(vals) + f" | {r['cpu_s']:.0f} |")
+    return lines + [""]
+
+
+def _sweep_lines(results: dict[str, Any]) -> list[str]:
+    nat = results.get("natural_cv") or {}
+    p = results["plan"]
+    lines = [
+        "## Selection: the same grid size and rule for every method (CV, no test data)",
+        "",
+        f"{p['cv_folds']}-fold cross-validation over the 4,000 train+val images (each held out "
+        f"once); each fold model trained {p['cv_epochs']} epochs on the other fold's 2,000 "
+        f"images (fine-tunes: {p['cv_finetune_epochs']} epoch from that fold's natural model). "
+        f"CV robustness: the top-k attack ({p['cv_steps']} steps of {0.75 / p['cv_steps']:.3g}, "
+        f"IG {p['cv_ig_steps']} points) on the first {p['cv_attack_images']} correctly "
+        "classified held-out images per fold. Rule: the most robust setting on the method's "
+        "target explainer whose CV accuracy is at most 1 point below natural's; when none is, "
+        "the most accurate. ± is the paired standard error of the accuracy difference over "
+        f"the 4,000 images. Natural CV accuracy: {nat.get('accuracy', math.nan):.4f}.",
+        "",
+        "| method | setting | CV acc | Δ vs natural (points) | eligible | CV sal ∩ | CV IG ∩ | "
+        "CV target ∩ | chosen |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, settings in results.get("summaries", {}).items():
+        m = METHODS[name]
+        for value, s in settings.items():
+            ok = s["accuracy"] >= nat.get("accuracy", math.nan) - 0.01 - 1e-9
+            chosen = (
+                results["chosen"].get(name) is not None and float(value) == results["chosen"][name]
+            )
             lines.append(
-                f"| {name} | {arg}={r['value']:g} | {r['val']['accuracy']:.3f} | "
-                + ("yes" if ok else "no")
-                + f" | {r['val']['sal/topk/topk_intersection']:.3f} | {r['seconds']:.0f} | "
-                + ("**yes**" if r["id"] in chosen_ids else "")
+                f"| {name} | {m.swept}={value} | {s['accuracy']:.4f} | {100 * s['delta']:+.2f} ± "
+                f"{100 * s['se']:.2f} | {'yes' if ok else 'no'} | {s['saliency']:.3f} | "
+                f"{s['integrated_gradients']:.3f} | {m.target}: {s.get(m.target, math.nan):.3f} | "
+                + ("**yes**" if chosen else "")
                 + " |"
             )
-    return lines
+    return lines + [""]
 
 
-def _settings_lines(results: Results) -> list[str]:
-    """Model, optimiser and evaluation sizes here, and each method's settings beside its paper's."""
-    plan = results["plan"]
+def _settings_lines(results: dict[str, Any]) -> list[str]:
+    p = results["plan"]
     lines = [
-        "",
         "## Settings here versus the papers",
         "",
-        f"Model: MNISTConvNet(channels={MODEL['channels']}, hidden={MODEL['hidden']}) "
-        f"(RAR's layout at reduced width); Adam lr {LR}, batch {BATCH}, {plan['epochs']} "
-        f"epochs on the 3,500 training images (RAR: 100k steps of batch 50); fine-tuning "
-        f"{plan['finetune_epochs']} epochs at lr {FINETUNE_LR} (per-step cosine decay to 0). "
-        "One thread per run, runs in parallel on the 2-core machine next to other work, "
-        "so times are noisy.",
+        f"Model: MNISTConvNet(channels={MODEL['channels']}, hidden={MODEL['hidden']}) (RAR's "
+        f"layout at reduced width); Adam lr {LR}, batch {BATCH}; final fits {p['epochs']} epochs "
+        f"on the 4,000 train+val images (RAR: 100k steps of batch 50); fine-tunes "
+        f"{p['finetune_epochs']} epoch(s) at lr {FINETUNE_LR} with a per-step cosine decay to 0. "
+        "Every grid has the same size, fixed in `leaderboard_methods.METHODS` before the run.",
         "",
-        f"Evaluation: the RAR preset on the first {plan['test_images']} test images "
-        f"(correctly classified ones attacked), {plan['test_steps']} steps of "
-        f"{max(0.01, 0.75 / plan['test_steps']):.3g}, {plan['test_restarts']} restart(s), "
-        f"IG with {plan['ig_steps']} points, Lipschitz {plan['lipschitz_samples']} samples, "
-        f"fidelity {plan['fidelity_steps']} steps (paper: all 10,000 test images, 100 "
-        "steps of 0.01, 3 restarts, IG 100 points). Val score: saliency top-k attack, "
-        f"{plan['val_steps']} steps, first {plan['val_images']} val images.",
-        "",
-        "| method | here (fixed) | swept | paper |",
-        "|---|---|---|---|",
+        "| method | fixed | grid | paper value | paper |",
+        "|---|---|---|---|---|",
     ]
     for name, m in results["methods"].items():
+        grid = f"{m['swept']} {m['values']}" if m["values"] else "-"
         lines.append(
-            f"| {name} | {m['fixed'] or '-'} | {m['swept'] or '-'} {m['values'] or ''} "
-            f"| {m['paper']} |"
+            f"| {name} | {m['fixed'] or '-'} | {grid} | {m['paper_value']} | {m['paper']} |"
         )
-    return lines
+    return lines + [""]
 
 
-def hand_written_marker(results: Results) -> str:
+def _cost_lines(results: dict[str, Any]) -> list[str]:
+    """CPU seconds per kind of job (and eval group): what each part of the run cost."""
+    parts: dict[str, list[float]] = {}
+    for r in results["jobs"]:
+        key = r["kind"] if r["kind"] != "eval" else f"eval {r['group']}"
+        parts.setdefault(key, []).append(float(r.get("cpu_s", math.nan)))
+    lines = [
+        "## What each part cost",
+        "",
+        "| part | jobs | CPU s total | CPU s per job |",
+        "|---|---|---|---|",
+    ]
+    for key, v in parts.items():
+        lines.append(f"| {key} | {len(v)} | {sum(v):.0f} | {sum(v) / len(v):.1f} |")
+    return lines + [""]
+
+
+def hand_written_marker(results: dict[str, Any]) -> str:
     """The line after which LEADERBOARD.md holds notes written by hand about this run."""
     return (
         f"<!-- written by hand below this line, about the run {results.get('out', 'RUN_DIR')}; "
-        "kept when --report or --ship rewrites the table of the same run -->"
+        "kept when --report rewrites the table of the same run -->"
     )
 
 
 def kept_notes(path: Path, marker: str) -> str:
     """What follows `marker` in an existing `path` (nothing for another run, or no file)."""
-    if not path.is_file():
+    if not path.is_file() or marker not in path.read_text():
         return ""
-    text = path.read_text()
-    if marker not in text:
-        return ""
-    return text.split(marker, 1)[1].strip("\n")
+    return path.read_text().split(marker, 1)[1].strip("\n")
 
 
-def shipped_section(shipped: dict[str, dict[str, Any]] | None) -> list[str]:
-    """The shipped checkpoints' table; tests/test_shipped_mnist_checkpoints.py reads it."""
-    if not shipped:
+SHIPPED_NOTE = (
+    "From the earlier run `runs/leaderboard_v4` (page: `leaderboard_history/LEADERBOARD_v4.md`, "
+    "where its RAR columns come from); this run does not re-ship checkpoints."
+)
+
+
+def kept_section(path: Path, heading: str) -> list[str]:
+    """The section `heading` of an existing `path`, verbatim (up to the next heading or the
+    hand-written marker): the shipped checkpoints' table, which this run does not re-ship."""
+    if not path.is_file() or heading not in path.read_text():
         return []
-    lines = [
-        "",
-        "## Shipped checkpoints",
-        "",
-        "Accuracy on the whole 1,000-image test split (the RAR columns come from the table "
-        "above: first seed, first test images).",
-        "",
-        "| checkpoint | test acc | run | sal top-k ∩ | IG top-k ∩ | train s | size |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name, s in shipped.items():
-        lines.append(
-            f"| `checkpoints/{name}.ckpt` | {s['accuracy']:.3f} | {s['run']} | "
-            f"{s['sal']:.3f} | {s['ig']:.3f} | {s['seconds']:.0f} | "
-            f"{s['bytes'] / 1e6:.2f} MB |"
-        )
-    return lines
+    body = []
+    for line in path.read_text().split(heading, 1)[1].splitlines():
+        if line.startswith("## ") or line.startswith("<!-- written by hand"):
+            break
+        if line != SHIPPED_NOTE:
+            body.append(line)
+    text = "\n".join(body).strip("\n")
+    return [heading, "", SHIPPED_NOTE, "", *text.splitlines()]

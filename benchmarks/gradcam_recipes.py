@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import time
 import warnings
 from pathlib import Path
@@ -34,25 +33,13 @@ from typing import Any
 
 import torch
 
+from benchmarks import new_explainers_finetune
+from benchmarks.new_explainers_finetune import accuracy, split
+
 BASELINE = Path("checkpoints") / "mnist5k_baseline.ckpt"
-MODEL = {"channels": [16, 32], "hidden": 128}
 ATTACK = {"epsilon": 0.3, "step_size": 0.01, "n_steps": 50, "k": 100, "measure_k": 100}
 EXPLAINERS = ("saliency", "grad_cam", "deeplift")
-BATCH, NATURAL_EPOCHS, NATURAL_LR = 64, 6, 3e-3
-
-
-def split(name: str) -> tuple[Any, Any]:
-    from robust_train.data import MNIST5kDataModule
-
-    dm = MNIST5kDataModule(seed=0)
-    dm.setup()
-    return {"val": dm.val_set, "test": dm.test_set}[name].tensors
-
-
-def accuracy(model: Any, x: Any, y: Any) -> float:
-    from robust_train._runtime import predict
-
-    return float((predict(model, x, 256) == y).float().mean())
+NATURAL_EPOCHS, NATURAL_LR = 6, 3e-3
 
 
 def attack(model: Any, x: Any, y: Any, explainer: str, n: int, **options: Any) -> dict[str, Any]:
@@ -95,40 +82,10 @@ def build_terms(specs: list[dict[str, Any]], weight: float) -> list[Any]:
 
 
 def fit(penalties: list[Any], epochs: int, lr: float, ckpt: Path) -> tuple[Any, float]:
-    """Natural fit from scratch (no penalties) or fine-tune of the baseline; (model, CPU s)."""
-    import pytorch_lightning as pl
-
-    from robust_train import RobustClassifier
-    from robust_train.data import MNIST5kDataModule
-    from robust_train.models import MNISTConvNet
-
-    pl.seed_everything(0, workers=True, verbose=False)
-    steps = epochs * math.ceil(3500 / BATCH)
-    module = RobustClassifier(
-        MNISTConvNet(**MODEL),
-        penalties,
-        optimizer=lambda p: torch.optim.Adam(p, lr=lr),
-        lr_scheduler=(lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=steps))
-        if penalties
-        else None,
-        lr_scheduler_interval="step",
-        init_checkpoint=str(BASELINE) if penalties else None,
-    )
-    trainer = pl.Trainer(
-        max_epochs=epochs,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-    )
-    start = time.process_time()
-    trainer.fit(module, datamodule=MNIST5kDataModule(batch_size=BATCH, seed=0))
-    seconds = time.process_time() - start
-    trainer.save_checkpoint(ckpt)
-    return module.model.eval(), seconds
+    """Natural fit from scratch (no penalties) or fine-tune of the baseline; (model, CPU s).
+    The fit of `benchmarks.new_explainers_finetune`, the same model, data and schedule."""
+    model, seconds, _ = new_explainers_finetune.fit(penalties, epochs, lr, ckpt, quick=False)
+    return model, seconds
 
 
 def sweep(args: argparse.Namespace) -> None:

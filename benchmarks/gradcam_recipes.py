@@ -97,7 +97,8 @@ def sweep(args: argparse.Namespace) -> None:
         _, natural_s = fit([], NATURAL_EPOCHS, NATURAL_LR, args.out / "natural.ckpt")
         natural = load_classifier(BASELINE)
         base = {"tag": "natural", "val_acc": accuracy(natural, x, y), "fit_cpu_s": natural_s}
-        base["val_attack"] = attack(natural, x, y, "grad_cam", args.images)
+        base["val_attack"] = attack(natural, x, y, args.explainer, args.images)
+        base["explainer"] = args.explainer
         _log(args, base)
     specs = json.loads(args.terms)
     for weight in args.weights:
@@ -106,8 +107,8 @@ def sweep(args: argparse.Namespace) -> None:
         r = {"tag": args.tag, "terms": specs, "weight": weight, "epochs": args.epochs}
         r |= {"lr": args.lr, "val_acc": accuracy(model, x, y), "fit_cpu_s": seconds}
         r["natural_fit_cpu_s"] = natural_s
-        r["val_attack"] = attack(model, x, y, "grad_cam", args.images)
-        r["ckpt"] = str(ckpt)
+        r["val_attack"] = attack(model, x, y, args.explainer, args.images)
+        r["explainer"], r["ckpt"] = args.explainer, str(ckpt)
         _log(args, r)
 
 
@@ -117,7 +118,7 @@ def _log(args: argparse.Namespace, row: dict[str, Any]) -> None:
     a = row["val_attack"]
     print(
         f"{row['tag']} w={row.get('weight')} val_acc={row['val_acc']:.3f} "
-        f"grad_cam top-100={a['topk']:.3f} [{a['n']}/{a['n_images']}] "
+        f"{row.get('explainer', 'grad_cam')} top-100={a['topk']:.3f} [{a['n']}/{a['n_images']}] "
         f"zero maps {a['zero_maps']:.2f} median positive {a['median_positive']:.0f} "
         f"fit {row['fit_cpu_s']:.0f} CPU s",
         flush=True,
@@ -133,6 +134,7 @@ def summary(args: argparse.Namespace) -> None:
     natural fit of the run's own process, else the latest one logged). Pick: the largest val
     top-100 intersection among the eligible."""
     rows = [json.loads(line) for line in open(args.out / "sweep.jsonl")]
+    rows = [r for r in rows if r.get("explainer", "grad_cam") == args.explainer]
     natural = [r for r in rows if r["tag"] == "natural"][-1]
     nat = natural["val_attack"]
     lines = [
@@ -222,6 +224,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--tag", default="recipe")
+    parser.add_argument(
+        "--explainer", default="grad_cam", choices=("grad_cam", "lrp", "deeplift"),
+        help="sweep/summary: the explainer the val attack aims at (rows of other explainers "
+        "are left out of the summary)",
+    )  # fmt: skip
     parser.add_argument("--no-natural-timing", action="store_true")
     parser.add_argument("--model", nargs="+", default=[f"natural={BASELINE}"])
     parser.add_argument("--images", type=int, default=200, help="attacked images")

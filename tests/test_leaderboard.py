@@ -135,6 +135,13 @@ def test_quick_leaderboard_three_seeds_every_explainer_full_preset_and_resume(tm
     again = json.loads((tmp_path / "results.json").read_text())
     assert again["reused"] == n_jobs == len(list((tmp_path / "jobs").glob("*.json")))
     assert again["chosen"] == results["chosen"]
+    # A run folder restored without its checkpoints (results committed, models not): a
+    # training job whose checkpoint is gone is trained again, every other job is reused.
+    fit = next(r for r in again["jobs"] if r["id"] == "fit_adversarial_s1")
+    Path(fit["ckpt"]).unlink()
+    assert lb.main(argv) == 0
+    third = json.loads((tmp_path / "results.json").read_text())
+    assert third["reused"] == n_jobs - 1 and Path(fit["ckpt"]).is_file()
     _check_report(tmp_path, again)
 
 

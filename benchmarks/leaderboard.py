@@ -13,12 +13,18 @@ correlation and Lipschitz estimate of saliency and IG. Natural and the three met
 best CV robustness then get the full RAR preset (100 steps of 0.01, 3 restarts) on
 `Plan.rar_images` correctly classified test images (seed 0).
 
-Jobs run most important first (CV, seed-0 fits and saliency, the other seeds, IG, the other
-explainers, the full preset), so a run stopped by --budget-min leaves complete slices. Each job
-writes RUN_DIR/jobs/<id>.json; a restarted run skips the jobs that have one. At the end (or with
---report RUN_DIR) benchmarks/LEADERBOARD.md and the trade-off plots are written.
+Jobs run most important first (CV, seed-0 fits and saliency, the other seeds, the other
+explainers' attacks, the full preset, faithfulness), so a run stopped by --budget-min leaves
+complete slices. Each job writes RUN_DIR/jobs/<id>.json; a restarted run skips the jobs that have
+one. At the end (or with --report RUN_DIR) benchmarks/LEADERBOARD.md and the trade-off plots are
+written. The whole run needs several 2-core sessions: `--export` writes its job results to one
+file that is committed (benchmarks/leaderboard_runs/), `--restore` puts them back into a run
+folder on another machine, which trains again only the models later jobs need.
 
-    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.leaderboard --out runs/leaderboard_v3
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.leaderboard --out runs/leaderboard_v5 \
+        --restore benchmarks/leaderboard_runs/v5.jsonl
+    .venv/bin/python -m benchmarks.leaderboard --out runs/leaderboard_v5 \
+        --export benchmarks/leaderboard_runs/v5.jsonl
     .venv/bin/python -m benchmarks.leaderboard --quick --out /tmp/lb   # smoke run, seconds
 """
 
@@ -132,12 +138,39 @@ def _classifier(job: Job, steps: int) -> Any:
     )
 
 
+def ensure_model(path: str | None, producer: Job, plan: Plan, out: Path) -> str:
+    """`path` when that checkpoint exists, else the model of `producer` (the "cv" or "fit" job
+    that saved it) from this run folder, trained again when it is not there either: a run
+    restored from exported results (`--restore`) has the results but not the models."""
+    if path and Path(path).is_file():
+        return path
+    local = out / "ckpt" / f"{producer.id}.ckpt"
+    if not local.is_file():
+        train(producer, plan, out)
+    return str(local)
+
+
+def _natural_of(job: Job) -> Job:
+    """The natural job a fine-tune starts from: the same CV fold, or the same seed's fit."""
+    if job.kind == "cv":
+        return Job("cv", f"cv_natural_f{job.fold}", "natural", fold=job.fold)
+    return Job("fit", f"fit_natural_s{job.seed}", "natural", seed=job.seed)
+
+
+def _fit_of(job: Job) -> Job:
+    """The fit job whose model an eval job reads (a fine-tune finds its natural model when
+    trained: `train`)."""
+    return Job("fit", f"fit_{job.method}_s{job.seed}", job.method, seed=job.seed, value=job.value)
+
+
 def train(job: Job, plan: Plan, out: Path) -> tuple[Any, RunResult]:
     """Train the model of a "cv" or "fit" job, save its checkpoint; (model, result)."""
     import pytorch_lightning as pl
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
+    if METHODS[job.method].finetuned:
+        job = dataclasses.replace(job, init=ensure_model(job.init, _natural_of(job), plan, out))
     _quiet()
     pl.seed_everything(job.seed, workers=True, verbose=False)
     x, y = pool_split()
@@ -160,7 +193,9 @@ def train(job: Job, plan: Plan, out: Path) -> tuple[Any, RunResult]:
     result["final_loss"] = float(loss) if loss is not None else math.nan
     ckpt = out / "ckpt" / f"{job.id}.ckpt"
     ckpt.parent.mkdir(parents=True, exist_ok=True)
-    trainer.save_checkpoint(ckpt)
+    partial = ckpt.with_name(f"{ckpt.name}.{os.getpid()}.part")  # two workers may retrain it
+    trainer.save_checkpoint(partial)
+    os.replace(partial, ckpt)
     result["ckpt"] = str(ckpt)
     module.model.eval()
     return module.model, result
@@ -231,7 +266,7 @@ GROUPS = ("saliency", "integrated_gradients", "grad_cam", "lrp", "deeplift", "fi
           "faithfulness", "rar")  # fmt: skip
 
 
-def evaluate_test(job: Job, plan: Plan) -> dict[str, Any]:
+def evaluate_test(job: Job, plan: Plan, out: str) -> dict[str, Any]:
     """One eval group of a trained model on the test split (first correctly classified)."""
     from robust_train._runtime import predict
     from robust_train.evaluation import PROTOCOLS
@@ -239,7 +274,7 @@ def evaluate_test(job: Job, plan: Plan) -> dict[str, Any]:
 
     _quiet()
     x, y = test_split()
-    model = load_classifier(job.ckpt)
+    model = load_classifier(ensure_model(job.ckpt, _fit_of(job), plan, Path(out)))
     correct = (predict(model, x, 256) == y).nonzero().squeeze(1)
     out: dict[str, Any] = {"accuracy": float(len(correct) / len(y))}
     if job.group == "rar":
@@ -308,7 +343,7 @@ def run_job(job: Job, plan: Plan, out: str) -> RunResult:
             result["cv"] = score_heldout(model, job, plan)
     elif job.kind == "eval":
         result = job.record()
-        result["test"] = evaluate_test(job, plan)
+        result["test"] = evaluate_test(job, plan, out)
     elif job.kind == "profile":
         result = job.record()
         result["step_ms"] = step_profile(list(job.names), plan)
@@ -340,7 +375,40 @@ def parser() -> argparse.ArgumentParser:
         "--report", default=None, metavar="RUN_DIR",
         help="only rewrite the report from RUN_DIR (its results.json and jobs/)",
     )  # fmt: skip
+    p.add_argument(
+        "--export", default=None, metavar="JSONL",
+        help="only write the job results of --out to one JSON-lines file (what is committed: "
+        "benchmarks/leaderboard_runs/<run>.jsonl), checkpoints not included",
+    )  # fmt: skip
+    p.add_argument(
+        "--restore", default=None, metavar="JSONL",
+        help="before running, write the job results of an --export file into --out/jobs (those "
+        "not already there): the run goes on where the exported one stopped; trainings whose "
+        "checkpoints are not on this machine run again",
+    )  # fmt: skip
     return p
+
+
+def export_jobs(out: Path, path: Path) -> int:
+    """Write every job result of the run folder `out` to `path`, one JSON object a line."""
+    files = sorted((out / "jobs").glob("*.json"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(json.loads(f.read_text())) + "\n" for f in files))
+    return len(files)
+
+
+def restore_jobs(path: Path, out: Path) -> int:
+    """Write the job results of an `export_jobs` file into `out`/jobs, keeping those there."""
+    jobs = out / "jobs"
+    jobs.mkdir(parents=True, exist_ok=True)
+    written = 0
+    for line in path.read_text().splitlines():
+        result = json.loads(line)
+        target = jobs / f"{result['id']}.json"
+        if not target.is_file():
+            target.write_text(json.dumps(result))
+            written += 1
+    return written
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -351,6 +419,10 @@ def main(argv: list[str] | None = None) -> int:
         results = json.loads((Path(args.report) / "results.json").read_text())
         write_report(results, Path(args.md) if args.md else ROOT / "benchmarks")
         return 0
+    if args.export:
+        n = export_jobs(Path(args.out), Path(args.export))
+        print(f"{n} job results -> {args.export}")
+        return 0
     if args.workers < 1:
         raise SystemExit(f"--workers must be >= 1, got {args.workers}")
     try:
@@ -360,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = quick_plan() if args.quick else Plan()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.restore:
+        print(f"{restore_jobs(Path(args.restore), out)} job results restored into {out}/jobs")
     md = Path(args.md) if args.md else (out if args.quick else ROOT / "benchmarks")
     sched = Scheduler(run_job, plan, out, args.workers, args.budget_min * 60)
     board = Leaderboard(names, plan, out, sched, select_only=args.select_only)

@@ -150,10 +150,14 @@ METHODS: dict[str, Method] = {
         penalty="topk_mass", n_ascent_steps=2,
     ),
     "finetune_lrp": _finetune(
-        "lrp", (30.0, 100.0, 300.0, 1000.0), 300.0, "configs/mnist5k_finetune_lrp.yaml: 300"
+        "lrp", (1.0, 3.0, 10.0, 30.0), 5.0,
+        "configs/mnist5k_finetune_lrp.yaml: 5, on a quarter of each batch",
+        penalty="topk_mass", n_ascent_steps=1, batch_fraction=0.25,
     ),
     "finetune_deeplift": _finetune(
-        "deeplift", (10.0, 30.0, 100.0, 300.0), 100.0, "configs/mnist5k_finetune_deeplift.yaml: 100"
+        "deeplift", (1.0, 3.0, 10.0, 30.0), 3.0,
+        "configs/mnist5k_finetune_deeplift.yaml: 3, on half of each batch",
+        penalty="topk_mass", n_ascent_steps=1, batch_fraction=0.5,
     ),
 }  # fmt: skip
 

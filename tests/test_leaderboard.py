@@ -135,13 +135,22 @@ def test_quick_leaderboard_three_seeds_every_explainer_full_preset_and_resume(tm
     again = json.loads((tmp_path / "results.json").read_text())
     assert again["reused"] == n_jobs == len(list((tmp_path / "jobs").glob("*.json")))
     assert again["chosen"] == results["chosen"]
-    # A run folder restored without its checkpoints (results committed, models not): a
-    # training job whose checkpoint is gone is trained again, every other job is reused.
-    fit = next(r for r in again["jobs"] if r["id"] == "fit_adversarial_s1")
-    Path(fit["ckpt"]).unlink()
-    assert lb.main(argv) == 0
-    third = json.loads((tmp_path / "results.json").read_text())
-    assert third["reused"] == n_jobs - 1 and Path(fit["ckpt"]).is_file()
+    # Exported results restored into a new folder (no checkpoints there): only the jobs left
+    # run, and a model they read is trained again first.
+    assert lb.main([*argv, "--export", str(tmp_path / "run.jsonl")]) == 0
+    lines = (tmp_path / "run.jsonl").read_text().splitlines()
+    assert len(lines) == n_jobs
+    kept = [line for line in lines if json.loads(line)["id"] != "eval_saliency_adversarial_s1"]
+    (tmp_path / "cut.jsonl").write_text("\n".join(kept) + "\n")
+    (tmp_path / "ckpt" / "fit_adversarial_s1.ckpt").unlink()  # not on the new machine
+    other = tmp_path / "restored"
+    assert lb.main([*argv[:-1], str(other), "--restore", str(tmp_path / "cut.jsonl")]) == 0
+    third = json.loads((other / "results.json").read_text())
+    assert third["reused"] == n_jobs - 1 and third["failed"] == []
+    assert sorted(p.name for p in (other / "ckpt").glob("*.ckpt")) == ["fit_adversarial_s1.ckpt"]
+    redone = next(r for r in third["jobs"] if r["id"] == "eval_saliency_adversarial_s1")
+    first = next(r for r in again["jobs"] if r["id"] == "eval_saliency_adversarial_s1")
+    assert redone["test"]["accuracy"] == pytest.approx(first["test"]["accuracy"], abs=0.02)
     _check_report(tmp_path, again)
 
 
@@ -172,3 +181,15 @@ def _check_report(folder: Path, results: dict) -> None:
     assert "(1 of 3)" in text and text.count(marker) == 1 and text.endswith("- seen by hand\n")
     report.write_report({**results, "out": "elsewhere"}, folder)
     assert "seen by hand" not in page.read_text()
+
+
+def test_a_fine_tune_whose_natural_model_is_gone_trains_it_first(tmp_path: Path):
+    plan = methods.quick_plan()
+    job = methods.Job("fit", "fit_finetune_smoothness_s1", "finetune_smoothness", seed=1, value=10)
+    path = lb.ensure_model(str(tmp_path / "elsewhere.ckpt"), job, plan, tmp_path)
+    assert path == str(tmp_path / "ckpt" / "fit_finetune_smoothness_s1.ckpt")
+    names = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    assert names == ["fit_finetune_smoothness_s1.ckpt", "fit_natural_s1.ckpt"]  # no partial file
+    stamp = Path(path).stat().st_mtime_ns
+    assert lb.ensure_model(None, job, plan, tmp_path) == path  # there now: not trained again
+    assert Path(path).stat().st_mtime_ns == stamp

@@ -200,15 +200,7 @@ def table(args: argparse.Namespace) -> None:
 def markdown(rows: dict[str, Any], explainers: tuple[str, ...] = EXPLAINERS) -> str:
     """The table, and the grad_cam mean over the test images every model measured."""
     if "grad_cam" not in explainers:
-        head = " | ".join(f"{n}: attack (random) [measured]" for n in explainers)
-        lines = [f"| model | test acc | {head} |", "|---|---|" + "---|" * len(explainers)]
-        for label, row in rows.items():
-            cells = " | ".join(
-                f"{row[n]['topk']:.3f} ({row[n + '/random']['topk']:.3f}) [{row[n]['n']}]"
-                for n in explainers
-            )
-            lines.append(f"| {label} | {row['test_acc']:.3f} | {cells} |")
-        return "\n".join(lines)
+        return new_explainers_finetune.attack_table(rows, explainers)
     by_image = {
         label: dict(zip(row["grad_cam"]["index"], row["grad_cam"]["per_image"], strict=True))
         for label, row in rows.items()

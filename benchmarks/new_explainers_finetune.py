@@ -243,16 +243,22 @@ def table(args: argparse.Namespace) -> dict[str, Any]:
             row[f"{name}/random"] = attack(model, x, y, name, args.images, objective="random_sign")
         rows[label] = row
         print(label, json.dumps(row), flush=True)
-    head = " | ".join(f"{n}: attack (random) [measured]" for n in EXPLAINERS)
-    lines = [f"| model | test acc | {head} |", "|---|---|" + "---|" * len(EXPLAINERS)]
+    print(attack_table(rows, EXPLAINERS))
+    return rows
+
+
+def attack_table(rows: dict[str, Any], explainers: tuple[str, ...]) -> str:
+    """Markdown: a row per model, test accuracy and, per explainer, the direct attack's mean
+    top-k intersection (random signs) [images measured]."""
+    head = " | ".join(f"{n}: attack (random) [measured]" for n in explainers)
+    lines = [f"| model | test acc | {head} |", "|---|---|" + "---|" * len(explainers)]
     for label, row in rows.items():
         cells = " | ".join(
             f"{row[n]['topk']:.3f} ({row[n + '/random']['topk']:.3f}) [{row[n]['n']}]"
-            for n in EXPLAINERS
+            for n in explainers
         )
         lines.append(f"| {label} | {row['test_acc']:.3f} | {cells} |")
-    print("\n".join(lines))
-    return rows
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -184,10 +184,10 @@ class Plan:
     """Sizes of one leaderboard run (the full run, or --quick)."""
 
     epochs: int = 5  # final fits on the 4,000-image pool
-    finetune_epochs: int = 1
+    finetune_epochs: int = 2  # as the configs (configs/mnist5k_finetune_*.yaml)
     cv_folds: int = 2
     cv_epochs: int = 4  # each fold: trained on the other folds' 2,000 images
-    cv_finetune_epochs: int = 1
+    cv_finetune_epochs: int = 2
     limit_batches: int | None = None
     seeds: tuple[int, ...] = (0, 1, 2)
     cv_attack_images: int = 32  # per fold, correctly classified held-out images

@@ -315,7 +315,7 @@ def _sweep_lines(results: dict[str, Any]) -> list[str]:
         "",
         f"{p['cv_folds']}-fold cross-validation over the 4,000 train+val images (each held out "
         f"once); each fold model trained {p['cv_epochs']} epochs on the other fold's 2,000 "
-        f"images (fine-tunes: {p['cv_finetune_epochs']} epoch from that fold's natural model). "
+        f"images (fine-tunes: {p['cv_finetune_epochs']} epoch(s) from that fold's natural model). "
         f"CV robustness: the top-k attack ({p['cv_steps']} steps of {0.75 / p['cv_steps']:.3g}, "
         f"IG {p['cv_ig_steps']} points) on the first {p['cv_attack_images']} correctly "
         "classified held-out images per fold. Rule: the most robust setting on the method's "

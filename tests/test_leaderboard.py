@@ -193,3 +193,37 @@ def test_a_fine_tune_whose_natural_model_is_gone_trains_it_first(tmp_path: Path)
     stamp = Path(path).stat().st_mtime_ns
     assert lb.ensure_model(None, job, plan, tmp_path) == path  # there now: not trained again
     assert Path(path).stat().st_mtime_ns == stamp
+
+
+def test_two_workers_that_need_the_same_missing_model_train_it_once(tmp_path: Path, monkeypatch):
+    import threading
+    import time
+
+    calls = []
+
+    def slow_train(job, plan, out):
+        calls.append(job.id)
+        time.sleep(0.3)  # the second caller arrives while the first trains
+        (out / "ckpt" / f"{job.id}.ckpt").parent.mkdir(parents=True, exist_ok=True)
+        (out / "ckpt" / f"{job.id}.ckpt").write_text("model")
+
+    monkeypatch.setattr(lb, "train", slow_train)
+    job = methods.Job("fit", "fit_natural_s2", "natural", seed=2)
+    paths = []
+    threads = [
+        threading.Thread(
+            target=lambda: paths.append(lb.ensure_model(None, job, methods.quick_plan(), tmp_path))
+        )
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == ["fit_natural_s2"]
+    assert paths == [str(tmp_path / "ckpt" / "fit_natural_s2.ckpt")] * 2
+
+
+def test_a_missing_restore_file_is_one_line(tmp_path: Path):
+    with pytest.raises(SystemExit, match="--restore: no such file .*nothing.jsonl"):
+        lb.main(["--quick", "--out", str(tmp_path), "--restore", str(tmp_path / "nothing.jsonl")])

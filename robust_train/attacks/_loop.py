@@ -3,8 +3,10 @@
 `fragility_attack` checks its arguments into an `AttackContext`, then: `start` (clean labels
 and maps, the objective, the running best), `run_restart` for each restart (start point, then
 `n_steps` of direction, projected step, evaluation on the ORIGINAL model, keep the best
-label-keeping iterate), and `finish` (the `FragilityResult`, with samples whose direction was
-zero at every step, or whose clean map is constant, marked unmeasured and their metrics NaN).
+label-keeping iterate; a sample whose gradient direction is exactly zero takes a random step
+instead, `off_flat_point`), and `finish` (the `FragilityResult`, with samples whose gradient
+direction was zero at every step, or whose clean map is constant, marked unmeasured and their
+metrics NaN).
 """
 
 from __future__ import annotations
@@ -188,15 +190,35 @@ def take_step(ctx: AttackContext, state: AttackState, x: Tensor, gen: torch.Gene
     objective = state.objective
     if objective.needs_gradient:
         d = gradient_direction(ctx, objective, x)
+        flat = d.flatten(1).eq(0).all(1)
+        state.moved |= ~flat
+        if bool(flat.any()):
+            d = torch.where(flat.view(-1, *[1] * (d.dim() - 1)), off_flat_point(ctx, d, gen), d)
     else:
         d = objective.direction(x, gen)
         if ctx.options.norm != "linf":
             d = step_direction(d, ctx.options.norm)
-    state.moved |= d.flatten(1).ne(0).any(1)
+        state.moved |= d.flatten(1).ne(0).any(1)
     o = ctx.options
     assert o.epsilon is not None and o.step_size is not None, "resolved options"
     x = x + o.step_size * d
     return project(x, state.x0, o.epsilon, o.norm).detach()
+
+
+def off_flat_point(ctx: AttackContext, d: Tensor, gen: torch.Generator) -> Tensor:
+    """A random unit step (uniform signs for L_inf, a uniform direction for L2) for the samples
+    whose gradient direction is exactly zero: a flat point of the objective, not a robust one.
+
+    The common case: a map that is zero wherever the input is zero (integrated gradients or
+    DeepLIFT from a zero baseline, LRP) has no more than k non-zero pixels on a thin digit, so the
+    clean top-k set holds all of its mass, the top-k value is -1 around x0 and |.| has slope 0 at
+    0: the gradient is zero at the clean input although a step that lights up a background pixel
+    moves mass out of the set. One random step leaves such a point; the attack then follows the
+    gradient again. A sample still counts as measured only once its gradient direction was
+    non-zero (a map that is flat everywhere stays unmeasured, `finish`).
+    """
+    noise = torch.rand(d.shape, generator=gen, device=d.device, dtype=d.dtype) * 2 - 1
+    return step_direction(noise, ctx.options.norm)
 
 
 def keep_best(ctx: AttackContext, state: AttackState, x: Tensor) -> None:

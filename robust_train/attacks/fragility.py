@@ -53,9 +53,13 @@ def fragility_attack(
     from its own generator, seeded up front, so with a fixed `step_size` the first n iterates do
     not depend on `n_steps`: more steps can only improve the result. Samples are attacked
     together (no loop over samples); gradients are taken w.r.t. the input only, so parameter
-    `.grad` is untouched; every module's train/eval flag is restored. A sample whose direction
-    was exactly zero at every step (constant map, diverged model) is NOT reported as robust: its
-    metrics are NaN, `measured` is False, and a warning names the cause.
+    `.grad` is untouched; every module's train/eval flag is restored. Where the gradient direction
+    of a sample is exactly zero (a flat point: a zero-baseline IG or DeepLIFT map, or an LRP map,
+    of a thin digit has fewer than k non-zero pixels, so the clean top-k set holds all its mass)
+    that sample takes a random sign step instead and follows the gradient from there. A sample
+    whose gradient direction was exactly zero at every step (constant map, diverged model,
+    piecewise-linear model without surrogate) is NOT reported as robust: its metrics are NaN,
+    `measured` is False, and a warning names the cause.
 
     Args:
         model: classifier returning logits; run in eval mode during the attack.

@@ -15,15 +15,32 @@ from typing import Any
 from benchmarks.leaderboard_methods import ACCURACY_MARGIN, METHODS, SHORT
 
 
+def fit_cpu_s(results: dict[str, Any], name: str) -> float:
+    """Mean CPU seconds of the method's final fits (over the seeds that finished); NaN if none."""
+    cpu = [
+        float(r["cpu_s"])
+        for r in results.get("jobs", [])
+        if r.get("kind") == "fit" and r.get("method") == name and "failed" not in r
+        and isinstance(r.get("cpu_s"), (int, float))
+    ]  # fmt: skip
+    return sum(cpu) / len(cpu) if cpu else math.nan
+
+
 def method_cost(results: dict[str, Any], name: str) -> float:
-    """Training cost relative to natural: step ms ratio x epochs ratio (a fine-tune: the natural
-    training plus its epochs of the method); NaN without a step profile."""
+    """Training cost relative to natural: the CPU seconds of the method's final fits over
+    natural's (means over seeds; a fine-tune: the natural fit plus its own), the whole-fit
+    measure the sweeps and `CHEAPER.md` use. Without fit records (a run stopped before its fits):
+    the step profile's ms ratio x epochs ratio; NaN without either."""
+    if name == "natural":
+        return 1.0
+    tuned = METHODS[name].finetuned
+    natural, own = fit_cpu_s(results, "natural"), fit_cpu_s(results, name)
+    if math.isfinite(natural) and math.isfinite(own):
+        return 1 + own / natural if tuned else own / natural
     step = results.get("step_ms") or {}
     plan = results["plan"]
     ratio = step.get(name, math.nan) / step.get("natural", math.nan)
-    if name == "natural":
-        return 1.0
-    if METHODS[name].finetuned:
+    if tuned:
         return 1 + plan["finetune_epochs"] / plan["epochs"] * ratio
     return ratio
 

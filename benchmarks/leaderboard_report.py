@@ -240,9 +240,10 @@ def _table_lines(results: dict[str, Any]) -> list[str]:
         "faithfulness correlation (Bhatt et al. 2020; higher is more faithful); both on the "
         "same images, mean fill. Lipschitz: local Lipschitz estimate of the max-normalised "
         f"saliency map ({p['lipschitz_samples']} samples). step ms: one training step of batch "
-        f"{BATCH}, one thread (`step_profile`, at the paper value); cost × natural: step ratio "
-        "× epochs ratio (fine-tunes: 1 + their epochs at their step ratio). fit s: wall time of "
-        "one final fit, two jobs at a time.",
+        f"{BATCH}, one thread (`step_profile`, at the paper value; a short probe, read it as "
+        "a guide); cost × natural: CPU seconds of the final fits over natural's, means over the "
+        "seeds (fine-tunes: 1 + their own fit over natural's), the whole-fit measure of the "
+        "sweeps and CHEAPER.md. fit s: wall time of one final fit, two jobs at a time.",
         "",
     ]
 

@@ -227,3 +227,26 @@ def test_two_workers_that_need_the_same_missing_model_train_it_once(tmp_path: Pa
 def test_a_missing_restore_file_is_one_line(tmp_path: Path):
     with pytest.raises(SystemExit, match="--restore: no such file .*nothing.jsonl"):
         lb.main(["--quick", "--out", str(tmp_path), "--restore", str(tmp_path / "nothing.jsonl")])
+
+
+def test_cost_is_the_final_fits_cpu_time_over_naturals_else_the_step_profile():
+    from benchmarks.leaderboard_plots import method_cost
+
+    plan = {"epochs": 5, "finetune_epochs": 2}
+    fits = [
+        {"kind": "fit", "method": "natural", "cpu_s": 10.0},
+        {"kind": "fit", "method": "natural", "cpu_s": 14.0},
+        {"kind": "fit", "method": "smoothness", "cpu_s": 48.0},
+        {"kind": "fit", "method": "finetune_smoothness", "cpu_s": 18.0},
+        {"kind": "fit", "method": "finetune_smoothness", "failed": "boom", "cpu_s": 1e6},
+    ]
+    step = {"natural": 40.0, "smoothness": 100.0, "finetune_smoothness": 200.0, "ssr": 80.0}
+    results = {"plan": plan, "jobs": fits, "step_ms": step}
+    assert method_cost(results, "natural") == 1.0
+    assert method_cost(results, "smoothness") == pytest.approx(4.0)  # 48 / 12
+    assert method_cost(results, "finetune_smoothness") == pytest.approx(2.5)  # 1 + 18 / 12
+    assert method_cost(results, "ssr") == pytest.approx(2.0)  # no fit: 80 / 40
+    assert method_cost({**results, "jobs": fits[2:]}, "finetune_smoothness") == pytest.approx(
+        1 + 2 / 5 * 200 / 40
+    )
+    assert math.isnan(method_cost({"plan": plan, "jobs": []}, "ssr"))

@@ -32,8 +32,8 @@ and integrated gradients with a zero baseline) and correctly-classified-only rul
 leaderboard's 10 x 0.075), 1 restart, integrated gradients with 10 points, the Lipschitz
 estimate with 8 samples and fidelity curves of 10 steps. Its attack is weaker than RAR's
 3 x 100 steps: on the shipped MNIST pair it leaves saliency top-k intersections of 0.197 /
-0.726 (natural / fine-tuned; RAR: 0.130 / 0.659) and IG ones of 0.536 / 0.682 (RAR: 0.383 /
-0.655); the gains it shows are of the same sign and size on saliency, smaller on IG.
+0.726 (natural / fine-tuned; RAR: 0.130 / 0.659) and IG ones of 0.519 / 0.687 (RAR: 0.382 /
+0.653); the gains it shows are of the same sign and size on saliency, smaller on IG.
 """
 
 from __future__ import annotations

@@ -229,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--tag", default="recipe")
     parser.add_argument(
-        "--explainer", default="grad_cam", choices=("grad_cam", "lrp", "deeplift"),
+        "--explainer", default="grad_cam",
+        choices=("saliency", "integrated_gradients", "grad_cam", "lrp", "deeplift"),
         help="sweep/summary: the explainer the val attack aims at (rows of other explainers "
         "are left out of the summary)",
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""benchmarks/gradcam_recipes.py summary: the val rule per explainer (the rows of other explainers
+"""benchmarks/explainer_recipes.py summary: the val rule per explainer (the rows of other explainers
 left out; accuracy, measured images, all-zero maps and cost each able to exclude a recipe)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import gradcam_recipes
+from benchmarks import explainer_recipes
 
 
 def _row(tag, explainer, acc, topk, n=180, zero=0.0, fit=20.0, weight=1.0):
@@ -21,7 +21,7 @@ def _row(tag, explainer, acc, topk, n=180, zero=0.0, fit=20.0, weight=1.0):
 
 
 def _summary(tmp_path: Path, explainer: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
-    gradcam_recipes.main(["summary", "--explainer", explainer, "--out", str(tmp_path)])
+    explainer_recipes.main(["summary", "--explainer", explainer, "--out", str(tmp_path)])
     return [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
 
 

@@ -1,5 +1,6 @@
 """Explainer fine-tuning recipes on MNIST-5k, selected on val (issue 18's targets; first written
-for Grad-CAM, `--explainer lrp | deeplift` for the others).
+for Grad-CAM as `gradcam_recipes.py`, `--explainer saliency | integrated_gradients | lrp |
+deeplift` for the others).
 
 `sweep`: fine-tune the shipped natural model (checkpoints/mnist5k_baseline.ckpt) with a list of
 penalty terms at each weight and score it on the VAL split: accuracy on all 500 val images and the
@@ -13,11 +14,11 @@ saliency, grad_cam and deeplift; random signs of the same budget beside) on each
 --images correctly classified TEST images, plus the grad_cam mean over the images every model
 measured when grad_cam is among them.
 
-    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python benchmarks/gradcam_recipes.py sweep \\
+    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python benchmarks/explainer_recipes.py sweep \\
         --terms '[{"penalty": "topk_mass", "explainer": "grad_cam", "n_ascent_steps": 1}]' \\
         --weights 1 3 --epochs 2 --tag topk1
-    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python benchmarks/gradcam_recipes.py table \\
-        --model natural=checkpoints/mnist5k_baseline.ckpt recipe=runs/gradcam_recipes/x.ckpt
+    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python benchmarks/explainer_recipes.py table \\
+        --model natural=checkpoints/mnist5k_baseline.ckpt recipe=runs/explainer_recipes/x.ckpt
 
 A term is a JSON object: "penalty" (a registered name), "scale" (its weight is scale x the
 run's weight, default 1), "seed" (of its generator, default its position) and its options.
@@ -242,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         help="table: the explainers attacked (each directly, random signs beside)",
     )  # fmt: skip
     parser.add_argument("--images", type=int, default=200, help="attacked images")
-    parser.add_argument("--out", type=Path, default=Path("runs") / "gradcam_recipes")
+    parser.add_argument("--out", type=Path, default=Path("runs") / "explainer_recipes")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")

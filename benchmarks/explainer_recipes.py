@@ -181,19 +181,10 @@ def _term_label(term: dict[str, Any]) -> str:
 
 
 def table(args: argparse.Namespace) -> None:
-    from robust_train.models import load_classifier
-
-    x, y = split("test")
-    rows: dict[str, Any] = {}
-    for spec in args.model:
-        label, path = spec.split("=", 1)
-        model = load_classifier(path)
-        row: dict[str, Any] = {"test_acc": accuracy(model, x, y)}
-        for name in args.explainers:
-            row[name] = attack(model, x, y, name, args.images)
-            row[f"{name}/random"] = attack(model, x, y, name, args.images, objective="random_sign")
-        rows[label] = row
-        print(label, json.dumps({k: v if k == "test_acc" else v["topk"] for k, v in row.items()}))
+    rows = new_explainers_finetune.attack_rows(
+        args.model, args.explainers, args.images, attack,
+        lambda row: {k: v if k == "test_acc" else v["topk"] for k, v in row.items()},
+    )  # fmt: skip
     (args.out / "table.json").write_text(json.dumps(rows))
     print(markdown(rows, tuple(args.explainers)))
 

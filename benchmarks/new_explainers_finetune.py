@@ -229,20 +229,31 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
     return {"natural": base, "runs": runs, "chosen": chosen}
 
 
-def table(args: argparse.Namespace) -> dict[str, Any]:
+def attack_rows(
+    specs: list[str], explainers: Any, images: int, attack_fn: Any = None, show: Any = None
+) -> dict[str, Any]:
+    """Per `label=checkpoint` spec: test accuracy and, per explainer, `attack_fn` (default this
+    module's `attack`) directly and with random signs on the first `images` correctly classified
+    test images; prints `show(row)` (default the row) after each model."""
     from robust_train.models import load_classifier
 
+    attack_fn = attack_fn or attack
     x, y = split("test")
     rows: dict[str, Any] = {}
-    for spec in args.model:
+    for spec in specs:
         label, path = spec.split("=", 1)
         model = load_classifier(path)
         row: dict[str, Any] = {"test_acc": accuracy(model, x, y)}
-        for name in EXPLAINERS:
-            row[name] = attack(model, x, y, name, args.images)
-            row[f"{name}/random"] = attack(model, x, y, name, args.images, objective="random_sign")
+        for name in explainers:
+            row[name] = attack_fn(model, x, y, name, images)
+            row[f"{name}/random"] = attack_fn(model, x, y, name, images, objective="random_sign")
         rows[label] = row
-        print(label, json.dumps(row), flush=True)
+        print(label, json.dumps(show(row) if show else row), flush=True)
+    return rows
+
+
+def table(args: argparse.Namespace) -> dict[str, Any]:
+    rows = attack_rows(args.model, EXPLAINERS, args.images)
     print(attack_table(rows, EXPLAINERS))
     return rows
 

@@ -49,7 +49,8 @@ EVAL_PRIORITY = {
 
 class Scheduler:
     """Runs jobs on a process pool (inline with one worker), most urgent first; a job whose
-    result file exists is not run again; no job starts after the time budget."""
+    result file exists for the same setting (`value`) is not run again, one stored for another
+    setting is moved aside (<id>.stale.json) and run; no job starts after the time budget."""
 
     def __init__(self, fn: Worker, plan: Plan, out: Path, workers: int, budget_s: float) -> None:
         self.fn, self.plan, self.out, self.workers = fn, plan, out, workers
@@ -86,9 +87,20 @@ class Scheduler:
 
     def _start(self, job: Job, running: dict[Future[RunResult], Job], on_done: Any) -> None:
         path = self._path(job)
-        if path.is_file():
+        stored = json.loads(path.read_text()) if path.is_file() else None
+        if stored is not None and stored.get("value") != job.value:
+            # e.g. a fit kept from before the CV selection was re-run and chose another value
+            stale = path.with_name(f"{job.id}.stale.json")
+            path.replace(stale)
+            print(
+                f"{job.id}: the stored result is for {job.method} at {stored.get('value')}, "
+                f"the job is at {job.value}; moved to {stale.name}, running it again",
+                flush=True,
+            )
+            stored = None
+        if stored is not None:
             self.reused += 1
-            on_done(json.loads(path.read_text()))
+            on_done(stored)
         elif time.time() > self.deadline:
             self.skipped.append(job.id)
         elif self.pool is None:

@@ -250,3 +250,32 @@ def test_cost_is_the_final_fits_cpu_time_over_naturals_else_the_step_profile():
         1 + 2 / 5 * 200 / 40
     )
     assert math.isnan(method_cost({"plan": plan, "jobs": []}, "ssr"))
+
+
+def test_a_result_stored_for_another_setting_is_moved_aside_and_run_again(tmp_path: Path):
+    from benchmarks.leaderboard_run import Scheduler
+
+    ran = []
+
+    def worker(job, plan, out):
+        ran.append(job.id)
+        return {**job.record(), "fresh": True}
+
+    sched = Scheduler(worker, methods.quick_plan(), tmp_path, workers=1, budget_s=60)
+    same = methods.Job("fit", "fit_gradnorm_s0", "gradnorm", value=3.0)
+    other = methods.Job("fit", "fit_lga_s0", "lga", value=1.0)
+    for job, stored_value in ((same, 3.0), (other, 0.3)):  # lga's CV now chooses 1, not 0.3
+        (tmp_path / "jobs" / f"{job.id}.json").write_text(
+            json.dumps({**job.record(), "value": stored_value, "fresh": False})
+        )
+        sched.add(job, 0)
+    seen = []
+    sched.run(seen.append)
+    assert ran == ["fit_lga_s0"] and sched.reused == 1
+    assert [(r["id"], r["value"], r["fresh"]) for r in seen] == [
+        ("fit_gradnorm_s0", 3.0, False),
+        ("fit_lga_s0", 1.0, True),
+    ]
+    stale = json.loads((tmp_path / "jobs" / "fit_lga_s0.stale.json").read_text())
+    assert stale["value"] == 0.3
+    assert json.loads((tmp_path / "jobs" / "fit_lga_s0.json").read_text())["value"] == 1.0

@@ -45,10 +45,13 @@ def fragility_attack(
     d_p the gradient of the objective (a class registered in `robust_train.attacks.OBJECTIVES`)
     taken on the softplus surrogate of the model (`robust_train.models.softplus.smooth_relus`: every
     ReLU call, module or functional, computes softplus_beta) when the explainer's map of a ReLU
-    net is piecewise constant (`ExplainerSpec.piecewise_constant`: the gradient family), or
-    random signs. After every step the ORIGINAL model gives the label and the map; the best iterate
-    whose predicted label equals the clean prediction is kept (never a label-changing one), else
-    the clean input. Restart 0 starts at x_0, later restarts at a
+    net is piecewise constant (`ExplainerSpec.piecewise_constant`: the gradient family), and
+    with a map's own final ReLU (Grad-CAM's) on its scale-free softplus surrogate
+    (`robust_train.explain._clamp.smooth_map_clamps`, so that a map with fewer positive pixels
+    than k can still be moved out of its clean top-k set), or random signs; `surrogate_beta=None`
+    takes neither surrogate. After every step the ORIGINAL model gives the label and the map;
+    the best iterate whose predicted label equals the clean prediction is kept (never a
+    label-changing one), else the clean input. Restart 0 starts at x_0, later restarts at a
     uniform random point of the ball; the best over all restarts is returned. Each restart draws
     from its own generator, seeded up front, so with a fixed `step_size` the first n iterates do
     not depend on `n_steps`: more steps can only improve the result. Samples are attacked

@@ -61,8 +61,10 @@ class FragilityResult:
         objective, epsilon, step_size, n_steps, n_restarts, k, measure_k: the attack settings used.
         norm: the threat model of `epsilon`: "linf" (the default) or "l2" (the ball intersected
             with [0, 1]).
-        surrogate_beta: softplus beta of the surrogate that gave the direction, or None when the
-            model itself was used (no ReLU module, or `surrogate_beta=None`).
+        surrogate_beta: softplus beta of the model surrogate that gave the direction, or None
+            when the model itself was used (no ReLU module, a map that is not piecewise
+            constant, or `surrogate_beta=None`). A map's own final ReLU (Grad-CAM's) is smoothed
+            at the attack's `surrogate_beta` either way (`smooth_map_clamps`).
         explainer: name of the explainer.
     """
 

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from robust_train._runtime import require_grad_mode
 from robust_train.explain._autograd import prepare_inputs, target_scores
+from robust_train.explain._clamp import clamp_positive
 from robust_train.explain._layers import capture_output, find_layer
 from robust_train.explain.registry import register_explainer
 
@@ -27,9 +28,11 @@ def grad_cam(
     """Grad-CAM map of the target logit at a convolutional layer, upsampled to the input size.
 
     With A (B, K, h, w) the output of `layer` and w_k the spatial mean of d logit_target / d A_k,
-    the map is ReLU(sum_k w_k A_k) (written `clamp_min(0)`, so the softplus surrogate of the
-    attacks leaves it alone), upsampled bilinearly (`align_corners=False`) to (H, W) of the input,
-    so top-k, fidelity and Lipschitz consumers take it as they take a (B, 1, H, W) mask. Equals
+    the map is ReLU(sum_k w_k A_k) (`clamp_positive`: the exact ReLU, which the model's softplus
+    surrogate `smooth_relus` leaves alone; attack directions and penalties' inner ascents take
+    it on its own scale-free softplus surrogate, `robust_train.explain._clamp`), upsampled
+    bilinearly (`align_corners=False`) to (H, W) of the input, so top-k, fidelity and Lipschitz
+    consumers take it as they take a (B, 1, H, W) mask. Equals
     Captum's `LayerGradCam(model, layer).attribute(x, t, relu_attributions=True)` followed by
     `LayerAttribution.interpolate(attr, (H, W), "bilinear")` (tests/explain/test_grad_cam.py:
     float32 CPU, atol 1e-6 + rtol 1e-4 of the map's scale, on the project's CNNs and torchvision
@@ -57,13 +60,17 @@ def grad_cam(
     positive pixels (a small positive blob upsampled from a 7x7 or 14x14 map). Top-k then fills
     up with zero pixels, which `topk_mask` breaks by the lower row-major index (top-left first):
     two maps with fewer than k positive pixels share those zero pixels, so their top-k
-    intersection counts them as agreement and is biased upward. Such a map also gives the top-k
-    attack no direction (no importance outside the top-k set, and the clamped pixels have zero
-    gradient), and an all-zero map none at all: the attack reports both as not measured (NaN).
-    On the natural MNIST-5k model at the default layer (14x14) 67 % of the first 200 test maps
-    have fewer than 100 positive pixels and 26 % are all zero; the top-100 attack measured 116 of
-    200. Use a k below the number of positive pixels, an earlier (larger) layer, or Spearman /
-    Kendall (tied pixels get their average rank) when maps are that sparse.
+    intersection counts them as agreement and is biased upward. Through the exact ReLU such a
+    map gives the top-k attack no direction (no importance outside the top-k set, and the clamped
+    pixels have zero gradient); the attacks therefore take their direction through the ReLU's
+    softplus surrogate, which reaches those pixels (on the natural MNIST-5k model the top-100
+    intersection under the attack falls from 0.399 to 0.261, and on a model fine-tuned against
+    the blind ascent from 0.669 to 0.374: benchmarks/NEW_EXPLAINERS.md, section 8). An all-zero
+    clean map defines no top-k set and stays not measured (NaN). On the natural MNIST-5k model at
+    the default layer (14x14) 67 % of the first 200 test maps have fewer than 100 positive
+    pixels and 26 % are all zero. Use a k below the number of positive pixels, an earlier
+    (larger) layer, or Spearman / Kendall (tied pixels get their average rank) when maps are
+    that sparse.
 
     Args:
         model: classifier returning logits (B, num_classes); its train/eval mode is left as is.
@@ -100,7 +107,7 @@ def grad_cam(
         scores = target_scores(logits, target)
         (grads,) = torch.autograd.grad(scores.sum(), activation, create_graph=create_graph)
         weights = grads.mean(dim=(2, 3), keepdim=True)
-        cam = (weights * activation).sum(dim=1, keepdim=True).clamp_min(0)
+        cam = clamp_positive((weights * activation).sum(dim=1, keepdim=True))
         cam = F.interpolate(cam, size=x.shape[-2:], mode="bilinear", align_corners=False)
     return cam if create_graph else cam.detach()
 

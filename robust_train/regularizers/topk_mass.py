@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from robust_train._options import build_options, takes_options
 from robust_train._validation import check_non_negative, check_positive
 from robust_train.attacks.options import check_linf_budget
+from robust_train.explain._clamp import smooth_map_clamps
 from robust_train.explain.maps import importance_map, normalize_map
 from robust_train.explain.registry import explainer_spec, resolve_explainer
 from robust_train.explain.similarity import topk_mask
@@ -147,7 +148,7 @@ def _topk_mass(
 
     pgd = PGDOptions(o.radius, o.step, o.n_ascent_steps, o.random_start)
     beta = o.ascent_beta if explainer_spec(explain).piecewise_constant else None
-    with smooth_relus(beta):
+    with smooth_relus(beta), smooth_map_clamps(o.ascent_beta):
         x_pert = linf_pgd(outside, x0, pgd, generator)
     return outside(x_pert)
 

@@ -67,3 +67,36 @@ def test_top_k_attack_beats_random_signs_on_a_natural_model(trained_digits, expl
     attack_mean = float(attacked.topk_intersection[both].mean())
     noise_mean = float(noise.topk_intersection[both].mean())
     assert attack_mean < noise_mean - 0.1, (attack_mean, noise_mean)
+
+
+def test_grad_cam_direction_crosses_the_maps_relu_on_the_shipped_natural_model():
+    """Most natural MNIST-5k Grad-CAM maps have fewer than k = 100 positive pixels: their whole
+    support lies in the clean top-k set and the exact ReLU gives the ascent no way to light up a
+    pixel outside it. The direction through the ReLU's softplus surrogate (`smooth_map_clamps`,
+    on by default at `surrogate_beta`) moves those maps; `surrogate_beta=None` is the blind
+    attack. Both measure the exact map."""
+    from robust_train.data import MNIST5kDataModule
+    from robust_train.models import load_classifier
+
+    model = load_classifier("checkpoints/mnist5k_baseline.ckpt")
+    dm = MNIST5kDataModule(seed=0)
+    dm.setup()
+    x, y = dm.test_set.tensors
+    x, y = x[:64], y[:64]
+    keep = model(x).argmax(1) == y
+    cam = grad_cam(model, x[keep], y[keep])
+    positive = (cam.flatten(1) > 0).sum(1)
+    sparse = (positive > 0) & (positive < 100)
+    assert int(sparse.sum()) >= 16  # the case this is about
+    x, y = x[keep][sparse][:24], y[keep][sparse][:24]
+    settings = {"epsilon": 0.3, "step_size": 0.01, "n_steps": 20, "k": 100, "seed": 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        smooth = fragility_attack(model, x, y, explainer="grad_cam", **settings)
+        blind = fragility_attack(model, x, y, explainer="grad_cam", surrogate_beta=None, **settings)
+    assert int(smooth.measured.sum()) >= 20
+    both = smooth.measured & blind.measured
+    smooth_mean = float(smooth.topk_intersection[both].mean())
+    blind_mean = float(blind.topk_intersection[both].mean())
+    assert smooth_mean < blind_mean - 0.1, (smooth_mean, blind_mean, int(both.sum()))
+    assert torch.equal(smooth.clean_map, blind.clean_map)  # the measured map is the exact one

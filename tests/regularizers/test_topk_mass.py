@@ -16,29 +16,36 @@ from robust_train.models import MNISTConvNet
 from robust_train.regularizers import PENALTIES, TopKMassPenalty, get_penalty, topk_mass
 
 
-def reference_cam(net: TinyCNN, x: torch.Tensor, t: int) -> torch.Tensor:
+def reference_cam(net: TinyCNN, x: torch.Tensor, t: int, beta: float | None = None):
     """Grad-CAM of one image (1, C, H, W) at the last Conv2d (net.net[2]), from its formula;
-    with a graph to x and the parameters. The layer keeps 8x8, so no upsampling is needed."""
+    with a graph to x and the parameters. The layer keeps 8x8, so no upsampling is needed.
+    `beta`: the ascent's surrogate of the final ReLU, s * log(1 + exp(beta z / s)) / beta with s
+    the image's max |z| (constant)."""
     a = net.net[:3](x)
     score = net.net[3:](a)[0, t]
     (g,) = torch.autograd.grad(score, a, create_graph=True)
-    return (g.mean((2, 3), keepdim=True) * a).sum(1)[0].clamp_min(0)
+    z = (g.mean((2, 3), keepdim=True) * a).sum(1)[0]
+    if beta is None:
+        return z.clamp_min(0)
+    s = float(z.detach().abs().max())
+    return s * torch.log1p(torch.exp(beta * z / s)) / beta
 
 
-def reference_value(net: TinyCNN, x0: torch.Tensor, x: torch.Tensor, t: int, k: int):
+def reference_value(net, x0, x, t: int, k: int, beta: float | None = None):
     """1 - share of the map at x on the positive part of the clean map's top-k set."""
     clean = reference_cam(net, x0, t).detach().flatten()
     order = sorted(range(clean.numel()), key=lambda i: (-float(clean[i]), i))[:k]
     support = [i for i in order if float(clean[i]) > 0]
     if not support:
         return x.new_zeros(())
-    cam = reference_cam(net, x, t).flatten()
+    cam = reference_cam(net, x, t, beta).flatten()
     return 1 - cam[support].sum() / cam.sum().clamp_min(1e-12)
 
 
 def reference(net, x, y, *, k, radius, step, n_steps, seed):
     """The penalty per image: uniform start in the ball (the batch's draw), sign ascent on the
-    image's own value projected on B_inf(x, radius) and [0, 1], then the value at x'."""
+    image's own value (the map's final ReLU on its softplus surrogate) projected on
+    B_inf(x, radius) and [0, 1], then the value at x' (the exact map)."""
     u = torch.rand(x.shape, generator=torch.Generator().manual_seed(seed))
     values = []
     for i in range(len(x)):
@@ -47,7 +54,8 @@ def reference(net, x, y, *, k, radius, step, n_steps, seed):
         xp = torch.min(torch.max(x0 + (2 * u[i : i + 1] - 1) * radius, lo), hi)
         for _ in range(n_steps):
             xp = xp.detach().requires_grad_(True)
-            (g,) = torch.autograd.grad(reference_value(net, x0, xp, int(y[i]), k), xp)
+            value = reference_value(net, x0, xp, int(y[i]), k, beta=10.0)  # ascent_beta
+            (g,) = torch.autograd.grad(value, xp)
             xp = torch.min(torch.max(xp.detach() + step * g.sign(), lo), hi)
         values.append(reference_value(net, x0, xp.detach(), int(y[i]), k))
     return torch.stack(values)

@@ -1,0 +1,66 @@
+"""The ReLU that ends a map (Grad-CAM's), and its softplus surrogate for ascent directions.
+
+Grad-CAM is ReLU(sum_k w_k A_k): where the sum is negative the map is exactly 0, and so is its
+gradient, so an ascent on a top-k objective cannot raise a pixel outside the map's support. When
+a map has fewer positive pixels than k (most natural MNIST Grad-CAM maps at k = 100), its whole
+support lies in the clean top-k set, the mass outside the set stays 0 near the clean image and
+the ascent has no direction, although moving the support would change the top-k set. The
+attack then underestimates fragility, and a penalty whose inner ascent is blind in the same way
+trains maps to be sparse rather than robust (gradient masking; benchmarks/NEW_EXPLAINERS.md,
+section 8: the Grad-CAM fine-tune kept 0.669 of its top-100 under the blind attack, 0.374 under
+this one).
+
+Inside `smooth_map_clamps(beta)` the clamp computes s * softplus_beta(z / s) instead, with s the
+per-sample max |z| (detached: the surrogate does not depend on the map's scale): positive
+everywhere, so the direction reaches every pixel, and within s * log(2) / beta of the ReLU
+(at beta 10, 7 % of the map's maximum, where z = 0). Attacks take their direction, and
+penalties their inner ascent, inside it; the map that is measured or penalised is always the
+exact ReLU. This is separate from `smooth_relus`, which replaces the model's own ReLUs for maps
+that are piecewise constant (the gradient family): a Grad-CAM map moves with the input, so its
+direction is taken on the model itself, with only this last clamp smoothed.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["clamp_positive", "smooth_map_clamps"]
+
+_BETA: contextvars.ContextVar[float | None] = contextvars.ContextVar("map_clamp_beta", default=None)
+
+
+@contextmanager
+def smooth_map_clamps(beta: float | None) -> Iterator[None]:
+    """Within the block, `clamp_positive` computes its scale-free softplus_beta surrogate (None:
+    the exact ReLU, the block does nothing).
+
+    Example:
+        >>> import torch
+        >>> z = torch.tensor([[-1.0, 0.0, 2.0]])
+        >>> clamp_positive(z).tolist()
+        [[0.0, 0.0, 2.0]]
+        >>> with smooth_map_clamps(10.0):
+        ...     [round(v, 3) for v in clamp_positive(z)[0].tolist()]
+        [0.001, 0.139, 2.0]
+    """
+    token = _BETA.set(beta)
+    try:
+        yield
+    finally:
+        _BETA.reset(token)
+
+
+def clamp_positive(z: Tensor) -> Tensor:
+    """ReLU of a batch of maps `z` (B, ...); inside `smooth_map_clamps(beta)`, s * softplus_beta(
+    z / s) with s the per-sample max |z| (detached)."""
+    beta = _BETA.get()
+    if beta is None:
+        return z.clamp_min(0)
+    scale = z.detach().abs().flatten(1).amax(1).clamp_min(1e-12)
+    scale = scale.view(-1, *[1] * (z.dim() - 1))
+    return F.softplus(z / scale, beta=beta) * scale

@@ -146,7 +146,7 @@ METHODS: dict[str, Method] = {
     ),
     "finetune_grad_cam": _finetune(
         "grad_cam", (3.0, 10.0, 30.0, 100.0), 10.0,
-        "configs/mnist5k_finetune_grad_cam.yaml: 10, 2 ascent steps",
+        "configs/mnist5k_finetune_grad_cam.yaml: 3, 2 ascent steps",
         penalty="topk_mass", n_ascent_steps=2,
     ),
     "finetune_lrp": _finetune(

@@ -71,8 +71,10 @@ class SmoothnessOptions:
         ascent_beta: during the ascent only, every ReLU call of the model (modules and `F.relu`
             alike) computes softplus_ascent_beta (`robust_train.models.softplus.smooth_relus`)
             when the explainer's map is piecewise constant on ReLU nets, so that the direction is
-            not the exact zero of a piecewise-linear network; None: the model itself. When the
-            direction is zero for a whole batch, a warning names the cause.
+            not the exact zero of a piecewise-linear network, and a map's own final ReLU
+            (Grad-CAM's) computes its scale-free softplus surrogate (`robust_train.explain.
+            _clamp`); None: neither. When the direction is zero for a whole batch, a warning
+            names the cause.
         detach_clean: compute the clean map without create_graph, so the gradient flows through
             the perturbed map only (no double backprop through I(x); less memory).
     """

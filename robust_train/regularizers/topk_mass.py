@@ -64,8 +64,11 @@ class TopKMassOptions:
             the PGD rule of Madry et al. that lets a few steps reach the ball's boundary).
         random_start: start the ascent at a uniform point of the ball (else at x).
         ascent_beta: during the ascent only, every ReLU computes softplus_ascent_beta when the
-            explainer's map is piecewise constant on ReLU nets (None: the model itself); the
-            penalty itself is always computed on the model.
+            explainer's map is piecewise constant on ReLU nets, and a map's own final ReLU
+            (Grad-CAM's) its scale-free softplus surrogate for every explainer
+            (`robust_train.explain._clamp`; without it the ascent cannot move a map with fewer
+            positive pixels than k); None: neither. The penalty itself is always computed on the
+            model and the exact map.
     """
 
     explainer: str | Explainer = "saliency"

@@ -50,7 +50,8 @@ EVAL_PRIORITY = {
 class Scheduler:
     """Runs jobs on a process pool (inline with one worker), most urgent first; a job whose
     result file exists for the same setting (`value`) is not run again, one stored for another
-    setting is moved aside (<id>.stale.json) and run; no job starts after the time budget."""
+    setting is moved aside (<id>.json.stale, which export and the report do not read) and run;
+    no job starts after the time budget."""
 
     def __init__(self, fn: Worker, plan: Plan, out: Path, workers: int, budget_s: float) -> None:
         self.fn, self.plan, self.out, self.workers = fn, plan, out, workers
@@ -90,7 +91,7 @@ class Scheduler:
         stored = json.loads(path.read_text()) if path.is_file() else None
         if stored is not None and stored.get("value") != job.value:
             # e.g. a fit kept from before the CV selection was re-run and chose another value
-            stale = path.with_name(f"{job.id}.stale.json")
+            stale = path.with_name(f"{job.id}.json.stale")
             path.replace(stale)
             print(
                 f"{job.id}: the stored result is for {job.method} at {stored.get('value')}, "

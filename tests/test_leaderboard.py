@@ -276,6 +276,12 @@ def test_a_result_stored_for_another_setting_is_moved_aside_and_run_again(tmp_pa
         ("fit_gradnorm_s0", 3.0, False),
         ("fit_lga_s0", 1.0, True),
     ]
-    stale = json.loads((tmp_path / "jobs" / "fit_lga_s0.stale.json").read_text())
+    stale = json.loads((tmp_path / "jobs" / "fit_lga_s0.json.stale").read_text())
     assert stale["value"] == 0.3
     assert json.loads((tmp_path / "jobs" / "fit_lga_s0.json").read_text())["value"] == 1.0
+    lb.export_jobs(tmp_path, tmp_path / "export.jsonl")  # the stale result is not exported
+    exported = [json.loads(line) for line in (tmp_path / "export.jsonl").read_text().splitlines()]
+    assert sorted((r["id"], r["value"]) for r in exported) == [
+        ("fit_gradnorm_s0", 3.0),
+        ("fit_lga_s0", 1.0),
+    ]

@@ -23,7 +23,6 @@ from robust_train.attacks._balls import project, step_direction
 from robust_train.attacks.objectives.base import FragilityObjective
 from robust_train.attacks.options import AttackOptions
 from robust_train.attacks.result import FragilityResult
-from robust_train.explain._clamp import smooth_map_clamps
 from robust_train.explain.maps import importance_map
 from robust_train.explain.protocol import Explainer
 from robust_train.explain.similarity import (
@@ -32,7 +31,7 @@ from robust_train.explain.similarity import (
     spearman_correlation,
     topk_intersection,
 )
-from robust_train.models.softplus import smooth_relus, zero_direction_cause
+from robust_train.models.softplus import direction_surrogates, zero_direction_cause
 
 
 @dataclass
@@ -163,12 +162,12 @@ def gradient_direction(ctx: AttackContext, objective: FragilityObjective, x: Ten
     """The steepest-ascent step of d(ascent value)/dx for `ctx.norm` (its sign for L_inf, its
     per-sample L2 normalisation for L2), through the explainer on the softplus surrogate of the
     model (`smooth_relus`) where its map is piecewise constant, and with a map's own final ReLU
-    (Grad-CAM's) on its softplus surrogate (`smooth_map_clamps`) for every explainer, both of
-    beta `surrogate_beta` (None: neither); double backprop."""
+    (Grad-CAM's) on its softplus surrogate for every explainer, both of beta `surrogate_beta`
+    (`direction_surrogates`; None: neither); double backprop."""
     parts, beta = [], ctx.options.surrogate_beta
     for a, b in row_chunks(x.shape[0], ctx.chunk):
         xv = x[a:b].detach().requires_grad_(True)
-        with smooth_relus(direction_beta(ctx)) as relus, smooth_map_clamps(beta):
+        with direction_surrogates(beta, ctx.piecewise_constant) as relus:
             explanation = ctx.explain(ctx.model, xv, ctx.target[a:b], create_graph=True)
             value = objective.ascent_value(importance_map(explanation), slice(a, b))
         ctx.relu_calls += relus.calls

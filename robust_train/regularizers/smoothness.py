@@ -25,10 +25,9 @@ from torch import Tensor, nn
 from robust_train._options import build_options, takes_options
 from robust_train._validation import check_choice, check_non_negative, check_positive
 from robust_train.attacks.options import check_linf_budget
-from robust_train.explain._clamp import smooth_map_clamps
 from robust_train.explain.maps import importance_map
 from robust_train.explain.registry import explainer_spec, resolve_explainer
-from robust_train.models.softplus import smooth_relus, zero_direction_cause
+from robust_train.models.softplus import direction_surrogates, zero_direction_cause
 from robust_train.regularizers._common import (
     BALLS,
     DISTANCES,
@@ -223,7 +222,7 @@ def _ascend(
     spec = explainer_spec(explain)
     beta = o.ascent_beta if spec.piecewise_constant else None
     cause = None
-    with smooth_relus(beta) as relus, smooth_map_clamps(o.ascent_beta):
+    with direction_surrogates(o.ascent_beta, spec.piecewise_constant) as relus:
         for i in range(o.n_ascent_steps):
             delta, g = _ascent_step(
                 model, explain, x0, target, delta, reference, o.distance, o.step, o.radius, o.ball

@@ -38,11 +38,10 @@ from torch import Tensor, nn
 from robust_train._options import build_options, takes_options
 from robust_train._validation import check_non_negative, check_positive
 from robust_train.attacks.options import check_linf_budget
-from robust_train.explain._clamp import smooth_map_clamps
 from robust_train.explain.maps import importance_map, normalize_map
 from robust_train.explain.registry import explainer_spec, resolve_explainer
 from robust_train.explain.similarity import topk_mask
-from robust_train.models.softplus import smooth_relus
+from robust_train.models.softplus import direction_surrogates
 from robust_train.regularizers._inner import PGDOptions, linf_pgd
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
 
@@ -150,8 +149,7 @@ def _topk_mass(
         return (1 - (maps * support).flatten(1).sum(1)) * informative
 
     pgd = PGDOptions(o.radius, o.step, o.n_ascent_steps, o.random_start)
-    beta = o.ascent_beta if explainer_spec(explain).piecewise_constant else None
-    with smooth_relus(beta), smooth_map_clamps(o.ascent_beta):
+    with direction_surrogates(o.ascent_beta, explainer_spec(explain).piecewise_constant):
         x_pert = linf_pgd(outside, x0, pgd, generator)
     return outside(x_pert)
 

@@ -23,6 +23,7 @@ from robust_train.attacks._balls import project, step_direction
 from robust_train.attacks.objectives.base import FragilityObjective
 from robust_train.attacks.options import AttackOptions
 from robust_train.attacks.result import FragilityResult
+from robust_train.explain._clamp import direction_surrogates
 from robust_train.explain.maps import importance_map
 from robust_train.explain.protocol import Explainer
 from robust_train.explain.similarity import (
@@ -31,7 +32,7 @@ from robust_train.explain.similarity import (
     spearman_correlation,
     topk_intersection,
 )
-from robust_train.models.softplus import direction_surrogates, zero_direction_cause
+from robust_train.models.softplus import zero_direction_cause
 
 
 @dataclass

@@ -29,7 +29,9 @@ from contextlib import contextmanager
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["clamp_positive", "smooth_map_clamps"]
+from robust_train.models.softplus import SmoothReLUs, _NoSmoothing, smooth_relus
+
+__all__ = ["clamp_positive", "direction_surrogates", "smooth_map_clamps"]
 
 _BETA: contextvars.ContextVar[float | None] = contextvars.ContextVar("map_clamp_beta", default=None)
 
@@ -64,3 +66,25 @@ def clamp_positive(z: Tensor) -> Tensor:
     scale = z.detach().abs().flatten(1).amax(1).clamp_min(1e-12)
     scale = scale.view(-1, *[1] * (z.dim() - 1))
     return F.softplus(z / scale, beta=beta) * scale
+
+
+@contextmanager
+def direction_surrogates(
+    beta: float | None, piecewise_constant: bool
+) -> Iterator[SmoothReLUs | _NoSmoothing]:
+    """The surrogates an ascent direction on a map is taken on (attacks, penalties' inner
+    ascents), defined once: the model's ReLUs compute softplus_beta where the explainer's map is
+    piecewise constant on ReLU nets (`robust_train.models.softplus.smooth_relus`), and a map's
+    own final ReLU (Grad-CAM's) its scale-free softplus_beta surrogate for every explainer
+    (`smooth_map_clamps`); `beta=None`: neither. Yields the `smooth_relus` mode (its `calls`
+    count the model's intercepted ReLU calls).
+
+    Example:
+        >>> import torch
+        >>> with direction_surrogates(10.0, piecewise_constant=False) as mode:
+        ...     y = torch.relu(torch.zeros(1)), clamp_positive(torch.tensor([[0.0, 1.0]]))
+        >>> mode.calls, y[0].item(), round(y[1][0, 0].item(), 3)
+        (0, 0.0, 0.069)
+    """
+    with smooth_relus(beta if piecewise_constant else None) as relus, smooth_map_clamps(beta):
+        yield relus

@@ -36,7 +36,6 @@ from robust_train._validation import check_positive
 __all__ = [
     "SmoothReLUs",
     "count_relus",
-    "direction_surrogates",
     "smooth_relus",
     "smoothing_active",
     "softplus",
@@ -117,32 +116,6 @@ def smooth_relus(beta: float | None) -> Iterator[SmoothReLUs | _NoSmoothing]:
             yield mode
     finally:
         _DEPTH -= 1
-
-
-@contextmanager
-def direction_surrogates(
-    beta: float | None, piecewise_constant: bool
-) -> Iterator[SmoothReLUs | _NoSmoothing]:
-    """The surrogates an ascent direction on a map is taken on (attacks, penalties' inner
-    ascents), defined once: the model's ReLUs compute softplus_beta where the explainer's map is
-    piecewise constant on ReLU nets (`smooth_relus`), and a map's own final ReLU (Grad-CAM's)
-    its scale-free softplus_beta surrogate for every explainer
-    (`robust_train.explain._clamp.smooth_map_clamps`); `beta=None`: neither. Yields the
-    `smooth_relus` mode (its `calls` count the model's intercepted ReLU calls).
-
-    Example:
-        >>> from robust_train.explain._clamp import clamp_positive
-        >>> with direction_surrogates(10.0, piecewise_constant=False) as mode:
-        ...     y = torch.relu(torch.zeros(1)), clamp_positive(torch.tensor([[0.0, 1.0]]))
-        >>> mode.calls, y[0].item(), round(y[1][0, 0].item(), 3)
-        (0, 0.0, 0.069)
-    """
-    # imported here: robust_train.explain imports this module
-    from robust_train.explain._clamp import smooth_map_clamps
-
-    model_beta = beta if piecewise_constant else None
-    with smooth_relus(model_beta) as relus, smooth_map_clamps(beta):
-        yield relus
 
 
 _DEPTH = 0

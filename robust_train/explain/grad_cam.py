@@ -51,26 +51,24 @@ def grad_cam(
     direction on the model itself (`piecewise_constant=False`). Measured on the shipped natural
     MNIST-5k model (first 200 correctly classified test images, top-k attack with k = 100,
     L_inf 0.3, 50 sign steps of 0.01; the 76 images on which all three runs could be measured):
-    top-100 intersection 0.259 with the direction on the model itself, 0.314 on the softplus_10
-    surrogate, 0.770 under random signs (benchmarks/NEW_EXPLAINERS.md). The surrogate's
-    direction is that of another map (the softplus network's), which only helps when the real
-    map's gradient is zero, as saliency's is.
+    top-100 intersection (zero pixels then tie-broken by index) 0.259 with the direction on the
+    model itself, 0.314 on the softplus_10 surrogate, 0.770 under random signs
+    (benchmarks/NEW_EXPLAINERS.md). The surrogate's direction is that of another map (the
+    softplus network's), which only helps when the real map's gradient is zero, as saliency's is.
 
     Ties in top-k: where the ReLU cuts the map to exactly 0, an image can have fewer than k
-    positive pixels (a small positive blob upsampled from a 7x7 or 14x14 map). Top-k then fills
-    up with zero pixels, which `topk_mask` breaks by the lower row-major index (top-left first):
-    two maps with fewer than k positive pixels share those zero pixels, so their top-k
-    intersection counts them as agreement and is biased upward. Through the exact ReLU such a
-    map gives the top-k attack no direction (no importance outside the top-k set, and the clamped
-    pixels have zero gradient); the attacks therefore take their direction through the ReLU's
-    softplus surrogate, which reaches those pixels (on the natural MNIST-5k model the top-100
-    intersection under the attack falls from 0.399 to 0.261, and on a model fine-tuned against
-    the blind ascent from 0.669 to 0.374: benchmarks/NEW_EXPLAINERS.md, section 8). An all-zero
-    clean map defines no top-k set and stays not measured (NaN). On the natural MNIST-5k model at
-    the default layer (14x14) 67 % of the first 200 test maps have fewer than 100 positive
-    pixels and 26 % are all zero. Use a k below the number of positive pixels, an earlier
-    (larger) layer, or Spearman / Kendall (tied pixels get their average rank) when maps are
-    that sparse.
+    positive pixels (a small positive blob upsampled from a 7x7 or 14x14 map). Its zero pixels
+    carry no importance: `topk_intersection` compares only the positive pixels of each top-k set
+    (`topk_support`; |S_a ∩ S_b| / max(|S_a|, |S_b|)), so zeros two sparse maps both hold never
+    count as agreement (breaking those ties by index counted the same top-left zero pixels as
+    shared: on the natural MNIST-5k model 0.26 instead of 0.05 under the attack,
+    benchmarks/NEW_EXPLAINERS.md section 9). Through the exact ReLU such a map gives the top-k
+    attack no direction (no importance outside the top-k set, and the clamped pixels have zero
+    gradient); the attacks therefore take their direction through the ReLU's softplus surrogate,
+    which reaches those pixels (benchmarks/NEW_EXPLAINERS.md, section 8). An all-zero clean map
+    defines no top-k set and stays not measured (NaN). On the natural MNIST-5k model at the
+    default layer (14x14) 67 % of the first 200 test maps have fewer than 100 positive pixels and
+    26 % are all zero; Spearman / Kendall (tied pixels get their average rank) rank every pixel.
 
     Args:
         model: classifier returning logits (B, num_classes); its train/eval mode is left as is.

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from robust_train._validation import check_maps, check_same_shape
-from robust_train.explain.similarity import _average_ranks, topk_mask
+from robust_train.explain.similarity import _average_ranks, shared_fraction, topk_mask, topk_support
 
 __all__ = ["RankedReference"]
 
@@ -42,7 +42,7 @@ class RankedReference:
     def __init__(self, reference: Tensor, k: int) -> None:
         check_maps(reference, "reference")
         self.reference, self.k = reference, k
-        self.topk = topk_mask(reference, k).flatten(1)
+        self.topk = topk_support(reference, k).flatten(1)
         ranks = _average_ranks(reference.reshape(reference.shape[0], -1))
         self.centred = ranks - ranks.mean(1, keepdim=True)
         self.variance = (self.centred * self.centred).sum(1)
@@ -63,7 +63,7 @@ class RankedReference:
             rows = general.nonzero().flatten()
             top[rows] = topk_mask(maps[rows].detach(), self.k).flatten(1)
             average[rows] = _average_ranks(flat[rows])
-        intersection = (top & self.topk).sum(1).to(self.reference.dtype) / self.k
+        intersection = shared_fraction(top & (flat > 0), self.topk).to(self.reference.dtype)
         centred = average - average.mean(1, keepdim=True)
         variance = (centred * centred).sum(1)
         rho = (self.centred * centred).sum(1) / (self.variance * variance).sqrt()

@@ -25,6 +25,7 @@ __all__ = [
     "center_of_mass",
     "center_of_mass_shift",
     "topk_mask",
+    "topk_support",
 ]
 
 
@@ -58,28 +59,59 @@ def topk_mask(maps: Tensor, k: int) -> Tensor:
     return mask.view_as(maps)
 
 
-def topk_intersection(map_a: Tensor, map_b: Tensor, k: int) -> Tensor:
-    """Fraction of the k most important pixels that two maps share: |top_k(a) ∩ top_k(b)| / k.
+def topk_support(maps: Tensor, k: int) -> Tensor:
+    """Boolean mask (B, H, W) of the k most important pixels of each importance map: its k largest
+    pixels (`topk_mask`) that have a positive value. A pixel of value <= 0 carries no importance,
+    so a map with fewer than k positive pixels has fewer than k of them (an all-zero map none).
 
-    Ghorbani et al. (2019). Ties are broken as in `topk_mask` (lower index first), so identical
-    maps always score 1.
+    Example:
+        >>> topk_support(torch.tensor([[[0.0, 3.0], [0.0, 0.0]]]), 2).tolist()
+        [[[False, True], [False, False]]]
+    """
+    return topk_mask(maps, k) & (maps > 0)
+
+
+def topk_intersection(map_a: Tensor, map_b: Tensor, k: int) -> Tensor:
+    """Fraction of the k most important pixels that two importance maps share (Ghorbani et al.
+    2019): |S_a ∩ S_b| / max(|S_a|, |S_b|), with S the k largest pixels of positive value
+    (`topk_support`).
+
+    Where both maps have at least k positive pixels this is Ghorbani's |top_k(a) ∩ top_k(b)| / k.
+    A map cut to exactly 0 (Grad-CAM's ReLU, IG or DeepLIFT on a zero background) can have fewer:
+    its zero pixels are not ranked among its most important, so they never count as agreement
+    (broken by index, two sparse maps would "share" the same top-left zero pixels: on the natural
+    MNIST-5k model that made Grad-CAM's top-100 intersection under attack 0.26 instead of 0.05,
+    benchmarks/NEW_EXPLAINERS.md section 9). Dividing by the larger set keeps identical maps at 1
+    and counts the pixels the other map newly ranks among its top as lost. Ties at the k-th
+    positive value go to the lower index, as in `topk_mask`. Two all-zero maps have nothing to
+    compare: NaN, as a rank correlation with a constant map.
 
     Args:
         map_a, map_b: importance maps (B, H, W) of the same shape.
         k: number of top pixels, an int in [1, H*W].
 
     Returns:
-        Tensor (B,) with values in [0, 1].
+        Tensor (B,) with values in [0, 1] (NaN where both maps are all <= 0).
 
     Example:
         >>> a = torch.tensor([[[4.0, 3.0], [2.0, 1.0]]])
         >>> b = torch.tensor([[[4.0, 1.0], [2.0, 3.0]]])
         >>> topk_intersection(a, b, 2).tolist()
         [0.5]
+        >>> sparse = torch.tensor([[[0.0, 0.0], [5.0, 0.0]]])
+        >>> topk_intersection(sparse, sparse.flip(-1), 2).tolist()  # the zeros are no agreement
+        [0.0]
     """
     _flat_pair(map_a, map_b)
-    shared = topk_mask(map_a, k) & topk_mask(map_b, k)
-    return shared.flatten(1).sum(1).to(map_a.dtype) / k
+    a, b = topk_support(map_a, k).flatten(1), topk_support(map_b, k).flatten(1)
+    return shared_fraction(a, b).to(map_a.dtype)
+
+
+def shared_fraction(a: Tensor, b: Tensor) -> Tensor:
+    """|a ∩ b| / max(|a|, |b|) of boolean masks (B, N), float64 (B,); NaN where both are empty."""
+    size = torch.maximum(a.sum(1), b.sum(1)).double()
+    shared = (a & b).sum(1).double()
+    return torch.where(size > 0, shared / size.clamp_min(1), torch.nan)
 
 
 def _tie_groups(ordered: Tensor) -> tuple[Tensor, Tensor]:

@@ -41,7 +41,7 @@ from robust_train.attacks.options import check_linf_budget
 from robust_train.explain._clamp import direction_surrogates
 from robust_train.explain.maps import importance_map, normalize_map
 from robust_train.explain.registry import explainer_spec, resolve_explainer
-from robust_train.explain.similarity import topk_mask
+from robust_train.explain.similarity import topk_support
 from robust_train.regularizers._inner import PGDOptions, linf_pgd
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
 
@@ -141,7 +141,7 @@ def _topk_mass(
     explain = resolve_explainer(o.explainer, differentiable=True)[0]
     x0 = inputs.detach()
     clean = importance_map(explain(model, x0, target, create_graph=False)).detach()
-    support = topk_mask(clean, o.k) & (clean > 0)
+    support = topk_support(clean, o.k)
     informative = support.flatten(1).any(1).to(clean.dtype)
 
     def outside(x: Tensor) -> Tensor:

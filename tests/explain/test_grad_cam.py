@@ -137,13 +137,15 @@ def test_bad_layers_raise_clear_errors_and_leave_no_hook():
     assert all(not m._forward_hooks for m in (*model.modules(), *twice.modules()))
 
 
-def test_sparse_maps_share_zero_pixels_in_top_k():
-    """What the docstring warns about: two maps with fewer than k positive pixels, on disjoint
-    pixels, still share the zero pixels that fill both top-k sets (lowest index first)."""
+def test_sparse_maps_do_not_share_their_zero_pixels_in_top_k():
+    """What the docstring says of ties: two maps with fewer than k positive pixels, on disjoint
+    pixels, share nothing (the index tie-break used to fill both top-k sets with the same
+    top-left zero pixels and scored this pair 0.75)."""
     a, b = torch.zeros(1, 8, 8), torch.zeros(1, 8, 8)
     a[0, 6, 6], b[0, 7, 7] = 1.0, 1.0
-    assert float(topk_intersection(a, b, 4)) == 0.75
+    assert float(topk_intersection(a, b, 4)) == 0.0
     assert float(topk_intersection(a, b, 1)) == 0.0
+    assert float(topk_intersection(a, a * 3, 4)) == 1.0
 
 
 def test_create_graph_map_matches_finite_differences():

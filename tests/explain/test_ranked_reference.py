@@ -11,10 +11,12 @@ from robust_train.explain.similarity import spearman_correlation, topk_intersect
 
 def _maps(seed: int, quantize: float | None = None) -> torch.Tensor:
     maps = torch.rand(6, 5, 7, generator=torch.Generator().manual_seed(seed))
+    if quantize == -1.0:  # sparse: about 6 of 35 pixels positive, the rest exactly 0
+        return (maps - 0.83).clamp_min(0)
     return maps if quantize is None else (maps / quantize).round() * quantize
 
 
-@pytest.mark.parametrize("quantize", [None, 0.25, 0.5])
+@pytest.mark.parametrize("quantize", [None, 0.25, 0.5, -1.0])
 @pytest.mark.parametrize("k", [1, 9, 35])
 def test_equals_the_general_functions(quantize: float | None, k: int) -> None:
     clean, other = _maps(0, quantize), _maps(1, quantize)

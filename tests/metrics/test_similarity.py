@@ -16,6 +16,7 @@ from robust_train.explain.similarity import (
     spearman_correlation,
     topk_intersection,
     topk_mask,
+    topk_support,
 )
 
 
@@ -109,6 +110,47 @@ def test_topk_intersection_against_set_reference() -> None:
             top_b = set(np.argsort(-b[i].flatten().numpy())[:k].tolist())
             assert got[i].item() == pytest.approx(len(top_a & top_b) / k)
     assert topk_intersection(a, b, 35).eq(1).all()  # k = H*W: every pixel is in both sets
+
+
+def _support_reference(m: torch.Tensor, k: int) -> set[int]:
+    """The k largest positive pixels, written out: positive values, largest first, ties to the
+    lower index, the first k."""
+    values = m.flatten().tolist()
+    positive = [i for i, v in enumerate(values) if v > 0]
+    return set(sorted(positive, key=lambda i: (-values[i], i))[:k])
+
+
+def test_sparse_maps_compare_their_positive_pixels_only() -> None:
+    """Maps cut to exactly 0 (Grad-CAM's ReLU; IG on a zero background): the zero pixels are not
+    among a map's most important, so they are never agreement; |S_a & S_b| / max(|S_a|, |S_b|)."""
+    for seed in range(40):
+        g = torch.Generator().manual_seed(seed)
+        a = (torch.rand(3, 6, 7, generator=g) - 0.8).clamp_min(0)
+        b = (torch.rand(3, 6, 7, generator=g) - 0.7).clamp_min(0)
+        b[0] = a[0] * 2  # the same ranking on the same support: 1
+        k = int(torch.randint(1, 43, (1,), generator=g))
+        got = topk_intersection(a, b, k)
+        for i in range(3):
+            sa, sb = _support_reference(a[i], k), _support_reference(b[i], k)
+            if not sa and not sb:
+                assert torch.isnan(got[i])
+            else:
+                assert got[i].item() == pytest.approx(len(sa & sb) / max(len(sa), len(sb)))
+        assert got[0] == 1.0 or not _support_reference(a[0], k)
+        assert torch.equal(topk_support(a, k), topk_mask(a, k) & (a > 0))
+
+
+def test_zero_pixels_are_not_agreement_between_sparse_maps() -> None:
+    """Two maps with disjoint positive pixels share nothing, however many zeros both have (the
+    old index tie-break counted the zero pixels both put into their top-k as shared)."""
+    a, b = torch.zeros(2, 10, 10), torch.zeros(2, 10, 10)
+    a[:, 5, :3], b[:, 6, :3] = 1.0, 1.0  # 3 positive pixels each, disjoint
+    assert topk_intersection(a, b, 50).tolist() == [0.0, 0.0]
+    assert topk_intersection(a, a, 50).tolist() == [1.0, 1.0]
+    b[1, 5, 0] = 2.0  # one clean pixel kept, 3 more named: 1 of max(3, 4)
+    assert topk_intersection(a, b, 50)[1].item() == pytest.approx(0.25)
+    assert topk_intersection(a, torch.zeros_like(a), 50).tolist() == [0.0, 0.0]
+    assert torch.isnan(topk_intersection(torch.zeros_like(a), torch.zeros_like(a), 50)).all()
 
 
 def test_topk_ties_go_to_the_lower_index() -> None:

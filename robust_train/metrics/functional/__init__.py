@@ -7,6 +7,7 @@ from robust_train.explain.similarity import (
     spearman_correlation,
     topk_intersection,
     topk_mask,
+    topk_support,
 )
 from robust_train.metrics.functional.confidence import (
     MeanInterval,
@@ -42,4 +43,5 @@ __all__ = [
     "spearman_correlation",
     "topk_intersection",
     "topk_mask",
+    "topk_support",
 ]

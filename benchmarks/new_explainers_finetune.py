@@ -149,7 +149,10 @@ def finetune(
     return fit([term], FINETUNE_EPOCHS, FINETUNE_LR, out / name, quick)
 
 
-def fit(penalties: list[Any], epochs: int, lr: float, ckpt: Path, quick: bool) -> Any:
+def fit(
+    penalties: list[Any], epochs: int, lr: float, ckpt: Path, quick: bool,
+    softplus_beta: float | None = None,
+) -> Any:  # fmt: skip
     import pytorch_lightning as pl
 
     from robust_train import RobustClassifier
@@ -159,15 +162,17 @@ def fit(penalties: list[Any], epochs: int, lr: float, ckpt: Path, quick: bool) -
     pl.seed_everything(0, workers=True, verbose=False)
     limit = 2 if quick else None
     steps = epochs * (limit or math.ceil(3500 / BATCH))
+    tune = bool(penalties) or softplus_beta is not None  # a fine-tune of the baseline
     module = RobustClassifier(
         MNISTConvNet(**MODEL),
         penalties,
         optimizer=lambda p: torch.optim.Adam(p, lr=lr),
         lr_scheduler=(lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=steps))
-        if penalties
+        if tune
         else None,
         lr_scheduler_interval="step",
-        init_checkpoint=str(BASELINE) if penalties else None,
+        init_checkpoint=str(BASELINE) if tune else None,
+        softplus_beta=softplus_beta,
     )
     trainer = pl.Trainer(
         max_epochs=epochs,

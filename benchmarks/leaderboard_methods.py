@@ -79,7 +79,9 @@ def _finetune(
     arguments of the penalty (cost options such as `batch_fraction` included)."""
     if penalty == "smoothness":
         fixed = {"radius": 0.3, "distance": "cosine", "explainer": explainer, **options}
-        what = f"1 - cosine of the {explainer} maps at x and x + U(-0.3, 0.3)"
+        steps = options.get("n_ascent_steps", 0)
+        where = f"x' from {steps} ascent step(s) in B_inf(x, 0.3)" if steps else "x + U(-0.3, 0.3)"
+        what = f"1 - cosine of the {explainer} maps at x and {where}"
     else:
         fixed = {"radius": 0.3, "explainer": explainer, **options}
         what = f"the {penalty} penalty on {explainer} maps in B_inf(x, 0.3)"
@@ -145,9 +147,10 @@ METHODS: dict[str, Method] = {
         batch_fraction=0.25,
     ),
     "finetune_grad_cam": _finetune(
-        "grad_cam", (3.0, 10.0, 30.0, 100.0), 10.0,
-        "configs/mnist5k_finetune_grad_cam.yaml: 3, 2 ascent steps",
-        penalty="topk_mass", n_ascent_steps=2,
+        "grad_cam", (3.0, 10.0, 30.0, 100.0), 30.0,
+        "configs/mnist5k_finetune_grad_cam.yaml: 30, 1 ascent step, on half of each batch "
+        "(until 2026-12-03 the top-k mass penalty, 2 ascent steps)",
+        n_ascent_steps=1, batch_fraction=0.5,
     ),
     "finetune_lrp": _finetune(
         "lrp", (1.0, 3.0, 10.0, 30.0), 5.0,

@@ -22,6 +22,7 @@ records (`Job.kind == "cv"`, made from the train+val pool); no test-split number
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict, cast
@@ -99,6 +100,12 @@ def _finetune(
 
 _IG_INNER = {"step_size": 0.3, "n_steps": 1, "n_attack_points": 2, "n_points": 3}
 _LOG4 = (0.3, 1.0, 3.0, 10.0)  # around 1, factor ~3
+
+# The version of what cv and eval jobs measure. Raise it when a change of the measures (the
+# attack, a metric) makes stored results stale: the scheduler then runs those jobs again.
+# 2: top-k intersection over positive pixels only (2026-12-03); results stored before carry no
+# version and are compared by their swept value alone.
+MEASURE_VERSION = 2
 
 # Scheduled in this order.
 METHODS: dict[str, Method] = {
@@ -255,6 +262,15 @@ class Job:
         m = METHODS[self.method]
         return {**m.fixed, m.swept: self.value} if m.penalty else {}
 
+    def settings(self) -> dict[str, Any]:
+        """What a stored result of this job must have been made with to be reused: the method's
+        penalty arguments (fixed options and swept value) and, for the jobs that measure (cv and
+        eval), the version of the measures (`MEASURE_VERSION`). JSON-normalised."""
+        out: dict[str, Any] = {"kwargs": self.kwargs()}
+        if self.kind in ("cv", "eval"):
+            out["measure_version"] = MEASURE_VERSION
+        return cast(dict[str, Any], json.loads(json.dumps(out)))
+
 
 class RunResult(TypedDict, total=False):
     """One job's JSON: the job's fields, then what it measured (`cv`: held-out scores;
@@ -278,6 +294,7 @@ class RunResult(TypedDict, total=False):
     test: dict[str, Any]
     step_ms: dict[str, float]
     failed: str
+    settings: dict[str, Any]
 
 
 Results = dict[str, Any]  # results.json: jobs by kind, picks, plan, timing

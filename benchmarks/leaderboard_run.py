@@ -49,9 +49,10 @@ EVAL_PRIORITY = {
 
 class Scheduler:
     """Runs jobs on a process pool (inline with one worker), most urgent first; a job whose
-    result file exists for the same setting (`value`) is not run again, one stored for another
-    setting is moved aside (<id>.json.stale, which export and the report do not read) and run;
-    no job starts after the time budget."""
+    result file exists for the same setting (`value`, and `Job.settings` where the result
+    records them) is not run again, one stored for another setting is moved aside
+    (<id>.json.stale, which export and the report do not read) and run; no job starts after
+    the time budget."""
 
     def __init__(self, fn: Worker, plan: Plan, out: Path, workers: int, budget_s: float) -> None:
         self.fn, self.plan, self.out, self.workers = fn, plan, out, workers
@@ -83,21 +84,19 @@ class Scheduler:
             result = {**job.record(), "failed": repr(err)}
             self.failed.append(result)
             return result
+        result = {**result, "settings": job.settings()}
         self._path(job).write_text(json.dumps(result, default=str))
         return result
 
     def _start(self, job: Job, running: dict[Future[RunResult], Job], on_done: Any) -> None:
         path = self._path(job)
         stored = json.loads(path.read_text()) if path.is_file() else None
-        if stored is not None and stored.get("value") != job.value:
+        why = None if stored is None else _stale(stored, job)
+        if why is not None:
             # e.g. a fit kept from before the CV selection was re-run and chose another value
             stale = path.with_name(f"{job.id}.json.stale")
             path.replace(stale)
-            print(
-                f"{job.id}: the stored result is for {job.method} at {stored.get('value')}, "
-                f"the job is at {job.value}; moved to {stale.name}, running it again",
-                flush=True,
-            )
+            print(f"{job.id}: {why}; moved to {stale.name}, running it again", flush=True)
             stored = None
         if stored is not None:
             self.reused += 1
@@ -122,6 +121,21 @@ class Scheduler:
                     on_done(self._finish(job, future.result))
         if self.pool is not None:
             self.pool.shutdown()
+
+
+def _stale(stored: RunResult, job: Job) -> str | None:
+    """Why a stored result of `job` cannot be reused (None: it can). A result made for another
+    swept value, or, where it records them (`Job.settings`), with other fixed options of the
+    method or another version of the measures."""
+    if stored.get("value") != job.value:
+        return (
+            f"the stored result is for {job.method} at {stored.get('value')}, "
+            f"the job is at {job.value}"
+        )
+    recorded = stored.get("settings")
+    if recorded is not None and recorded != job.settings():
+        return f"the stored result was made with {recorded}, the job runs with {job.settings()}"
+    return None
 
 
 def _cv_id(name: str, value: float | None, fold: int) -> str:

@@ -285,3 +285,46 @@ def test_a_result_stored_for_another_setting_is_moved_aside_and_run_again(tmp_pa
         ("fit_gradnorm_s0", 3.0),
         ("fit_lga_s0", 1.0),
     ]
+
+
+def test_a_result_made_with_other_fixed_options_or_measures_is_run_again(tmp_path: Path):
+    """The swept value alone does not identify a result: a method whose fixed options changed
+    (finetune_grad_cam's penalty, 2026-12-03) or a measure that changed (MEASURE_VERSION) makes
+    the stored result stale. A result stored before results recorded their settings is compared
+    by its value only."""
+    from benchmarks.leaderboard_run import Scheduler
+
+    ran = []
+
+    def worker(job, plan, out):
+        ran.append(job.id)
+        return {**job.record(), "fresh": True}
+
+    sched = Scheduler(worker, methods.quick_plan(), tmp_path, workers=1, budget_s=60)
+    fit = methods.Job("fit", "fit_gradnorm_s0", "gradnorm", value=3.0)
+    ev = methods.Job("eval", "eval_saliency_gradnorm_s0", "gradnorm", value=3.0, group="saliency")
+    legacy = methods.Job("fit", "fit_lga_s0", "lga", value=1.0)
+    old_options = {**fit.settings(), "kwargs": {**fit.kwargs(), "probe": "other"}}
+    old_measure = {**ev.settings(), "measure_version": methods.MEASURE_VERSION - 1}
+    for job, settings in ((fit, old_options), (ev, old_measure), (legacy, None)):
+        stored = {**job.record(), "fresh": False}
+        if settings is not None:
+            stored["settings"] = settings
+        (tmp_path / "jobs" / f"{job.id}.json").write_text(json.dumps(stored))
+        sched.add(job, 0)
+    seen = []
+    sched.run(seen.append)
+    assert sorted(ran) == ["eval_saliency_gradnorm_s0", "fit_gradnorm_s0"] and sched.reused == 1
+    assert {r["id"]: r["fresh"] for r in seen} == {
+        "fit_gradnorm_s0": True, "eval_saliency_gradnorm_s0": True, "fit_lga_s0": False,
+    }  # fmt: skip
+    for job in (fit, ev):
+        assert (tmp_path / "jobs" / f"{job.id}.json.stale").is_file()
+        rewritten = json.loads((tmp_path / "jobs" / f"{job.id}.json").read_text())
+        assert rewritten["settings"] == job.settings()
+    assert "measure_version" in ev.settings() and "measure_version" not in fit.settings()
+    sched = Scheduler(worker, methods.quick_plan(), tmp_path, workers=1, budget_s=60)
+    for job in (fit, ev, legacy):
+        sched.add(job, 0)
+    sched.run(lambda r: None)
+    assert sched.reused == 3  # the rewritten results match their jobs

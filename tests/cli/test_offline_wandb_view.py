@@ -28,17 +28,22 @@ def _wandb(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _finished_summary(run: Path, cwd: Path, wait_s: float = 10.0) -> dict:
+NEEDED = ("val/acc", "checkpoint/last_path", "robustness/attack/saliency/topk/topk_intersection")
+
+
+def _finished_summary(run: Path, cwd: Path, wait_s: float = 90.0) -> dict:
     """`wandb leet inspect --summary --json RUN`, read again until the run's exit record is on
-    disk: W&B's service process writes it after the fit's process has returned (seen: "running"
-    for a few seconds on a loaded machine, and past a minute, which the test accepts, so a longer
-    wait only made the suite slower: 60 s of a 73-second test)."""
+    disk or its summary holds every value the test reads: W&B's service process writes them
+    after the fit's process has returned (seen: "running" for a few seconds on a loaded machine,
+    the exit record past a minute). Waiting for the state alone cost 60 s when the values were
+    already there."""
     deadline = time.monotonic() + wait_s
     while True:
         summary = _wandb("leet", "inspect", "--summary", "--json", str(run), cwd=cwd)
         assert summary.returncode == 0, summary.stderr[-2000:]
         state = json.loads(summary.stdout)
-        if state["state"] != "running" or time.monotonic() > deadline:
+        complete = all(key in state.get("summary", {}) for key in NEEDED)
+        if state["state"] != "running" or complete or time.monotonic() > deadline:
             return state
         time.sleep(1.0)
 

@@ -14,6 +14,7 @@ import pytest
 from benchmarks import leaderboard as lb
 from benchmarks import leaderboard_methods as methods
 from benchmarks import leaderboard_report as report
+from benchmarks.leaderboard_run import Scheduler
 
 
 def test_every_method_gets_the_same_grid_size_spaced_around_its_paper_value():
@@ -252,15 +253,19 @@ def test_cost_is_the_final_fits_cpu_time_over_naturals_else_the_step_profile():
     assert math.isnan(method_cost({"plan": plan, "jobs": []}, "ssr"))
 
 
-def test_a_result_stored_for_another_setting_is_moved_aside_and_run_again(tmp_path: Path):
-    from benchmarks.leaderboard_run import Scheduler
-
-    ran = []
+def _recording_worker():
+    """A scheduler worker that records the ids it ran and marks its results fresh."""
+    ran: list[str] = []
 
     def worker(job, plan, out):
         ran.append(job.id)
         return {**job.record(), "fresh": True}
 
+    return ran, worker
+
+
+def test_a_result_stored_for_another_setting_is_moved_aside_and_run_again(tmp_path: Path):
+    ran, worker = _recording_worker()
     sched = Scheduler(worker, methods.quick_plan(), tmp_path, workers=1, budget_s=60)
     same = methods.Job("fit", "fit_gradnorm_s0", "gradnorm", value=3.0)
     other = methods.Job("fit", "fit_lga_s0", "lga", value=1.0)
@@ -292,14 +297,7 @@ def test_a_result_made_with_other_fixed_options_or_measures_is_run_again(tmp_pat
     (finetune_grad_cam's penalty, 2026-12-03) or a measure that changed (MEASURE_VERSION) makes
     the stored result stale. A result stored before results recorded their settings is compared
     by its value only."""
-    from benchmarks.leaderboard_run import Scheduler
-
-    ran = []
-
-    def worker(job, plan, out):
-        ran.append(job.id)
-        return {**job.record(), "fresh": True}
-
+    ran, worker = _recording_worker()
     sched = Scheduler(worker, methods.quick_plan(), tmp_path, workers=1, budget_s=60)
     fit = methods.Job("fit", "fit_gradnorm_s0", "gradnorm", value=3.0)
     ev = methods.Job("eval", "eval_saliency_gradnorm_s0", "gradnorm", value=3.0, group="saliency")

@@ -140,6 +140,7 @@ def _classifier(job: Job, steps: int) -> Any:
         lr_scheduler_interval="step",
         init_checkpoint=job.init,
         on_nonfinite="skip",
+        softplus_beta=job.softplus_beta(),
     )
 
 
@@ -328,9 +329,11 @@ def step_profile(names: list[str], plan: Plan, n_steps: int = 8) -> dict[str, fl
     for name in names:
         m = METHODS[name]
         torch.manual_seed(0)
-        kw = {**m.fixed, m.swept: m.paper_value} if m.penalty else {}
-        terms = [get_penalty(m.penalty, seed=0, **kw)] if m.penalty else []
-        module = RobustClassifier(MNISTConvNet(**MODEL), terms)
+        at_paper = Job("profile", name, name, value=m.paper_value)
+        terms = [get_penalty(m.penalty, seed=0, **at_paper.kwargs())] if m.penalty else []
+        module = RobustClassifier(
+            MNISTConvNet(**MODEL), terms, softplus_beta=at_paper.softplus_beta()
+        )
         opt = torch.optim.Adam(module.parameters(), lr=LR)
         times = []
         for i in range(n_steps + 2):

@@ -49,6 +49,9 @@ class Method:
             `Plan.finetune_epochs` at FINETUNE_LR with a per-step cosine decay to 0.
         target: the explainer whose val attack scores the setting (its own for an explainer
             fine-tune, saliency for every other method).
+        softplus_beta: every ReLU of the model a Softplus(beta) while it trains and when it is
+            measured (beta-smoothing, Dombrowski et al. 2019; `RobustClassifier(softplus_beta=)`);
+            None: ReLU. `swept="softplus_beta"` sweeps it instead of a penalty argument.
     """
 
     penalty: str | None
@@ -59,6 +62,7 @@ class Method:
     paper: str
     finetuned: bool = False
     target: str = "saliency"
+    softplus_beta: float | None = None
 
     def record(self) -> dict[str, Any]:
         """The JSON form of results.json's "methods" (what the report reads back)."""
@@ -169,6 +173,22 @@ METHODS: dict[str, Method] = {
         "configs/mnist5k_finetune_deeplift.yaml: 3, on half of each batch",
         penalty="topk_mass", n_ascent_steps=1, batch_fraction=0.5,
     ),
+    "beta_smoothing": Method(
+        None, {}, "softplus_beta", (0.5, 1.0, 2.0, 4.0), 1.0,
+        "Dombrowski et al. 2019: every ReLU a Softplus(beta), here the seed's natural model "
+        "fine-tuned that way on cross-entropy alone and measured as a softplus network "
+        "(benchmarks/CHEAPER.md: beta 1 on val)",
+        finetuned=True,
+    ),
+    "finetune_smoothness_softplus": dataclasses.replace(
+        _finetune(
+            "saliency", (5.0, 10.0, 20.0, 40.0), 10.0,
+            "finetune_smoothness on a Softplus(1) network, beta-smoothing and the penalty "
+            "together (beta 1 and the grid from the val sweep of benchmarks/CHEAPER.md)",
+            batch_fraction=0.25,
+        ),
+        softplus_beta=1.0,
+    ),
 }  # fmt: skip
 
 FINETUNED = frozenset(name for name, method in METHODS.items() if method.finetuned)
@@ -259,14 +279,24 @@ class Job:
         return cast(RunResult, dataclasses.asdict(self))
 
     def kwargs(self) -> dict[str, Any]:
+        """The penalty's arguments (fixed options and the swept value); {} without a penalty."""
         m = METHODS[self.method]
-        return {**m.fixed, m.swept: self.value} if m.penalty else {}
+        if not m.penalty:
+            return {}
+        return dict(m.fixed) if m.swept == "softplus_beta" else {**m.fixed, m.swept: self.value}
+
+    def softplus_beta(self) -> float | None:
+        """The model's Softplus beta (`Method.softplus_beta`, or the swept value); None: ReLU."""
+        m = METHODS[self.method]
+        return self.value if m.swept == "softplus_beta" else m.softplus_beta
 
     def settings(self) -> dict[str, Any]:
         """What a stored result of this job must have been made with to be reused: the method's
         penalty arguments (fixed options and swept value) and, for the jobs that measure (cv and
         eval), the version of the measures (`MEASURE_VERSION`). JSON-normalised."""
         out: dict[str, Any] = {"kwargs": self.kwargs()}
+        if self.softplus_beta() is not None:  # absent for ReLU models, as in older results
+            out["softplus_beta"] = self.softplus_beta()
         if self.kind in ("cv", "eval"):
             out["measure_version"] = MEASURE_VERSION
         return cast(dict[str, Any], json.loads(json.dumps(out)))

@@ -126,12 +126,14 @@ class Scheduler:
 def _stale(stored: RunResult, job: Job) -> str | None:
     """Why a stored result of `job` cannot be reused (None: it can). A result made for another
     swept value, or, where it records them (`Job.settings`), with other fixed options of the
-    method or another version of the measures."""
+    method or another version of the measures; a profile of other methods."""
     if stored.get("value") != job.value:
         return (
             f"the stored result is for {job.method} at {stored.get('value')}, "
             f"the job is at {job.value}"
         )
+    if list(stored.get("names") or []) != list(job.names):
+        return f"the stored result times {stored.get('names')}, the job times {list(job.names)}"
     recorded = stored.get("settings")
     if recorded is not None and recorded != job.settings():
         return f"the stored result was made with {recorded}, the job runs with {job.settings()}"

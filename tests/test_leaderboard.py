@@ -326,3 +326,44 @@ def test_a_result_made_with_other_fixed_options_or_measures_is_run_again(tmp_pat
         sched.add(job, 0)
     sched.run(lambda r: None)
     assert sched.reused == 3  # the rewritten results match their jobs
+
+
+def test_a_profile_of_other_methods_is_run_again(tmp_path: Path):
+    """The step profile times a list of methods; adding rows to the table makes it stale."""
+    ran, worker = _recording_worker()
+    sched = Scheduler(worker, methods.quick_plan(), tmp_path, workers=1, budget_s=60)
+    job = methods.Job("profile", "profile", "natural", names=("natural", "gradnorm"))
+    older = {**methods.Job("profile", "profile", "natural", names=("natural",)).record()}
+    (tmp_path / "jobs" / "profile.json").write_text(json.dumps(older))
+    sched.add(job, 0)
+    sched.run(lambda r: None)
+    assert ran == ["profile"] and sched.reused == 0
+
+
+def test_beta_smoothing_rows_train_and_are_measured_as_softplus_networks():
+    """beta_smoothing sweeps the Softplus beta of a cross-entropy fine-tune (no penalty);
+    finetune_smoothness_softplus is finetune_smoothness on a Softplus(1) network. The ReLU
+    methods' recorded settings do not change (their stored results stay valid)."""
+    import torch
+
+    from robust_train.models import count_relus
+
+    beta = methods.Job("fit", "fit_beta_smoothing_s0", "beta_smoothing", value=2.0)
+    combo = methods.Job("cv", "x", "finetune_smoothness_softplus", value=10.0, fold=0)
+    relu = methods.Job("fit", "fit_finetune_smoothness_s0", "finetune_smoothness", value=10.0)
+    assert beta.kwargs() == {} and beta.softplus_beta() == 2.0
+    assert combo.kwargs() == {**methods.METHODS["finetune_smoothness"].fixed, "weight": 10.0}
+    assert combo.softplus_beta() == 1.0 and relu.softplus_beta() is None
+    assert beta.settings() == {"kwargs": {}, "softplus_beta": 2.0}
+    assert set(relu.settings()) == {"kwargs"} and set(combo.settings()) == {
+        "kwargs", "softplus_beta", "measure_version"
+    }  # fmt: skip
+    for job, penalties in ((beta, 0), (combo, 1), (relu, 1)):
+        module = lb._classifier(job, steps=10)
+        softplus = [m for m in module.model.modules() if isinstance(m, torch.nn.Softplus)]
+        assert len(module.penalties) == penalties
+        if job.softplus_beta() is None:
+            assert not softplus and count_relus(module.model) > 0
+        else:
+            assert count_relus(module.model) == 0 and softplus
+            assert {m.beta for m in softplus} == {job.softplus_beta()}

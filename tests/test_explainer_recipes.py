@@ -1,5 +1,6 @@
-"""benchmarks/explainer_recipes.py summary: the val rule per explainer (the rows of other explainers
-left out; accuracy, measured images, all-zero maps and cost each able to exclude a recipe)."""
+"""benchmarks/explainer_recipes.py: the summary's val rule per explainer (the rows of other
+explainers left out; accuracy, measured images, all-zero maps and cost each able to exclude a
+recipe), and a --quick run of every part."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from benchmarks import explainer_recipes
 
@@ -46,3 +48,55 @@ def test_summary_applies_the_rule_to_one_explainers_rows(tmp_path: Path, capsys)
         "dear": "no", "weak": "yes",
     }  # fmt: skip
     assert "0.380 [182]" in lines[1]  # the lrp natural row, not grad_cam's
+
+
+def test_quick_sweep_summary_table_and_surrogate_run_end_to_end(
+    tmp_path: Path, capsys, monkeypatch
+):
+    """The one driver's four parts, --quick: a one-term sweep (a natural row and the weight-1
+    row), its summary, the table of the natural model beside the sweep's checkpoint, and the
+    surrogate table (whose `Surrogate` gives the registered explainer's own map)."""
+    for name in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS"):  # seed_everything sets them: restored
+        monkeypatch.setenv(name, "0")
+    out = ["--out", str(tmp_path)]
+    terms = '[{"penalty": "smoothness", "explainer": "saliency", "radius": 0.3}]'
+    sweep = ["sweep", "--quick", "--terms", terms, "--weights", "1", "--tag", "sm"]
+    assert explainer_recipes.main(sweep + out) == 0
+    rows = [json.loads(line) for line in (tmp_path / "sweep.jsonl").read_text().splitlines()]
+    assert [(r["tag"], r.get("weight")) for r in rows] == [("natural", None), ("sm", 1.0)]
+    assert all(0.0 <= r["val_acc"] <= 1.0 for r in rows)  # finite too
+    assert rows[1]["val_attack"]["n_images"] == 4 and rows[1]["natural_fit_cpu_s"] > 0
+    ckpt = tmp_path / "sm_w1.ckpt"
+    assert rows[1]["ckpt"] == str(ckpt) and ckpt.is_file()
+    capsys.readouterr()
+
+    assert explainer_recipes.main(["summary", *out]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert len(lines) == 3 and lines[1].startswith("| natural |")
+    assert lines[2].startswith("| sm | smoothness(radius=0.3) | 1 | 2 |")
+
+    models = [f"natural={explainer_recipes.BASELINE}", f"x={ckpt}"]
+    table = ["table", "--quick", "--model", *models, "--explainers", "saliency", "grad_cam"]
+    assert explainer_recipes.main(table + out) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert lines[0].endswith("| grad_cam on common images |")
+    assert [line.split(" | ")[0] for line in lines[1:]] == ["| natural", "| x"]
+    written = json.loads((tmp_path / "table.json").read_text())
+    assert set(written) == {"natural", "x"}
+    assert set(written["x"]) == {"test_acc", "saliency", "saliency/random", "grad_cam",
+                                 "grad_cam/random"}  # fmt: skip
+    assert written["x"]["grad_cam"]["n_images"] == 4
+
+    assert explainer_recipes.main(["surrogate", "--quick", *out]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert len(lines) == 1 + 6 and "| deeplift | softplus_10 surrogate |" in lines[-2]
+    surrogate = json.loads((tmp_path / "surrogate.json").read_text())
+    assert set(surrogate["grad_cam"]) == {"model itself", "softplus_10 surrogate", "random signs"}
+
+    from robust_train.explain import get_explainer
+    from robust_train.models import load_classifier
+
+    model, (x, y) = load_classifier(explainer_recipes.BASELINE), explainer_recipes.split("test")
+    for name in ("grad_cam", "deeplift"):
+        same = explainer_recipes.Surrogate(name)(model, x[:3], y[:3])
+        assert torch.equal(same, get_explainer(name)(model, x[:3], y[:3]))

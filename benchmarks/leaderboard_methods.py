@@ -189,6 +189,17 @@ METHODS: dict[str, Method] = {
         ),
         softplus_beta=1.0,
     ),
+    "finetune_ixg_softplus": dataclasses.replace(
+        _finetune(
+            "input_x_gradient", (5.0, 10.0, 20.0, 40.0), 20.0,
+            "input x gradient maps instead of saliency, on a Softplus(2) network, on a quarter of "
+            "each batch; scored on saliency like every method that does not train for one of "
+            "the table's explainers (map, beta and grid from val probes, benchmarks/CHEAPER.md)",
+            batch_fraction=0.25,
+        ),
+        softplus_beta=2.0,
+        target="saliency",
+    ),
 }  # fmt: skip
 
 FINETUNED = frozenset(name for name, method in METHODS.items() if method.finetuned)

@@ -334,6 +334,7 @@ class RunResult(TypedDict, total=False):
     cv: dict[str, Any]
     test: dict[str, Any]
     step_ms: dict[str, float]
+    retrain_cpu_s: float
     failed: str
     settings: dict[str, Any]
 

@@ -145,3 +145,25 @@ def test_every_script_runs_as_a_module_from_the_repository_root():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("ran ") == len(SCRIPTS)
+
+
+def test_cheaper_robustness_times_the_softplus_rows_beside_natural(bench, tmp_path):
+    """--variants picks rows by name prefix; a softplus variant trains and is measured as a
+    softplus network (no ReLU left), with or without a penalty."""
+    cheaper = bench("cheaper_robustness")
+    with pytest.raises(SystemExit, match="--variants: 'nothing'"):
+        cheaper.chosen(["nothing"])
+    picked = [name for name, _ in cheaper.chosen(["beta_smoothing", "finetune_ixg"])]
+    assert len(picked) == 2 and picked[0].startswith("beta_smoothing")
+    from robust_train.data import MNIST5kDataModule
+    from robust_train.models import count_relus
+
+    data = MNIST5kDataModule(batch_size=64, seed=0)
+    data.setup("fit")
+    loader = data.train_dataloader()
+    for name in picked:
+        options, epochs = cheaper.VARIANTS[name]
+        model, seconds = cheaper.fine_tune(options, epochs, loader, max_steps=2, seed=0)
+        assert count_relus(model) == 0 and len(seconds) == 1
+        betas = {m.beta for m in model.modules() if isinstance(m, torch.nn.Softplus)}
+        assert betas == {options["softplus_beta"]}

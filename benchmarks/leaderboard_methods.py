@@ -200,6 +200,15 @@ METHODS: dict[str, Method] = {
         softplus_beta=2.0,
         target="saliency",
     ),
+    "finetune_deeplift_softplus": dataclasses.replace(
+        _finetune(
+            "deeplift", (1.0, 3.0, 10.0, 30.0), 3.0,
+            "finetune_deeplift on a Softplus(2) network and on a quarter of each batch (val "
+            "probe: weight 3 gave +0.31 at 2.4x, benchmarks/NEW_EXPLAINERS.md section 10)",
+            penalty="topk_mass", n_ascent_steps=1, batch_fraction=0.25,
+        ),
+        softplus_beta=2.0,
+    ),
 }  # fmt: skip
 
 FINETUNED = frozenset(name for name, method in METHODS.items() if method.finetuned)

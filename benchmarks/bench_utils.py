@@ -29,10 +29,29 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+
+
+def quiet_trainer(**options: Any) -> Any:
+    """A CPU `pytorch_lightning.Trainer` that only trains: no logger, checkpoints, progress bar,
+    model summary, sanity check or validation. `options` (max_epochs, limit_train_batches,
+    callbacks, ...) are added, and override these."""
+    import pytorch_lightning as pl
+
+    quiet = {
+        "accelerator": "cpu",
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "limit_val_batches": 0,
+        "num_sanity_val_steps": 0,
+    }
+    return pl.Trainer(**{**quiet, **options})
 
 
 def base_parser(description: str) -> argparse.ArgumentParser:

@@ -29,6 +29,7 @@ import torch
 import yaml
 from torch.utils.data import DataLoader
 
+from benchmarks.bench_utils import quiet_trainer
 from robust_train import RobustClassifier
 from robust_train.data import MNIST5kDataModule
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
@@ -111,17 +112,7 @@ def fine_tune(
         lr_scheduler_interval="step",
     )
     clock = EpochClock()
-    trainer = pl.Trainer(
-        max_epochs=epochs,
-        max_steps=max_steps,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        callbacks=[clock],
-    )
+    trainer = quiet_trainer(max_epochs=epochs, max_steps=max_steps, callbacks=[clock])
     trainer.fit(module, train_dataloaders=loader)
     return module.model.eval(), clock.seconds
 

@@ -61,6 +61,8 @@ from typing import Any
 
 import torch
 
+from benchmarks.bench_utils import quiet_trainer
+
 ROOT = Path(__file__).resolve().parents[1]
 
 BASELINE = ROOT / "checkpoints" / "mnist5k_baseline.ckpt"
@@ -188,17 +190,7 @@ def fit(
         init_checkpoint=str(BASELINE) if tune else None,
         softplus_beta=softplus_beta,
     )
-    trainer = pl.Trainer(
-        max_epochs=epochs,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        limit_train_batches=limit,
-    )
+    trainer = quiet_trainer(max_epochs=epochs, limit_train_batches=limit)
     start = time.process_time()
     trainer.fit(module, datamodule=MNIST5kDataModule(batch_size=BATCH, seed=0))
     seconds = time.process_time() - start

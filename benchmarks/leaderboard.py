@@ -180,6 +180,8 @@ def train(job: Job, plan: Plan, out: Path) -> tuple[Any, RunResult]:
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
+    from benchmarks.bench_utils import quiet_trainer
+
     cpu = time.process_time()
     if METHODS[job.method].finetuned:
         job = dataclasses.replace(job, init=ensure_model(job.init, _natural_of(job), plan, out))
@@ -192,11 +194,7 @@ def train(job: Job, plan: Plan, out: Path) -> tuple[Any, RunResult]:
     epochs = _epochs(job, plan)
     steps = epochs * (plan.limit_batches or len(loader))
     module = _classifier(job, steps)
-    trainer = pl.Trainer(
-        max_epochs=epochs, accelerator="cpu", logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
-        num_sanity_val_steps=0, limit_train_batches=plan.limit_batches,
-    )  # fmt: skip
+    trainer = quiet_trainer(max_epochs=epochs, limit_train_batches=plan.limit_batches)
     start = time.perf_counter()
     trainer.fit(module, train_dataloaders=loader)
     result = job.record()

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.bench_utils import quiet_trainer
+
 ROOT = Path(__file__).resolve().parents[1]
 NATURAL, ROBUST = (
     ROOT / "checkpoints/mnist5k_baseline.ckpt",
@@ -121,17 +123,8 @@ def finetune(weight: float, epochs: int = 2, limit_batches: int | None = None):
         lr_scheduler_interval="step",
         init_checkpoint=str(NATURAL),
     )
-    trainer = pl.Trainer(
-        max_epochs=epochs,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        limit_train_batches=limit_batches,
-        deterministic=True,
+    trainer = quiet_trainer(
+        max_epochs=epochs, limit_train_batches=limit_batches, deterministic=True
     )
     start = time.perf_counter()
     trainer.fit(module, datamodule=MNIST5kDataModule(batch_size=BATCH, seed=0))

@@ -43,11 +43,24 @@ from robust_train.regularizers import (
     get_penalty,
 )
 
+
+class _WholeBatchInputGrad(ExplanationSmoothness):
+    """The smoothness term as the module ran it before 2026-12-03: with `batch_fraction` < 1 the
+    clean forward of the whole batch still ran on inputs that require grad (an input gradient of
+    every image in the backward that no term read)."""
+
+    reuses_clean_forward = True  # type: ignore[assignment]
+
+
 PLAIN = "plain CE"
 PLAIN_3X = "plain CE, 3x batch"
 VARIANTS: dict[str, Callable[[], PenaltyTerm | None]] = {
     PLAIN: lambda: None,
     "smoothness (1 sample)": lambda: ExplanationSmoothness(n_samples=1, seed=0),
+    "smoothness, quarter batch": lambda: ExplanationSmoothness(seed=0, batch_fraction=0.25),
+    "smoothness, quarter batch, whole-batch input grad (old)": lambda: _WholeBatchInputGrad(
+        seed=0, batch_fraction=0.25
+    ),
     "lipschitz (1 ascent step)": lambda: LocalLipschitzPenalty(seed=0),
     "gradnorm double_backprop": lambda: InputGradientNorm(method="double_backprop"),
     "gradnorm finite_difference": lambda: InputGradientNorm(method="finite_difference"),

@@ -209,7 +209,7 @@ class RobustClassifier(pl.LightningModule):
         active = [t for t in self.terms if t.weight * scale > 0]
         replaced = any(t.replaces_task_loss for t in active)
         only_replacing = replaced and all(t.replaces_task_loss for t in active)
-        if any(t.needs_input_grad for t in active) and not only_replacing:
+        if any(t.reuses_clean_forward for t in active) and not only_replacing:
             x = x.detach().requires_grad_(True)
         with torch.set_grad_enabled(torch.is_grad_enabled() and not only_replacing):
             logits = self.model(x)

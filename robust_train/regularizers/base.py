@@ -127,6 +127,22 @@ class PenaltyTerm(nn.Module):
         elif not own:  # its own copy, so that a decorator editing its signature edits its only
             cls.__init__ = _own_copy(init)  # type: ignore[method-assign]
 
+    @property
+    def reuses_clean_forward(self) -> bool:
+        """Whether the module's clean forward must run on inputs that require grad for this
+        term: `needs_input_grad` on the whole batch. With `batch_fraction` < 1 the term explains
+        its own subset (a new leaf that requires grad), so the full batch's backward need not
+        compute an input gradient nobody reads.
+
+        Example:
+            >>> from robust_train.regularizers import ExplanationSmoothness
+            >>> ExplanationSmoothness().reuses_clean_forward
+            True
+            >>> ExplanationSmoothness(batch_fraction=0.25).reuses_clean_forward
+            False
+        """
+        return bool(self.needs_input_grad) and self.batch_fraction >= 1
+
     def forward(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None = None
     ) -> Tensor:
@@ -137,7 +153,8 @@ class PenaltyTerm(nn.Module):
                 return inputs.new_zeros(inputs.shape[0])
         if self.batch_fraction < 1:
             m = max(1, math.ceil(self.batch_fraction * inputs.shape[0]))
-            inputs, target, logits = _first_rows(inputs, m), target[:m], None
+            grad = inputs.requires_grad or bool(self.needs_input_grad)
+            inputs, target, logits = _first_rows(inputs, m, grad), target[:m], None
         value = self.penalty(model, inputs, target, logits)
         return value * k if k > 1 else value
 
@@ -155,9 +172,9 @@ class PenaltyTerm(nn.Module):
         return text
 
 
-def _first_rows(inputs: Tensor, m: int) -> Tensor:
-    """The first `m` images as a new leaf (requiring grad when `inputs` did)."""
-    return inputs[:m].detach().requires_grad_(inputs.requires_grad)
+def _first_rows(inputs: Tensor, m: int, requires_grad: bool) -> Tensor:
+    """The first `m` images as a new leaf (requiring grad when asked)."""
+    return inputs[:m].detach().requires_grad_(requires_grad)
 
 
 def check_cost_options(

@@ -167,3 +167,43 @@ def test_the_benchmark_runs_as_a_module(tmp_path: Path):
     text = out.read_text()
     for name in ("natural", "full (the recipe)", "batch_fraction 0.25", "every_n_steps 4"):
         assert f"| {name} |" in text
+
+
+class _RecordsInputs(torch.nn.Module):
+    """TinyCNN that records whether each forward's input requires grad, and its batch size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = TinyCNN()
+        self.seen: list[tuple[int, bool]] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append((x.shape[0], x.requires_grad))
+        return self.net(x)
+
+
+def test_a_fraction_leaves_the_full_batch_without_an_input_gradient_and_changes_nothing_else(
+    monkeypatch,
+):
+    """With `batch_fraction` < 1 the term explains its own subset, so the module's clean forward
+    runs on inputs that do not require grad (no input gradient of the whole batch in the
+    backward); the subset still does, and the loss and every parameter gradient are those of the
+    clean forward on grad-requiring inputs (the earlier path, forced here)."""
+    x, y = torch.rand(16, 1, 8, 8), torch.arange(16) % 10
+    grads = []
+    for force in (False, True):
+        torch.manual_seed(0)
+        model = _RecordsInputs()
+        term = get_penalty("smoothness", radius=0.2, distance="cosine", seed=0, batch_fraction=0.25)
+        assert term.reuses_clean_forward is False
+        with monkeypatch.context() as patch:
+            if force:  # the earlier behaviour: every needs_input_grad term made x require grad
+                patch.setattr(ExplanationSmoothness, "reuses_clean_forward", True)
+            loss = RobustClassifier(model, [term]).training_step((x, y), 0)
+        loss.backward()
+        grads.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+        assert model.seen[0] == (16, force)  # the whole batch: an input gradient only if forced
+        assert (4, True) in model.seen[1:]  # the term's quarter, explained with input grad
+    torch.testing.assert_close(grads[0][0], grads[1][0])
+    for a, b in zip(grads[0][1], grads[1][1], strict=True):
+        torch.testing.assert_close(a, b)

@@ -71,9 +71,11 @@ def test_quick_demo_trains_natural_then_fine_tunes_it(quick_run):
     weights = [k for k in start if k.endswith((".weight", ".bias"))]
     assert len(weights) >= 4 and all(k in stored["state_dict"] for k in weights)
     assert all(not torch.equal(stored["state_dict"][k], start[k]) for k in weights)
+    # ... with the shipped recipe: the input x gradient penalty on a Softplus(2) network.
     assert stored["robust_train"]["penalties"] == [
-        "ExplanationSmoothness(name='smoothness', weight=80.0)"
+        "ExplanationSmoothness(name='smoothness', weight=20.0, batch_fraction=0.25)"
     ]
+    assert stored["robust_train"]["softplus_beta"] == 2.0
     # Both evaluated with the demo protocol (shrunk by --quick): saliency and IG attacked.
     settings = results["natural"]["settings"]
     assert settings["epsilon"] == 0.3 and settings["attacks"] == ["random_sign", "topk"]

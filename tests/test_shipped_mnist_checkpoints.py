@@ -43,3 +43,19 @@ def test_shipped_mnist_checkpoint_loads_with_the_recorded_accuracy(name):
     # 1,000 images: 0.002 is two predictions flipped by a different BLAS or thread count.
     assert accuracy == pytest.approx(recorded_accuracy(name), abs=2e-3)
     assert accuracy >= 0.9
+
+
+def test_the_shipped_robust_model_is_the_softplus_network_of_its_recipe():
+    """mnist5k_robust is `configs/mnist5k_finetune_ixg_softplus.yaml` fitted: every ReLU of the
+    natural model a Softplus(2), restored as such by `load_classifier` (a ReLU network loaded
+    with these weights would be another model)."""
+    import yaml
+
+    recipe = yaml.safe_load((ROOT / "configs" / "mnist5k_finetune_ixg_softplus.yaml").read_text())
+    beta = recipe["model"]["softplus_beta"]
+    robust = load_classifier(ROOT / "checkpoints" / "mnist5k_robust.ckpt")
+    natural = load_classifier(ROOT / "checkpoints" / "mnist5k_baseline.ckpt")
+    softplus = [m for m in robust.modules() if isinstance(m, torch.nn.Softplus)]
+    assert len(softplus) == 3 and all(m.beta == beta for m in softplus)
+    assert not any(isinstance(m, torch.nn.ReLU) for m in robust.modules())
+    assert sum(isinstance(m, torch.nn.ReLU) for m in natural.modules()) == 3

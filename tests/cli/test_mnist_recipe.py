@@ -1,6 +1,7 @@
 """The shipped MNIST recipe, as a user runs it: `robust-train fit --config
-configs/mnist5k_finetune_smoothness.yaml` fine-tunes the shipped natural model into one that
-behaves like the shipped robust checkpoint (accuracy, predictions, robustness under attack)."""
+configs/mnist5k_finetune_ixg_softplus.yaml` fine-tunes the shipped natural model into one that
+behaves like the shipped robust checkpoint (a softplus network; accuracy, predictions, robustness
+under attack)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def test_finetune_config_reproduces_the_shipped_robust_model(run_cli, tmp_path):
     done = run_cli(
         "fit",
         "--config",
-        str(ROOT / "configs" / "mnist5k_finetune_smoothness.yaml"),
+        str(ROOT / "configs" / "mnist5k_finetune_ixg_softplus.yaml"),
         "--model.init_checkpoint",
         str(CKPT / "mnist5k_baseline.ckpt"),
         "--trainer.logger=false",
@@ -54,7 +55,7 @@ def test_finetune_config_reproduces_the_shipped_robust_model(run_cli, tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "T_max" not in done.stderr  # the config's cosine period is the fit's length
-    (last,) = (tmp_path / "runs").glob("mnist5k_finetune_smoothness/latest/last.ckpt")
+    (last,) = (tmp_path / "runs").glob("mnist5k_finetune_ixg_softplus/latest/last.ckpt")
     tuned = load_classifier(last)
     shipped = load_classifier(CKPT / "mnist5k_robust.ckpt")
     natural = load_classifier(CKPT / "mnist5k_baseline.ckpt")

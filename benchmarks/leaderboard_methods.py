@@ -170,7 +170,8 @@ METHODS: dict[str, Method] = {
     ),
     "finetune_deeplift": _finetune(
         "deeplift", (1.0, 3.0, 10.0, 30.0), 3.0,
-        "configs/mnist5k_finetune_deeplift.yaml: 3, on half of each batch",
+        "configs/mnist5k_finetune_deeplift.yaml until 2026-12-03: 3, on half of each batch; "
+        "that config is now finetune_deeplift_softplus",
         penalty="topk_mass", n_ascent_steps=1, batch_fraction=0.5,
     ),
     "beta_smoothing": Method(

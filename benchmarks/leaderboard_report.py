@@ -403,10 +403,6 @@ SHIPPED_NOTE = (
     "Kept as written by hand: a leaderboard run does not re-ship checkpoints; each row says "
     "where its model and its columns come from."
 )
-OLD_SHIPPED_NOTES = (  # what earlier pages wrote there, dropped when a page is rewritten
-    "From the earlier run `runs/leaderboard_v4` (page: `leaderboard_history/LEADERBOARD_v4.md`, "
-    "where its RAR columns come from); this run does not re-ship checkpoints.",
-)
 
 
 def kept_section(path: Path, heading: str) -> list[str]:
@@ -418,7 +414,7 @@ def kept_section(path: Path, heading: str) -> list[str]:
     for line in path.read_text().split(heading, 1)[1].splitlines():
         if line.startswith("## ") or line.startswith("<!-- written by hand"):
             break
-        if line != SHIPPED_NOTE and line not in OLD_SHIPPED_NOTES:
+        if line != SHIPPED_NOTE:
             body.append(line)
     text = "\n".join(body).strip("\n")
     return [heading, "", SHIPPED_NOTE, "", *text.splitlines()]

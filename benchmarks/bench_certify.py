@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from benchmarks import bench_utils as bu
-from robust_train._checkpoint_io import heldout_tensors, load_checkpoint
+from robust_train.app.checkpoint_io import heldout_tensors, load_checkpoint
 from robust_train.certify import certify_explanations, overlap_radii, reference_set
 from robust_train.models import MNISTConvNet, SmallCNN
 

@@ -40,8 +40,8 @@ from torch import Tensor, nn
 
 from benchmarks import bench_utils as bu
 from benchmarks import eval_peers as peers
-from robust_train._runtime import auto_chunk
 from robust_train.attacks import fragility_attack
+from robust_train.core.runtime import auto_chunk
 from robust_train.explain import get_explainer, importance_map, saliency
 from robust_train.metrics.functional import (
     fidelity_curves,

@@ -1,9 +1,9 @@
 """Share of training wall time spent in the robustness callbacks at their default settings.
 
 For each config (default: configs/digits_baseline.yaml and configs/digits_smoothness.yaml) the
-Trainer is built by robust_train.cli.lightning_main(..., run=False) with no logger, no progress
-bar and checkpoints in a temporary folder; the robustness monitors the config lists are removed
-from trainer.callbacks. It is fitted side by side: without a monitor, with a default
+Trainer is built by robust_train.app.lightning_cli.lightning_main(..., run=False) with no logger,
+no progress bar and checkpoints in a temporary folder; the robustness monitors the config lists
+are removed from trainer.callbacks. It is fitted side by side: without a monitor, with a default
 RobustnessMonitor() appended to trainer.callbacks, and (when the monitor has an overhead cap that
 skips scheduled epochs) with RobustnessMonitor(max_overhead=None), which runs every epoch.
 Reported:
@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from benchmarks import bench_utils as bu
+from robust_train.app.lightning_cli import lightning_main
 from robust_train.callbacks import RobustnessCallback, RobustnessMonitor
-from robust_train.cli import lightning_main
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = [ROOT / "configs" / "digits_baseline.yaml", ROOT / "configs" / "digits_smoothness.yaml"]

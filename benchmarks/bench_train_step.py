@@ -164,7 +164,7 @@ def registry_steps(
             notes.append(
                 f"- {name}: library step only ({settings}); " + train_bare.missing_message(name)
             )
-        if name == "smoothness":  # issue 11: no double backprop through the clean map
+        if name == "smoothness":  # no double backprop through the clean map
             detached = get_penalty(name, **settings, detach_clean=True)
             steps["smoothness (detach_clean)"] = make_step(base, detached, x, y, device, False)
     return steps, notes

@@ -1,5 +1,5 @@
 """Cheaper robustness: what the shipped fine-tune recipe costs and keeps when its penalty runs on
-a fraction of each batch, on every k-th step, or for one epoch only (issue 20, item 8).
+a fraction of each batch, on every k-th step, or for one epoch only.
 
 Every variant fine-tunes the shipped natural model (checkpoints/mnist5k_baseline.ckpt) with the
 recipe of configs/mnist5k_finetune_smoothness.yaml (penalty, optimiser, per-step cosine decay,
@@ -130,7 +130,7 @@ def measure(model: torch.nn.Module, test: tuple[torch.Tensor, torch.Tensor], n: 
     settings = EvaluationSettings(
         parts=("fragility",),
         attacks=("topk",),
-        attack_explainers=("saliency",),
+        explainers=("saliency",),
         n_samples=n,
         epsilon=0.3,
         step_size=0.01,

@@ -98,7 +98,7 @@ def split(name: str) -> tuple[Any, Any]:
 
 
 def accuracy(model: Any, x: Any, y: Any) -> float:
-    from robust_train._runtime import predict
+    from robust_train.core.runtime import predict
 
     return float((predict(model, x, 256) == y).float().mean())
 
@@ -110,8 +110,8 @@ def attack(model: Any, x: Any, y: Any, explainer: Any, n: int, **options: Any) -
     map, or a zero direction at every step, e.g. a map with fewer than k non-zero pixels), its
     mean, the images' indices in `x`, the share of all-zero clean maps and the median number of
     positive pixels."""
-    from robust_train._runtime import predict
     from robust_train.attacks import fragility_attack
+    from robust_train.core.runtime import predict
 
     keep = (predict(model, x, 256) == y).nonzero().squeeze(1)[:n]
     start = time.process_time()

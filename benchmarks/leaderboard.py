@@ -221,7 +221,7 @@ def attack_settings(plan: Plan, explainers: tuple[str, ...], kind: str, n: int) 
     from robust_train.evaluation import PROTOCOLS
 
     rar = dataclasses.replace(
-        PROTOCOLS["rar"], n_samples=max(1, n), attack_explainers=explainers, parts=("fragility",)
+        PROTOCOLS["rar"], n_samples=max(1, n), explainers=explainers, parts=("fragility",)
     )
     if kind == "rar":
         return dataclasses.replace(
@@ -258,7 +258,7 @@ def score_heldout(model: Any, job: Job, plan: Plan) -> dict[str, Any]:
     saliency, IG and the method's target explainer (first correctly classified images)."""
     import torch
 
-    from robust_train._runtime import predict
+    from robust_train.core.runtime import predict
 
     x, y = pool_split()
     held = torch.tensor(cv_folds(k=plan.cv_folds)[job.fold or 0])
@@ -280,7 +280,7 @@ GROUPS = ("saliency", "integrated_gradients", "grad_cam", "lrp", "deeplift", "fi
 
 def evaluate_test(job: Job, plan: Plan, out: str) -> dict[str, Any]:
     """One eval group of a trained model on the test split (first correctly classified)."""
-    from robust_train._runtime import predict
+    from robust_train.core.runtime import predict
     from robust_train.evaluation import PROTOCOLS
     from robust_train.models import load_classifier
 

@@ -120,7 +120,7 @@ METHODS: dict[str, Method] = {
     ),
     "smoothness_detached": Method(
         "smoothness", {"radius": 0.1, "detach_clean": True}, "weight", _LOG4, 1.0,
-        "this project: smoothness with the clean map detached (issue 11)",
+        "this project: smoothness with the clean map detached",
     ),
     "adversarial": Method(
         "adversarial", {"step_size": 0.1, "n_steps": 3}, "epsilon", (0.05, 0.1, 0.2, 0.3), 0.3,

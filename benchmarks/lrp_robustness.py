@@ -49,7 +49,7 @@ def split(name: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def correct(model, x, y, n):
-    from robust_train._runtime import predict
+    from robust_train.core.runtime import predict
 
     keep = predict(model, x, 256) == y
     return x[keep][:n], y[keep][:n]
@@ -65,7 +65,7 @@ def attacked(model, x, y, explainer, beta: float | None = 10.0) -> dict[str, flo
 
 
 def accuracy(model, x, y) -> float:
-    from robust_train._runtime import predict
+    from robust_train.core.runtime import predict
 
     return float((predict(model, x, 256) == y).float().mean())
 

@@ -32,8 +32,8 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
 
 
 def run(name: str, config: str, extra: list[str], epochs: int, out: Path) -> dict[str, float]:
-    from robust_train._checkpoint_io import heldout_tensors
-    from robust_train.cli import lightning_main
+    from robust_train.app.checkpoint_io import heldout_tensors
+    from robust_train.app.lightning_cli import lightning_main
     from robust_train.evaluation import EvaluationSettings, evaluate_classifier
     from robust_train.models import load_classifier
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from robust_train.module import RobustClassifier
+    from robust_train.training.module import RobustClassifier
 
 __version__ = "0.1.0"
 
@@ -19,7 +19,7 @@ __all__ = ["RobustClassifier", "__version__"]
 
 def __getattr__(name: str) -> Any:
     if name == "RobustClassifier":
-        from robust_train.module import RobustClassifier
+        from robust_train.training.module import RobustClassifier
 
         return RobustClassifier
     raise AttributeError(f"module 'robust_train' has no attribute {name!r}")

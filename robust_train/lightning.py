@@ -40,7 +40,7 @@ except ImportError as err:  # pragma: no cover - depends on the environment
 
 from robust_train import callbacks as _callbacks
 from robust_train import data as _data
-from robust_train import module as _module
+from robust_train.training import module as _module
 
 __all__ = [
     "on_lightning",

@@ -13,7 +13,7 @@ import pytest
 import torch
 from wandb_reader import read_run
 
-import robust_train.demo as demo
+import robust_train.app.demo as demo
 
 SCRIPT = Path(sys.executable).parent / "robust-train"
 TOPK_KEY = "robustness/attack/saliency/topk/topk_intersection"
@@ -23,7 +23,7 @@ def robust_train(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """The real console script in a subprocess, one torch thread, W&B left at its default."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_SILENT": "true"}
     env.pop("WANDB_MODE", None)
-    command = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "robust_train.cli"]
+    command = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "robust_train.app.cli"]
     return subprocess.run(
         [*command, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
     )
@@ -79,7 +79,7 @@ def test_quick_demo_trains_natural_then_fine_tunes_it(quick_run):
     # Both evaluated with the demo protocol (shrunk by --quick): saliency and IG attacked.
     settings = results["natural"]["settings"]
     assert settings["epsilon"] == 0.3 and settings["attacks"] == ["random_sign", "topk"]
-    assert settings["attack_explainers"] == ["saliency", "integrated_gradients"]
+    assert settings["explainers"] == ["saliency", "integrated_gradients"]
     assert settings["n_samples"] == demo.QUICK_SETTINGS["n_samples"]
 
 
@@ -165,7 +165,7 @@ def test_help_and_bad_flags_through_the_console_script(tmp_path):
 def test_demo_protocol_is_rar_at_the_demos_size():
     import dataclasses
 
-    from robust_train.commands import settings_tag
+    from robust_train.app.commands import settings_tag
     from robust_train.evaluation import PROTOCOLS
 
     rar, preset = PROTOCOLS["rar"], PROTOCOLS["demo"]

@@ -7,9 +7,10 @@ import math
 
 import pytest
 
+from robust_train.app.report import summary_table, write_report
 from robust_train.attacks import target_region
-from robust_train.evaluation import EvaluationSettings, evaluate_classifier, mean_and_ci
-from robust_train.report import summary_table, write_report
+from robust_train.evaluation import EvaluationSettings, evaluate_classifier
+from robust_train.evaluation.engine import Evaluation, summarize
 
 FAST = EvaluationSettings(
     n_samples=48,
@@ -106,8 +107,11 @@ def test_summary_table_has_a_column_per_model(suite):
 
 
 def test_helpers():
-    ci = mean_and_ci(__import__("torch").tensor([1.0, 2.0, 3.0, float("nan")]))
-    assert ci["mean"] == 2.0 and ci["n"] == 3 and ci["ci_low"] < 2.0 < ci["ci_high"]
+    values = __import__("torch").tensor([1.0, 2.0, 3.0, float("nan")])
+    summary = summarize(Evaluation(EvaluationSettings(), values={"accuracy": values}))
+    low, high = summary["intervals"]["accuracy"]
+    assert summary["measures"]["accuracy"] == 2.0 and summary["counts"]["accuracy"] == 3
+    assert low < 2.0 < high
     assert target_region(8, 8).sum() == 16
 
 

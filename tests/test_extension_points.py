@@ -17,6 +17,7 @@ from pytorch_lightning.loggers import CSVLogger
 from torch import Tensor, nn
 
 from robust_train import RobustClassifier
+from robust_train.app.report import summary_table
 from robust_train.attacks import (
     OBJECTIVES,
     FragilityObjective,
@@ -43,7 +44,6 @@ from robust_train.regularizers import (
     PenaltyTerm,
     register_penalty,
 )
-from robust_train.report import summary_table
 
 
 def squared_gradient(model: nn.Module, inputs: Tensor, target: Tensor, *, create_graph=False):
@@ -91,9 +91,8 @@ def _data(n: int = 24, seed: int = 0) -> tuple[Tensor, Tensor]:
 
 SETTINGS = dict(
     parts=("fragility", "lipschitz", "fidelity", "peak"),
-    attack_explainers=("saliency", "squared_gradient"),
+    explainers=("saliency", "squared_gradient"),
     attacks=("topk", "spread_out"),
-    explainers=("squared_gradient",),
     n_steps=2,
     lipschitz_samples=2,
     fidelity_steps=4,
@@ -155,9 +154,9 @@ def test_new_units_run_in_a_monitor_and_a_penalty_during_a_fit(tmp_path):
     data = torch.utils.data.TensorDataset(x, y)
     loader = torch.utils.data.DataLoader(data, batch_size=16)
     monitor = RobustnessMonitor(
-        include=["fragility", "peak"], inputs=x[:12], targets=y[:12], n_samples=12,
-        attack_explainers=["squared_gradient"], attacks=["spread_out"],
-        explainers=["squared_gradient"], max_overhead=None, log_images=False,
+        parts=["fragility", "peak"], inputs=x[:12], targets=y[:12], n_samples=12,
+        explainers=["squared_gradient"], attacks=["spread_out"], max_overhead=None,
+        log_images=False,
     )  # fmt: skip
     module = RobustClassifier(TinyCNN(num_classes=3, seed=2), penalties=[SquaredSaliencyMean(0.1)])
     trainer = pl.Trainer(
@@ -178,7 +177,7 @@ def test_evaluate_and_a_monitor_name_every_measure_the_same_way():
     settings = EvaluationSettings(**SETTINGS)
     measures = evaluate_classifier(model, x, y, settings, progress=False)["measures"]
     options = {k: v for k, v in SETTINGS.items() if k != "parts"}
-    monitor = RobustnessMonitor(include=list(SETTINGS["parts"]), **options)
+    monitor = RobustnessMonitor(parts=list(SETTINGS["parts"]), **options)
     monitor.resolve(8, 8)
     logged = monitor.evaluate(model, x, y, model(x).argmax(1)).scalars
     health = ("robustness/nonfinite",)  # the monitor's own health count, not a measure

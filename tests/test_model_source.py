@@ -1,5 +1,5 @@
-"""`robust_train._model_source`: state-dict layouts, tensors-only reading, model specs (issue 19,
-item 2). The command line is tested in tests/cli/test_user_models.py."""
+"""`robust_train.app.model_source`: state-dict layouts, tensors-only reading, model specs. The
+command line is tested in tests/cli/test_user_models.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 import torchvision
 from torch import nn
 
-from robust_train._model_source import (
+from robust_train.app.model_source import (
     ModelSource,
     WeightsError,
     build_source_model,

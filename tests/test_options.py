@@ -9,7 +9,7 @@ import inspect
 
 import pytest
 
-from robust_train._options import build_options, takes_options
+from robust_train.core.options import build_options, takes_options
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The RAR evaluation preset, `PROTOCOLS["rar"]` (Chen et al. 2019; issue 8 section 2)."""
+"""The RAR evaluation preset, `PROTOCOLS["rar"]` (Chen et al. 2019)."""
 
 from __future__ import annotations
 
@@ -8,21 +8,22 @@ import torch
 from helpers import SmoothMLP
 
 import robust_train.evaluation.parts.fragility as fragility_part
+from robust_train.app.report import summary_table
 from robust_train.evaluation import PROTOCOLS, EvaluationSettings, evaluate_classifier
-from robust_train.report import summary_table
 
 
 def test_rar_preset_holds_the_papers_settings() -> None:
     rar = PROTOCOLS["rar"].resolved(28, 28)
     assert (rar.epsilon, rar.n_steps, rar.step_size) == (0.3, 100, 0.01)
     assert (rar.k, rar.measure_k, rar.n_restarts, rar.correct_only) == (200, 100, 3, True)
-    assert rar.attack_explainers == ("saliency", "integrated_gradients")
+    assert rar.explainers == ("saliency", "integrated_gradients")
     assert rar.attacks == ("random_sign", "topk") and rar.ig_baseline == 0.0
 
 
 def test_defaults_keep_todays_behaviour() -> None:
     s = EvaluationSettings().resolved(8, 8)
-    assert s.attack_explainers == ("saliency",) and s.n_restarts == 1 and s.measure_k == s.k
+    assert s.explainers == ("saliency", "input_x_gradient", "integrated_gradients")
+    assert s.n_restarts == 1 and s.measure_k == s.k
     assert s.step_size == 0.1 / 8 and s.correct_only  # 50 steps: the default epsilon / 8
 
 

@@ -62,7 +62,7 @@ def test_python_api_penalty_gradient_reaches_the_weights():
 @pytest.mark.parametrize("key", ["mean", "min", "max"])
 def test_demo_claim_in_readme_is_the_demo_constant(key):
     """The README's stated range is the one the demo compares each run with."""
-    from robust_train.demo import MEASURED_GAIN
+    from robust_train.app.demo import MEASURED_GAIN
 
     claim = section(README.read_text(), "The demo's claim")
     match = re.search(rf"{key} ([+-][0-9.]+)", claim)

@@ -1,4 +1,4 @@
-"""The shared runtime plumbing (robust_train._runtime) and the one explainer resolver."""
+"""The shared runtime plumbing (robust_train.core.runtime) and the one explainer resolver."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from robust_train._runtime import (
+from robust_train.core.runtime import (
     check_optional_positive,
     eval_mode,
     make_generator,
@@ -121,7 +121,7 @@ def test_every_registered_explainer_follows_the_protocol() -> None:
 
 
 def test_auto_chunk_follows_the_image_size_and_budget() -> None:
-    from robust_train._runtime import CHUNK_ELEMENTS, auto_chunk
+    from robust_train.core.runtime import CHUNK_ELEMENTS, auto_chunk
 
     cpu = CHUNK_ELEMENTS["cpu"]
     assert auto_chunk((1, 8, 8)) == cpu // 64

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from robust_train._checkpoint_io import export_checkpoint, heldout_tensors, load_checkpoint
-from robust_train.cli import lightning_main
+from robust_train.app.checkpoint_io import export_checkpoint, heldout_tensors, load_checkpoint
+from robust_train.app.lightning_cli import lightning_main
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
 from robust_train.models import SmallCNN, load_classifier
 from robust_train.models.loading import CheckpointError

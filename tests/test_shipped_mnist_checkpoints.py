@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from robust_train._checkpoint_io import load_checkpoint
-from robust_train._runtime import predict
+from robust_train.app.checkpoint_io import load_checkpoint
+from robust_train.core.runtime import predict
 from robust_train.data import MNIST5kDataModule
 from robust_train.models import MNISTConvNet, load_classifier
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from robust_train._validation import check_choice
+from robust_train.core.validation import check_choice
 
 __all__ = ["NORMS", "project", "random_in_ball", "step_direction"]
 

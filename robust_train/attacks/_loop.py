@@ -18,11 +18,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from robust_train._runtime import row_chunks
 from robust_train.attacks._balls import project, step_direction
 from robust_train.attacks.objectives.base import FragilityObjective
 from robust_train.attacks.options import AttackOptions
 from robust_train.attacks.result import FragilityResult
+from robust_train.core.runtime import row_chunks
 from robust_train.explain._clamp import direction_surrogates
 from robust_train.explain.maps import importance_map
 from robust_train.explain.protocol import Explainer

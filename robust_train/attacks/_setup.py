@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from robust_train._runtime import make_generator
+from robust_train.core.runtime import make_generator
 
 
 def check_k(k: object, name: str, height: int, width: int) -> int:

@@ -7,14 +7,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from robust_train._options import build_options, takes_options
-from robust_train._runtime import auto_chunk, eval_mode, require_grad_mode
-from robust_train._validation import check_images, check_target
 from robust_train.attacks import _loop
 from robust_train.attacks._setup import check_region, restart_seeds
 from robust_train.attacks.objectives import FragilityObjective, get_objective
 from robust_train.attacks.options import AttackOptions
 from robust_train.attacks.result import FragilityResult
+from robust_train.core.options import build_options, takes_options
+from robust_train.core.runtime import auto_chunk, eval_mode, require_grad_mode
+from robust_train.core.validation import check_images, check_target
 from robust_train.explain.protocol import Explainer
 from robust_train.explain.registry import explainer_spec, resolve_explainer
 

@@ -11,11 +11,11 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from robust_train._runtime import check_optional_positive
-from robust_train._validation import check_choice, check_positive
 from robust_train.attacks._balls import NORMS
 from robust_train.attacks._setup import check_k
 from robust_train.attacks.defaults import default_epsilon, default_k
+from robust_train.core.runtime import check_optional_positive
+from robust_train.core.validation import check_choice, check_positive
 
 __all__ = ["AttackOptions", "check_linf_budget", "default_step_size"]
 
@@ -69,7 +69,7 @@ class AttackOptions:
         surrogate_beta: beta of the softplus surrogate that gives the direction of an explainer
             whose map is piecewise constant on ReLU nets; None: the model itself.
         internal_batch_size: images per gradient computation (memory of double backprop); None:
-            from the image size (`robust_train._runtime.auto_chunk`).
+            from the image size (`robust_train.core.runtime.auto_chunk`).
     """
 
     epsilon: float | None = field(

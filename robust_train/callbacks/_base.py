@@ -13,19 +13,19 @@ from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor, nn
 from typing_extensions import override
 
-from robust_train._runtime import modes_restored, predict
-from robust_train._validation import check_choice, check_non_negative, check_positive
 from robust_train.callbacks._budget import OverheadBudget
-from robust_train.callbacks._figures import Report
-from robust_train.callbacks._guard import (
+from robust_train.callbacks._diverged import (
     NONFINITE_KEY,
     count_nonfinite,
     evaluated_model,
     guarded,
     warnings_once,
 )
-from robust_train.callbacks._media import MediaWriter
+from robust_train.callbacks._figures import Report
+from robust_train.callbacks._logger_media import MediaWriter
 from robust_train.callbacks._subset import SPLITS, from_tensors, from_trainer, select, shard
+from robust_train.core.runtime import modes_restored, predict
+from robust_train.core.validation import check_choice, check_non_negative, check_positive
 
 __all__ = ["RobustnessCallback"]
 
@@ -368,6 +368,6 @@ def check_distinct_keys(callbacks: list[Any]) -> None:
                 raise ValueError(
                     f"{owner[key]} and {name} would both log {key!r} (Lightning would average "
                     "their values into a number neither measured); keep one monitor per measure, "
-                    "e.g. RobustnessMonitor(include=[...]) with the parts you want"
+                    "e.g. RobustnessMonitor(parts=[...]) with the parts you want"
                 )
             owner[key] = name

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from robust_train._validation import check_positive
+from robust_train.core.validation import check_positive
 
 
 class OverheadBudget:

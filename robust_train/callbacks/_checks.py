@@ -8,8 +8,8 @@ from typing import Any
 
 from torchmetrics import Metric
 
-from robust_train._runtime import check_optional_positive
-from robust_train._validation import check_choice
+from robust_train.core.runtime import check_optional_positive
+from robust_train.core.validation import check_choice
 from robust_train.explain.registry import explainer_name, resolve_explainer
 
 __all__ = [

@@ -10,8 +10,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
-from robust_train._lightning_compat import lightning_classes
-from robust_train._validation import check_images, check_target
+from robust_train.core.lightning_compat import lightning_classes
+from robust_train.core.validation import check_images, check_target
 
 SPLITS = ("val", "test")
 

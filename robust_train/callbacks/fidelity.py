@@ -29,4 +29,4 @@ class FidelityMonitor(RobustnessMonitor):
     """
 
     name = "fidelity"
-    include = ("fidelity",)
+    preset_parts = ("fidelity",)

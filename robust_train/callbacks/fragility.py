@@ -34,4 +34,4 @@ class FragilityMonitor(RobustnessMonitor):
     """
 
     name = "fragility"
-    include = ("fragility",)
+    preset_parts = ("fragility",)

@@ -29,4 +29,4 @@ class LipschitzMonitor(RobustnessMonitor):
     """
 
     name = "lipschitz"
-    include = ("lipschitz",)
+    preset_parts = ("lipschitz",)

@@ -18,11 +18,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from robust_train._options import build_options, takes_options
 from robust_train.callbacks._base import RobustnessCallback
 from robust_train.callbacks._checks import check_names, compute_quietly
+from robust_train.callbacks._diverged import NONFINITE_KEY, nonfinite_count
 from robust_train.callbacks._figures import Curves, Report, first_examples
-from robust_train.callbacks._guard import NONFINITE_KEY, nonfinite_count
+from robust_train.core.options import build_options, takes_options
 from robust_train.evaluation import (
     MONITOR_DEFAULTS,
     PARTS,
@@ -66,41 +66,41 @@ class RobustnessMonitor(RobustnessCallback):
     `robust_train.metrics.KeyedMean`.
 
     Args:
-        include: the parts to run.
+        parts: the evaluation parts to run (names in `robust_train.evaluation.PARTS`).
         **options: the evaluation settings (`EvaluationSettings` fields: attacks,
-            attack_explainers, explainers, epsilon, n_steps, lipschitz_samples, fidelity_steps,
+            explainers, epsilon, n_steps, lipschitz_samples, fidelity_steps,
             ...), with the cheap monitor defaults `robust_train.evaluation.MONITOR_DEFAULTS`
             (3 attack steps, 16 images, saliency), and the schedule, subset and logging options
             of `RobustnessCallback` (every_n_epochs, n_samples, split, seed, max_overhead, ...).
 
     Example:
-        >>> monitor = RobustnessMonitor(include=["fidelity", "fragility"], n_samples=16)
+        >>> monitor = RobustnessMonitor(parts=["fidelity", "fragility"], n_samples=16)
         >>> [p.name for p in monitor.parts], monitor.settings.n_steps
         (['fragility', 'fidelity'], 3)
     """
 
     name = "robustness"
-    include: tuple[str, ...] = ()  # a preset subclass: the one set of parts it runs
+    preset_parts: tuple[str, ...] = ()  # a preset subclass: the one set of parts it runs
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """A subclass that sets `include` is a preset: it takes every option but `include`."""
+        """A subclass that sets `preset_parts` is a preset: it takes every option but `parts`."""
         super().__init_subclass__(**kwargs)
-        if cls.include and "__init__" not in cls.__dict__:
-            parts = cls.include
+        if cls.preset_parts and "__init__" not in cls.__dict__:
+            preset = cls.preset_parts
 
             def __init__(self: RobustnessMonitor, **options: Any) -> None:
-                RobustnessMonitor.__init__(self, include=parts, **options)
+                RobustnessMonitor.__init__(self, parts=preset, **options)
 
             cls.__init__ = __init__  # type: ignore[method-assign,assignment]
             _monitor_options(cls)
 
     def __init__(
-        self, include: Sequence[str] = ("fragility", "lipschitz", "fidelity"), **kwargs: Any
+        self, parts: Sequence[str] = ("fragility", "lipschitz", "fidelity"), **kwargs: Any
     ) -> None:
         own = set(inspect.signature(RobustnessCallback.__init__).parameters) - {"self"}
         super().__init__(**{k: kwargs.pop(k) for k in list(kwargs) if k in own})
-        chosen = check_names(include, "include", tuple(PARTS))
-        ordered = tuple(p for p in PARTS if p in chosen)  # registration order, whatever `include`
+        chosen = check_names(parts, "parts", tuple(PARTS))
+        ordered = tuple(p for p in PARTS if p in chosen)  # registration order, whatever `parts`
         given = {"parts": ordered, "n_samples": self.n_samples, "seed": self.seed}
         given["internal_batch_size"] = self.internal_batch_size
         self.settings: EvaluationSettings = build_options(

@@ -24,19 +24,19 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from robust_train._runtime import auto_chunk, check_optional_positive, eval_mode, predict
-from robust_train._validation import (
-    check_images,
-    check_non_negative,
-    check_positive,
-    check_same_shape,
-)
 from robust_train.attacks import FragilityResult, fragility_attack
 from robust_train.certify.bounds import box_overlap
 from robust_train.certify.certificate import ExplanationCertificate, check_radius
 from robust_train.certify.sampling import sparsified_counts
 from robust_train.certify.soft import SoftSmoothedExplainer
 from robust_train.certify.statistics import simultaneous_bounds
+from robust_train.core.runtime import auto_chunk, check_optional_positive, eval_mode, predict
+from robust_train.core.validation import (
+    check_images,
+    check_non_negative,
+    check_positive,
+    check_same_shape,
+)
 from robust_train.explain.similarity import topk_mask
 
 __all__ = [

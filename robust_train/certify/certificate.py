@@ -27,13 +27,18 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from robust_train._options import build_options, takes_options
-from robust_train._runtime import check_optional_positive
-from robust_train._validation import check_images, check_non_negative, check_positive, check_target
 from robust_train.attacks.defaults import default_k
 from robust_train.certify.bounds import overlap_radii, pixel_radii, reference_set
 from robust_train.certify.sampling import check_sigma, sparsified_counts
 from robust_train.certify.statistics import check_alpha, simultaneous_bounds
+from robust_train.core.options import build_options, takes_options
+from robust_train.core.runtime import check_optional_positive
+from robust_train.core.validation import (
+    check_images,
+    check_non_negative,
+    check_positive,
+    check_target,
+)
 from robust_train.explain.protocol import Explainer
 from robust_train.explain.registry import resolve_explainer
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["summary_markdown", "write_plot"]
+__all__ = ["certificate_summary_markdown", "write_plot"]
 
 READING = (
     "**certified** (lower bound): with probability >= 1 - alpha over the Monte Carlo noise, at "
@@ -39,7 +39,7 @@ def _fmt(value: Any, fmt: str = "{:.3f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def summary_markdown(results: dict[str, Any]) -> str:
+def certificate_summary_markdown(results: dict[str, Any]) -> str:
     """The markdown summary: radius -> certified / attack (upper bound) / random, per model."""
     models, s = results["models"], results["settings"]
     cells = {name: _cells(m) for name, m in models.items()}

@@ -16,7 +16,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from robust_train._validation import check_non_negative, check_positive
 from robust_train.certify.attack import (
     EmpiricalOverlap,
     attack_certificate,
@@ -24,6 +23,7 @@ from robust_train.certify.attack import (
     random_search,
 )
 from robust_train.certify.certificate import RADIUS_GRID, SmoothingOptions, certify_explanations
+from robust_train.core.validation import check_non_negative, check_positive
 
 __all__ = ["CertifySettings", "certify_model"]
 

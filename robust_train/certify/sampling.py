@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from robust_train._runtime import (
+from robust_train.core.runtime import (
     auto_chunk,
     check_optional_positive,
     eval_mode,
@@ -34,7 +34,7 @@ from robust_train._runtime import (
     require_grad_mode,
     row_chunks,
 )
-from robust_train._validation import check_images, check_positive, check_target
+from robust_train.core.validation import check_images, check_positive, check_target
 from robust_train.explain.maps import importance_map
 from robust_train.explain.protocol import Explainer
 from robust_train.explain.similarity import topk_mask

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from robust_train._validation import check_positive
+from robust_train.core.validation import check_positive
 from robust_train.explain.maps import importance_map
 from robust_train.explain.protocol import Explainer
 

@@ -22,7 +22,7 @@ import math
 import torch
 from torch import Tensor
 
-from robust_train._validation import check_positive
+from robust_train.core.validation import check_positive
 
 __all__ = ["check_alpha", "clopper_pearson", "simultaneous_bounds"]
 

@@ -10,7 +10,7 @@ from torch import Tensor
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
 
-from robust_train._validation import check_non_negative, check_positive
+from robust_train.core.validation import check_non_negative, check_positive
 
 __all__ = [
     "GreyDigitsDataModule",

@@ -20,7 +20,7 @@ from torch.utils.data import random_split
 from torchvision import transforms
 from torchvision.datasets import ImageFolder
 
-from robust_train._validation import check_non_negative, check_probability
+from robust_train.core.validation import check_non_negative, check_probability
 from robust_train.data._base import ImageDataModule, as_size
 from robust_train.data.check import SplitCheck, UnreadableImageError, unreadable_files
 

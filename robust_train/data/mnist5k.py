@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import TensorDataset
 
-from robust_train._validation import check_non_negative
+from robust_train.core.validation import check_non_negative
 from robust_train.data._base import GreyDigitsDataModule
 
 __all__ = ["MNIST5K_SPLIT", "MNIST5kDataModule", "load_mnist5k_tensors"]

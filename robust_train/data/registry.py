@@ -7,6 +7,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 
+from robust_train.core.registry import Registry
 from robust_train.data.digits import DigitsDataModule
 from robust_train.data.image_folder import ImageFolderDataModule
 from robust_train.data.mnist5k import MNIST5kDataModule
@@ -19,15 +20,17 @@ from robust_train.data.torchvision_data import (
 
 __all__ = ["DATAMODULES", "get_datamodule", "datamodule_config"]
 
-DATAMODULES: dict[str, type[pl.LightningDataModule]] = {
-    "digits": DigitsDataModule,
-    "mnist": MNISTDataModule,
-    "mnist5k": MNIST5kDataModule,
-    "fashion_mnist": FashionMNISTDataModule,
-    "cifar10": CIFAR10DataModule,
-    "image_folder": ImageFolderDataModule,
-    "synthetic": SyntheticDataModule,
-}
+DATAMODULES: Registry[type[pl.LightningDataModule]] = Registry("DATAMODULES", "datamodule")
+for _name, _cls in (
+    ("digits", DigitsDataModule),
+    ("mnist", MNISTDataModule),
+    ("mnist5k", MNIST5kDataModule),
+    ("fashion_mnist", FashionMNISTDataModule),
+    ("cifar10", CIFAR10DataModule),
+    ("image_folder", ImageFolderDataModule),
+    ("synthetic", SyntheticDataModule),
+):
+    DATAMODULES.add(_name, _cls)
 
 
 def get_datamodule(name: str, **kwargs: Any) -> pl.LightningDataModule:

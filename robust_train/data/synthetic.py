@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch.utils.data import TensorDataset
 
-from robust_train._validation import check_non_negative, check_positive, check_probability
+from robust_train.core.validation import check_non_negative, check_positive, check_probability
 from robust_train.data._base import ImageDataModule, as_size
 
 __all__ = ["SyntheticDataModule"]

@@ -8,7 +8,6 @@ direction, unit); `PROTOCOLS["rar"]` is the RAR/ART evaluation protocol.
 from robust_train.evaluation.engine import (
     Evaluation,
     build_parts,
-    mean_and_ci,
     run_parts,
     summarize,
 )
@@ -23,7 +22,6 @@ from robust_train.evaluation.measures import (
 from robust_train.evaluation.parts import PARTS, EvaluationPart, PartOutput, register_part
 from robust_train.evaluation.protocols import PROTOCOLS
 from robust_train.evaluation.settings import (
-    ATTACKS,
     DEFAULT_ATTACKS,
     MONITOR_DEFAULTS,
     EvaluationSettings,
@@ -31,7 +29,6 @@ from robust_train.evaluation.settings import (
 from robust_train.evaluation.suite import evaluate_classifier
 
 __all__ = [
-    "ATTACKS",
     "DEFAULT_ATTACKS",
     "MEASURES",
     "MONITOR_DEFAULTS",
@@ -45,7 +42,6 @@ __all__ = [
     "attack_key",
     "build_parts",
     "evaluate_classifier",
-    "mean_and_ci",
     "measure_of",
     "part_key",
     "register_measure",

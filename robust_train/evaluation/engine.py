@@ -3,16 +3,15 @@
 `run_parts(model, inputs, labels, settings)` puts the model in eval mode (every module's own flag
 restored after), predicts, resolves the settings' size-dependent defaults, runs every part the
 settings name (`robust_train.evaluation.PARTS`) and returns their per-image values under the
-project's key scheme (`robust_train.evaluation.measures`). `summarize` reduces them (means with
-95% intervals over images, NaN left out; counts summed) into the JSON-ready dict that
-`robust-train evaluate`/`compare`, the demo and the leaderboard write; the monitors reduce the same
-values across DDP ranks with `robust_train.metrics.KeyedMean`.
+project's key scheme (`robust_train.evaluation.measures`). `summarize` reduces them with
+`robust_train.metrics.KeyedMean` (means with 95% intervals over images, NaN left out; counts
+summed), the reduction the monitors use across DDP ranks too, into the JSON-ready dict that
+`robust-train evaluate`/`compare`, the demo and the leaderboard write.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,15 +20,15 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from robust_train._runtime import eval_mode, predict, require_grad_mode
-from robust_train._validation import check_images, check_target
+from robust_train.core.runtime import eval_mode, predict, require_grad_mode
+from robust_train.core.validation import check_images, check_target
 from robust_train.evaluation.measures import measure_of
 from robust_train.evaluation.parts import Curve, EvaluationPart, get_part
 from robust_train.evaluation.parts.base import AttackExamples
 from robust_train.evaluation.settings import EvaluationSettings
-from robust_train.metrics.functional import mean_confidence_interval
+from robust_train.metrics.keyed import KeyedMean
 
-__all__ = ["Evaluation", "build_parts", "mean_and_ci", "run_parts", "summarize"]
+__all__ = ["Evaluation", "build_parts", "run_parts", "summarize"]
 
 
 @dataclass
@@ -112,20 +111,6 @@ def run_parts(
     return evaluation
 
 
-def mean_and_ci(values: Tensor) -> dict[str, float]:
-    """Mean of the finite values with a 95% Student-t interval over images (NaN entries dropped).
-
-    Example:
-        >>> mean_and_ci(torch.tensor([1.0, 3.0, float("nan")]))["mean"]
-        2.0
-    """
-    v = values.detach()[torch.isfinite(values.detach())].double()
-    if v.numel() == 0:
-        return {"mean": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": 0}
-    mean, low, high = (float(t) for t in mean_confidence_interval(v))
-    return {"mean": mean, "ci_low": low, "ci_high": high, "n": int(v.numel())}
-
-
 def summarize(evaluation: Evaluation) -> dict[str, Any]:
     """The JSON-ready reduction of an evaluation.
 
@@ -139,18 +124,13 @@ def summarize(evaluation: Evaluation) -> dict[str, Any]:
         >>> summarize(ev)["measures"]
         {'accuracy': 0.5}
     """
-    measures: dict[str, float] = {}
-    intervals: dict[str, list[float]] = {}
-    counts: dict[str, int] = {}
-    for key, values in evaluation.values.items():
-        finite = values.detach()[torch.isfinite(values.detach())]
-        counts[key] = int(finite.numel())
-        if measure_of(key).reduce == "sum":
-            measures[key] = float(finite.sum())
-            continue
-        stats = mean_and_ci(values)
-        measures[key] = stats["mean"]
-        intervals[key] = [stats["ci_low"], stats["ci_high"]]
+    values = evaluation.values
+    sums = tuple(key for key in values if measure_of(key).reduce == "sum")
+    metric = KeyedMean({key: () for key in values}, sums=sums)
+    metric.update({key: v.flatten() for key, v in values.items()})
+    measures = {key: float(v) for key, v in metric.compute().items()}
+    intervals = {key: list(bounds) for key, bounds in metric.intervals().items()}
+    counts = {key: int(n) for key, n in metric.counts().items()}
     return {
         "measures": measures,
         "intervals": intervals,

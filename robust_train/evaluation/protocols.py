@@ -47,7 +47,6 @@ __all__ = ["DEMO", "PROTOCOLS", "RAR"]
 RAR = EvaluationSettings(
     n_samples=50,
     explainers=("saliency", "integrated_gradients"),
-    attack_explainers=("saliency", "integrated_gradients"),
     attacks=("random_sign", "topk"),
     epsilon=0.3,
     n_steps=100,

@@ -12,16 +12,14 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from robust_train._validation import check_choice, check_non_negative, check_positive
 from robust_train.attacks.objectives import OBJECTIVES, get_objective
 from robust_train.attacks.options import AttackOptions, check_linf_budget
-from robust_train.explain.registry import resolve_explainer
+from robust_train.core.validation import check_choice, check_non_negative, check_positive
+from robust_train.explain.registry import is_differentiable, resolve_explainer
 from robust_train.metrics.functional.fidelity import PERTURBATIONS
 
-__all__ = ["ATTACKS", "DEFAULT_ATTACKS", "MONITOR_DEFAULTS", "EvaluationSettings"]
+__all__ = ["DEFAULT_ATTACKS", "MONITOR_DEFAULTS", "EvaluationSettings"]
 
-# The live registry of objectives (names iterate in registration order); kept under this name.
-ATTACKS = OBJECTIVES
 DEFAULT_ATTACKS = ("random_sign", "topk", "mass_center", "targeted")
 NORMALIZE = ("max", "none")
 
@@ -38,8 +36,10 @@ class EvaluationSettings(AttackOptions):
         parts: the evaluation parts to run, names in `robust_train.evaluation.PARTS`
             ("fragility", "lipschitz", "fidelity", ...).
         n_samples: held-out images evaluated (the first ones of the split).
-        explainers: explainers scored by the Lipschitz estimate and the fidelity curves.
-        attack_explainers: explainers whose maps the attacks target, each with every attack.
+        explainers: the explainers every part measures: the attacks target each one's maps
+            (an explainer that cannot be differentiated, such as meaningful perturbation, gets
+            only the objectives that need no gradient, e.g. random signs), and the Lipschitz
+            estimate, the fidelity curves and the certificates score each one.
         attacks: attack objectives (names in `robust_train.attacks.OBJECTIVES`); an objective
             that needs a region gets the top-left quarter of the image.
         correct_only: attack only the correctly classified images (the RAR/ART protocol); False
@@ -71,10 +71,7 @@ class EvaluationSettings(AttackOptions):
     n_samples: int = field(default=200, metadata={"help": "held-out images evaluated"})
     explainers: tuple[str, ...] = field(
         default=("saliency", "input_x_gradient", "integrated_gradients"),
-        metadata={"help": "explainers of the Lipschitz estimate and the fidelity curves"},
-    )
-    attack_explainers: tuple[str, ...] = field(
-        default=("saliency",), metadata={"help": "explainers whose maps the attacks target"}
+        metadata={"help": "explainers every part measures (attacked, Lipschitz, fidelity)"},
     )
     attacks: tuple[str, ...] = field(
         default=DEFAULT_ATTACKS, metadata={"help": "attack objectives"}
@@ -146,20 +143,31 @@ class EvaluationSettings(AttackOptions):
         check_choice(self.fidelity_perturbation, "fidelity_perturbation", PERTURBATIONS)
         if isinstance(self.ig_baseline, bool) or not isinstance(self.ig_baseline, (int, float)):
             raise TypeError(f"`ig_baseline` must be a number, got {self.ig_baseline!r}")
-        for name in ("parts", "explainers", "attack_explainers", "attacks"):
+        for name in ("parts", "explainers", "attacks"):
             object.__setattr__(self, name, _names(getattr(self, name), name))
         from robust_train.evaluation.parts.base import get_part
 
         for part in self.parts:
             get_part(part)
         for attack in self.attacks:
-            if attack not in OBJECTIVES:
-                raise ValueError(f"Unknown `attacks` {attack!r}; expected one of {list(ATTACKS)}")
-        gradient = any(get_objective(a).needs_gradient for a in self.attacks)
-        for explainer in self.attack_explainers:
-            resolve_explainer(explainer, differentiable=gradient, name="attack_explainers")
+            OBJECTIVES.lookup(attack, "attacks")
         for explainer in self.explainers:
             resolve_explainer(explainer, differentiable=False, name="explainers")
+        if "fragility" in self.parts:
+            self._check_some_attack_runs()
+
+    def _check_some_attack_runs(self) -> None:
+        """An objective that follows a gradient needs a differentiable explainer: refuse
+        settings under which the fragility part would attack nothing."""
+        if any(not get_objective(a).needs_gradient for a in self.attacks):
+            return
+        if not any(is_differentiable(e) for e in self.explainers):
+            names = [getattr(e, "__name__", e) for e in self.explainers]
+            raise ValueError(
+                f"`explainers` {names} cannot be differentiated, and every one of `attacks` "
+                f"{list(self.attacks)} follows a gradient: no attack can run; add a gradient "
+                "explainer (e.g. 'saliency') or the 'random_sign' attack"
+            )
 
     def _check_certify(self) -> None:
         from robust_train.certify import check_alpha, check_sigma

@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from robust_train._validation import check_images, check_target
+from robust_train.core.validation import check_images, check_target
 from robust_train.evaluation.engine import run_parts, summarize
 from robust_train.evaluation.settings import EvaluationSettings
 

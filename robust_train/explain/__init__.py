@@ -4,9 +4,12 @@ Every explainer has the signature `explainer(model, inputs, target, *, create_gr
 detaches with `create_graph=True`, so one implementation serves evaluation, attacks and training
 penalties. Each lives in its own file and registers itself with `@register_explainer`, which
 records what it can do (`ExplainerSpec`: differentiable, piecewise constant on ReLU networks,
-layer-based, ...); importing this package imports every explainer file, in registration order.
+layer-based, ...). Importing this package imports every file in it (`discover`, after the
+public names below), so a new explainer is one new file; the names below are the public API.
 `meaningful_perturbation` is an optimisation and is evaluation-only (`is_differentiable`).
 """
+
+from robust_train.core.registry import discover  # isort: skip
 
 from robust_train.explain.registry import (  # isort: skip  (the registry first)
     EXPLAINERS,
@@ -65,3 +68,6 @@ __all__ = [
     "saliency",
     "smoothgrad",
 ]
+
+# Files the names above do not cover (a new implementation) register themselves here.
+discover(__name__)

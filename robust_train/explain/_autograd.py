@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from robust_train._validation import check_images, check_target
+from robust_train.core.validation import check_images, check_target
 
 
 def prepare_inputs(

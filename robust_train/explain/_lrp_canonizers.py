@@ -31,7 +31,7 @@ from zennit.canonizers import AttributeCanonizer, Canonizer
 from zennit.layer import Sum
 from zennit.torchvision import ResNetBasicBlockCanonizer, ResNetBottleneckCanonizer
 
-from robust_train._runtime import eval_mode
+from robust_train.core.runtime import eval_mode
 from robust_train.models.resnet_cifar import BasicBlock as CifarBasicBlock
 
 __all__ = ["CifarBasicBlockCanonizer", "MergeBatchNorm", "canonizers_for", "merge_pairs"]

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from robust_train._runtime import require_grad_mode
+from robust_train.core.runtime import require_grad_mode
 from robust_train.explain._autograd import prepare_inputs, target_scores
 from robust_train.explain._clamp import clamp_positive
 from robust_train.explain._layers import capture_output, find_layer

@@ -7,13 +7,13 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from robust_train._runtime import (
+from robust_train.core.runtime import (
     auto_chunk,
     check_optional_positive,
     require_grad_mode,
     row_chunks,
 )
-from robust_train._validation import check_choice, check_finite, check_positive
+from robust_train.core.validation import check_choice, check_finite, check_positive
 from robust_train.explain._autograd import input_gradient, prepare_inputs
 from robust_train.explain.registry import register_explainer
 
@@ -91,7 +91,7 @@ def integrated_gradients(
         n_steps: number of points on the path (>= 2 for "riemann_trapezoid").
         method: one of `INTEGRATION_METHODS`.
         internal_batch_size: at most this many path points per forward; None: chosen from the
-            image size (`robust_train._runtime.auto_chunk`), rounded down to whole path steps.
+            image size (`robust_train.core.runtime.auto_chunk`), rounded down to whole path steps.
         create_graph: keep the graph (double backprop) so the attributions can be differentiated
             with respect to the inputs and the model parameters (attacks, penalties).
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from robust_train._runtime import require_grad_mode
-from robust_train._validation import check_choice, check_non_negative
+from robust_train.core.runtime import require_grad_mode
+from robust_train.core.validation import check_choice, check_non_negative
 from robust_train.explain._autograd import prepare_inputs, target_scores
 from robust_train.explain._lrp_canonizers import canonizers_for
 from robust_train.explain._lrp_rules import COMPOSITES, build_composite

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch  # noqa: F401  (used by the doctests)
 from torch import Tensor
 
-from robust_train._validation import check_choice
+from robust_train.core.validation import check_choice
 
 
 def importance_map(explanation: Tensor) -> Tensor:

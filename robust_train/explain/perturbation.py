@@ -33,8 +33,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from robust_train._runtime import eval_mode, make_generator, require_grad_mode
-from robust_train._validation import (
+from robust_train.core.runtime import eval_mode, make_generator, require_grad_mode
+from robust_train.core.validation import (
     check_choice,
     check_images,
     check_non_negative,
@@ -43,8 +43,8 @@ from robust_train._validation import (
     check_target,
 )
 from robust_train.explain._autograd import target_scores
-from robust_train.explain._common import randint_pair, randn_like_rows
 from robust_train.explain._masks import gaussian_blur, mask_size, shift, total_variation, upsample
+from robust_train.explain._random_draws import randint_pair, randn_like_rows
 from robust_train.explain.registry import register_explainer
 
 GAMES = ("deletion", "preservation")

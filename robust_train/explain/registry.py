@@ -1,8 +1,8 @@
 """Explainers by name, with what each can do declared where it is registered.
 
 `EXPLAINERS` maps a name to its `ExplainerSpec` (iterating gives the names). A new explainer is
-ONE file whose function is decorated with `@register_explainer("name", ...)`, and that file is
-imported by `robust_train/explain/__init__.py`. The decorator records the explainer's
+ONE file whose function is decorated with `@register_explainer("name", ...)`; importing the
+package finds it (`robust_train.core.registry.discover`). The decorator records the explainer's
 capabilities on the spec; every caller reads them there, never a table of its own:
 
 - `differentiable`: the map keeps a graph to the input with `create_graph=True` (attacks and
@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 from torch import Tensor, nn
 
+from robust_train.core.registry import Registry
 from robust_train.explain.protocol import Explainer
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -64,14 +65,7 @@ class ExplainerSpec:
     test_options: Mapping[str, Any] = field(default_factory=dict)
 
 
-class _Registry(dict[str, ExplainerSpec]):
-    """name -> ExplainerSpec; iterating gives the names, in registration order."""
-
-    def __repr__(self) -> str:
-        return f"EXPLAINERS({list(self)})"
-
-
-EXPLAINERS: _Registry = _Registry()
+EXPLAINERS: Registry[ExplainerSpec] = Registry("EXPLAINERS", "explainer")
 
 
 def register_explainer(
@@ -107,9 +101,6 @@ def register_explainer(
     def decorate(fn: F) -> F:
         if not callable(fn):
             raise TypeError(f"register_explainer({name!r}) decorates callables, got {fn!r}")
-        taken = EXPLAINERS.get(name)
-        if taken is not None and _path(taken.function) != _path(fn):  # a re-import is no clash
-            raise ValueError(f"explainer {name!r} is already registered ({taken.function!r})")
         spec = ExplainerSpec(
             name=name,
             function=fn,
@@ -124,15 +115,11 @@ def register_explainer(
             options = getattr(spec, what)
             given = options.values() if what == "settings" else options.keys()
             _check_keywords(fn, dict.fromkeys(given), f"register_explainer({name!r}, {what}=...)")
-        EXPLAINERS[name] = spec
+        EXPLAINERS.add(name, spec, defined_by=fn)
         fn.__explainer_spec__ = spec  # type: ignore[attr-defined]
         return fn
 
     return decorate
-
-
-def _path(fn: Any) -> str:
-    return f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
 class BoundExplainer:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from robust_train._validation import check_maps, check_same_shape
+from robust_train.core.validation import check_maps, check_same_shape
 
 __all__ = [
     "topk_intersection",

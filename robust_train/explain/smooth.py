@@ -15,16 +15,16 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from robust_train._runtime import (
+from robust_train.core.runtime import (
     auto_chunk,
     check_optional_positive,
     make_generator,
     require_grad_mode,
     row_chunks,
 )
-from robust_train._validation import check_choice, check_non_negative, check_positive
+from robust_train.core.validation import check_choice, check_non_negative, check_positive
 from robust_train.explain._autograd import prepare_inputs
-from robust_train.explain._common import randn_like_rows
+from robust_train.explain._random_draws import randn_like_rows
 from robust_train.explain.gradient import saliency
 from robust_train.explain.registry import register_explainer
 
@@ -71,7 +71,7 @@ def smoothgrad(
         generator: random generator for the noise; exclusive with `seed`.
         seed: draw the noise from a fresh generator seeded with this at every call.
         internal_batch_size: at most this many noisy copies per explainer call; None: chosen
-            from the image size (`robust_train._runtime.auto_chunk`).
+            from the image size (`robust_train.core.runtime.auto_chunk`).
         create_graph: keep the graph (passed to `explainer`); the result is then differentiable
             with respect to the inputs (through the noisy copies and sigma) and the parameters.
         squared: average the squared explanations instead.

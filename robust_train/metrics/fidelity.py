@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import Metric
 
-from robust_train._runtime import make_generator, predict
+from robust_train.core.runtime import make_generator, predict
 from robust_train.explain.registry import resolve_explainer
 from robust_train.metrics.functional.confidence import interval_from_moments
 from robust_train.metrics.functional.fidelity import (
@@ -54,8 +54,8 @@ class Fidelity(Metric):
     fractions: Tensor
     mif_sum: Tensor
     lif_sum: Tensor
-    auc_mif_sum: Tensor
-    auc_lif_sum: Tensor
+    mif_auc_sum: Tensor
+    lif_auc_sum: Tensor
     fidelity_sum: Tensor
     fidelity_sq_sum: Tensor
     count: Tensor
@@ -94,7 +94,7 @@ class Fidelity(Metric):
         self.register_buffer("fractions", torch.arange(n_points) / n_steps, persistent=False)
         for name, size in (("mif_sum", n_points), ("lif_sum", n_points)):
             self.add_state(name, torch.zeros(size), dist_reduce_fx="sum")
-        for name in ("auc_mif_sum", "auc_lif_sum", "fidelity_sum", "fidelity_sq_sum", "count"):
+        for name in ("mif_auc_sum", "lif_auc_sum", "fidelity_sum", "fidelity_sq_sum", "count"):
             self.add_state(name, torch.tensor(0.0), dist_reduce_fx="sum")
 
     def update(
@@ -140,10 +140,10 @@ class Fidelity(Metric):
         fractions = self.fractions
         self.mif_sum += curves.mif.detach().sum(0).to(self.mif_sum)
         self.lif_sum += curves.lif.detach().sum(0).to(self.lif_sum)
-        self.auc_mif_sum += torch.trapezoid(
+        self.mif_auc_sum += torch.trapezoid(
             curves.mif.detach().to(fractions), fractions, dim=1
         ).sum()
-        self.auc_lif_sum += torch.trapezoid(
+        self.lif_auc_sum += torch.trapezoid(
             curves.lif.detach().to(fractions), fractions, dim=1
         ).sum()
         fidelity = fidelity.detach().to(self.fidelity_sum)
@@ -161,8 +161,8 @@ class Fidelity(Metric):
             "fidelity": self.fidelity_sum / self.count,
             "fidelity_low": ci.low.to(device, dtype),
             "fidelity_high": ci.high.to(device, dtype),
-            "auc_mif": self.auc_mif_sum / self.count,
-            "auc_lif": self.auc_lif_sum / self.count,
+            "mif_auc": self.mif_auc_sum / self.count,
+            "lif_auc": self.lif_auc_sum / self.count,
             "mif_curve": self.mif_sum / self.count,
             "lif_curve": self.lif_sum / self.count,
             "fractions": self.fractions,

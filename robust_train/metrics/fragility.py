@@ -8,10 +8,10 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import Metric
 
-from robust_train._validation import check_positive
 from robust_train.attacks.fragility import fragility_attack
 from robust_train.attacks.objectives import get_objective
 from robust_train.attacks.result import FragilityResult
+from robust_train.core.validation import check_positive
 
 METRICS = ("topk_intersection", "spearman", "kendall", "center_shift")
 

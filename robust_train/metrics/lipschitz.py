@@ -8,8 +8,8 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import Metric
 
-from robust_train._runtime import make_generator
-from robust_train._validation import check_finite
+from robust_train.core.runtime import make_generator
+from robust_train.core.validation import check_finite
 from robust_train.metrics.functional.lipschitz import local_lipschitz_estimate
 
 __all__ = ["LocalLipschitz"]
@@ -23,7 +23,7 @@ class LocalLipschitz(Metric):
     does not move it). `update(values=...)` accumulates estimates computed elsewhere instead.
     State: sum, sum of squares and count (reduced with "sum") and the max (reduced with "max"):
     fixed size, whatever the number of images. The explainer needs gradients, so do not update
-    under `torch.inference_mode` (Lightning's validation loop); see PAPERS.md pitfalls.
+    under `torch.inference_mode` (Lightning's validation loop runs under it).
 
     Args:
         explainer: callable explainer or name (see `local_lipschitz_estimate`).

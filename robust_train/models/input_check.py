@@ -1,4 +1,4 @@
-"""Does a classifier fit a dataset? One probe forward before any work (issue 19, items 3, 4).
+"""Does a classifier fit a dataset? One probe forward before any work.
 
 `check_model_fits_data(model, datamodule)` compares the channels and image size the model states
 (its recorded `in_channels` / `input_size` / `image_size` init args) with those the data module
@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from robust_train._runtime import eval_mode
+from robust_train.core.runtime import eval_mode
 
 __all__ = [
     "DataMismatchError",
@@ -30,7 +30,7 @@ __all__ = [
 class DataMismatchError(ValueError):
     """The data does not fit the model (channels, image size or number of classes)."""
 
-    user_error = True  # robust_train.cli: one line, exit code 2
+    user_error = True  # robust_train.app.cli: one line, exit code 2
 
 
 def _shape(channels: int | None, size: tuple[int, int] | None) -> str:

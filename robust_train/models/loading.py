@@ -54,7 +54,7 @@ class CheckpointError(RuntimeError, ValueError):
     """A checkpoint file that cannot be read, or whose weights do not fit the model (a user error:
     the console script prints it as one line)."""
 
-    user_error = True  # robust_train.cli: one line, exit code 2
+    user_error = True  # robust_train.app.cli: one line, exit code 2
 
 
 class UntrustedCheckpointError(CheckpointError):

@@ -6,6 +6,7 @@ from typing import Any
 
 from torch import nn
 
+from robust_train.core.registry import Registry
 from robust_train.models.mnist_cnn import MNISTConvNet
 from robust_train.models.resnet_cifar import ResNet18CIFAR
 from robust_train.models.small_cnn import SmallCNN
@@ -16,11 +17,13 @@ from robust_train.models.torchvision_model import (
 
 __all__ = ["get_model", "MODELS"]
 
-MODELS: dict[str, type[nn.Module]] = {
-    "small_cnn": SmallCNN,
-    "mnist_cnn": MNISTConvNet,
-    "resnet18_cifar": ResNet18CIFAR,
-}
+MODELS: Registry[type[nn.Module]] = Registry("MODELS", "model")
+for _name, _cls in (
+    ("small_cnn", SmallCNN),
+    ("mnist_cnn", MNISTConvNet),
+    ("resnet18_cifar", ResNet18CIFAR),
+):
+    MODELS.add(_name, _cls)
 
 
 def get_model(name: str, **kwargs: Any) -> nn.Module:

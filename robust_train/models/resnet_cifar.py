@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
-from robust_train._validation import check_positive
+from robust_train.core.validation import check_positive
 from robust_train.models.config import RecordsConfig
 from robust_train.models.normalize import CIFAR10_MEAN, CIFAR10_STD, Normalize, channel_stats
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
-from robust_train._validation import check_positive, check_probability
+from robust_train.core.validation import check_positive, check_probability
 from robust_train.models.config import RecordsConfig
 from robust_train.models.normalize import Normalize, channel_stats
 

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
-from robust_train._validation import check_positive
+from robust_train.core.validation import check_positive
 
 __all__ = [
     "SmoothReLUs",

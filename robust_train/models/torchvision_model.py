@@ -10,7 +10,7 @@ import torchvision
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from robust_train._validation import check_positive
+from robust_train.core.validation import check_positive
 from robust_train.models import _torchvision_parts as parts
 from robust_train.models.config import RecordsConfig
 from robust_train.models.normalize import IMAGENET_MEAN, IMAGENET_STD, Normalize, channel_stats

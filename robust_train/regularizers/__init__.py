@@ -1,6 +1,10 @@
 """Penalties on explanations: one file per penalty, holding its pure per-sample function and its
-weighted `PenaltyTerm`, registered by name (`get_penalty(name, **kwargs)`, `PENALTIES`)."""
+weighted `PenaltyTerm`, registered by name (`get_penalty(name, **kwargs)`, `PENALTIES`).
 
+Importing this package imports every file in it (`discover`, after the public names below), so a
+new penalty is one new file; the names below are the public API."""
+
+from robust_train.core.registry import discover
 from robust_train.regularizers.adversarial import AdversarialTraining, adversarial_loss
 from robust_train.regularizers.base import PENALTIES, PenaltyTerm, get_penalty, register_penalty
 from robust_train.regularizers.curvature import CURVATURE_METHODS, Curvature, curvature
@@ -48,3 +52,6 @@ __all__ = [
     "ssr_eigenvalue",
     "topk_mass",
 ]
+
+# Files the names above do not cover (a new implementation) register themselves here.
+discover(__name__)

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from robust_train._validation import check_non_negative, check_positive
 from robust_train.attacks.options import check_linf_budget
+from robust_train.core.validation import check_non_negative, check_positive
 
 
 @dataclass(frozen=True)

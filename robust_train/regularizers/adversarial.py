@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from robust_train._options import build_options, takes_options
+from robust_train.core.options import build_options, takes_options
 from robust_train.regularizers._inner import PGDOptions, linf_pgd
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
 

@@ -16,8 +16,9 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from torch import Tensor, nn
 
-from robust_train._options import build_options
-from robust_train._validation import check_choice, check_non_negative, check_positive
+from robust_train.core.options import build_options
+from robust_train.core.registry import Registry
+from robust_train.core.validation import check_non_negative, check_positive
 
 __all__ = [
     "COST_OPTIONS",
@@ -41,8 +42,8 @@ class PenaltyTerm(nn.Module):
     there:
 
     - `double_backprop` (REQUIRED bool): whether the term differentiates through an input
-      gradient (create_graph=True); robust_train._precision refuses such terms under 16-mixed
-      and torch.compile. `register_penalty` and `RobustClassifier` refuse a term that does
+      gradient (create_graph=True); robust_train.training.precision refuses such terms under
+      16-mixed and torch.compile. `register_penalty` and `RobustClassifier` refuse a term that does
       not say.
     - `full_precision`: a finite difference that must run in float32 under autocast.
     - `needs_input_grad`: the module runs its clean forward on inputs that require grad, so the
@@ -257,7 +258,7 @@ def _with_cost_options(init: Callable[..., None]) -> Callable[..., None]:
     return wrapped
 
 
-PENALTIES: dict[str, type[PenaltyTerm]] = {}
+PENALTIES: Registry[type[PenaltyTerm]] = Registry("PENALTIES", "penalty")
 
 T = TypeVar("T", bound=type[PenaltyTerm])
 
@@ -283,12 +284,9 @@ def register_penalty(name: str) -> Callable[[T], T]:
                 f"register_penalty({name!r}) decorates PenaltyTerm subclasses, got {cls!r}"
             )
         check_declared(cls)
-        taken = PENALTIES.get(name)
-        if taken is not None and _path(taken) != _path(cls):  # a re-import is not a clash
-            raise ValueError(f"penalty name {name!r} is already registered by {PENALTIES[name]!r}")
+        PENALTIES.add(name, cls)
         if "default_name" not in cls.__dict__:
             cls.default_name = name
-        PENALTIES[name] = cls
         return cls
 
     return decorate
@@ -314,13 +312,9 @@ def check_declared(term: type[PenaltyTerm] | PenaltyTerm) -> None:
         raise TypeError(
             f"penalty {cls.__name__} must declare `double_backprop = True` or `False` (does it "
             "differentiate through an input gradient, i.e. take a gradient with "
-            "create_graph=True?); robust_train._precision reads it to refuse 16-mixed precision "
-            "and torch.compile, which would train such a term on wrong gradients"
+            "create_graph=True?); robust_train.training.precision reads it to refuse 16-mixed "
+            "precision and torch.compile, which would train such a term on wrong gradients"
         )
-
-
-def _path(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def get_penalty(name: str, **kwargs: object) -> PenaltyTerm:
@@ -330,5 +324,4 @@ def get_penalty(name: str, **kwargs: object) -> PenaltyTerm:
         >>> get_penalty("curvature", weight=0.5)
         Curvature(name='curvature', weight=0.5)
     """
-    check_choice(name, "penalty", PENALTIES)
-    return PENALTIES[name](**kwargs)  # type: ignore[arg-type]
+    return PENALTIES.lookup(name, "penalty")(**kwargs)  # type: ignore[arg-type]

@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from robust_train._validation import check_choice, check_positive
-from robust_train.regularizers._common import (
+from robust_train.core.validation import check_choice, check_positive
+from robust_train.regularizers._penalty_parts import (
     ce_input_gradient,
     expand_like,
     forward_logits,

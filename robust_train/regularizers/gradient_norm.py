@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from robust_train._validation import check_choice, check_positive
-from robust_train.regularizers._common import ce_input_gradient, expand_like, per_sample_norm
+from robust_train.core.validation import check_choice, check_positive
+from robust_train.regularizers._penalty_parts import ce_input_gradient, expand_like, per_sample_norm
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
 
 GRADIENT_NORM_METHODS = ("double_backprop", "finite_difference")

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from robust_train._options import build_options, takes_options
-from robust_train._validation import check_non_negative, check_positive
+from robust_train.core.options import build_options, takes_options
+from robust_train.core.validation import check_non_negative, check_positive
 from robust_train.regularizers._inner import PGDOptions, linf_pgd, loss_path_ig
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
 

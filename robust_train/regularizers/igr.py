@@ -10,7 +10,7 @@ importance maps (sum over channels of |IG|). The paper combines it with adversar
 
 from __future__ import annotations
 
-from robust_train._validation import check_positive
+from robust_train.core.validation import check_positive
 from robust_train.explain.registry import get_explainer
 from robust_train.regularizers.base import register_penalty
 from robust_train.regularizers.smoothness import ExplanationSmoothness

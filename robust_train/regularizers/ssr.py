@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from robust_train._validation import check_positive
-from robust_train.regularizers._common import expand_like, forward_logits, per_sample_norm
+from robust_train.core.validation import check_positive
+from robust_train.regularizers._penalty_parts import expand_like, forward_logits, per_sample_norm
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
 
 

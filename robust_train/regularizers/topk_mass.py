@@ -35,9 +35,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from robust_train._options import build_options, takes_options
-from robust_train._validation import check_non_negative, check_positive
 from robust_train.attacks.options import check_linf_budget
+from robust_train.core.options import build_options, takes_options
+from robust_train.core.validation import check_non_negative, check_positive
 from robust_train.explain._clamp import direction_surrogates
 from robust_train.explain.maps import importance_map, normalize_map
 from robust_train.explain.registry import explainer_spec, resolve_explainer

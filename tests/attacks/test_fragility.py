@@ -207,7 +207,7 @@ class _FunctionalReLU(torch.nn.Module):
 
 
 def test_functional_relu_is_smoothed_and_attacked() -> None:
-    """Issue 9 item 8: a model calling F.relu used to score a perfect top-k intersection 1.0
+    """a model calling F.relu used to score a perfect top-k intersection 1.0
     because the direction was zero; the surrogate now rewrites the call and the attack moves."""
     torch.manual_seed(0)
     x = torch.rand(4, 1, 8, 8)

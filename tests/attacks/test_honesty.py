@@ -1,4 +1,4 @@
-"""A fragility attack never reports an attack that did not happen as robustness (issue 9, 7-8).
+"""A fragility attack never reports an attack that did not happen as robustness.
 
 When the ascent direction is exactly zero at every step for a sample, the sample is marked
 unmeasured (`FragilityResult.measured` False), its metrics are NaN, and one warning names the
@@ -107,7 +107,7 @@ def _diverged_small_cnn() -> nn.Module:
 
 
 def test_diverged_small_cnn_warning_names_the_real_cause() -> None:
-    """Issue 9 item 7: it used to blame 'ReLU called functionally' for a model with modules."""
+    """it used to blame 'ReLU called functionally' for a model with modules."""
     model = _diverged_small_cnn()
     with pytest.warns(RuntimeWarning) as record:
         res = fragility_attack(model, X, model(X).argmax(1), epsilon=0.1, n_steps=2)

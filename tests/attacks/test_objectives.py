@@ -1,4 +1,4 @@
-"""The objective registry, each built-in objective, and the cost of adding one (issue 10).
+"""The objective registry, each built-in objective, and the cost of adding one.
 
 `test_a_new_objective_is_one_class` defines an objective HERE, in this test file alone, and runs
 it through `fragility_attack`, the metric class, the evaluation suite and the report: nothing
@@ -12,6 +12,7 @@ import torch
 from helpers import TinyCNN
 from torch import Tensor
 
+from robust_train.app.report import summary_table
 from robust_train.attacks import (
     OBJECTIVES,
     FragilityObjective,
@@ -23,7 +24,6 @@ from robust_train.attacks.objectives import MassCenter, RandomSign, Targeted, To
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
 from robust_train.explain.maps import normalize_map
 from robust_train.metrics import ExplanationFragility
-from robust_train.report import summary_table
 
 
 def test_registry_lists_the_built_in_objectives() -> None:

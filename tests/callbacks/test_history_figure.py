@@ -1,4 +1,4 @@
-"""The per-epoch robustness figure of the demo (issue 9, item 16): readable at a glance."""
+"""The per-epoch robustness figure of the demo: readable at a glance."""
 
 from __future__ import annotations
 

@@ -26,12 +26,12 @@ BAD = [
     (FragilityMonitor, dict(attacks=["topk", "nope"]), ValueError, "attacks"),
     (FragilityMonitor, dict(attacks=[]), ValueError, "attacks"),
     (FragilityMonitor, dict(attacks=["topk", "topk"]), ValueError, "attacks"),
-    (FragilityMonitor, dict(attack_explainers="nope"), ValueError, "attack_explainers"),
+    (FragilityMonitor, dict(explainers="nope"), ValueError, "explainers"),
     (
         FragilityMonitor,
-        dict(attack_explainers="meaningful_perturbation"),
+        dict(explainers="meaningful_perturbation", attacks=["topk"]),
         ValueError,
-        "attack_explainers",
+        "explainers",
     ),
     (FragilityMonitor, dict(epsilon=5.0), ValueError, "epsilon"),  # covers the whole pixel range
     (FragilityMonitor, dict(epsilon=0.0), ValueError, "epsilon"),
@@ -47,7 +47,7 @@ BAD = [
     (FidelityMonitor, dict(fidelity_steps=0), ValueError, "fidelity_steps"),
     (FidelityMonitor, dict(fidelity_perturbation="black"), ValueError, "fidelity_perturbation"),
     (FidelityMonitor, dict(fidelity_steps=3, perturbation="mean"), TypeError, "perturbation"),
-    (RobustnessMonitor, dict(include=["fragility", "speed"]), ValueError, "include"),
+    (RobustnessMonitor, dict(parts=["fragility", "speed"]), ValueError, "parts"),
     (RobustnessMonitor, dict(attacks=["nope"]), ValueError, "attacks"),
     (RobustnessMonitor, dict(explainers=["nope"]), ValueError, "explainers"),
     (LipschitzMonitor, dict(split="train"), ValueError, "split"),
@@ -90,7 +90,7 @@ class _CountingModule(RobustClassifier):
 
 
 def test_k_larger_than_the_image_is_refused_when_the_fit_starts(trained_digits, data):
-    """Issue 19 item 7: it used to raise after a whole epoch; now before the first step."""
+    """it used to raise after a whole epoch; now before the first step."""
     import copy
 
     module = _CountingModule(copy.deepcopy(trained_digits[0]).train())
@@ -186,7 +186,7 @@ def test_size_defaults_come_from_the_evaluation_settings(size, epsilon, k):
 
 
 def test_two_monitors_that_would_log_one_key_are_refused_when_the_fit_starts(module, data):
-    """Issue 19 item 6: RobustnessMonitor and FragilityMonitor used to average each other."""
+    """RobustnessMonitor and FragilityMonitor used to average each other."""
     both = [RobustnessMonitor(**CHEAP_FRAGILITY), FragilityMonitor(**CHEAP_FRAGILITY)]
     trainer = pl.Trainer(
         max_epochs=1, logger=False, enable_checkpointing=False, callbacks=both, **TRAINER

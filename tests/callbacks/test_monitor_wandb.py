@@ -12,7 +12,7 @@ from pytorch_lightning.loggers import WandbLogger
 from wandb_reader import read_run
 
 from robust_train.callbacks import RobustnessMonitor
-from robust_train.loggers import SafeWandbLogger
+from robust_train.training.loggers import SafeWandbLogger
 
 SCALARS = (
     [

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from robust_train.cli import main
+from robust_train.app.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 PAIR = [str(ROOT / "checkpoints" / f"digits_{name}.ckpt") for name in ("baseline", "robust")]

@@ -29,7 +29,7 @@ def robust_train(
     full_env.pop("WANDB_MODE", None)
     command = [
         str(SCRIPT) if SCRIPT.is_file() else sys.executable,
-        *([] if SCRIPT.is_file() else ["-m", "robust_train.cli"]),
+        *([] if SCRIPT.is_file() else ["-m", "robust_train.app.cli"]),
         *args,
     ]
     return subprocess.run(

@@ -1,5 +1,5 @@
 """An L_inf budget >= 1 covers the whole [0, 1] image range: refused before any work, naming the
-argument, from the command line (exit 2, one line) and in Python (issue 19 item 8)."""
+argument, from the command line (exit 2, one line) and in Python."""
 
 from __future__ import annotations
 

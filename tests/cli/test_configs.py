@@ -11,7 +11,8 @@ import wandb
 import yaml
 from wandb_reader import read_run
 
-from robust_train.cli import lightning_main, main
+from robust_train.app.cli import main
+from robust_train.app.lightning_cli import lightning_main
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
 SHORT = [

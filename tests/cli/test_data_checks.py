@@ -1,4 +1,4 @@
-"""Unreadable images (issue 19, item 9): the error names the file, during training too (also from
+"""Unreadable images: the error names the file, during training too (also from
 a DataLoader worker); `verify` refuses the folder before any training, `skip_unreadable` drops
 the files with a printed count, and `robust-train check-data --config ...` lists them."""
 

@@ -1,6 +1,6 @@
 """User errors through the real console script: one line `robust-train: error: ...` on stderr,
 exit code 2, no traceback (unless --debug); names checked before any work; failed starts leave
-no W&B run and no run folder; one help lists every command (issue 9, items 9-11)."""
+no W&B run and no run folder; one help lists every command."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_user_errors_are_one_line_with_exit_code_2(tmp_path: Path, run_cli):
 
 
 def test_debug_shows_the_traceback_and_compare_needs_two_checkpoints(tmp_path: Path, capsys):
-    from robust_train.cli import main
+    from robust_train.app.cli import main
 
     args = ["fit", *SMOOTH, "--trainer.logger=false", "--model.penalties.init_args.weight=-1"]
     assert main(args) == 2
@@ -117,7 +117,7 @@ def test_debug_shows_the_traceback_and_compare_needs_two_checkpoints(tmp_path: P
 
 
 def test_threads_option_sets_torch_threads(tmp_path: Path):
-    from robust_train.cli import lightning_main
+    from robust_train.app.lightning_cli import lightning_main
 
     before = torch.get_num_threads()
     try:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from robust_train.cli import lightning_main, main
+from robust_train.app.cli import main
+from robust_train.app.lightning_cli import lightning_main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 FAST = [
@@ -61,7 +62,7 @@ def test_evaluate_writes_results_and_summary(baseline_ckpt, tmp_path, capsys):
 
 
 def test_test_subcommand_on_the_best_checkpoint_of_the_latest_run(baseline_ckpt, capsys):
-    """The README's `robust-train test --config ... --ckpt_path ...` (issue 9, item 3)."""
+    """The README's `robust-train test --config ... --ckpt_path ...`."""
     root = baseline_ckpt.parents[2]
     before = sorted(p.name for p in (root / "digits_baseline").iterdir())
     assert (
@@ -89,8 +90,8 @@ def test_test_subcommand_on_the_best_checkpoint_of_the_latest_run(baseline_ckpt,
 def test_default_out_follows_the_checkpoint_path_and_never_mixes_checkpoints(
     baseline_ckpt, tmp_path, monkeypatch, capsys
 ):
-    from robust_train._settings_cli import CommandParser, add_settings_arguments, settings_from
-    from robust_train.commands import default_out
+    from robust_train.app.commands import default_out
+    from robust_train.app.settings_flags import CommandParser, add_settings_arguments, settings_from
 
     monkeypatch.chdir(tmp_path)
     a = tmp_path / "checkpoints" / "one" / "version_0" / "best.ckpt"
@@ -128,7 +129,7 @@ def test_default_out_follows_the_checkpoint_path_and_never_mixes_checkpoints(
 def test_protocol_preset_with_explicit_flags_on_top():
     import argparse
 
-    from robust_train.commands import add_settings_arguments, settings_from
+    from robust_train.app.commands import add_settings_arguments, settings_from
     from robust_train.evaluation import PROTOCOLS
 
     parser = argparse.ArgumentParser()
@@ -182,7 +183,7 @@ def test_compare_writes_a_report_with_a_column_per_checkpoint(baseline_ckpt, tmp
 
 
 def test_accuracy_covers_the_whole_split(baseline_ckpt):
-    from robust_train._checkpoint_io import heldout_tensors, load_checkpoint
+    from robust_train.app.checkpoint_io import heldout_tensors, load_checkpoint
 
     model, data = load_checkpoint(baseline_ckpt)
     x, y, acc = heldout_tensors(data, 10, model=model)

@@ -1,5 +1,5 @@
-"""`robust-train evaluate --explainers grad_cam lrp deeplift` with the attacks aimed at those maps
-(`--attack-explainers`), through the console script (issue 18, item 4)."""
+"""`robust-train evaluate --explainers grad_cam lrp deeplift`: the attacks aimed at those maps and
+every other part scoring them, through the console script."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ EXPLAINERS = ("grad_cam", "lrp", "deeplift")
 def test_evaluate_reports_every_measure_of_grad_cam_lrp_and_deeplift(tmp_path: Path, run_cli):
     done = run_cli(
         "evaluate", "--ckpt", str(ROOT / "checkpoints" / "digits_baseline.ckpt"),
-        "--explainers", *EXPLAINERS, "--attack-explainers", *EXPLAINERS,
+        "--explainers", *EXPLAINERS,
         "--attacks", "topk", "random_sign", "--n-samples", "8", "--n-steps", "3",
         "--lipschitz-samples", "2", "--fidelity-steps", "3", "--no-progress", "--no-wandb",
         "--out", "out", cwd=tmp_path,
@@ -39,3 +39,12 @@ def test_evaluate_reports_every_measure_of_grad_cam_lrp_and_deeplift(tmp_path: P
         assert measures[f"lipschitz/{explainer}/lipschitz"] >= 0
     # the attacks ran on these maps only: no saliency attack rows
     assert not [k for k in measures if k.startswith("attack/saliency/")]
+
+
+def test_a_flag_that_is_not_there_names_the_one_that_is(tmp_path: Path, run_cli):
+    done = run_cli(
+        "evaluate", "--ckpt", str(ROOT / "checkpoints" / "digits_baseline.ckpt"),
+        "--attack-explainers", "grad_cam", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2 and "did you mean --explainers?" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

@@ -1,4 +1,4 @@
-"""A failed or empty fit leaves nothing behind (issue 19, item 10), with the default W&B logger
+"""A failed or empty fit leaves nothing behind, with the default W&B logger
 (offline) through the console script: no run folder, no empty checkpoints/ or runs/, no W&B run
 and no dangling runs/wandb/debug*.log links, whether the fit fails at setup (empty image
 folder), at the first step (non-finite loss), at fit start (a monitor's k too large), mid-epoch

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from robust_train._runtime import predict
 from robust_train.attacks import fragility_attack
+from robust_train.core.runtime import predict
 from robust_train.data import MNIST5kDataModule
 from robust_train.models import load_classifier
 

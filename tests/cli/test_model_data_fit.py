@@ -1,4 +1,4 @@
-"""Data that does not fit the model is refused before any work (issue 19, items 3 and 4).
+"""Data that does not fit the model is refused before any work.
 
 One probe forward on one image of the data's shape: a 3-class checkpoint on MNIST (10 classes),
 the shipped 28x28 MNIST model on the 8x8 digits, an RGB model on grey images and a user's data
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from robust_train.cli import lightning_main
+from robust_train.app.lightning_cli import lightning_main
 from robust_train.models import TorchvisionClassifier, model_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Looking at an offline W&B run without a server (issue 19, item 16), with the commands the
+"""Looking at an offline W&B run without a server, with the commands the
 README gives: `wandb leet inspect --summary --json RUN` (the run's state, the latest value of
 every metric and its config), `wandb leet inspect --json RUN` (every record: the history rows a
 chart is drawn from) and `wandb sync --dry-run RUN`, on the run a real `robust-train fit` wrote

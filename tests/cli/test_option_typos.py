@@ -1,4 +1,4 @@
-"""Typos in option names and bad values through the real console script (issue 19, item 12):
+"""Typos in option names and bad values through the real console script:
 one line with the full key, the class that refused it and a "did you mean", exit code 2, before
 any work; options are never abbreviated (`--trainer.max_epoch 1` is refused, not taken as
 `--trainer.max_epochs 1`)."""
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from robust_train._parse_errors import close_key, describe_parse_error, init_arguments
+from robust_train.app.parse_errors import close_key, describe_parse_error, init_arguments
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 BASE = ["fit", "--config", str(CONFIGS / "digits_smoothness.yaml"), "--trainer.logger=false"]

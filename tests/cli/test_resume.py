@@ -1,6 +1,6 @@
 """Resume through the command line: a fit killed with SIGKILL during epoch 3 and resumed with
 `--ckpt_path last` ends with the weights of an uninterrupted deterministic fit, in the same run
-folder, and the robustness monitor's schedule continues where it stopped (issue 9, items 3-4)."""
+folder, and the robustness monitor's schedule continues where it stopped."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Run folders and what each checkpoint holds (issue 9, items 4-5): every fit gets
+"""Run folders and what each checkpoint holds: every fit gets
 `<root>/<experiment>/version_<N>/`, `latest` points to the newest, `last.ckpt` is the latest
 finished epoch even when the monitored value never improves, `best.ckpt` follows the monitor."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from robust_train.checkpointing import latest_run_folder, new_run_folder
-from robust_train.cli import lightning_main
+from robust_train.app.lightning_cli import lightning_main
+from robust_train.training.checkpointing import latest_run_folder, new_run_folder
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "digits_baseline.yaml"
 TINY = [

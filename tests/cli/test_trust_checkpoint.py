@@ -1,4 +1,4 @@
-"""Checkpoints you are handed (issue 19 item 13), through the real console script: a file that
+"""Checkpoints you are handed, through the real console script: a file that
 carries a pickled call, or records a class path naming `subprocess.Popen`, runs nothing; the
 command exits with 2 and one line naming the file; `--trust-checkpoint` is the explicit opt-in."""
 
@@ -115,7 +115,7 @@ def test_crafted_checkpoints_run_nothing_and_exit_2(tmp_path: Path, crafted, run
 
 
 def test_opt_in_loads_and_export_writes_a_tensors_only_copy(tmp_path: Path, crafted, capsys):
-    from robust_train.cli import main
+    from robust_train.app.cli import main
 
     src, dst = crafted["object"], tmp_path / "shared.ckpt"
     assert main(["export", str(src), str(dst)]) == 2
@@ -134,7 +134,7 @@ def test_opt_in_loads_and_export_writes_a_tensors_only_copy(tmp_path: Path, craf
 
 
 def test_data_config_class_path_is_checked_before_it_is_called(tmp_path: Path, capsys):
-    from robust_train.cli import main
+    from robust_train.app.cli import main
 
     config = tmp_path / "data.yaml"
     marker = tmp_path / "MARKER_yaml"

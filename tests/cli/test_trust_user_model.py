@@ -1,4 +1,4 @@
-"""A user's own model class through the real console script (issue 19 items 1 and 11): `fit` with
+"""A user's own model class through the real console script: `fit` with
 `class_path: usernet.TinyNet` (no RecordsConfig) records its class path and init args, so
 `evaluate` rebuilds it; a class path that cannot be imported and offline pretrained weights are
 user errors (exit 2, one line), not internal errors."""
@@ -84,7 +84,7 @@ def test_fit_records_a_user_model_and_evaluate_rebuilds_it(tmp_path: Path, run_c
     assert evaluate.returncode == 0, evaluate.stderr[-3000:]
     assert "split_accuracy" in (out / "results.json").read_text()
 
-    # The module is not importable from here (item 11): exit 2 and one line saying what to do.
+    # The module is not importable from here: exit 2 and one line saying what to do.
     elsewhere = run_cli("evaluate", "--ckpt", str(last), *TINY_EVAL, cwd=tmp_path)
     _error_line(
         elsewhere, "usernet.TinyNet", "No module named 'usernet'", "PYTHONPATH", "last.ckpt"

@@ -1,4 +1,4 @@
-"""`evaluate`/`compare --model ... --weights ...`: a model not trained here (issue 19, item 2).
+"""`evaluate`/`compare --model ... --weights ...`: a model not trained here.
 
 Through the console script: a torchvision architecture with a plain torchvision state dict on an
 image folder (an auditor's case), a user's own module found in the working directory, every
@@ -18,8 +18,8 @@ import torch
 import torchvision
 from PIL import Image
 
-from robust_train._checkpoint_io import heldout_tensors
-from robust_train.cli import main
+from robust_train.app.checkpoint_io import heldout_tensors
+from robust_train.app.cli import main
 from robust_train.data import SyntheticDataModule
 from robust_train.models import load_classifier
 
@@ -208,7 +208,7 @@ def test_refusals_name_the_file_or_class_and_run_nothing(tmp_path: Path, run_cli
 
 
 def test_argument_mistakes_are_refused_before_any_work(tmp_path: Path, capsys, monkeypatch):
-    """The same one-line errors, in-process (`robust_train.cli.main`, what the script runs)."""
+    """The same one-line errors, in-process (`robust_train.app.cli.main`, what the script runs)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))  # --model may append the working directory
     (tmp_path / "data.yaml").write_text("data: {class_path: robust_train.data.DigitsDataModule}\n")

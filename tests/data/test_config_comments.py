@@ -1,5 +1,5 @@
 """The monitor comment of configs/finetune_torchvision.yaml states what the monitor does at the
-config's image size (issue 19, item 18: it said "k = 128 of 1024 pixels" at 224 x 224)."""
+config's image size (it said "k = 128 of 1024 pixels" at 224 x 224)."""
 
 from __future__ import annotations
 

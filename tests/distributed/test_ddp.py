@@ -2,8 +2,8 @@
 computes.
 
 Lightning's "ddp" strategy re-launches the command for rank 1, so the fit runs as a subprocess
-(`python -m robust_train.cli fit ...`). It starts from weights pre-trained here (so most held-out
-images are classified correctly and get attacked) and takes 3 SGD steps per rank with the
+(`python -m robust_train.app.cli fit ...`). It starts from weights pre-trained here (so most
+held-out images are classified correctly and get attacked) and takes 3 SGD steps per rank with the
 explanation-smoothness penalty (double backprop); one process replays those steps from the
 DistributedSampler's shards, averaging the two ranks' gradients as DDP does.
 
@@ -35,8 +35,7 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset, DistributedSampler
 
 from robust_train import RobustClassifier
-from robust_train._checkpoint_io import instantiate, load_checkpoint
-from robust_train._precision import penalty_value
+from robust_train.app.checkpoint_io import instantiate, load_checkpoint
 from robust_train.callbacks import RobustnessMonitor
 from robust_train.callbacks._base import predict
 from robust_train.callbacks._subset import from_dataloader, shard
@@ -44,13 +43,14 @@ from robust_train.data import DigitsDataModule
 from robust_train.models import SmallCNN
 from robust_train.models.config import build_model
 from robust_train.regularizers import ExplanationSmoothness, PenaltyTerm
+from robust_train.training.precision import penalty_value
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "digits_smoothness.yaml"
 SETTINGS = yaml.safe_load(CONFIG.read_text())
 LR, STEPS, WORLD = 0.05, 3, 2
 MONITOR = dict(
-    include=["fragility", "fidelity"],
+    parts=["fragility", "fidelity"],
     attacks=["topk"],
     n_samples=32,
     seed=0,
@@ -214,7 +214,7 @@ def ddp_run(tmp_path_factory):
         [
             sys.executable,
             "-m",
-            "robust_train.cli",
+            "robust_train.app.cli",
             "fit",
             "--config",
             str(CONFIG),

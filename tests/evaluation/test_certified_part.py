@@ -59,7 +59,7 @@ def test_misclassified_images_are_not_measured_and_summary_counts_them(batch) ->
 
 
 def test_keys_follow_the_attacked_explainers() -> None:
-    s = EvaluationSettings(**CHEAP, attack_explainers=("saliency", "grad_cam"))
+    s = EvaluationSettings(**CHEAP, explainers=("saliency", "grad_cam"))
     part = CertifiedPart(s.resolved(8, 8))
     assert [k.split("/")[1] for k in part.keys()] == ["saliency"] * 3 + ["grad_cam"] * 3
 

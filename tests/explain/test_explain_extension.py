@@ -1,4 +1,4 @@
-"""A new explainer is one registered function (issue 10): defined here, in this test file
+"""A new explainer is one registered function: defined here, in this test file
 alone, it is resolved by name by the attack, the Lipschitz metric and the evaluation suite."""
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ def test_a_new_explainer_is_one_function(registered) -> None:
         lipschitz_samples=2,
         fidelity_steps=4,
         explainers=(registered,),
-        attack_explainers=(registered,),
         attacks=("topk",),
     )
     suite = evaluate_classifier(model, x, y, settings, progress=False)

@@ -8,7 +8,7 @@ from helpers import TinyCNN, digits_tensors
 from torch.utils.data import DataLoader, TensorDataset
 
 from robust_train import RobustClassifier
-from robust_train.loggers import SafeWandbLogger
+from robust_train.training.loggers import SafeWandbLogger
 
 
 def test_offline_by_default_and_online_only_when_asked(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""What a fit leaves in W&B, read back from the offline run files (issue 9, items 13-14): the full
+"""What a fit leaves in W&B, read back from the offline run files: the full
 resolved config and config.yaml, the best checkpoint in the summary, a resumed fit continuing the
 same run (id stored in the checkpoint), checkpoint artifacts offline, and evaluate's numbers added
 to the run's summary."""
@@ -13,7 +13,7 @@ import wandb
 import yaml
 from wandb_reader import read_run
 
-from robust_train.cli import main
+from robust_train.app.cli import main
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "digits_smoothness.yaml"
 TINY = [

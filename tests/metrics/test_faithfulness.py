@@ -150,7 +150,7 @@ def test_a_monitor_logs_the_part_during_a_real_fit(tmp_path):
     data = torch.utils.data.TensorDataset(x[:64], y[:64])
     loader = torch.utils.data.DataLoader(data, batch_size=32)
     monitor = RobustnessMonitor(
-        include=["faithfulness"], inputs=x[64:76], targets=y[64:76], n_samples=12,
+        parts=["faithfulness"], inputs=x[64:76], targets=y[64:76], n_samples=12,
         explainers=["saliency"], faithfulness_runs=10, max_overhead=None, log_images=False,
     )  # fmt: skip
     assert monitor.keys() == ("robustness/" + KEY.format("saliency"),)

@@ -119,8 +119,8 @@ def test_fidelity_two_halves_equal_one_update_and_state_is_fixed_size():
         == {
             "mif_sum": (9,),
             "lif_sum": (9,),
-            "auc_mif_sum": (),
-            "auc_lif_sum": (),
+            "mif_auc_sum": (),
+            "lif_auc_sum": (),
             "fidelity_sum": (),
             "fidelity_sq_sum": (),
             "count": (),
@@ -143,8 +143,8 @@ def test_fidelity_compute_equals_functional_means():
     torch.testing.assert_close(out["fidelity_high"], ci.high.float(), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(out["mif_curve"], curves.mif.mean(0))
     torch.testing.assert_close(out["lif_curve"], curves.lif.mean(0))
-    torch.testing.assert_close(out["auc_mif"], torch.trapezoid(curves.mif, curves.fractions).mean())
-    torch.testing.assert_close(out["auc_lif"] - out["auc_mif"], estimate.mean())
+    torch.testing.assert_close(out["mif_auc"], torch.trapezoid(curves.mif, curves.fractions).mean())
+    torch.testing.assert_close(out["lif_auc"] - out["mif_auc"], estimate.mean())
     torch.testing.assert_close(out["fractions"], curves.fractions)
 
 

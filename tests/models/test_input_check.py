@@ -1,5 +1,5 @@
-"""`check_model_fits_data`: the probe forward that refuses data not fitting a model (issue 19,
-items 3 and 4; through the console script in tests/cli/test_model_data_fit.py)."""
+"""`check_model_fits_data`: the probe forward that refuses data not fitting a model (through the
+console script in tests/cli/test_model_data_fit.py)."""
 
 from __future__ import annotations
 

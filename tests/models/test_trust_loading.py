@@ -1,4 +1,4 @@
-"""Tensors-only loading and its opt-ins (issue 19 items 13 and 1), in Python: read_checkpoint,
+"""Tensors-only loading and its opt-ins, in Python: read_checkpoint,
 load_classifier(trusted=), RobustClassifier(trust_init_checkpoint=),
 TorchvisionClassifier(trust_weights_path=), what fit checkpoints hold, and record_config."""
 

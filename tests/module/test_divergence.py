@@ -1,4 +1,4 @@
-"""A diverging fit (issue 9, item 6): one warning, a count per epoch, a monitor that goes on.
+"""A diverging fit: one warning, a count per epoch, a monitor that goes on.
 
 Reproduction from the issue: SGD with lr 1e6 and `on_nonfinite="skip"` warned once per batch
 (each warning advising to set the option already set) and the robustness monitor then stopped

@@ -1,4 +1,4 @@
-"""robust_train with the `lightning` package (issue 19, item 5): `lightning.Trainer` fits
+"""robust_train with the `lightning` package: `lightning.Trainer` fits
 `robust_train.lightning.RobustClassifier` with a RobustnessMonitor and a robust_train DataModule,
 and `pytorch_lightning.Trainer` fits `robust_train.RobustClassifier`: the same seeded fit gives
 the same logged keys, metrics and weights both ways, and either checkpoint loads."""

@@ -1,4 +1,4 @@
-"""Hyper-parameters hold constructor arguments only; descriptions travel beside them (issue 9).
+"""Hyper-parameters hold constructor arguments only; descriptions travel beside them.
 
 LightningCLI feeds a checkpoint's hparams back to its parser on `--ckpt_path`, so a key that is
 not an argument of `RobustClassifier` (the old `penalty_terms`, `model_class`) stops every resume.

@@ -14,7 +14,6 @@ from pytorch_lightning.callbacks import Callback
 from torch.utils.data import DataLoader, TensorDataset
 
 from robust_train import RobustClassifier
-from robust_train._precision import needs_double_backprop, needs_full_precision, penalty_value
 from robust_train.models import SmallCNN
 from robust_train.regularizers import (
     Curvature,
@@ -22,6 +21,11 @@ from robust_train.regularizers import (
     InputGradientNorm,
     LocalLipschitzPenalty,
     PenaltyTerm,
+)
+from robust_train.training.precision import (
+    needs_double_backprop,
+    needs_full_precision,
+    penalty_value,
 )
 
 PENALTIES = {

@@ -26,7 +26,7 @@ from robust_train.regularizers import (
     get_penalty,
 )
 from robust_train.regularizers import smoothness as sm
-from robust_train.regularizers._common import map_distance, sample_in_ball
+from robust_train.regularizers._penalty_parts import map_distance, sample_in_ball
 
 RADIUS = 0.1
 

@@ -20,7 +20,7 @@ from robust_train.regularizers import (
     get_penalty,
     input_gradient_norm,
 )
-from robust_train.regularizers._common import map_distance, sample_in_ball
+from robust_train.regularizers._penalty_parts import map_distance, sample_in_ball
 
 
 def _batch(b: int = 6, seed: int = 0):

@@ -20,7 +20,7 @@ from robust_train.regularizers import (
     get_penalty,
     register_penalty,
 )
-from robust_train.regularizers._common import map_distance, sample_in_ball
+from robust_train.regularizers._penalty_parts import map_distance, sample_in_ball
 
 # The cheap settings each penalty declares for tests (`PenaltyTerm.test_options`): no table here.
 CHEAP = {name: dict(cls.test_options) for name, cls in PENALTIES.items() if cls.test_options}

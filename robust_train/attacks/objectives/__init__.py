@@ -6,14 +6,20 @@ importance map normalised to sum 1:
 - "mass_center": ascend ||C(x) - C(x_0)||_2, C the center of mass; ranked by larger shift.
 - "targeted": ascend sum_i I(x)_i T_i for a binary region T; ranked by larger mass inside T.
 - "random_sign": no gradient, d = sign(N(0, I)); ranked like "topk" (the noise baseline).
+
+Importing this package imports every file in it (`discover`, after the public names below), so a
+new objective is one new file.
 """
 
-from robust_train.attacks.objectives.base import (
+from robust_train.core.registry import discover  # isort: skip
+
+from robust_train.attacks.objectives.base import (  # isort: skip  (the registry first)
     OBJECTIVES,
     FragilityObjective,
     get_objective,
     register_objective,
 )
+
 from robust_train.attacks.objectives.mass_center import MassCenter
 from robust_train.attacks.objectives.random_sign import RandomSign
 from robust_train.attacks.objectives.targeted import Targeted
@@ -29,3 +35,6 @@ __all__ = [
     "get_objective",
     "register_objective",
 ]
+
+# Files the names above do not cover (a new implementation) register themselves here.
+discover(__name__)

@@ -15,8 +15,8 @@ from typing import ClassVar, TypeVar
 import torch
 from torch import Tensor
 
-from robust_train._registry import Registry, class_decorator, lookup
 from robust_train.attacks._balls import random_in_ball
+from robust_train.core.registry import Registry
 from robust_train.explain.maps import normalize_map
 from robust_train.explain.ranked_reference import RankedReference
 from robust_train.explain.similarity import topk_mask
@@ -112,7 +112,7 @@ class FragilityObjective:
         return (new[0] < best[0]) | ((new[0] == best[0]) & (new[1] < best[1]))
 
 
-OBJECTIVES: Registry[type[FragilityObjective]] = Registry("OBJECTIVES")
+OBJECTIVES: Registry[type[FragilityObjective]] = Registry("OBJECTIVES", "objective")
 
 T = TypeVar("T", bound=type[FragilityObjective])
 
@@ -129,7 +129,7 @@ def register_objective(name: str) -> Callable[[T], T]:
         'doc_example'
         >>> _ = OBJECTIVES.pop("doc_example")
     """
-    return class_decorator(OBJECTIVES, name, FragilityObjective, "objective")
+    return OBJECTIVES.class_decorator(name, FragilityObjective)
 
 
 def get_objective(name: object) -> type[FragilityObjective]:
@@ -139,4 +139,4 @@ def get_objective(name: object) -> type[FragilityObjective]:
         >>> get_objective("topk").needs_gradient, get_objective("random_sign").needs_gradient
         (True, False)
     """
-    return lookup(OBJECTIVES, name, "objective")
+    return OBJECTIVES.lookup(name, "objective")

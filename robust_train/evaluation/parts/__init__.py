@@ -1,4 +1,11 @@
-"""Evaluation parts, one file each, registered by name (`PARTS`, `register_part`)."""
+"""Evaluation parts, one file each, registered by name (`PARTS`, `register_part`).
+
+Importing this package imports every file in it (`discover`, after the public names below), so a
+new part is one new file.
+"""
+
+from robust_train.core.registry import discover  # isort: skip
+
 
 from robust_train.evaluation.parts.base import (  # isort: skip  (the registry first)
     PARTS,
@@ -29,3 +36,6 @@ __all__ = [
     "get_part",
     "register_part",
 ]
+
+# Files the names above do not cover (a new implementation) register themselves here.
+discover(__name__)

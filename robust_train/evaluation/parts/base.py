@@ -7,7 +7,7 @@ name and reduces their values; `robust-train evaluate`/`compare`, the monitors (
 demo and the leaderboard all measure through it, so a new part is ONE file: a subclass of
 `EvaluationPart` registered with `@register_part("name")` (plus `register_measure` for any new
 measure it reports). `EvaluationSettings(parts=(..., "name"))` and
-`RobustnessMonitor(include=[..., "name"])` then run it, and every report shows its keys.
+`RobustnessMonitor(parts=[..., "name"])` then run it, and every report shows its keys.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, ClassVar, TypeVar
 
 from torch import Tensor, nn
 
-from robust_train._registry import Registry, class_decorator, lookup
+from robust_train.core.registry import Registry
 from robust_train.evaluation.measures import part_key
 from robust_train.explain import bind_settings, explainer_name
 
@@ -128,7 +128,7 @@ class EvaluationPart:
         raise NotImplementedError
 
 
-PARTS: Registry[type[EvaluationPart]] = Registry("PARTS")
+PARTS: Registry[type[EvaluationPart]] = Registry("PARTS", "part")
 
 P = TypeVar("P", bound=type[EvaluationPart])
 
@@ -145,7 +145,7 @@ def register_part(name: str) -> Callable[[P], P]:
         'doc_part'
         >>> _ = PARTS.pop("doc_part")
     """
-    return class_decorator(PARTS, name, EvaluationPart, "part")
+    return PARTS.class_decorator(name, EvaluationPart)
 
 
 def get_part(name: object) -> type[EvaluationPart]:
@@ -155,4 +155,4 @@ def get_part(name: object) -> type[EvaluationPart]:
         >>> get_part("lipschitz").name
         'lipschitz'
     """
-    return lookup(PARTS, name, "parts")
+    return PARTS.lookup(name, "parts")

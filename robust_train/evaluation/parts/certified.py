@@ -1,6 +1,6 @@
 """The certified part: both sides of the bracket on a smoothed explainer, per image.
 
-For each attacked explainer (`attack_explainers`) the images are certified with
+For each explainer of the settings (`explainers`) the images are certified with
 `robust_train.certify.certify_explanations` (randomized smoothing of the sparsified explainer,
 Levine, Singla & Feizi 2019: `certify_samples` noisy copies of noise `certify_sigma`, failure
 probability `certify_alpha` per image), explaining the predicted class, and then attacked at the
@@ -67,7 +67,7 @@ class CertifiedPart(EvaluationPart):
     """The certificate and the L2 attack on the smoothed version of every attacked explainer."""
 
     def keys(self) -> tuple[str, ...]:
-        return self.explainer_keys(MEASURE_NAMES, self.settings.attack_explainers)
+        return self.explainer_keys(MEASURE_NAMES, self.settings.explainers)
 
     def run(
         self, model: nn.Module, inputs: Tensor, labels: Tensor, predictions: Tensor
@@ -76,7 +76,7 @@ class CertifiedPart(EvaluationPart):
         everyone = torch.ones_like(labels, dtype=torch.bool)
         keep = predictions == labels if s.correct_only else everyone
         out = PartOutput()
-        for explainer in s.attack_explainers:
+        for explainer in s.explainers:
             name = explainer_name(explainer)
             values = self._measure(model, inputs[keep], predictions[keep], explainer)
             for measure, value in zip(MEASURE_NAMES, values, strict=True):

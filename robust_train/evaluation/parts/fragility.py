@@ -1,6 +1,7 @@
 """The fragility part: attacks on the explanations of held-out images (Ghorbani et al. 2019).
 
-For every attacked explainer and every attack objective of the settings, the correctly classified
+For every explainer and every attack objective of the settings (an explainer that cannot be
+differentiated gets only the objectives that need no gradient), the correctly classified
 images (all images, with their predicted class, when `correct_only` is False) are attacked with
 `robust_train.attacks.fragility_attack` and each image's measures are reported under
 `attack/<explainer>/<objective>/<measure>`; images not attacked get NaN. Images the attack could
@@ -23,7 +24,7 @@ from robust_train.evaluation.parts.base import (
     PartOutput,
     register_part,
 )
-from robust_train.explain import bind_settings, explainer_name
+from robust_train.explain import bind_settings, explainer_name, is_differentiable
 
 __all__ = ["FragilityPart"]
 
@@ -53,12 +54,20 @@ register_measure(
 class FragilityPart(EvaluationPart):
     """Every attack of the settings on every attacked explainer (see the module docstring)."""
 
+    def pairs(self) -> list[tuple[object, str]]:
+        """(explainer, objective) pairs attacked: an objective that follows a gradient needs a
+        differentiable explainer."""
+        return [
+            (explainer, attack)
+            for explainer in self.settings.explainers
+            for attack in self.settings.attacks
+            if is_differentiable(explainer) or not get_objective(attack).needs_gradient
+        ]
+
     def keys(self) -> tuple[str, ...]:
         keys = ["n_attacked"]
-        for explainer in self.settings.attack_explainers:
-            name = explainer_name(explainer)
-            for attack in self.settings.attacks:
-                keys += [attack_key(name, attack, m) for m in _measures(attack)]
+        for explainer, attack in self.pairs():
+            keys += [attack_key(explainer_name(explainer), attack, m) for m in _measures(attack)]
         return tuple(keys)
 
     def run(
@@ -70,16 +79,15 @@ class FragilityPart(EvaluationPart):
         )
         target = labels if s.correct_only else predictions
         out = PartOutput(values={"n_attacked": attacked.float()})
-        for explainer in s.attack_explainers:
+        for explainer, attack in self.pairs():
             name = explainer_name(explainer)
-            for attack in s.attacks:
-                result = self.attack(model, inputs[attacked], target[attacked], explainer, attack)
-                for measure, value in _values(result, attacked, _measures(attack)).items():
-                    out.values[attack_key(name, attack, measure)] = value
-                if result is not None and explainer == s.attack_explainers[0]:
-                    out.examples[attack_key(name, attack, "examples")] = _examples(
-                        name, attack, s.epsilon, inputs[attacked], result
-                    )
+            result = self.attack(model, inputs[attacked], target[attacked], explainer, attack)
+            for measure, value in _values(result, attacked, _measures(attack)).items():
+                out.values[attack_key(name, attack, measure)] = value
+            if result is not None and explainer == s.explainers[0]:
+                out.examples[attack_key(name, attack, "examples")] = _examples(
+                    name, attack, s.epsilon, inputs[attacked], result
+                )
         return out
 
     def attack(

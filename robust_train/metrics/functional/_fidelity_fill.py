@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from robust_train._runtime import generator_device
+from robust_train.core.runtime import generator_device
 
 __all__ = ["constant_fill", "linear_imputation", "gaussian_blur"]
 

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from robust_train._runtime import row_chunks
+from robust_train.core.runtime import row_chunks
 
 __all__ = ["RemovalMasks", "removal_masks", "forward_chunks", "scores_of", "unit_importance"]
 

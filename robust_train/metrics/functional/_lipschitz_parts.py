@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from robust_train._runtime import generator_device, make_generator
-from robust_train._validation import check_choice, check_images, check_positive
+from robust_train.core.runtime import generator_device, make_generator
+from robust_train.core.validation import check_choice, check_images, check_positive
 from robust_train.explain.maps import importance_map
 
 NORMS = ("linf", "l2")

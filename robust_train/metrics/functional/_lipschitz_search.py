@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from robust_train._runtime import row_chunks
+from robust_train.core.runtime import row_chunks
 from robust_train.explain.protocol import Explainer
 from robust_train.metrics.functional._lipschitz_parts import (
     draw_offsets,

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from robust_train._validation import check_choice, check_finite
+from robust_train.core.validation import check_choice, check_finite
 
 __all__ = ["MeanInterval", "mean_confidence_interval", "interval_from_moments"]
 

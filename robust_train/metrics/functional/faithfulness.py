@@ -23,8 +23,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from robust_train._runtime import auto_chunk, check_optional_positive, make_generator, row_chunks
-from robust_train._validation import (
+from robust_train.core.runtime import (
+    auto_chunk,
+    check_optional_positive,
+    make_generator,
+    row_chunks,
+)
+from robust_train.core.validation import (
     check_choice,
     check_images,
     check_maps,

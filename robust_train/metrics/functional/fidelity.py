@@ -26,13 +26,13 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from robust_train._runtime import (
+from robust_train.core.runtime import (
     auto_chunk,
     check_optional_positive,
     make_generator,
     row_chunks,
 )
-from robust_train._validation import (
+from robust_train.core.validation import (
     check_choice,
     check_finite,
     check_images,
@@ -97,7 +97,7 @@ def fidelity_curves(
         score: "normalized_probability" (softmax probability of the target divided by its clean
             value; default), "probability", "logit" or "accuracy" (1 while argmax == target).
         internal_batch_size: most perturbed images per forward (default: chosen from the image
-            size, `robust_train._runtime.auto_chunk`: 83 for 28x28, 64 for 32x32).
+            size, `robust_train.core.runtime.auto_chunk`: 83 for 28x28, 64 for 32x32).
         generator, seed: randomness for "noise" and "imputation".
 
     Returns:

@@ -25,13 +25,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from robust_train._runtime import (
+from robust_train.core.runtime import (
     auto_chunk,
     check_optional_positive,
     make_generator,
     require_grad_mode,
 )
-from robust_train._validation import check_choice, check_images, check_positive, check_target
+from robust_train.core.validation import check_choice, check_images, check_positive, check_target
 from robust_train.explain.registry import resolve_explainer
 from robust_train.metrics.functional._lipschitz_parts import (
     MAP_NORMS,
@@ -102,7 +102,7 @@ def local_lipschitz_estimate(
             default 2.5 * radius / n_steps.
         clamp: clip perturbed images to [0, 1] (the distance uses the clipped image).
         internal_batch_size: most perturbed rows per explainer call (default: chosen from the
-            image size, `robust_train._runtime.auto_chunk`: 83 for 28x28, 64 for 32x32).
+            image size, `robust_train.core.runtime.auto_chunk`: 83 for 28x28, 64 for 32x32).
         generator, seed: randomness (one of them, or neither for the global RNG).
 
     Returns:

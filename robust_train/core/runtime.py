@@ -7,7 +7,7 @@ Every explainer, attack, metric, penalty and monitor uses these helpers instead 
   `model.train(was_training)` does not do.
 - `require_grad_mode(caller)`: the clear error for `torch.inference_mode` (Lightning's validation
   and test loops), under which no input gradient can be taken and `torch.enable_grad()` does not
-  help (PAPERS.md, pitfalls).
+  help.
 - `row_chunks(n, size)`: `(start, stop)` ranges; `size` None is one chunk, 0 is refused.
 - `auto_chunk(row_shape, ...)`: the default rows per forward of the metrics, the attack and the
   explainers that multiply the batch, from the size of one row and a budget of input elements.
@@ -25,7 +25,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from robust_train._validation import check_positive
+from robust_train.core.validation import check_positive
 
 __all__ = [
     "CHUNK_ELEMENTS",

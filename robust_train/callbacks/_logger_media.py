@@ -16,8 +16,8 @@ import pytorch_lightning as pl
 from pytorch_lightning.loggers import Logger, WandbLogger
 from pytorch_lightning.utilities import rank_zero_warn
 
-from robust_train._lightning_compat import lightning_classes
 from robust_train.callbacks._figures import Report, render_curves, render_examples, save_png
+from robust_train.core.lightning_compat import lightning_classes
 
 
 class MediaWriter:

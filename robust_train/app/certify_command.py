@@ -3,7 +3,7 @@ empirical overlap of the L2 attack on the same smoothed explainer.
 
     robust-train certify --ckpt checkpoints/mnist5k_baseline.ckpt checkpoints/mnist5k_robust.ckpt
 
-Each checkpoint is loaded like `robust-train evaluate` loads it (`robust_train._checkpoint_io`);
+Each checkpoint is loaded like `robust-train evaluate` loads it (`robust_train.app.checkpoint_io`);
 the held-out images come from the datamodule recorded in the first checkpoint (or
 `--data-config`). The first `--n-images` images that EVERY model classifies correctly are
 certified (explaining the true class), so the models are compared on the same images.
@@ -24,17 +24,17 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from robust_train._checkpoint_io import (
+from robust_train.app.checkpoint_io import (
     add_trust_argument,
     data_config_from_yaml,
     heldout_tensors,
     load_checkpoint,
 )
-from robust_train._runtime import predict
-from robust_train._settings_cli import CommandParser
-from robust_train.certify.report import summary_markdown, write_plot
+from robust_train.app.commands import checkpoint_folder
+from robust_train.app.settings_flags import CommandParser
+from robust_train.certify.report import certificate_summary_markdown, write_plot
 from robust_train.certify.run import CertifySettings, certify_model
-from robust_train.commands import checkpoint_folder
+from robust_train.core.runtime import predict
 
 __all__ = ["certify_main", "correct_images"]
 
@@ -157,9 +157,9 @@ def certify_main(argv: list[str]) -> int:
         print(f"{name}: certified in {time.perf_counter() - start:.1f} s")
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2))
-    (out / "summary.md").write_text(summary_markdown(results))
+    (out / "summary.md").write_text(certificate_summary_markdown(results))
     write_plot(results, out / "certify.png")
-    print(summary_markdown(results).split("\n\n")[1])
+    print(certificate_summary_markdown(results).split("\n\n")[1])
     print(f"\nwrote {out / 'results.json'}, {out / 'summary.md'} and {out / 'certify.png'}")
     return 0
 

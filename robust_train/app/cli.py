@@ -5,7 +5,7 @@
     robust-train fit --config configs/digits_smoothness.yaml --ckpt_path last    # resume
     robust-train evaluate --ckpt checkpoints/digits_smoothness/latest/best.ckpt
 
-fit/validate/test/predict are LightningCLI subcommands (robust_train._lightning_cli); demo,
+fit/validate/test/predict are LightningCLI subcommands (robust_train.app.lightning_cli); demo,
 evaluate, compare and export are plain commands. This module only dispatches: each command's
 module is imported when that command runs. A user error (a bad value, a missing file, a corrupt or
 mismatched checkpoint) prints one line `robust-train: error: ...` on stderr and exits with 2; the
@@ -28,43 +28,43 @@ LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 COMMANDS: dict[str, tuple[str, str]] = {
     "fit": (
         "train a model from a config (LightningCLI; --ckpt_path last resumes)",
-        "robust_train._lightning_cli:run_subcommand",
+        "robust_train.app.lightning_cli:run_subcommand",
     ),
     "validate": (
         "one pass over the validation set of a checkpoint",
-        "robust_train._lightning_cli:run_subcommand",
+        "robust_train.app.lightning_cli:run_subcommand",
     ),
     "test": (
         "one pass over the test set of a checkpoint",
-        "robust_train._lightning_cli:run_subcommand",
+        "robust_train.app.lightning_cli:run_subcommand",
     ),
     "predict": (
         "class probabilities for the predict set",
-        "robust_train._lightning_cli:run_subcommand",
+        "robust_train.app.lightning_cli:run_subcommand",
     ),
     "demo": (
         "train a natural model on MNIST-5k, fine-tune it robust, attack both, write a report",
-        "robust_train.demo:main",
+        "robust_train.app.demo:main",
     ),
     "evaluate": (
         "robustness suite (attacks, Lipschitz, fidelity) on one checkpoint or --model/--weights",
-        "robust_train.commands:evaluate_main",
+        "robust_train.app.commands:evaluate_main",
     ),
     "compare": (
         "the same suite on two or more checkpoints, side by side, with plots",
-        "robust_train.commands:compare_main",
+        "robust_train.app.commands:compare_main",
     ),
     "export": (
         "strip a fit checkpoint to weights and metadata for sharing",
-        "robust_train.commands:export_main",
+        "robust_train.app.commands:export_main",
     ),
     "check-data": (
         "read every image of a config's data before training; list the files that cannot be read",
-        "robust_train._lightning_cli:check_data_main",
+        "robust_train.app.lightning_cli:check_data_main",
     ),
     "certify": (
         "certified explanation robustness (randomized smoothing) beside the L2 attack",
-        "robust_train.certify_command:certify_main",
+        "robust_train.app.certify_command:certify_main",
     ),
 }
 # Exceptions that mean "the input is wrong" (exit 2); anything else is an internal error (exit 1).
@@ -76,10 +76,6 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     FloatingPointError,
     argparse.ArgumentError,
 )
-
-
-class UsageError(Exception):
-    """A command line the dispatcher refuses (unknown command)."""
 
 
 def help_text() -> str:
@@ -211,13 +207,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: {suggest(argv[0])}", file=sys.stderr)
         return 2
     return _run(argv[0], argv[1:], debug)
-
-
-def __getattr__(name: str) -> Any:
-    """`robust_train.cli.lightning_main` and `RobustCLI` (now in robust_train._lightning_cli)."""
-    if name in ("lightning_main", "RobustCLI", "DEFAULT_LOGGER"):
-        return getattr(importlib.import_module("robust_train._lightning_cli"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":

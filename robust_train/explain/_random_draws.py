@@ -1,6 +1,6 @@
 """Random draws shared by the explainers that multiply the batch (SmoothGrad, perturbation).
 
-Chunking, generators and the gradient guard live in `robust_train._runtime`, defined once for
+Chunking, generators and the gradient guard live in `robust_train.core.runtime`, defined once for
 the whole package.
 """
 

@@ -14,17 +14,22 @@ from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from robust_train._module_parts import (
+from robust_train.core.validation import (
+    check_choice,
+    check_images,
+    check_non_negative,
+    check_positive,
+)
+from robust_train.models.loading import checkpoint_safe
+from robust_train.models.softplus import softplus
+from robust_train.regularizers.base import PenaltyTerm, check_declared
+from robust_train.training.module_metadata import (
     find_head,
     infer_num_classes,
     try_datamodule_config,
     try_model_config,
 )
-from robust_train._precision import check_precision, penalty_value
-from robust_train._validation import check_choice, check_images, check_non_negative, check_positive
-from robust_train.models.loading import checkpoint_safe
-from robust_train.models.softplus import softplus
-from robust_train.regularizers.base import PenaltyTerm, check_declared
+from robust_train.training.precision import check_precision, penalty_value
 
 NONFINITE_ADVICE = (
     "lower the penalty weight or the learning rate, or use bf16 rather than 16-mixed precision"
@@ -216,7 +221,7 @@ class RobustClassifier(pl.LightningModule):
             ce = F.cross_entropy(logits, y, label_smoothing=self.hparams["label_smoothing"])
         parts = {"ce": ce}
         loss = ce.detach() * 0.0 if replaced else ce
-        for term in active:  # float32 where a term needs it: robust_train._precision
+        for term in active:  # float32 where a term needs it: robust_train.training.precision
             value = penalty_value(term, self.model, x, y, logits).mean()
             parts[f"penalty/{term.name}"] = value
             loss = loss + term.weight * scale * value

@@ -5,14 +5,14 @@
     robust-train test --config configs/digits_smoothness.yaml --ckpt_path best
     robust-train check-data --config configs/finetune_torchvision.yaml   # every image readable?
 
-Run folders (see robust_train.checkpointing): each fit writes to
+Run folders (see robust_train.training.checkpointing): each fit writes to
 `<checkpoint_root>/<experiment>/version_<N>/` (best.ckpt, last.ckpt, config.yaml), and
 `<checkpoint_root>/<experiment>/latest` points to the newest. `--ckpt_path last` / `best` name the
 checkpoints of that latest run; a fit resumed from a checkpoint inside a run folder continues in
 that folder (and in the same W&B run). The model is always built from the config given
 (`--config`, flags); the checkpoint supplies weights and training state and must fit that model.
-The default logger is W&B, offline, under runs/ (robust_train.loggers.SafeWandbLogger). Parse
-errors are one line with a "did you mean" (robust_train._parse_errors); options are never
+The default logger is W&B, offline, under runs/ (robust_train.training.loggers.SafeWandbLogger).
+Parse errors are one line with a "did you mean" (robust_train.app.parse_errors); options are never
 abbreviated.
 """
 
@@ -32,19 +32,19 @@ from pytorch_lightning import LightningDataModule
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from robust_train._parse_errors import describe_parse_error
-from robust_train._quiet import quiet_lightning
-from robust_train.checkpointing import RunCheckpoint, latest_run_folder, new_run_folder
+from robust_train.app.parse_errors import describe_parse_error
+from robust_train.core.lightning_noise import quiet_lightning
 from robust_train.data.check import UnreadableImageError, check_datamodule
-from robust_train.loggers import SafeWandbLogger
 from robust_train.models.config import record_config
 from robust_train.models.loading import CheckpointError, read_checkpoint
-from robust_train.module import RobustClassifier
+from robust_train.training.checkpointing import RunCheckpoint, latest_run_folder, new_run_folder
+from robust_train.training.loggers import SafeWandbLogger
+from robust_train.training.module import RobustClassifier
 
 __all__ = ["RobustCLI", "lightning_main", "run_subcommand", "check_data_main", "DEFAULT_LOGGER"]
 
 DEFAULT_LOGGER = {
-    "class_path": "robust_train.loggers.SafeWandbLogger",
+    "class_path": "robust_train.training.loggers.SafeWandbLogger",
     "init_args": {"save_dir": "runs", "project": "robust-train"},
 }
 KEYWORD_CHECKPOINTS = ("last", "best")
@@ -52,8 +52,8 @@ KEYWORD_CHECKPOINTS = ("last", "best")
 
 class QuietParser(LightningArgumentParser):
     """Parse errors raise (jsonargparse's ArgumentError) as one line with a "did you mean" where a
-    known option is close (robust_train._parse_errors), instead of printing the whole usage; the
-    console script prints them (robust_train.cli). Options are never abbreviated:
+    known option is close (robust_train.app.parse_errors), instead of printing the whole usage; the
+    console script prints them (robust_train.app.cli). Options are never abbreviated:
     `--trainer.max_epoch 1` is an error, not `--trainer.max_epochs 1`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

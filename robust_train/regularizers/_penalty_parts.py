@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from robust_train._validation import check_choice
+from robust_train.core.validation import check_choice
 
 DISTANCES = ("l1", "cosine", "l2")
 BALLS = ("linf", "l2")

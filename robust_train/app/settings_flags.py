@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import types
 import typing
 from typing import Any, NoReturn
@@ -19,7 +20,7 @@ __all__ = ["CommandParser", "add_settings_arguments", "settings_from", "setting_
 
 
 class CommandParser(argparse.ArgumentParser):
-    """argparse that raises a one-line ValueError (robust_train.cli prints it, exit code 2) and
+    """argparse that raises a one-line ValueError (robust_train.app.cli prints it, exit code 2) and
     never takes a prefix of a flag for the flag (`--n-step` is refused, not read as --n-steps)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -27,7 +28,20 @@ class CommandParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        raise ValueError(f"{message} (see `{self.prog} --help`)")
+        raise ValueError(f"{message}{self._did_you_mean(message)} (see `{self.prog} --help`)")
+
+    def _did_you_mean(self, message: str) -> str:
+        """'; did you mean --explainers?' for an unrecognized flag close to a known one."""
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        known = [o for action in self._actions for o in action.option_strings]
+        for word in message.split(":", 1)[1].split():
+            flag = word.split("=", 1)[0]
+            if flag.startswith("--"):
+                close = difflib.get_close_matches(flag, known, n=1, cutoff=0.7)
+                if close:
+                    return f"; did you mean {close[0]}?"
+        return ""
 
 
 def _kind(annotation: object) -> tuple[type, bool]:

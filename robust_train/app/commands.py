@@ -8,15 +8,15 @@
 
 Every argument is checked (names of explainers and attacks, positive counts, budgets, files)
 before a checkpoint is loaded; the flags are the fields of `EvaluationSettings`
-(`robust_train._settings_cli`). `evaluate` writes results.json and summary.md (the numbers under
-the engine's key scheme, the settings and how to read each measure) to `--out`, by default
+(`robust_train.app.settings_flags`). `evaluate` writes results.json and summary.md (the numbers
+under the engine's key scheme, the settings and how to read each measure) to `--out`, by default
 `runs/eval/<the checkpoint's path>/<settings>` (checkpoints/x/version_0/best.ckpt with the
 default settings -> runs/eval/x/version_0/best/default; `--protocol rar` -> .../rar; other flags
 -> .../custom-<hash>), and refuses to write over results of another checkpoint or of other
 settings unless `--overwrite`; `compare` does the same for its folder. When a checkpoint records
 the W&B run it was trained in, the numbers are also added to that run's summary (`eval/<key>`).
 A model not trained here is given by `--model` (and `--weights`; for `compare` the positional
-files are then weights): see `robust_train._model_source`. Before any work one probe forward
+files are then weights): see `robust_train.app.model_source`. Before any work one probe forward
 checks the data's channels, image size and classes against the model
 (`robust_train.models.input_check`).
 """
@@ -29,19 +29,20 @@ import json
 from pathlib import Path
 from typing import Any
 
-from robust_train._checkpoint_io import (
+from robust_train.app.checkpoint_io import (
+    FitCheckpoint,
     add_trust_argument,
-    checkpoint_meta,
     evaluate_checkpoint,
     export_checkpoint,
+    read_fit_checkpoint,
 )
-from robust_train._model_source import (
+from robust_train.app.model_source import (
     ModelSource,
     add_model_source_arguments,
     evaluate_model_source,
     model_source_from,
 )
-from robust_train._settings_cli import CommandParser, add_settings_arguments, settings_from
+from robust_train.app.settings_flags import CommandParser, add_settings_arguments, settings_from
 from robust_train.evaluation import PROTOCOLS, EvaluationSettings
 
 __all__ = [
@@ -51,7 +52,7 @@ __all__ = [
     "evaluate_main",
     "export_main",
     "settings_tag",
-    "summary_markdown",
+    "evaluation_summary_markdown",
 ]
 
 
@@ -133,9 +134,9 @@ def _check_out(out: Path, checkpoints: list[str], settings: EvaluationSettings, 
         )
 
 
-def summary_markdown(name: str, result: dict[str, Any], table: str) -> str:
+def evaluation_summary_markdown(name: str, result: dict[str, Any], table: str) -> str:
     """summary.md: the table, where it came from, the settings and how to read each measure."""
-    from robust_train.report import how_to_read
+    from robust_train.app.report import how_to_read
 
     measures = result.get("measures", {})
     lines = [
@@ -161,36 +162,40 @@ def summary_markdown(name: str, result: dict[str, Any], table: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _record(ckpt: str | Path, result: dict[str, Any], skip: bool, trusted: bool = False) -> None:
-    if skip:
+def _record(checkpoint: FitCheckpoint | None, result: dict[str, Any], skip: bool) -> None:
+    if skip or checkpoint is None:
         return
-    from robust_train.loggers import record_evaluation
-    from robust_train.report import to_json
+    from robust_train.app.report import to_json
+    from robust_train.training.loggers import record_evaluation
 
-    run = checkpoint_meta(ckpt, trusted=trusted)["wandb_run"]
-    record_evaluation(run, to_json({"r": result})["r"]["measures"])
+    record_evaluation(checkpoint.meta["wandb_run"], to_json({"r": result})["r"]["measures"])
+
+
+def _read_all(
+    args: Any, checkpoints: list[str], sources: list[ModelSource] | None
+) -> list[FitCheckpoint]:
+    """Every checkpoint read once, before any work (readable, class paths checked); a model
+    given by `--model` has weights files instead, checked by robust_train.app.model_source."""
+    for ckpt in [] if sources is None else [s.weights for s in sources if s.weights]:
+        if not Path(ckpt).is_file():
+            raise FileNotFoundError(f"checkpoint {ckpt!r} does not exist")
+    if args.data_config and not Path(args.data_config).is_file():
+        raise FileNotFoundError(f"`--data-config` {args.data_config!r} does not exist")
+    if sources is not None:
+        return []
+    return [read_fit_checkpoint(c, trusted=args.trust_checkpoint) for c in checkpoints]
 
 
 def _evaluate_all(
     args: Any,
-    checkpoints: list[str],
+    read: list[FitCheckpoint],
     settings: EvaluationSettings,
     sources: list[ModelSource] | None = None,
 ) -> list[Any]:
-    for ckpt in checkpoints if sources is None else [s.weights for s in sources if s.weights]:
-        if not Path(ckpt).is_file():
-            raise FileNotFoundError(f"checkpoint {ckpt!r} does not exist")
-    for ckpt in checkpoints if sources is None else []:  # --weights files: _model_source's check
-        checkpoint_meta(ckpt, trusted=args.trust_checkpoint)  # readable, class paths checked
-    if args.data_config and not Path(args.data_config).is_file():
-        raise FileNotFoundError(f"`--data-config` {args.data_config!r} does not exist")
-    if sources is not None:  # --model: a model not trained here (robust_train._model_source)
+    if sources is not None:  # --model: a model not trained here (robust_train.app.model_source)
         return [_source_result(args, source, settings) for source in sources]
     run = _run_options(args)
-    return [
-        _tagged(evaluate_checkpoint(c, settings, trusted=args.trust_checkpoint, **run), c, settings)
-        for c in checkpoints
-    ]
+    return [_tagged(evaluate_checkpoint(c, settings, **run), str(c.path), settings) for c in read]
 
 
 def _run_options(args: Any) -> dict[str, Any]:
@@ -213,7 +218,7 @@ def _source_result(args: Any, source: ModelSource, settings: EvaluationSettings)
 
 
 def evaluate_main(argv: list[str]) -> int:
-    from robust_train.report import summary_table, to_json
+    from robust_train.app.report import summary_table, to_json
 
     parser = CommandParser(
         prog="robust-train evaluate", description="Robustness evaluation of one checkpoint."
@@ -241,13 +246,15 @@ def evaluate_main(argv: list[str]) -> int:
     target = args.ckpt if source is None else source.label
     out = Path(args.out) if args.out else default_out(target, settings)
     _check_out(out, [target], settings, args.overwrite)
-    (result,) = _evaluate_all(args, [target], settings, None if source is None else [source])
+    sources = None if source is None else [source]
+    read = _read_all(args, [target], sources)
+    (result,) = _evaluate_all(args, read, settings, sources)
     out.mkdir(parents=True, exist_ok=True)
     name = Path(target).stem
     (out / "results.json").write_text(json.dumps(to_json({name: result}), indent=2))
     table = summary_table({name: result})
-    (out / "summary.md").write_text(summary_markdown(target, result, table))
-    _record(target, result, args.no_wandb or source is not None, args.trust_checkpoint)
+    (out / "summary.md").write_text(evaluation_summary_markdown(target, result, table))
+    _record(read[0] if read else None, result, args.no_wandb)
     print(table)
     print(
         f"\nevaluated in {result['evaluation_seconds']:.1f} s; wrote {out / 'results.json'} and "
@@ -257,7 +264,7 @@ def evaluate_main(argv: list[str]) -> int:
 
 
 def compare_main(argv: list[str]) -> int:
-    from robust_train.report import summary_table, write_report
+    from robust_train.app.report import summary_table, write_report
 
     parser = CommandParser(
         prog="robust-train compare",
@@ -291,15 +298,9 @@ def compare_main(argv: list[str]) -> int:
     source = model_source_from(args)
     sources = None if source is None else [ModelSource(source.spec, c) for c in args.ckpts]
     _check_out(Path(args.out), list(args.ckpts), settings, args.overwrite)
-    results = dict(
-        zip(names, _evaluate_all(args, list(args.ckpts), settings, sources), strict=True)
-    )
-    histories = {
-        n: {}
-        if source
-        else checkpoint_meta(c, trusted=args.trust_checkpoint)["robust_train"].get("history") or {}
-        for n, c in zip(names, args.ckpts, strict=True)
-    }
+    read = _read_all(args, list(args.ckpts), sources)
+    results = dict(zip(names, _evaluate_all(args, read, settings, sources), strict=True))
+    histories = {n: c.recorded.get("history") or {} for n, c in zip(names, read, strict=False)}
     path = write_report(results, args.out, histories=histories)
     print(summary_table(results))
     print(f"\nreport: {path}")

@@ -31,7 +31,7 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from robust_train._checkpoint_io import data_config_from_yaml, evaluate_on_split, instantiate
+from robust_train.app.checkpoint_io import data_config_from_yaml, evaluate_on_split, instantiate
 from robust_train.evaluation import EvaluationSettings
 from robust_train.models import Normalize, softplus, torchvision_classifier_names
 from robust_train.models.config import build_model
@@ -57,7 +57,7 @@ PREFIXES = ("model.", "module.", "_orig_mod.")  # Lightning, DataParallel/DDP, t
 class WeightsError(ValueError):
     """A `--weights` file that cannot be read tensors-only, or does not fit the model."""
 
-    user_error = True  # robust_train.cli: one line, exit code 2
+    user_error = True  # robust_train.app.cli: one line, exit code 2
 
 
 @dataclass(frozen=True)

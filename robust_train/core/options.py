@@ -26,7 +26,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["build_options", "option_help", "option_names", "takes_options"]
+__all__ = ["build_options", "option_names", "takes_options"]
 
 T = TypeVar("T")
 C = TypeVar("C", bound=Callable[..., Any])
@@ -44,14 +44,6 @@ def option_names(options_cls: type) -> tuple[str, ...]:
         ('a',)
     """
     return tuple(f.name for f in dataclasses.fields(options_cls) if f.init)
-
-
-def option_help(options_cls: type, name: str) -> str:
-    """The `help` metadata of one field ('' when none)."""
-    for f in dataclasses.fields(options_cls):
-        if f.name == name:
-            return str(f.metadata.get("help", ""))
-    raise KeyError(name)
 
 
 def _default(f: dataclasses.Field[Any]) -> Any:

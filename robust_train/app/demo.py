@@ -28,7 +28,7 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 NATURAL_CONFIG = CONFIG_DIR / "mnist5k_baseline.yaml"
 ROBUST_CONFIG = CONFIG_DIR / "mnist5k_finetune_ixg_softplus.yaml"
 HISTORY_KEYS = (
@@ -93,7 +93,7 @@ def train(
     the per-epoch plot has points to show (the cap keeps ordinary fits under 10 %). The weights
     at the end of the last epoch are the run's `last.ckpt`.
     """
-    from robust_train._lightning_cli import lightning_main
+    from robust_train.app.lightning_cli import lightning_main
     from robust_train.callbacks import RobustnessCallback
 
     args = ["--config", str(config), "--experiment", name,
@@ -294,7 +294,7 @@ def _as_measured(args: argparse.Namespace, extra: list[str], settings: Any) -> b
 
 
 def _evaluate(runs: dict[str, dict[str, Any]], settings: Any, threads: int) -> dict[str, Any]:
-    from robust_train.commands import evaluate_checkpoint
+    from robust_train.app.commands import evaluate_checkpoint
 
     results = {}
     for name, run in runs.items():
@@ -307,8 +307,8 @@ def _evaluate(runs: dict[str, dict[str, Any]], settings: Any, threads: int) -> d
 
 
 def main(argv: list[str]) -> int:
+    from robust_train.app.report import summary_table, write_report
     from robust_train.callbacks._figures import render_history, save_png
-    from robust_train.report import summary_table, write_report
 
     args, extra = _parser().parse_known_args(argv)
     natural_args, robust_args = _runs_arguments(args, extra)

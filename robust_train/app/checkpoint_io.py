@@ -1,7 +1,9 @@
 """Checkpoints and held-out data for `robust-train evaluate`, `compare` and `export`.
 
-`evaluate_checkpoint(path, settings)` loads a `robust-train fit` checkpoint, rebuilds its held-out
-data from the datamodule recorded in it (or a config's `data:` section) and runs the suite;
+`read_fit_checkpoint(path)` reads a `robust-train fit` checkpoint ONCE into a `FitCheckpoint`
+(its content and its metadata, class paths checked); every command passes that object on.
+`evaluate_checkpoint(checkpoint, settings)` rebuilds the model and its held-out data from the
+datamodule recorded in it (or a config's `data:` section) and runs the suite;
 `export_checkpoint(src, dst)` writes a small copy (weights and rebuild metadata).
 
 Checkpoints are read tensors-only; one holding other Python objects is refused unless the user
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,7 @@ from robust_train.models.loading import (
 )
 
 __all__ = [
+    "FitCheckpoint",
     "KEEP_KEYS",
     "TRUST_FLAG",
     "add_trust_argument",
@@ -41,6 +45,7 @@ __all__ = [
     "heldout_tensors",
     "instantiate",
     "load_checkpoint",
+    "read_fit_checkpoint",
 ]
 
 KEEP_KEYS = (
@@ -112,11 +117,41 @@ def _meta(ckpt: Any, path: str | Path) -> dict[str, Any]:
     return meta
 
 
+@dataclass(frozen=True)
+class FitCheckpoint:
+    """A checkpoint read once: its path, its content (tensors and plain values) and `meta`
+    (`{"robust_train": ..., "wandb_run": ..., "epoch": ...}`, empty dicts when absent)."""
+
+    path: Path
+    content: dict[str, Any]
+    meta: dict[str, Any]
+
+    @property
+    def recorded(self) -> dict[str, Any]:
+        """What `robust-train fit` recorded (`checkpoint["robust_train"]`)."""
+        return self.meta["robust_train"]
+
+    def classifier(self) -> nn.Module:
+        """The classifier it holds, in eval mode (rebuilt from the recorded model config)."""
+        return classifier_from(self.content, self.path)
+
+
+def read_fit_checkpoint(path: str | Path, *, trusted: bool = False) -> FitCheckpoint:
+    """Read a `robust-train fit` checkpoint once; raises FileNotFoundError / CheckpointError with
+    the path when it is missing or unreadable, holds Python objects and `trusted` is False, or
+    records a class path of the wrong kind."""
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"`ckpt` {str(path)!r} is a directory, not a checkpoint file")
+    if not path.is_file():
+        raise FileNotFoundError(f"`ckpt` {str(path)!r} does not exist")
+    content = _read(path, trusted)
+    return FitCheckpoint(path, content, _meta(content, path))
+
+
 def checkpoint_meta(path: str | Path, *, trusted: bool = False) -> dict[str, Any]:
-    """`{"robust_train": ..., "wandb_run": ..., "epoch": ...}` of a checkpoint (empty dicts when
-    absent); raises FileNotFoundError / CheckpointError with the path when it is unreadable,
-    holds Python objects and `trusted` is False, or records a class path of the wrong kind."""
-    return _meta(_read(path, trusted), path)
+    """The `meta` of `read_fit_checkpoint(path)`."""
+    return read_fit_checkpoint(path, trusted=trusted).meta
 
 
 def load_checkpoint(
@@ -124,12 +159,8 @@ def load_checkpoint(
 ) -> tuple[nn.Module, dict[str, Any] | None]:
     """The classifier of a `robust-train fit` checkpoint and its datamodule config (or None); the
     file is read once, and its class paths are checked before the model is built."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"`ckpt` {str(path)!r} does not exist")
-    ckpt = _read(path, trusted)
-    meta = _meta(ckpt, path)
-    return classifier_from(ckpt, path), meta["robust_train"].get("datamodule")
+    checkpoint = read_fit_checkpoint(path, trusted=trusted)
+    return checkpoint.classifier(), checkpoint.recorded.get("datamodule")
 
 
 def data_config_from_yaml(path: str | Path) -> dict[str, Any]:
@@ -153,7 +184,7 @@ def heldout_tensors(
     dm.prepare_data()
     dm.setup("test" if split == "test" else "validate")
     loader = dm.test_dataloader() if split == "test" else dm.val_dataloader()
-    if model is not None:  # one probe forward: channels, size and classes (issue 19, items 3-4)
+    if model is not None:  # one probe forward: channels, size and classes
         check_model_fits_data(model, dm, loader)
     xs, ys, n, correct, total = [], [], 0, 0, 0
     for x, y in loader:
@@ -198,7 +229,7 @@ def evaluate_on_split(
 
 
 def evaluate_checkpoint(
-    ckpt: str | Path,
+    checkpoint: FitCheckpoint | str | Path,
     settings: EvaluationSettings,
     *,
     data_config: str | None = None,
@@ -207,20 +238,25 @@ def evaluate_checkpoint(
     threads: int | None = None,
     trusted: bool = False,
 ) -> dict[str, Any]:
-    """Load a checkpoint and its held-out data, run the suite, add the training time."""
-    model, stored = load_checkpoint(ckpt, trusted=trusted)
-    config = data_config_from_yaml(data_config) if data_config else stored
+    """Rebuild a checkpoint's model and held-out data, run the suite, add the training time; a
+    path is read here (`read_fit_checkpoint`), a `FitCheckpoint` is not read again."""
+    if not isinstance(checkpoint, FitCheckpoint):
+        checkpoint = read_fit_checkpoint(checkpoint, trusted=trusted)
+    config = (
+        data_config_from_yaml(data_config) if data_config else checkpoint.recorded.get("datamodule")
+    )
     if config is None:
         raise ValueError(
-            f"checkpoint {str(ckpt)!r} records no datamodule; pass --data-config CONFIG.yaml"
+            f"checkpoint {str(checkpoint.path)!r} records no datamodule; pass --data-config "
+            "CONFIG.yaml"
         )
+    model = checkpoint.classifier()
     result = evaluate_on_split(model, config, settings, split, progress=progress, threads=threads)
-    meta = checkpoint_meta(ckpt, trusted=trusted)
-    if meta["robust_train"].get("training_seconds") is not None:
-        result["training_seconds"] = meta["robust_train"]["training_seconds"]
-    if meta["epoch"] is not None:
-        result["epoch"] = int(meta["epoch"])
-    result["checkpoint"] = str(ckpt)
+    if checkpoint.recorded.get("training_seconds") is not None:
+        result["training_seconds"] = checkpoint.recorded["training_seconds"]
+    if checkpoint.meta["epoch"] is not None:
+        result["epoch"] = int(checkpoint.meta["epoch"])
+    result["checkpoint"] = str(checkpoint.path)
     result["split"] = split
     return result
 

@@ -1,0 +1,7 @@
+"""The `robust-train` console script: the dispatcher (`cli`), the LightningCLI runner
+(`lightning_cli`), the plain commands (`commands`: evaluate, compare, export; `certify_command`;
+`demo`), their shared flags and error wording (`settings_flags`, `parse_errors`), how a model and
+a checkpoint are read (`model_source`, `checkpoint_io`) and the report they write (`report`).
+
+Nothing here is imported by the lower layers; `robust-train --help` loads no PyTorch.
+"""

@@ -1,0 +1,128 @@
+"""The one registry: explainers, penalties, attack objectives, evaluation parts, models, data.
+
+A `Registry` maps a name to the registered thing and iterates in registration order. Everything
+that registers goes through `Registry.add`: the name must be an identifier, and a name taken by
+another object is refused (a re-import of the same object is not a clash). `Registry.lookup` is
+the one lookup, with the one error wording: it names the caller's argument, the value and the
+registered names. `Registry.class_decorator` is how a class registers itself.
+
+`discover(package)` imports every module of a package (and of its subpackages), so that an
+implementation is ONE file: dropping it into the package registers it, with no list to edit.
+Modules are imported in sorted order, so the registration order is the same on every machine.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+__all__ = ["Registry", "discover", "object_path"]
+
+V = TypeVar("V")
+C = TypeVar("C", bound=type)
+
+
+def object_path(obj: Any) -> str:
+    """`module.qualname` of a class or function (how two registrations are told apart).
+
+    Example:
+        >>> object_path(Registry)
+        'robust_train.core.registry.Registry'
+    """
+    return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', repr(obj))}"
+
+
+class Registry(dict[str, V]):
+    """name -> registered object; iterating gives the names, in registration order.
+
+    Args:
+        title: shown by `repr` (the registry's public name, e.g. "EXPLAINERS").
+        kind: what one entry is, for errors ("explainer", "penalty").
+
+    Example:
+        >>> things: Registry[int] = Registry("THINGS", "thing")
+        >>> things.add("a", 1)
+        1
+        >>> things, things.lookup("a", "thing")
+        (THINGS(['a']), 1)
+        >>> things.lookup("b", "thing")
+        Traceback (most recent call last):
+        ...
+        ValueError: Unknown `thing` 'b'; expected one of ['a']
+    """
+
+    def __init__(self, title: str, kind: str = "entry") -> None:
+        super().__init__()
+        self.title = title
+        self.kind = kind
+        self._defined_by: dict[str, str] = {}
+
+    def __repr__(self) -> str:
+        return f"{self.title}({list(self)})"
+
+    def add(self, name: str, value: V, *, defined_by: object | None = None) -> V:
+        """Register `value` under `name`. `defined_by` (default `value`: a class, or the
+        function an explainer spec wraps) tells a re-import of the same definition, which is no
+        clash, from another definition of the name, which is refused."""
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"a {self.kind} name must be an identifier, got {name!r}")
+        path = object_path(value if defined_by is None else defined_by)
+        if name in self and self._defined_by[name] != path:
+            raise ValueError(f"{self.kind} {name!r} is already registered ({self[name]!r})")
+        self[name] = value
+        self._defined_by[name] = path
+        return value
+
+    def pop(self, name: str, *default: Any) -> Any:  # type: ignore[override]
+        self._defined_by.pop(name, None)
+        return super().pop(name, *default)
+
+    def lookup(self, name: object, argument: str) -> V:
+        """`self[name]`, or a ValueError naming `argument`, the value and the registered names."""
+        if not isinstance(name, str) or name not in self:
+            raise ValueError(f"Unknown `{argument}` {name!r}; expected one of {list(self)}")
+        return self[name]
+
+    def class_decorator(self, name: str, base: type) -> Callable[[C], C]:
+        """The decorator that registers a subclass of `base` under `name` and sets its `name`.
+
+        Example:
+            >>> class Base:
+            ...     name = ""
+            >>> r: Registry[type] = Registry("DOC", "doc thing")
+            >>> @r.class_decorator("one", Base)
+            ... class One(Base):
+            ...     pass
+            >>> r["one"].name
+            'one'
+        """
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"a {self.kind} name must be an identifier, got {name!r}")
+
+        def decorate(cls: C) -> C:
+            if not (isinstance(cls, type) and issubclass(cls, base)):
+                raise TypeError(f"`{name}` must be a {base.__name__} subclass, got {cls!r}")
+            self.add(name, cls)  # type: ignore[arg-type]
+            cls.name = name  # type: ignore[attr-defined]
+            return cls
+
+        return decorate
+
+
+def discover(package: str) -> list[str]:
+    """Import every module of `package` and of its subpackages, in sorted order; returns their
+    names. A package's `__init__` calls `discover(__name__)` so that each implementation file
+    registers itself on import.
+
+    Example:
+        >>> "robust_train.explain.gradient" in discover("robust_train.explain")
+        True
+    """
+    root = importlib.import_module(package)
+    found = []
+    for info in sorted(pkgutil.walk_packages(root.__path__, package + "."), key=lambda i: i.name):
+        importlib.import_module(info.name)
+        found.append(info.name)
+    return found

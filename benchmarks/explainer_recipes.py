@@ -62,6 +62,7 @@ from typing import Any
 import torch
 
 from benchmarks.bench_utils import quiet_trainer
+from robust_train.explain import reported_explainers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,7 +71,7 @@ MODEL = {"channels": [16, 32], "hidden": 128}
 ATTACK = {"epsilon": 0.3, "step_size": 0.01, "n_steps": 50, "k": 100, "measure_k": 100}
 QUICK_ATTACK = {"n_steps": 2}
 EXPLAINERS = ("saliency", "grad_cam", "deeplift")
-ALL_EXPLAINERS = ("saliency", "integrated_gradients", "grad_cam", "lrp", "deeplift")
+ALL_EXPLAINERS = reported_explainers()
 BATCH, NATURAL_EPOCHS, NATURAL_LR = 64, 6, 3e-3
 QUICK_BATCHES, QUICK_IMAGES = 2, 4
 

@@ -274,8 +274,7 @@ def score_heldout(model: Any, job: Job, plan: Plan) -> dict[str, Any]:
     return out
 
 
-GROUPS = ("saliency", "integrated_gradients", "grad_cam", "lrp", "deeplift", "fidelity",
-          "faithfulness", "rar")  # fmt: skip
+GROUPS = (*EXPLAINERS, "fidelity", "faithfulness", "rar")
 
 
 def evaluate_test(job: Job, plan: Plan, out: str) -> dict[str, Any]:

@@ -27,6 +27,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict, cast
 
+from robust_train.explain import reported_explainers
+
 MODEL: dict[str, Any] = {"channels": [16, 32], "hidden": 128}
 LR, BATCH, FINETUNE_LR = 3e-3, 64, 2e-3
 POOL_IMAGES = 4000  # MNIST5kDataModule's train (3,500) + val (500) splits
@@ -213,7 +215,7 @@ METHODS: dict[str, Method] = {
 }  # fmt: skip
 
 FINETUNED = frozenset(name for name, method in METHODS.items() if method.finetuned)
-EXPLAINERS = ("saliency", "integrated_gradients", "grad_cam", "lrp", "deeplift")
+EXPLAINERS = reported_explainers()  # the maps the explainers declare users act on
 SHORT = {"saliency": "sal", "integrated_gradients": "ig", "grad_cam": "grad_cam", "lrp": "lrp",
          "deeplift": "deeplift"}  # fmt: skip
 

@@ -21,6 +21,7 @@ from robust_train.explain.registry import (  # isort: skip  (the registry first)
     get_explainer,
     is_differentiable,
     register_explainer,
+    reported_explainers,
     resolve_explainer,
 )
 from robust_train.explain.gradient import input_x_gradient, saliency  # isort: skip
@@ -64,6 +65,7 @@ __all__ = [
     "meaningful_perturbation",
     "normalize_map",
     "register_explainer",
+    "reported_explainers",
     "resolve_explainer",
     "saliency",
     "smoothgrad",

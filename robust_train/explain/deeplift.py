@@ -18,7 +18,7 @@ __all__ = ["MAXPOOL_RULES", "deeplift"]
 MAXPOOL_RULES = ("rescale", "gradient")
 
 
-@register_explainer("deeplift", piecewise_constant=False)
+@register_explainer("deeplift", piecewise_constant=False, reported=True)
 def deeplift(
     model: nn.Module,
     inputs: Tensor,

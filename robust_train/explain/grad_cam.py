@@ -16,7 +16,7 @@ from robust_train.explain.registry import register_explainer
 __all__ = ["grad_cam"]
 
 
-@register_explainer("grad_cam", layer=True, piecewise_constant=False)
+@register_explainer("grad_cam", layer=True, piecewise_constant=False, reported=True)
 def grad_cam(
     model: nn.Module,
     inputs: Tensor,

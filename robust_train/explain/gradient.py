@@ -22,7 +22,7 @@ def _input_x_gradient_from_logits(
     return inputs * _saliency_from_logits(logits, inputs, target, create_graph)
 
 
-@register_explainer("saliency", from_logits=_saliency_from_logits)
+@register_explainer("saliency", from_logits=_saliency_from_logits, reported=True)
 def saliency(
     model: nn.Module, inputs: Tensor, target: Tensor, *, create_graph: bool = False
 ) -> Tensor:

@@ -16,7 +16,9 @@ capabilities on the spec; every caller reads them there, never a table of its ow
   input x gradient: the gradient of the target logit), which the training penalties reuse;
 - `settings`: evaluation settings its options follow (`{"ig_steps": "n_steps"}`: the evaluation's
   `ig_steps` is passed as `n_steps`), read by `bind_settings`;
-- `test_options`: cheap options for the shared contract tests (few steps, few samples).
+- `test_options`: cheap options for the shared contract tests (few steps, few samples);
+- `reported`: one of the maps users act on, which the leaderboard, the demo and the benchmark
+  pages report a column for (`reported_explainers()`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ __all__ = [
     "get_explainer",
     "is_differentiable",
     "register_explainer",
+    "reported_explainers",
     "resolve_explainer",
 ]
 
@@ -63,6 +66,7 @@ class ExplainerSpec:
     from_logits: FromLogits | None = None
     settings: Mapping[str, str] = field(default_factory=dict)
     test_options: Mapping[str, Any] = field(default_factory=dict)
+    reported: bool = False
 
 
 EXPLAINERS: Registry[ExplainerSpec] = Registry("EXPLAINERS", "explainer")
@@ -77,6 +81,7 @@ def register_explainer(
     from_logits: FromLogits | None = None,
     settings: Mapping[str, str] | None = None,
     test_options: Mapping[str, Any] | None = None,
+    reported: bool = False,
 ) -> Callable[[F], F]:
     """Decorator: register an explainer function under `name`, with its capabilities.
 
@@ -110,6 +115,7 @@ def register_explainer(
             from_logits=from_logits,
             settings=MappingProxyType(dict(settings or {})),
             test_options=MappingProxyType(dict(test_options or {})),
+            reported=reported,
         )
         for what in ("settings", "test_options"):
             options = getattr(spec, what)
@@ -146,6 +152,16 @@ class BoundExplainer:
     def __repr__(self) -> str:
         args = ", ".join(f"{key}={_short(value)}" for key, value in self.keywords.items())
         return f"{self.__name__}({args})"
+
+
+def reported_explainers() -> tuple[str, ...]:
+    """The maps the leaderboard, the demo and the benchmark pages report, in registration order.
+
+    Example:
+        >>> reported_explainers()
+        ('saliency', 'integrated_gradients', 'grad_cam', 'lrp', 'deeplift')
+    """
+    return tuple(name for name, spec in EXPLAINERS.items() if spec.reported)
 
 
 def explainer_spec(explainer: object) -> ExplainerSpec:

@@ -30,10 +30,15 @@ lint: $(STAMP)
 clean:
 	rm -rf runs lightning_logs .pytest_cache
 
-# Rebuild the shipped checkpoints from their configs (about a minute on 2 CPU cores).
+# The shipped configs and checkpoints are package data (robust_train.core.resources); the top-level
+# configs/ is a link to their folder, and checkpoints/ holds the run folders of fits.
+ASSETS := robust_train/assets
+
+# Rebuild the shipped digits checkpoints from their configs (about a minute on 2 CPU cores).
 checkpoints: $(STAMP)
 	for name in digits_baseline digits_robust; do \
-	  OMP_NUM_THREADS=1 $(BIN)/robust-train fit --config configs/$$name.yaml --trainer.logger=false \
-	    --trainer.enable_progress_bar=false --checkpoint_root runs/ship && \
-	  $(BIN)/robust-train export runs/ship/$$name/latest/best.ckpt checkpoints/$$name.ckpt || exit 1; \
+	  OMP_NUM_THREADS=1 $(BIN)/robust-train fit --config $(ASSETS)/configs/$$name.yaml \
+	    --trainer.logger=false --trainer.enable_progress_bar=false --checkpoint_root runs/ship && \
+	  $(BIN)/robust-train export runs/ship/$$name/latest/best.ckpt \
+	    $(ASSETS)/checkpoints/$$name.ckpt || exit 1; \
 	done

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from robust_train.core.resources import shipped_checkpoint
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
 USER_MODULE = '''
@@ -102,7 +104,7 @@ def test_unimportable_class_paths_are_user_errors(tmp_path: Path, run_cli):
     config = tmp_path / "data.yaml"
     config.write_text("data:\n  class_path: nowhere_pkg.Data\n")
     evaluate = run_cli(
-        "evaluate", "--ckpt", str(ROOT / "checkpoints" / "digits_baseline.ckpt"),
+        "evaluate", "--ckpt", str(shipped_checkpoint("digits_baseline")),
         "--data-config", str(config), *TINY_EVAL, "--out", str(tmp_path / "e"), cwd=tmp_path,
     )  # fmt: skip
     _error_line(evaluate, "nowhere_pkg.Data", "No module named 'nowhere_pkg'")

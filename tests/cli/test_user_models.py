@@ -20,6 +20,7 @@ from PIL import Image
 
 from robust_train.app.checkpoint_io import heldout_tensors
 from robust_train.app.cli import main
+from robust_train.core.resources import shipped_checkpoint
 from robust_train.data import SyntheticDataModule
 from robust_train.models import load_classifier
 
@@ -107,7 +108,7 @@ def test_every_common_state_dict_layout_gives_the_checkpoint_s_numbers(tmp_path:
     """A fit config as `--model`; weights plain, nested under "state_dict" (Lightning, "model."
     prefix), under "model" with "module." (DDP) and the shipped checkpoint itself: all give the
     shipped checkpoint's own accuracy on the MNIST-5k test split."""
-    model = load_classifier(ROOT / "checkpoints" / "mnist5k_baseline.ckpt")
+    model = load_classifier(shipped_checkpoint("mnist5k_baseline"))
     state = model.state_dict()
     layouts = {
         "plain": state,
@@ -116,7 +117,7 @@ def test_every_common_state_dict_layout_gives_the_checkpoint_s_numbers(tmp_path:
     }
     for name, obj in layouts.items():
         torch.save(obj, tmp_path / f"{name}.pt")
-    files = [f"{n}.pt" for n in layouts] + [str(ROOT / "checkpoints" / "mnist5k_baseline.ckpt")]
+    files = [f"{n}.pt" for n in layouts] + [str(shipped_checkpoint("mnist5k_baseline"))]
     out = tmp_path / "layouts"
     done = run_cli(
         "compare", *files, "--model", str(MNIST), "--data-config", str(MNIST),

@@ -10,7 +10,7 @@ import torch
 
 from robust_train.app.checkpoint_io import export_checkpoint, heldout_tensors, load_checkpoint
 from robust_train.app.lightning_cli import lightning_main
-from robust_train.core.resources import shipped_checkpoint
+from robust_train.core.resources import shipped_checkpoint, shipped_config
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
 from robust_train.models import SmallCNN, load_classifier
 from robust_train.models.loading import CheckpointError
@@ -59,7 +59,7 @@ def test_finetuning_the_baseline_with_the_penalty_makes_maps_robust(tmp_path):
     cli = lightning_main(
         [
             "--config",
-            str(ROOT / "configs" / "finetune_digits_checkpoint.yaml"),
+            str(shipped_config("finetune_digits_checkpoint")),
             "--model.init_checkpoint",
             str(shipped_checkpoint("digits_baseline")),
             "--trainer.logger=false",

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from robust_train.app.checkpoint_io import load_checkpoint
-from robust_train.core.resources import shipped_checkpoint
+from robust_train.core.resources import shipped_checkpoint, shipped_config
 from robust_train.core.runtime import predict
 from robust_train.data import MNIST5kDataModule
 from robust_train.models import MNISTConvNet, load_classifier
@@ -52,7 +52,7 @@ def test_the_shipped_robust_model_is_the_softplus_network_of_its_recipe():
     with these weights would be another model)."""
     import yaml
 
-    recipe = yaml.safe_load((ROOT / "configs" / "mnist5k_finetune_ixg_softplus.yaml").read_text())
+    recipe = yaml.safe_load(shipped_config("mnist5k_finetune_ixg_softplus").read_text())
     beta = recipe["model"]["softplus_beta"]
     robust = load_classifier(shipped_checkpoint("mnist5k_robust"))
     natural = load_classifier(shipped_checkpoint("mnist5k_baseline"))

@@ -7,7 +7,8 @@ folder, laid out as a repository checkout lays them out at its top level:
     assets/checkpoints/<name>.ckpt    small exported checkpoints (`robust-train export`)
 
 A shipped file is named by its path under that folder (`configs/mnist5k_baseline.yaml`), by its
-file name (`mnist5k_baseline.yaml`) or, where the kind is known, by its stem (`mnist5k_baseline`).
+file name (`mnist5k_baseline.yaml`) or by its stem (`mnist5k_robust`; a stem that a config and a
+checkpoint share needs the kind: `shipped_config("mnist5k_baseline")`).
 `list_shipped()` lists them; `shipped_config(name)` and `shipped_checkpoint(name)` give the path
 of one; `copy_shipped(name, dest)` copies one out (to edit a config, say).
 

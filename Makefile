@@ -16,11 +16,12 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/robust-train demo
 
+# Both tiers use every core (pytest-xdist); each worker runs torch on one thread.
 test: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n auto --dist loadscope
 
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -m "not slow"
+	$(BIN)/pytest -q -n auto --dist loadscope -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check robust_train tests benchmarks

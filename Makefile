@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint install clean checkpoints
+.PHONY: demo test test-fast lint docs install clean checkpoints
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,13 +23,17 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -n auto --dist loadscope -m "not slow"
 
+# The documentation site (mkdocs-material + mkdocstrings), warnings as errors, into site/.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(BIN)/mkdocs build --strict
+
 lint: $(STAMP)
 	$(BIN)/ruff check robust_train tests benchmarks
 	$(BIN)/ruff format --check robust_train tests benchmarks
 	$(BIN)/mypy robust_train
 
 clean:
-	rm -rf runs lightning_logs .pytest_cache
+	rm -rf runs lightning_logs .pytest_cache site
 
 # Rebuild the shipped checkpoints from their configs (about a minute on 2 CPU cores).
 checkpoints: $(STAMP)

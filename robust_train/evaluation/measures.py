@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from robust_train.core.registry import Registry
+
 __all__ = [
     "MEASURES",
     "Measure",
@@ -74,7 +76,7 @@ class Measure:
         return self.fmt.format(int(value) if self.fmt == "{:d}" else value)
 
 
-MEASURES: dict[str, Measure] = {}
+MEASURES: Registry[Measure] = Registry("MEASURES", "measure")
 
 
 def register_measure(measure: Measure) -> Measure:
@@ -88,11 +90,7 @@ def register_measure(measure: Measure) -> Measure:
     """
     if measure.reduce not in ("mean", "sum"):
         raise ValueError(f"`reduce` must be 'mean' or 'sum', got {measure.reduce!r}")
-    taken = MEASURES.get(measure.name)
-    if taken is not None and taken != measure:
-        raise ValueError(f"measure {measure.name!r} is already registered as {taken}")
-    MEASURES[measure.name] = measure
-    return measure
+    return MEASURES.add(measure.name, measure)  # the same definition again (its repr) is no clash
 
 
 def key_measure(key: str) -> str:

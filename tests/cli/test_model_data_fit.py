@@ -129,9 +129,9 @@ def _path() -> str:
     return os.pathsep.join(p for p in (os.environ.get("PYTHONPATH", ""), ".") if p)
 
 
-def test_a_fitting_model_and_data_still_evaluate(tmp_path: Path, run_cli):
+def test_a_fitting_model_and_data_still_evaluate(tmp_path: Path, cli):
     """The control: the shipped digits model on its own data passes the probe."""
-    done = run_cli(
+    done = cli(
         "evaluate", "--ckpt", str(shipped_checkpoint("digits_baseline")),
         "--data-config", str(CONFIGS / "digits_baseline.yaml"), "--out", "ok", "--no-wandb",
         *FAST, "--attacks", "topk", "--parts", "fragility", cwd=tmp_path,

@@ -98,6 +98,7 @@ def test_fit_records_a_user_model_and_evaluate_rebuilds_it(tmp_path: Path, run_c
     assert in_cwd.returncode == 0, in_cwd.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_unimportable_class_paths_are_user_errors(tmp_path: Path, run_cli):
     fit = run_cli(*FIT, "--model.model", "nowhere_pkg.Net", cwd=tmp_path)
     _error_line(fit, "nowhere_pkg")
@@ -110,6 +111,7 @@ def test_unimportable_class_paths_are_user_errors(tmp_path: Path, run_cli):
     _error_line(evaluate, "nowhere_pkg.Data", "No module named 'nowhere_pkg'")
 
 
+@pytest.mark.slow
 def test_offline_pretrained_weights_are_a_user_error(tmp_path: Path, run_cli):
     """No cached file and no network (an unreachable proxy): the clear message, exit 2."""
     unreachable = "http://127.0.0.1:9"

@@ -80,6 +80,7 @@ def _image_folder(root: Path, counts: dict[str, int]) -> Path:
     return config
 
 
+@pytest.mark.slow
 def test_torchvision_architecture_with_plain_torchvision_weights_on_an_image_folder(
     tmp_path: Path, run_cli
 ):
@@ -104,6 +105,7 @@ def test_torchvision_architecture_with_plain_torchvision_weights_on_an_image_fol
     assert 0 <= measures["to_cat"]["attack/saliency/topk/topk_intersection"] <= 1
 
 
+@pytest.mark.slow
 def test_every_common_state_dict_layout_gives_the_checkpoint_s_numbers(tmp_path: Path, run_cli):
     """A fit config as `--model`; weights plain, nested under "state_dict" (Lightning, "model."
     prefix), under "model" with "module." (DDP) and the shipped checkpoint itself: all give the
@@ -130,6 +132,7 @@ def test_every_common_state_dict_layout_gives_the_checkpoint_s_numbers(tmp_path:
     assert accuracies == dict.fromkeys([*layouts, "mnist5k_baseline"], accuracy), accuracies
 
 
+@pytest.mark.slow
 def test_a_user_module_in_the_working_directory(tmp_path: Path, run_cli):
     """`class_path: mynet.TinyNet` in a YAML, mynet.py in the working directory (not on
     PYTHONPATH); weights with the "model." prefix. A head biased to class 2 gives the share of

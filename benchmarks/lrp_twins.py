@@ -14,6 +14,7 @@ here by switching `FunctionalRules` off) and once as `lrp` runs now; then the ti
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import statistics
 import time
@@ -127,7 +128,14 @@ def timing_rows(repeats: int = 12) -> None:
         print(f"| {name} | {on_s:.3f} | {off_s:.3f} | {on_s / off_s:.3f} |")
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=12, help="timed calls per variant")
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     twin_rows()
-    timing_rows()
+    timing_rows(args.repeats)
+
+
+if __name__ == "__main__":
+    main()

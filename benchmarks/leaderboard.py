@@ -223,6 +223,8 @@ def attack_settings(plan: Plan, explainers: tuple[str, ...], kind: str, n: int) 
     rar = dataclasses.replace(
         PROTOCOLS["rar"], n_samples=max(1, n), explainers=explainers, parts=("fragility",)
     )
+    # the "map = input" reference: attacked once per model (saliency group, full preset)
+    rar = dataclasses.replace(rar, input_reference=kind == "rar" or explainers == ("saliency",))
     if kind == "rar":
         return dataclasses.replace(
             rar, n_steps=plan.rar_steps, n_restarts=plan.rar_restarts, ig_steps=plan.ig_steps
@@ -237,6 +239,7 @@ def attack_settings(plan: Plan, explainers: tuple[str, ...], kind: str, n: int) 
         n_restarts=1,
         ig_steps=ig,
         attacks=("topk",) if kind == "cv" else ("random_sign", "topk"),
+        input_reference=rar.input_reference and kind != "cv",
     )
 
 

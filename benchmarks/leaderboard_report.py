@@ -31,6 +31,7 @@ def columns(results: dict[str, Any]) -> list[tuple[str, str, str, int]]:
     for ex in EXPLAINERS:
         h = SHORT_HEAD[ex]
         cols.append((ex, f"attack/{ex}/topk/topk_intersection", f"{h} top-k ∩ attack", 3))
+        cols.append((ex, f"attack/{ex}/topk/lens_topk", f"{h} LENS attack", 3))
         cols.append((ex, f"attack/{ex}/random_sign/topk_intersection", f"{h} noise", 3))
     cols.append(("saliency", "attack/saliency/topk/kendall", "sal Kendall", 3))
     cols.append(
@@ -44,6 +45,38 @@ def columns(results: dict[str, Any]) -> list[tuple[str, str, str, int]]:
         )
     cols.append(("fidelity", "lipschitz/saliency/lipschitz", "Lipschitz sal", 2))
     return cols
+
+
+REFERENCE = "input_reference"  # the explanation "map = input", attacked beside the explainers
+REFERENCE_METHOD = "natural"  # whose images and label checks the reference row uses
+
+
+def reference_key(key: str) -> str | None:
+    """The reference's key of an attack column (`attack/<explainer>/...`), else None.
+
+    Example:
+        >>> reference_key("attack/lrp/topk/lens_topk"), reference_key("accuracy")
+        ('attack/input_reference/topk/lens_topk', None)
+    """
+    parts = key.split("/")
+    return "/".join(["attack", REFERENCE, *parts[2:]]) if parts[0] == "attack" else None
+
+
+def reference_cells(results: dict[str, Any]) -> list[str]:
+    """The reference row: each attack column's attack on "map = input" (measured in the
+    saliency group of the natural model, on its images), mean over seeds; '' elsewhere."""
+    evals, seeds = _evals(results), results["plan"]["seeds"]
+    got = [
+        evals[(REFERENCE_METHOD, s, "saliency")]
+        for s in seeds
+        if (REFERENCE_METHOD, s, "saliency") in evals
+    ]
+    cells = []
+    for _, key, _, digits in columns(results):
+        ref = reference_key(key)
+        values = [g.get(ref, math.nan) for g in got] if ref is not None else []
+        cells.append(cell(values, digits, len(seeds)) if ref is not None else "")
+    return cells
 
 
 def cell(values: list[float], digits: int, n_seeds: int) -> str:
@@ -225,6 +258,9 @@ def _table_lines(results: dict[str, Any]) -> list[str]:
             + ("yes" if r["finite"] else "NO")
             + " |"
         )
+    lines.append(
+        "| map = input (reference) | - | " + " | ".join(reference_cells(results)) + " | | | | |"
+    )
     p = results["plan"]
     return lines + [
         "",
@@ -236,6 +272,11 @@ def _table_lines(results: dict[str, Any]) -> list[str]:
         f"{0.75 / p['test_steps']:.3g}, 1 restart, direction on the softplus surrogate where the "
         f"explainer is piecewise constant) aimed at that column's explainer; IG with "
         f"{p['ig_steps']} points, zero baseline; noise: random signs of the same budget. "
+        "LENS: the top-k intersection that counts an attacked top pixel within one pixel (3x3) "
+        "of a clean top pixel as kept (Kamath et al. 2024); the gap to top-k ∩ is the part of "
+        "the fragility that is shifts of one pixel. map = input (reference): the same attacks "
+        "on the explanation that is the input itself and knows nothing of the model "
+        "(`input_reference`, natural model's images): a column's number is read against it. "
         "Fidelity: AUC_LIF - AUC_MIF (Brocki & Chung; higher is more faithful); faithf. corr: "
         "faithfulness correlation (Bhatt et al. 2020; higher is more faithful); both on the "
         "same images, mean fill. Lipschitz: local Lipschitz estimate of the max-normalised "
@@ -305,6 +346,14 @@ def _rar_lines(results: dict[str, Any]) -> list[str]:
             for e, a in keys
         ]
         lines.append(f"| {name} | {r['n_images']} | " + " | ".join(vals) + f" | {r['cpu_s']:.0f} |")
+        ref = [
+            f"{r.get(f'attack/{REFERENCE}/{a}/topk_intersection', math.nan):.3f} / "
+            f"{r.get(f'attack/{REFERENCE}/{a}/kendall', math.nan):.3f}"
+            for _, a in keys
+        ]
+        lines.append(
+            f"| map = input on {name}'s images (reference) | | " + " | ".join(ref) + " | |"
+        )
     return lines + [""]
 
 

@@ -166,6 +166,14 @@ for _measure in (
         "(1 = unchanged): higher is more robust",
     ),
     Measure(
+        "lens_topk",
+        "LENS top-k (3x3)",
+        True,
+        meaning="share of the attacked map's top-k pixels within one pixel (a 3x3 window) of a "
+        "clean top-k pixel (Kamath et al. 2024): top-k intersection that forgives shifts of one "
+        "pixel, so the gap between the two is the fragility that is small shifts",
+    ),
+    Measure(
         "spearman",
         "Spearman",
         True,

@@ -44,6 +44,11 @@ class EvaluationSettings(AttackOptions):
             that needs a region gets the top-left quarter of the image.
         correct_only: attack only the correctly classified images (the RAR/ART protocol); False
             attacks every image, with its predicted class as target.
+        input_reference: where the fragility part runs, also attack the reference explanation
+            "map = input" (`robust_train.explain.input_reference`, which knows nothing of the
+            model) with every attack, on the same images, reported as
+            `attack/input_reference/<objective>/<measure>` (the "input_reference" part, added
+            to `parts` by `resolved`): every attack number can be read against it.
         lipschitz_radius: L_inf radius of the Lipschitz estimate; default epsilon.
         lipschitz_samples: explainer calls per image of the (random) Lipschitz search.
         lipschitz_search: "random" sampling in the ball or "gradient" ascent on the ratio.
@@ -78,6 +83,10 @@ class EvaluationSettings(AttackOptions):
     )
     correct_only: bool = field(
         default=True, metadata={"help": "attack only correctly classified images"}
+    )
+    input_reference: bool = field(
+        default=True,
+        metadata={"help": "also attack the reference explanation 'map = input' with every attack"},
     )
     lipschitz_radius: float | None = field(
         default=None, metadata={"help": "L_inf radius of the Lipschitz estimate (default epsilon)"}
@@ -196,7 +205,11 @@ class EvaluationSettings(AttackOptions):
             )
         radius = self.lipschitz_radius if self.lipschitz_radius is not None else attack.epsilon
         values = {f.name: getattr(attack, f.name) for f in dataclasses.fields(AttackOptions)}
-        return dataclasses.replace(self, **values, lipschitz_radius=radius)
+        parts = self.parts
+        if self.input_reference and "fragility" in parts and "input_reference" not in parts:
+            at = parts.index("fragility") + 1
+            parts = (*parts[:at], "input_reference", *parts[at:])
+        return dataclasses.replace(self, **values, lipschitz_radius=radius, parts=parts)
 
 
 def _names(value: object, name: str) -> tuple[Any, ...]:
@@ -220,6 +233,9 @@ MONITOR_DEFAULTS: dict[str, Any] = {
     "n_steps": 3,
     "attacks": ("random_sign", "topk", "mass_center"),
     "explainers": ("saliency",),
+    # The reference is read in `robust-train evaluate`; a monitor that wants it lists the part:
+    # RobustnessMonitor(parts=["fragility", "input_reference"]).
+    "input_reference": False,
     "lipschitz_samples": 8,
     "fidelity_steps": 10,
 }

@@ -41,8 +41,8 @@ def evaluate_classifier(
         >>> r = evaluate_classifier(net, torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 0, 1]), s,
         ...                         progress=False)
         >>> sorted(r["measures"])[:4]  # doctest: +NORMALIZE_WHITESPACE
-        ['accuracy', 'attack/saliency/topk/center_shift', 'attack/saliency/topk/improved',
-         'attack/saliency/topk/kendall']
+        ['accuracy', 'attack/input_reference/topk/center_shift',
+         'attack/input_reference/topk/improved', 'attack/input_reference/topk/kendall']
     """
     check_images(inputs, "inputs")
     labels = check_target(labels, inputs.shape[0], "labels")

@@ -52,6 +52,7 @@ class FragilityObjective:
     needs_region: ClassVar[bool] = False
     report_metrics: ClassVar[tuple[str, ...]] = (
         "topk_intersection",
+        "lens_topk",
         "spearman",
         "kendall",
         "center_shift",

@@ -237,20 +237,31 @@ def attack_settings(plan: Plan, explainers: tuple[str, ...], kind: str, n: int) 
         n_restarts=1,
         ig_steps=ig,
         attacks=("topk",) if kind == "cv" else ("random_sign", "topk"),
+        fidelity_steps=plan.fidelity_steps,  # of Grad-CAM's fidelity beside its attack
     )
 
 
-def _measures(model: Any, x: Any, y: Any, settings: Any) -> dict[str, float]:
+def _measures(model: Any, x: Any, y: Any, settings: Any) -> dict[str, Any]:
+    """The means of the evaluation (accuracy left out: the caller measures it on the whole
+    split) and `per_image`: key -> each image's value (None: not measured), for the report's
+    same-image columns."""
     from robust_train.evaluation import evaluate_classifier
+    from robust_train.evaluation.measures import measure_of
 
     if len(x) == 0:
         return {}
     r = evaluate_classifier(model, x, y, settings, progress=False)
-    return {
+    out: dict[str, Any] = {
         k: float(v)
         for k, v in r["measures"].items()
         if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "accuracy"
-    }  # accuracy: of the whole split, measured by the caller
+    }
+    out["per_image"] = {
+        k: [v if math.isfinite(v) else None for v in values]
+        for k, values in r["per_image"].items()
+        if k != "accuracy" and measure_of(k).reduce == "mean"
+    }
+    return out
 
 
 def score_heldout(model: Any, job: Job, plan: Plan) -> dict[str, Any]:
@@ -306,6 +317,7 @@ def evaluate_test(job: Job, plan: Plan, out: str) -> dict[str, Any]:
         )  # fmt: skip
     out.update(_measures(model, x[keep], y[keep], settings))
     out["n_images"] = len(keep)
+    out["indices"] = keep.tolist()  # test-split index of each per-image value
     out["retrain_cpu_s"] = retrain_cpu_s
     return out
 

@@ -107,7 +107,7 @@ def column_cells(results: dict[str, Any]) -> dict[tuple[str, str], dict[tuple[st
     """(group, key) -> (method, seed) -> the value of each column's cell before the mean over
     seeds: the mean over the images every chosen method and seed measured (`shared`), where
     the results hold per-image values, else each one's own mean; with the count of those
-    images under (`"images"`, 0) (-1: each model's own images)."""
+    images under (`"images"`, 0) (-1: each model's own images; -2: no result)."""
     evals = _evals(results)
     names = [n for n in results["names"] if n in results["chosen"]]
     out: dict[tuple[str, str], dict[tuple[str, int], float]] = {}
@@ -116,7 +116,7 @@ def column_cells(results: dict[str, Any]) -> dict[tuple[str, str], dict[tuple[st
         found = None if key.rsplit("/", 1)[-1] in OWN_IMAGES else shared(list(cells.values()), key)
         if found is None:
             column = {ms: t.get(key, math.nan) for ms, t in cells.items()}
-            column[("images", 0)] = -1
+            column[("images", 0)] = -1 if cells else -2
         else:
             column = dict(zip(cells, found[0], strict=True))
             column[("images", 0)] = found[1]
@@ -291,7 +291,7 @@ def _table_lines(results: dict[str, Any]) -> list[str]:
     lines.append(
         "| images (every model) | | "
         + " | ".join(
-            "all" if k == "accuracy" else "own" if n < 0 else str(n)
+            "-" if n == -2 else "all" if k == "accuracy" else "own" if n < 0 else str(n)
             for (_, k, _, _), n in zip(cols, n_images, strict=True)
         )
         + " | | | | |"

@@ -126,7 +126,10 @@ def grad_cam(
         cam = (weights * activation).sum(dim=1, keepdim=True)
         if relu:
             cam = clamp_positive(cam)
-        cam = F.interpolate(cam, size=x.shape[-2:], mode="bilinear", align_corners=False)
+        if cam.shape[-2:] == (1, 1):  # bilinear upsampling of one value, without its rounding
+            cam = cam.expand(-1, -1, *x.shape[-2:])
+        else:
+            cam = F.interpolate(cam, size=x.shape[-2:], mode="bilinear", align_corners=False)
     return cam if create_graph else cam.detach()
 
 

@@ -52,9 +52,7 @@ def captum(model: nn.Module, x: torch.Tensor, t: torch.Tensor, base: torch.Tenso
     torch.use_deterministic_algorithms(False)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return DeepLift(model).attribute(
-            x, baselines=base, target=t, return_convergence_delta=True
-        )
+        return DeepLift(model).attribute(x, baselines=base, target=t, return_convergence_delta=True)
 
 
 def compare(model: nn.Module, x: torch.Tensor, base: torch.Tensor) -> dict[str, float]:

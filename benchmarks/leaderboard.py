@@ -6,12 +6,15 @@ size (GRID_SIZE settings, fixed in the table before the run) and the same select
 docstring, `choose`). The chosen setting of each method is trained on the whole pool with three
 seeds (fine-tunes from the natural model of the same seed) and evaluated on the test split:
 accuracy on all 1,000 images, and on the first `Plan.test_images` correctly classified ones the
-top-k attack (RAR: attack k 200, reported k 100, L_inf 0.3) of `Plan.test_steps` steps and
-random signs of the same budget, aimed in turn at saliency, integrated gradients
-(`Plan.ig_steps` points), Grad-CAM, LRP and DeepLIFT; the fidelity estimate, faithfulness
-correlation and Lipschitz estimate of saliency and IG. Natural and the three methods with the
-best CV robustness then get the full RAR preset (100 steps of 0.01, 3 restarts) on
-`Plan.rar_images` correctly classified test images (seed 0).
+top-k attack (RAR: attack k 200, reported k 100, L_inf 0.3) of `Plan.test_steps` steps, every
+candidate direction run and the worst kept per image, and noise at the budget (x + 0.3 * random
+signs, the worst of 10 draws), aimed in turn at saliency, integrated gradients (`Plan.ig_steps`
+points), Grad-CAM (with the fidelity of its maps beside), LRP and DeepLIFT, each with its share of
+blank clean maps; the fidelity estimate, faithfulness correlation and Lipschitz estimate of
+saliency and IG. Every column of the report compares the models on the test images all of them
+measured (each job records its per-image values and their test indices). Natural and the three
+methods with the best CV robustness then get the full RAR preset (100 steps of 0.01, 3
+restarts) on `Plan.rar_images` correctly classified test images (seed 0).
 
 Jobs run most important first (CV, seed-0 fits and saliency, the other seeds, the other
 explainers' attacks, the full preset, faithfulness), so a run stopped by --budget-min leaves

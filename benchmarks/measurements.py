@@ -185,7 +185,9 @@ def layer_table(model: Any, x: Any, y: Any) -> dict[str, Any]:
         blank = int((flat.amax(1) == flat.amin(1)).sum())
         out[layer] = {"fidelity": fidelity_of(model, x, y, cam), "blank": blank}
     signed = importance_map(grad_cam(model, x, y, layer=default, relu=False))
-    out["signed"] = {"fidelity": fidelity_of(model, x, y, signed), "blank": 0}
+    flat = signed.flatten(1)
+    blank = int((flat.amax(1) == flat.amin(1)).sum())
+    out["signed"] = {"fidelity": fidelity_of(model, x, y, signed), "blank": blank}
     noise_map = torch.rand(x.shape[0], *x.shape[-2:], generator=torch.Generator().manual_seed(0))
     out["random map"] = {"fidelity": fidelity_of(model, x, y, noise_map)}
     out["saliency"] = {"fidelity": fidelity_of(model, x, y, importance_map(saliency(model, x, y)))}

@@ -146,7 +146,7 @@ def summary_table(results: Mapping[str, Mapping[str, Any]]) -> str:
             fmt.format(r[field]) if r.get(field) is not None else "-" for r in results.values()
         ]
         if any(c != "-" for c in cells):
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+            lines.append(f"| {label} | " + " | ".join(cells) + " |" + (" |" if several else ""))
     return "\n".join(lines)
 
 

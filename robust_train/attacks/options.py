@@ -73,8 +73,8 @@ class AttackOptions:
         noise_draws: draws R of the "random_sign" baseline, x + epsilon * s with s uniform
             random signs, clipped to [0, 1]; the worst (lowest top-k intersection) label-keeping
             draw is kept. The worst of R is a low quantile of the noise's effect, so it keeps
-            falling slowly as R grows; R = 10 costs 10 maps per image (no gradient: a fraction of
-            one gradient attack step each) and is the default.
+            falling, ever more slowly, as R grows; the default R = 10 costs ten maps per image and
+            no gradient (benchmarks/MEASUREMENTS.md: how much lower R = 20 gets, at twice that).
         direction: where gradient attacks take their direction (`robust_train.attacks.
             _directions`): "all" (default) runs every candidate direction of the explainer and
             keeps, per image, the worst result (costs one attack per candidate: 1 for the

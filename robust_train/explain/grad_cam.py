@@ -57,8 +57,13 @@ def grad_cam(
     its ReLU). The last convolution's own output, before its activation, is a poor default:
     the weighted sum of pre-activations is often negative everywhere, so the map after the
     ReLU is blank, and where it is not its fidelity (`fidelity_estimate`) can be that of a
-    random map. A layer whose output is 1 x 1 (ResNet-18's last block below 64 px) gives a
-    constant map: a warning says so. The activation is taken by a forward hook that hands the
+    random map. Common practice is not every model's most faithful layer: where the head is a
+    linear layer over the spatial map rather than a global pool (SmallCNN), the weighted sum of
+    rectified activations is often negative everywhere, so many maps are blank; the evaluation
+    prints Grad-CAM's fidelity and share of blank maps beside its attacks, so read them and pass
+    `layer` where they are poor (benchmarks/MEASUREMENTS.md measures the shipped models). A
+    layer whose output is 1 x 1 (ResNet-18's last block below 64 px) gives a constant map: a
+    warning says so. The activation is taken by a forward hook that hands the
     rest of the model a clone, so a downstream in-place ReLU does not overwrite it; the hook is
     removed before returning. The layer must be called exactly once per forward.
 

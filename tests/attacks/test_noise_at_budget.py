@@ -56,16 +56,15 @@ def test_equals_the_slow_reference_image_by_image(trained_digits, explainer) -> 
     x, y = x[keep], y[keep]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a blank Grad-CAM map is unmeasured
-        res = fragility_attack(
-            model, x, y, explainer=explainer, objective="random_sign", epsilon=0.3,
-            noise_draws=6, k=8, seed=3,
-        )  # fmt: skip
-    ref = reference_noise(model, get_explainer(explainer), x, y, epsilon=0.3, draws=6, seed=3, k=8)
+        res = fragility_attack(  # the default noise_draws: 10
+            model, x, y, explainer=explainer, objective="random_sign", epsilon=0.3, k=8, seed=3
+        )
+    ref = reference_noise(model, get_explainer(explainer), x, y, epsilon=0.3, draws=10, seed=3, k=8)
     measured = res.measured
     assert int(measured.sum()) >= 8
     torch.testing.assert_close(res.topk_intersection[measured], ref[measured], atol=1e-6, rtol=0)
     assert bool(res.label_kept.all())
-    assert (res.n_restarts, res.n_steps, res.step_size) == (6, 1, 0.3)
+    assert (res.n_restarts, res.n_steps, res.step_size) == (10, 1, 0.3)
 
 
 def test_every_pixel_moves_by_the_budget_unless_the_image_range_clips_it(trained_digits) -> None:

@@ -14,7 +14,7 @@ import torchvision
 from torch import nn
 
 from robust_train.explain import grad_cam, importance_map
-from robust_train.explain._layers import default_layer
+from robust_train.explain._layers import find_layer
 from robust_train.metrics.functional import fidelity_curves, fidelity_estimate
 from robust_train.models import MNISTConvNet, ResNet18CIFAR, SmallCNN, TorchvisionClassifier
 
@@ -29,6 +29,11 @@ class _FunctionalReLU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+
+def default_layer(model: nn.Module) -> str:
+    """The layer Grad-CAM takes when `layer` is None."""
+    return find_layer(model, None)[0]
 
 
 def _on_meta(build):

@@ -11,6 +11,7 @@ one's completeness gap |sum of attributions - (f_t(x) - f_t(x0))| (Captum's
 
 from __future__ import annotations
 
+import argparse
 import json
 import warnings
 from collections.abc import Callable
@@ -57,7 +58,7 @@ def captum(model: nn.Module, x: torch.Tensor, t: torch.Tensor, base: torch.Tenso
 
 def compare(model: nn.Module, x: torch.Tensor, base: torch.Tensor) -> dict[str, float]:
     t = model(x).argmax(1)
-    ours = deeplift(model, x, t, baseline=base)
+    ours = deeplift(model, x, t, baseline=base).detach()
     ref, delta = captum(model, x, t, base)
     gap = (model(x) - model(base)).gather(1, t[:, None]).squeeze(1).detach()
     own = (ours.sum(dim=(1, 2, 3)) - gap).abs()
@@ -70,7 +71,8 @@ def compare(model: nn.Module, x: torch.Tensor, base: torch.Tensor) -> dict[str, 
     }
 
 
-def main() -> dict[str, Any]:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0]).parse_args(argv)
     torch.set_num_threads(1)
     out: dict[str, Any] = {}
     for name, build in LAYOUTS.items():

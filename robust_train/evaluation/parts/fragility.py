@@ -96,14 +96,18 @@ class FragilityPart(EvaluationPart):
         for explainer, attacks in self._by_explainer():
             name = explainer_name(explainer)
             keys += [attack_key(name, a, m) for a in attacks for m in _measures(a)]
-            keys += [part_key("fragility", name, m) for m in _map_measures(explainer)]
+            keys += [part_key("fragility", name, m) for m in self.map_measures(explainer)]
         return tuple(keys)
 
+    def map_measures(self, explainer: object) -> tuple[str, ...]:
+        """Measures of the explainer's clean maps reported beside its attacks."""
+        return _map_measures(explainer)
+
     def _by_explainer(self) -> list[tuple[object, list[str]]]:
-        """Each attacked explainer with its objectives, in the settings' order."""
+        """Each attacked explainer with its objectives, in the order of `pairs`."""
         pairs = self.pairs()
-        grouped = [(e, [a for f, a in pairs if f is e]) for e in self.settings.explainers]
-        return [(e, attacks) for e, attacks in grouped if attacks]
+        explainers = list(dict.fromkeys(e for e, _ in pairs))
+        return [(e, [a for f, a in pairs if f is e]) for e in explainers]
 
     def run(
         self, model: nn.Module, inputs: Tensor, labels: Tensor, predictions: Tensor
@@ -127,7 +131,7 @@ class FragilityPart(EvaluationPart):
                     out.examples[attack_key(name, attack, "examples")] = _examples(
                         name, attack, s.epsilon, x, result
                     )
-            for measure in _map_measures(explainer):
+            for measure in self.map_measures(explainer):
                 full = torch.full(attacked.shape, float("nan"), device=attacked.device)
                 if clean is not None:
                     full[attacked] = self._map_value(measure, model, x, y, clean).to(full.device)

@@ -303,6 +303,21 @@ def _banner_lines(results: dict[str, Any]) -> list[str]:
     ]
 
 
+def _reference_and_count_rows(results: dict[str, Any], cols: list[Any]) -> list[str]:
+    """The "map = input" reference row and the row of each column's common-image count."""
+    counts = column_cells(results)
+    n_images = [counts[(g, k)][("images", 0)] for g, k, _, _ in cols]
+    return [
+        "| map = input (reference) | - | " + " | ".join(reference_cells(results)) + " | | | | |",
+        "| images (every model) | | "
+        + " | ".join(
+            "-" if n == -2 else "all" if k == "accuracy" else "own" if n < 0 else str(n)
+            for (_, k, _, _), n in zip(cols, n_images, strict=True)
+        )
+        + " | | | | |",
+    ]
+
+
 def _table_lines(results: dict[str, Any]) -> list[str]:
     cols = columns(results)
     n = len(results["plan"]["seeds"])
@@ -319,19 +334,7 @@ def _table_lines(results: dict[str, Any]) -> list[str]:
             + ("yes" if r["finite"] else "NO")
             + " |"
         )
-    lines.append(
-        "| map = input (reference) | - | " + " | ".join(reference_cells(results)) + " | | | | |"
-    )
-    counts = column_cells(results)
-    n_images = [counts[(g, k)][("images", 0)] for g, k, _, _ in cols]
-    lines.append(
-        "| images (every model) | | "
-        + " | ".join(
-            "-" if n == -2 else "all" if k == "accuracy" else "own" if n < 0 else str(n)
-            for (_, k, _, _), n in zip(cols, n_images, strict=True)
-        )
-        + " | | | | |"
-    )
+    lines += _reference_and_count_rows(results, cols)
     p = results["plan"]
     return lines + [
         "",
@@ -403,6 +406,36 @@ def _unmeasured_lines(results: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def _rar_model_rows(
+    rows: dict[str, Any], keys: list[tuple[str, str]], same: dict[str, Any]
+) -> list[str]:
+    """Per model: its row (means over the images every model measured) and the reference row
+    of "map = input" on its images."""
+    names, lines = list(rows), []
+
+    def value(i: int, key: str) -> float:
+        found = same[key]
+        return found[0][i] if found is not None else rows[names[i]].get(key, math.nan)
+
+    for i, name in enumerate(names):
+        vals = [
+            f"{value(i, f'attack/{e}/{a}/topk_intersection'):.3f} / "
+            f"{value(i, f'attack/{e}/{a}/kendall'):.3f}"
+            for e, a in keys
+        ]
+        r = rows[name]
+        lines.append(f"| {name} | {r['n_images']} | " + " | ".join(vals) + f" | {r['cpu_s']:.0f} |")
+        ref = [
+            f"{r.get(f'attack/{REFERENCE}/{a}/topk_intersection', math.nan):.3f} / "
+            f"{r.get(f'attack/{REFERENCE}/{a}/kendall', math.nan):.3f}"
+            for _, a in keys
+        ]
+        lines.append(
+            f"| map = input on {name}'s images (reference) | | " + " | ".join(ref) + " | |"
+        )
+    return lines
+
+
 def _rar_lines(results: dict[str, Any]) -> list[str]:
     rows = rar_rows(results)
     lines = [
@@ -427,33 +460,12 @@ def _rar_lines(results: dict[str, Any]) -> list[str]:
         + " | CPU s |",
         "|" + "---|" * (len(keys) + 3),
     ]
-    names = list(rows)
-    same: dict[str, tuple[list[float], int] | None] = {}
-    for e, a in keys:
-        for m in ("topk_intersection", "kendall"):
-            key = f"attack/{e}/{a}/{m}"
-            same[key] = shared([rows[n] for n in names], key)
-
-    def value(i: int, key: str) -> float:
-        found = same[key]
-        return found[0][i] if found is not None else rows[names[i]].get(key, math.nan)
-
-    for i, name in enumerate(names):
-        vals = [
-            f"{value(i, f'attack/{e}/{a}/topk_intersection'):.3f} / "
-            f"{value(i, f'attack/{e}/{a}/kendall'):.3f}"
-            for e, a in keys
-        ]
-        r = rows[name]
-        lines.append(f"| {name} | {r['n_images']} | " + " | ".join(vals) + f" | {r['cpu_s']:.0f} |")
-        ref = [
-            f"{r.get(f'attack/{REFERENCE}/{a}/topk_intersection', math.nan):.3f} / "
-            f"{r.get(f'attack/{REFERENCE}/{a}/kendall', math.nan):.3f}"
-            for _, a in keys
-        ]
-        lines.append(
-            f"| map = input on {name}'s images (reference) | | " + " | ".join(ref) + " | |"
-        )
+    same = {
+        f"attack/{e}/{a}/{m}": shared(list(rows.values()), f"attack/{e}/{a}/{m}")
+        for e, a in keys
+        for m in ("topk_intersection", "kendall")
+    }
+    lines += _rar_model_rows(rows, keys, same)
     counts = [same[f"attack/{e}/{a}/topk_intersection"] for e, a in keys]
     lines.append(
         "| images (every model) | | "

@@ -410,8 +410,9 @@ def check_model_and_data(module: Any, datamodule: Any) -> None:
     declared = getattr(module, "num_classes", None)
     if isinstance(classes, int) and isinstance(declared, int) and declared != classes:
         raise DataMismatchError(
-            f"`--model.num_classes` {declared} does not match the data "
-            f"({type(datamodule).__name__}), which has {classes} classes"
+            f"`--model.num_classes` {declared} does not match the data: the model "
+            f"({type(net).__name__}) has {declared} classes but the data "
+            f"({type(datamodule).__name__}) has {classes} classes"
         )
 
 

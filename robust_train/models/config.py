@@ -23,8 +23,11 @@ import importlib
 import importlib.metadata
 import importlib.util
 import inspect
+import json
 import os
+import site
 import sys
+import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar
@@ -66,8 +69,30 @@ class UntrustedClassPathError(ClassPathError):
 
 
 @functools.lru_cache(maxsize=1)
-def _installed_top_level() -> frozenset[str]:
-    return frozenset(importlib.metadata.packages_distributions())
+def _installed_top_level() -> dict[str, tuple[str, ...]]:
+    return {k: tuple(v) for k, v in importlib.metadata.packages_distributions().items()}
+
+
+def _install_roots(top: str) -> list[Path]:
+    """Where installed packages live: the site-packages folders of this interpreter (and those
+    on sys.path, such as a borrowed environment's), and the project folder of an editable install
+    of a distribution that provides `top`."""
+    folders = [*getattr(site, "getsitepackages", list)(), site.getusersitepackages(), *sys.path]
+    roots = {
+        Path(f).resolve()
+        for f in folders
+        if f and Path(f).name in ("site-packages", "dist-packages")
+    }
+    for name in _installed_top_level().get(top, ()):
+        try:
+            text = importlib.metadata.distribution(name).read_text("direct_url.json") or "{}"
+            info = json.loads(text)
+        except (importlib.metadata.PackageNotFoundError, ValueError, OSError):
+            continue
+        url = str(info.get("url", ""))
+        if (info.get("dir_info") or {}).get("editable") and url.startswith("file://"):
+            roots.add(Path(urllib.parse.unquote(urllib.parse.urlparse(url).path)).resolve())
+    return sorted(roots)
 
 
 def _locations(spec: Any) -> list[Path]:
@@ -78,7 +103,12 @@ def _locations(spec: Any) -> list[Path]:
 
 def check_recorded_import(class_path: str, what: str, opt_in: str = TRUST_CLASS_PATH) -> None:
     """Refuse, before importing anything, a recorded class path whose top-level module is not
-    imported yet and is not part of an installed distribution found outside the working folder.
+    imported yet and is not an installed distribution's, found where installed packages live
+    (site-packages, or the project folder of an editable install).
+
+    A module found anywhere else (the working folder, a folder on PYTHONPATH, a file named like an
+    installed package that shadows it) is refused, and so is a standard-library module that is
+    not imported yet: no model or data class lives there, and importing runs module code.
 
     Args:
         class_path: the dotted path, e.g. "evilmod.Net".
@@ -104,11 +134,13 @@ def check_recorded_import(class_path: str, what: str, opt_in: str = TRUST_CLASS_
         spec = None
     if spec is None:
         return  # the import fails as "cannot import" (ClassPathNotFound); nothing runs
-    cwd = Path.cwd().resolve()
     places = _locations(spec)
-    in_cwd = [p for p in places if p == cwd or cwd in p.parents]
-    if top in _installed_top_level() and not in_cwd:
-        return
+    if top in _installed_top_level():
+        roots = _install_roots(top)
+        if places and all(any(r in p.parents for r in roots) for p in places):
+            return
+    cwd = Path.cwd().resolve()
+    in_cwd = [p for p in places if p.parent == cwd or p == cwd / top]
     where = (
         f"in the working folder ({in_cwd[0]})"
         if in_cwd
@@ -308,7 +340,13 @@ def resolve_class(
         raise ClassPathError(f"class_path of {what} must be a dotted path, got {class_path!r}")
     if recorded:
         check_recorded_import(class_path, what, opt_in)
-        cls = _import(class_path, what)
+        try:
+            cls = _import(class_path, what)
+        except ClassPathNotFound as err:
+            raise ClassPathNotFound(
+                f"{err}; a module outside the installed packages is imported only if you trust "
+                f"it: {opt_in}"
+            ) from None
     else:
         cls = _import_user(class_path, what)
     if not (isinstance(cls, type) and issubclass(cls, base)):

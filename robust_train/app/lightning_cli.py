@@ -267,7 +267,9 @@ class RobustCLI(LightningCLI):
             folder = Path(resume["path"]).parent
             if folder.parent.resolve() == experiment_dir.resolve():
                 return folder  # resuming a run of this experiment: continue in its folder
-        if self.subcommand is None:  # built from Python (run=False): the caller runs the trainer
+        if self.subcommand is None or _child_rank():
+            # built from Python (run=False): the caller runs the trainer; a DDP rank > 0 gets
+            # rank 0's folder (ModelCheckpoint broadcasts it), so it claims none of its own
             return new_run_folder(experiment_dir)
         self._claim = claim_run_folder(experiment_dir)  # exclusive: concurrent fits differ
         return self._claim[0]
@@ -394,6 +396,12 @@ def _check_fits(resume: dict[str, Any], model: torch.nn.Module) -> None:
             f"checkpoint {resume['path']!r} does not fit the configured model "
             f"({name}): {details}; pass the config it was trained with"
         )
+
+
+def _child_rank() -> bool:
+    """A process that a distributed launcher started as rank > 0 (Lightning's DDP launcher sets
+    LOCAL_RANK for the processes it starts; torchrun sets RANK and LOCAL_RANK)."""
+    return any(os.environ.get(name, "0") not in ("", "0") for name in ("RANK", "LOCAL_RANK"))
 
 
 def check_model_and_data(module: Any, datamodule: Any) -> None:

@@ -249,6 +249,7 @@ def fit_state_dict(state: dict[str, Tensor], model: nn.Module, path: str) -> dic
         WeightsError: keys missing or unexpected, or shapes that differ; names the file.
 
     Example:
+        >>> import torch
         >>> net = nn.Sequential(nn.Linear(2, 3))
         >>> sd = {"model.0.weight": torch.ones(3, 2), "model.0.bias": torch.zeros(3)}
         >>> sorted(fit_state_dict(sd, net, "net.pt"))

@@ -2,13 +2,14 @@
 
 `write_report({"baseline": r1, "robust": r2}, "runs/demo")` writes report.md, results.json and
 plots: MIF/LIF fidelity curves, example maps before/after the top-k attack, and (when training
-histories are given) robustness per epoch. Every row is a key of the engine's key scheme; its
-label, unit and direction come from its `Measure` (`robust_train.evaluation.measures`).
+histories are given) robustness per epoch. Every file is written whole (a temporary file renamed
+over the name) and never through a symlink (`robust_train.core.files`). Every row is a key of the
+engine's key scheme; its label, unit and direction come from its `Measure`
+(`robust_train.evaluation.measures`).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -16,12 +17,14 @@ from typing import Any
 
 import matplotlib
 
+from robust_train.core.files import write_json, write_text, write_with
 from robust_train.evaluation.measures import MEASURES, Measure, key_measure
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 __all__ = [
+    "REPORT_FILES",
     "how_to_read",
     "same_images",
     "plot_examples",
@@ -36,6 +39,8 @@ QUIET_WHEN_ZERO = ("n_unmeasured",)
 # Rows that describe each model's own images (a share of its blank maps is 0 on the images
 # every model could measure, by construction).
 OWN_IMAGES = ("blank_map",)
+PLOTS = ("robustness_per_epoch.png", "fidelity_curves.png", "attack_examples.png")
+REPORT_FILES = ("results.json", "report.md", *PLOTS)  # what `write_report` may write
 
 
 def _measures(result: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -292,11 +297,14 @@ def write_report(
     out_dir: str | Path,
     histories: Mapping[str, Mapping[str, list[tuple[int, float]]]] | None = None,
     title: str = "Robustness of explanations",
+    *,
+    overwrite: bool = True,
 ) -> Path:
-    """Write report.md, results.json and the PNG plots into `out_dir`; return the report path."""
+    """Write report.md, results.json and the PNG plots (`REPORT_FILES`) into `out_dir`; return
+    the report path. `overwrite=False` refuses files that exist; a symlink is always refused."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(to_json(results), indent=2))
+    flag = "--out"
+    write_json(out / "results.json", to_json(results), overwrite=overwrite, flag=flag)
     parts = [f"# {title}", "", summary_table(results), ""]
     if len(results) > 1:
         parts += [
@@ -309,13 +317,14 @@ def write_report(
     if settings:
         parts += ["Settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()), ""]
     parts += ["## How to read it", "", *how_to_read(row_keys(results)), ""]
-    for name, fn in (
-        ("robustness_per_epoch.png", lambda p: plot_history(histories or {}, p)),
-        ("fidelity_curves.png", lambda p: plot_fidelity(results, p)),
-        ("attack_examples.png", lambda p: plot_examples(results, p)),
-    ):
-        if fn(out / name) is not None:
+    plots: dict[str, Any] = {
+        PLOTS[0]: lambda p: plot_history(histories or {}, p),
+        PLOTS[1]: lambda p: plot_fidelity(results, p),
+        PLOTS[2]: lambda p: plot_examples(results, p),
+    }
+    for name, fn in plots.items():
+        if write_with(out / name, fn, overwrite=overwrite, flag=flag) is not None:
             parts += [f"![{name}]({name})", ""]
     path = out / "report.md"
-    path.write_text("\n".join(parts))
+    write_text(path, "\n".join(parts), overwrite=overwrite, flag=flag)
     return path

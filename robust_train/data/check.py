@@ -2,7 +2,9 @@
 
 `robust-train check-data --config CONFIG.yaml` runs `check_datamodule` on the config's data
 section; `ImageFolderDataModule(verify=True)` runs it when the fit sets up, and
-`skip_unreadable=True` drops what it finds (with a printed count) instead of refusing.
+`skip_unreadable=True` drops what it finds (with a printed count) instead of refusing. An image
+folder whose `train/` has a class folder without images is refused before any file is read
+(`robust_train.data.image_folder.EmptyClassFolderError`), by check-data as by `fit`.
 """
 
 from __future__ import annotations

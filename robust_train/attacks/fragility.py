@@ -98,7 +98,7 @@ def fragility_attack(
         label_kept, improved, measured, n_label_changes, top-k intersection, Spearman, Kendall,
         center shift).
 
-    Example:
+    Examples:
         >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 8), torch.nn.ReLU(),
         ...                             torch.nn.Linear(8, 3))
         >>> x = torch.rand(4, 1, 4, 4)

@@ -119,7 +119,7 @@ def add_trust_argument(parser: argparse.ArgumentParser) -> None:
 def check_input_file(path: str | Path, flag: str) -> Path:
     """`path` if it is a file; else FileNotFoundError / IsADirectoryError naming `flag`.
 
-    Example:
+    Examples:
         >>> check_input_file("/", "--ckpt")
         Traceback (most recent call last):
         ...
@@ -169,7 +169,7 @@ def recorded_datamodule(
     `download` is set to False, and every folder it names (`root`, `data_dir`, `*_dir`, ...)
     must exist here; otherwise a DataSettingsError says to pass `--data-config`.
 
-    Example:
+    Examples:
         >>> config = {"class_path": "robust_train.data.MNISTDataModule",
         ...           "init_args": {"data_dir": "/nowhere/at/all", "download": True}}
         >>> recorded_datamodule(config, "x.ckpt")

@@ -94,7 +94,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
 def help_text() -> str:
     """The top-level help: every command with its one-line description.
 
-    Example:
+    Examples:
         >>> all(name in help_text() for name in COMMANDS)
         True
     """
@@ -119,7 +119,7 @@ def help_text() -> str:
 def suggest(word: str) -> str:
     """'unknown command' message with the closest commands.
 
-    Example:
+    Examples:
         >>> suggest("exprot")
         "unknown command 'exprot'; did you mean 'export'?"
     """
@@ -141,7 +141,7 @@ def one_line(err: BaseException) -> str:
     Wrappers (jsonargparse's "Does not validate against any of the Union subtypes" and the like)
     span several lines; the error they wrap (say "`weight` must be >= 0, got -1.0") is one line.
 
-    Example:
+    Examples:
         >>> try:
         ...     try:
         ...         raise ValueError("`weight` must be >= 0, got -1.0")

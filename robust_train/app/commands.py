@@ -75,7 +75,7 @@ def settings_tag(settings: EvaluationSettings) -> str:
     """A folder name for a set of settings: "default", the protocol's name, or
     "custom-<8 hex of the settings>".
 
-    Example:
+    Examples:
         >>> settings_tag(EvaluationSettings()), settings_tag(PROTOCOLS["rar"])
         ('default', 'rar')
         >>> settings_tag(EvaluationSettings(n_samples=10))[:7]
@@ -100,7 +100,7 @@ def checkpoint_folder(ckpt: str | Path, root: str | Path) -> Path:
     """`root/<checkpoint path without suffix>`, relative to the working directory (a leading
     `checkpoints/` dropped; symlinks such as `latest` resolved).
 
-    Example:
+    Examples:
         >>> checkpoint_folder("checkpoints/digits/version_0/best.ckpt", "runs/x").as_posix()
         'runs/x/digits/version_0/best'
     """
@@ -121,7 +121,7 @@ def default_out(
     """`root/<checkpoint path without suffix>/<settings_tag>`, so two checkpoints, or two sets of
     settings, never share it.
 
-    Example:
+    Examples:
         >>> default_out("checkpoints/digits/version_0/best.ckpt").as_posix()
         'runs/eval/digits/version_0/best/default'
     """

@@ -84,7 +84,7 @@ class RobustTrainer(Trainer):
     the command line `1` is one batch and `1.0` the whole split, as Lightning means them.
     (Trainer annotates them `float | int`, so the parser would read `1` as `1.0`: all batches.)
 
-    Example:
+    Examples:
         >>> RobustTrainer(limit_train_batches=1, logger=False).limit_train_batches
         1
     """
@@ -111,7 +111,7 @@ def check_run_name(name: Any, flag: str = "--experiment") -> str:
     """`name` if it is a plain run name: one folder name (no path separator, not "." or "..",
     not absolute, not empty), so the run folder stays under `--checkpoint_root`.
 
-    Example:
+    Examples:
         >>> check_run_name("digits_baseline")
         'digits_baseline'
         >>> check_run_name("../../x")
@@ -477,7 +477,7 @@ def _is_default_logger(logger: Any) -> bool:
 def lightning_main(args: Sequence[str] | None = None, run: bool = True) -> RobustCLI:
     """Run (or, with run=False, only build) the LightningCLI for RobustClassifier.
 
-    Example:
+    Examples:
         >>> sorted(RobustCLI.subcommands())
         ['fit', 'predict', 'test', 'validate']
     """

@@ -105,7 +105,7 @@ def resolve_module_class(class_path: object, where: str) -> type[nn.Module]:
     """The nn.Module subclass `class_path` names, imported but not instantiated (a class path the
     user gave: its module may be in the working folder).
 
-    Example:
+    Examples:
         >>> resolve_module_class("torch.nn.Linear", "`--model`").__name__
         'Linear'
     """
@@ -248,7 +248,7 @@ def fit_state_dict(state: dict[str, Tensor], model: nn.Module, path: str) -> dic
     Raises:
         WeightsError: keys missing or unexpected, or shapes that differ; names the file.
 
-    Example:
+    Examples:
         >>> import torch
         >>> net = nn.Sequential(nn.Linear(2, 3))
         >>> sd = {"model.0.weight": torch.ones(3, 2), "model.0.bias": torch.zeros(3)}

@@ -50,7 +50,7 @@ def _measures(result: Mapping[str, Any]) -> Mapping[str, Any]:
 def row_keys(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Every key of the results, in the order the first result holding it lists them.
 
-    Example:
+    Examples:
         >>> row_keys({"a": {"measures": {"accuracy": 1}}, "b": {"measures": {"x/y/lipschitz": 1}}})
         ['accuracy', 'x/y/lipschitz']
     """
@@ -75,7 +75,7 @@ def same_images(
     all of them), and how many those are; None when the results cannot be lined up (one model,
     no `per_image` values, images that differ by `images_digest`) or `key` is a count.
 
-    Example:
+    Examples:
         >>> a = {"per_image": {"x/y/kendall": [0.2, float("nan"), 0.6]}, "images_digest": "d"}
         >>> b = {"per_image": {"x/y/kendall": [0.4, 0.5, float("nan")]}, "images_digest": "d"}
         >>> same_images({"a": a, "b": b}, "x/y/kendall")
@@ -122,7 +122,7 @@ def summary_table(results: Mapping[str, Mapping[str, Any]]) -> str:
     out for all), and the last column says how many; otherwise each model's own mean (count
     "own"). Counts (`n_attacked`, `n_unmeasured`) and the blank-map share are each model's own.
 
-    Example:
+    Examples:
         >>> print(summary_table({"a": {"measures": {"accuracy": 0.5}}}).splitlines()[2])
         | `accuracy` ↑ | 0.500 |
     """
@@ -158,7 +158,7 @@ def summary_table(results: Mapping[str, Mapping[str, Any]]) -> str:
 def how_to_read(keys: Iterable[str]) -> list[str]:
     """One markdown bullet per measure among `keys`: its label, direction and meaning.
 
-    Example:
+    Examples:
         >>> how_to_read(["attack/saliency/topk/center_shift"])[0][:40]
         '- **center shift** (`center_shift`, px, '
     """
@@ -272,7 +272,7 @@ def plot_history(
 def to_json(results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Drop the private (tensor) entries and turn NaN into None, so results are valid JSON.
 
-    Example:
+    Examples:
         >>> to_json({"m": {"measures": {"a": float("nan")}, "_examples": {}}})
         {'m': {'measures': {'a': None}}}
     """

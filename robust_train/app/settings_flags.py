@@ -68,7 +68,7 @@ def _kind(annotation: object) -> tuple[type, bool]:
 def setting_flags() -> dict[str, tuple[type, bool]]:
     """Field name -> (type, is a tuple) of every evaluation setting that is a flag.
 
-    Example:
+    Examples:
         >>> setting_flags()["explainers"], setting_flags()["n_steps"]
         ((<class 'str'>, True), (<class 'int'>, False))
     """
@@ -129,7 +129,7 @@ def flags_in_errors(flags: Mapping[str, str]) -> Iterator[None]:
     (`` `n_samples` ``) replaced by its flag (`` `--n-samples` ``): on the command line errors name
     the flags the user typed.
 
-    Example:
+    Examples:
         >>> try:
         ...     with flags_in_errors({"n_samples": "--n-samples"}):
         ...         raise ValueError("`n_samples` must be > 0, got 0")
@@ -160,7 +160,7 @@ def settings_from(args: argparse.Namespace) -> EvaluationSettings:
     """The preset of `--protocol` (or the defaults) with the flags given on top, checked now
     (an error names the setting and the value).
 
-    Example:
+    Examples:
         >>> parser = CommandParser()
         >>> add_settings_arguments(parser)
         >>> s = settings_from(parser.parse_args(["--protocol", "rar", "--n-samples", "10"]))

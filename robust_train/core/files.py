@@ -59,7 +59,7 @@ def check_output_folder(folder: str | os.PathLike[str], flag: str | None = None)
     """Refuse an output folder that is a file, sits below a file, or cannot be written to; the
     folder itself need not exist (it is created when the first file is written).
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> root = Path(tempfile.mkdtemp())
         >>> check_output_folder(root / "new" / "out") == root / "new" / "out"
@@ -93,7 +93,7 @@ def check_output(
     """Refuse a destination file that is a symlink (always), a folder, or exists (unless
     `overwrite`); its folder is checked with `check_output_folder`.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> root = Path(tempfile.mkdtemp())
         >>> check_output(root / "a.json").name
@@ -126,7 +126,7 @@ def _exists(path: Path, flag: str | None) -> OutputError:
 def partial_files(path: str | os.PathLike[str]) -> list[Path]:
     """The temporary files writes of `path` left beside it (a write killed mid-way).
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> partial_files(Path(tempfile.mkdtemp()) / "results.json")
         []
@@ -200,7 +200,7 @@ def write_with(
     Raises:
         OutputError: see `check_output`; nothing was written.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> dst = Path(tempfile.mkdtemp()) / "x.txt"
         >>> _ = write_with(dst, lambda tmp: tmp.write_text("hi"))
@@ -255,7 +255,7 @@ def write_text(
 ) -> Path:
     """`write_with` for text (UTF-8).
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> dst = Path(tempfile.mkdtemp()) / "summary.md"
         >>> _ = write_text(dst, "# one")

@@ -30,7 +30,7 @@ _FILTER = _DropNoise()
 def quiet_lightning() -> None:
     """Install the filters (idempotent).
 
-    Example:
+    Examples:
         >>> quiet_lightning(); quiet_lightning()
         >>> sum(isinstance(f, _DropNoise) for f in logging.getLogger("pytorch_lightning").filters)
         1

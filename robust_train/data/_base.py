@@ -146,7 +146,7 @@ def dataset_targets(dataset: Any) -> Tensor | None:
     ImageTensorDataset and torchvision's ImageFolder, the label tensor of a TensorDataset, through
     `Subset`s (such as `random_split`'s); None when the dataset does not hold them apart.
 
-    Example:
+    Examples:
         >>> from torch.utils.data import Subset, TensorDataset
         >>> data = TensorDataset(torch.zeros(4, 1, 2, 2), torch.tensor([3, 1, 2, 0]))
         >>> dataset_targets(Subset(data, [2, 0])).tolist()
@@ -171,7 +171,7 @@ def stratified_order(targets: Tensor, seed: int = 0) -> Tensor:
     Each class's items are shuffled with `seed`; the r-th item of a class of size m is placed at
     the fraction (r + 1/2) / m, and the items are sorted by it (classes interleave evenly).
 
-    Example:
+    Examples:
         >>> targets = torch.tensor([0] * 6 + [1] * 3 + [2] * 3)
         >>> order = stratified_order(targets)
         >>> torch.bincount(targets[order[:4]], minlength=3).tolist()

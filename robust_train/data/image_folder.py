@@ -98,7 +98,7 @@ class ImageFolderDataModule(ImageDataModule):
         skip_unreadable: read every image at setup and leave out those that cannot be read,
             printing how many (and the first) on stderr; the split runs over the rest.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> from PIL import Image
         >>> root = Path(tempfile.mkdtemp())

@@ -196,7 +196,7 @@ class EvaluationSettings(AttackOptions):
     def resolved(self, height: int, width: int) -> EvaluationSettings:  # type: ignore[override]
         """A copy with every None replaced by its size-dependent default, checked on the size.
 
-        Example:
+        Examples:
             >>> s = EvaluationSettings().resolved(28, 28)
             >>> s.epsilon, s.k, s.lipschitz_radius
             (0.1, 98, 0.1)

@@ -118,7 +118,7 @@ def check_recorded_import(class_path: str, what: str, opt_in: str = TRUST_CLASS_
     Raises:
         UntrustedClassPathError: one line naming the class path, where its module is and opt_in.
 
-    Example:
+    Examples:
         >>> check_recorded_import("torch.nn.Linear", "a test")  # imported already: allowed
         >>> check_recorded_import("antigravity.Fly", "a test")
         Traceback (most recent call last):
@@ -160,7 +160,7 @@ class RecordsConfig:
     of the outermost `__init__` call. `skip_pretrained_args` lists init args that `build_model(...,
     skip_pretrained=True)` overrides, for models whose constructor would otherwise fetch weights.
 
-    Example:
+    Examples:
         >>> class Tiny(RecordsConfig, nn.Module):
         ...     def __init__(self, width: int = 4):
         ...         super().__init__()
@@ -246,7 +246,7 @@ def model_config(model: nn.Module) -> dict[str, Any]:
         model: an instance of a class using `RecordsConfig` (every model in `robust_train.models`;
             a `softplus` copy keeps its original's config).
 
-    Example:
+    Examples:
         >>> from robust_train.models import SmallCNN
         >>> cfg = model_config(SmallCNN(width=8))
         >>> cfg["class_path"], cfg["init_args"]["width"]
@@ -328,7 +328,7 @@ def resolve_class(
             (ClassPathNotFound) cannot be imported, or (UntrustedClassPathError) a recorded path
             whose module is outside the installed packages; one line naming the path and `what`.
 
-    Example:
+    Examples:
         >>> resolve_class("torch.nn.Linear", nn.Module, "a test").__name__
         'Linear'
         >>> resolve_class("subprocess.Popen", nn.Module, "a test")
@@ -365,7 +365,7 @@ def record_config(model: Any, spec: Any) -> bool:
     names another class, or when the init_args are not plain values (nested class specs
     included).
 
-    Example:
+    Examples:
         >>> net = nn.Linear(2, 3)
         >>> record_config(net, {"class_path": "torch.nn.Linear",
         ...                     "init_args": {"in_features": 2, "out_features": 3}})
@@ -418,7 +418,7 @@ def build_model(
         recorded: the config was read from a file the user was handed (see `resolve_class`).
         opt_in: how a refusal of a recorded class path tells the user to opt in.
 
-    Example:
+    Examples:
         >>> net = build_model(
         ...     {"class_path": "robust_train.models.SmallCNN", "init_args": {"width": 8}}
         ... )

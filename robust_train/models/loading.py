@@ -123,7 +123,7 @@ def read_checkpoint(
             `trusted` is False; one line naming the file, what it holds and `opt_in`.
         CheckpointError: the file is corrupt or not a torch file.
 
-    Example:
+    Examples:
         >>> import fractions, tempfile, os
         >>> file = os.path.join(tempfile.mkdtemp(), "x.ckpt")
         >>> torch.save({"w": torch.ones(1), "ratio": fractions.Fraction(1, 3)}, file)
@@ -157,7 +157,7 @@ def checkpoint_safe(value: Any) -> Any:
     lists, tuples and str-keyed dicts of them; paths become strings, namespaces and dataclasses
     dicts, anything else its repr (descriptions, not objects).
 
-    Example:
+    Examples:
         >>> from pathlib import Path
         >>> checkpoint_safe({"root": Path("/data"), "fn": len, "sizes": (1, 2)})
         {'root': '/data', 'fn': '<built-in function len>', 'sizes': (1, 2)}
@@ -219,7 +219,7 @@ def load_classifier(
             `trusted` is False (UntrustedCheckpointError), or its state dict does not fit the
             model; names the missing/unexpected keys.
 
-    Example:
+    Examples:
         >>> import tempfile, os
         >>> from robust_train.models import SmallCNN
         >>> net = SmallCNN(width=8)

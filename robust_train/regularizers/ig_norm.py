@@ -100,7 +100,7 @@ def ig_norm(
         **options: `IGOptions` (epsilon, step_size, n_steps, random_start, n_attack_points,
             n_points).
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.Softplus(), nn.Linear(8, 3))
         >>> x, y = torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 2, 0])
         >>> v = ig_norm(net, x, y, n_steps=2, n_attack_points=2, n_points=4)
@@ -124,7 +124,7 @@ def ig_sum_norm(
 
     Options as in `ig_norm`, plus `beta` (`IGSumOptions`).
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(16, 3))
         >>> x, y = torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 2, 0])
         >>> ig_sum_norm(net, x, y, n_steps=1, n_attack_points=2, n_points=2).shape
@@ -141,7 +141,7 @@ class IGNorm(PenaltyTerm):
 
     Defaults are RAR's MNIST settings (weight = lambda = 1). See `ig_norm`.
 
-    Example:
+    Examples:
         >>> IGNorm(n_steps=10)
         IGNorm(name='ig_norm', weight=1.0)
     """
@@ -170,7 +170,7 @@ class IGSumNorm(IGNorm):
     `replaces_task_loss` is True: RobustClassifier optimises weight * this value instead of the
     natural cross-entropy. Defaults are RAR's MNIST settings (beta 0.1). See `ig_sum_norm`.
 
-    Example:
+    Examples:
         >>> IGSumNorm(beta=0.1).replaces_task_loss
         True
     """

@@ -70,7 +70,7 @@ def _versions(experiment_dir: Path) -> list[int]:
 def new_run_folder(experiment_dir: str | os.PathLike[str]) -> Path:
     """The next free `version_<N>` folder under `experiment_dir` (not created).
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> root = Path(tempfile.mkdtemp())
         >>> new_run_folder(root).name
@@ -92,7 +92,7 @@ def claim_run_folder(experiment_dir: str | os.PathLike[str]) -> tuple[Path, list
     `os.mkdir` is exclusive: of several processes that try the same N at the same moment exactly
     one succeeds, the others go on to N+1, so each gets a folder of its own.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> root = Path(tempfile.mkdtemp())
         >>> folder, created = claim_run_folder(root / "exp")
@@ -123,7 +123,7 @@ def release_run_folder(folder: str | os.PathLike[str], created: Sequence[Path]) 
     """Remove a claimed run folder that holds no checkpoint (nothing, or only config.yaml), then
     the `created` folders above it that are empty; True if the run folder was removed.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> root = Path(tempfile.mkdtemp())
         >>> folder, created = claim_run_folder(root / "exp")
@@ -136,7 +136,7 @@ def release_run_folder(folder: str | os.PathLike[str], created: Sequence[Path]) 
 def latest_run_folder(experiment_dir: str | os.PathLike[str]) -> Path | None:
     """The run folder `latest` points to (else the highest version holding a checkpoint), or None.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> root = Path(tempfile.mkdtemp())
         >>> latest_run_folder(root) is None
@@ -180,7 +180,7 @@ class RunCheckpoint(ModelCheckpoint):
     `enable_version_counter=False` (each run has a folder of its own), all configurable as
     `--checkpoint.<name>`.
 
-    Example:
+    Examples:
         >>> callback = RunCheckpoint(monitor="val/acc", mode="max", save_last=True)
         >>> callback.save_last, callback.monitor
         (True, 'val/acc')
@@ -329,7 +329,7 @@ def rng_states(module: torch.nn.Module | None = None) -> dict[str, Any]:
     """Global RNG states and those of the module's own CPU generators, as tensors and plain
     Python values (so checkpoints still load with `torch.load(weights_only=True)`).
 
-    Example:
+    Examples:
         >>> state = rng_states()
         >>> a = torch.rand(1); set_rng_states(state); bool(torch.equal(a, torch.rand(1)))
         True

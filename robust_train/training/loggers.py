@@ -45,7 +45,7 @@ class SafeWandbLogger(WandbLogger):
         offline: None = offline unless the environment says WANDB_MODE=online.
         **kwargs: passed to WandbLogger / wandb.init.
 
-    Example:
+    Examples:
         >>> logger = SafeWandbLogger(save_dir="runs", name="demo")
         >>> logger.is_offline
         True
@@ -252,7 +252,7 @@ def record_evaluation(
         created: offline, the run's own folder must be found under `<save_dir>/wandb`; online,
         `save_dir` must exist. Otherwise a note says the numbers are in the results only.
 
-    Example:
+    Examples:
         >>> record_evaluation(None, {"accuracy": 0.9}) is None
         True
     """

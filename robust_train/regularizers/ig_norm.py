@@ -86,7 +86,7 @@ def warmed_up(options: IGOptions, step: int, warmup_steps: int) -> IGOptions:
     """The options of training step `step` (0-based) under a linear epsilon warm-up: epsilon and
     step_size times min(1, (step + 1) / warmup_steps); unchanged when `warmup_steps` is 0.
 
-    Example:
+    Examples:
         >>> o = warmed_up(IGOptions(epsilon=0.3, step_size=0.3), step=4, warmup_steps=10)
         >>> round(o.epsilon, 3), round(o.step_size, 3)
         (0.15, 0.15)

@@ -69,10 +69,12 @@ class FragilityResult:
         objective, epsilon, step_size, n_steps, n_restarts, k, measure_k: the attack settings used.
         norm: the threat model of `epsilon`: "linf" (the default) or "l2" (the ball intersected
             with [0, 1]).
-        surrogate_beta: softplus beta of the model surrogate that gave the direction, or None
-            when the model itself was used (no ReLU module, a map that is not piecewise
-            constant, or `surrogate_beta=None`). A map's own final ReLU (Grad-CAM's) is smoothed
-            at the attack's `surrogate_beta` either way (`smooth_map_clamps`).
+        surrogate_beta: softplus beta of the model surrogate, where a direction that was run
+            used it and met a ReLU call, else None (the model itself, or `surrogate_beta=None`).
+            A map's own final ReLU (Grad-CAM's) is smoothed at the attack's `surrogate_beta` in
+            every direction but "exact" (`smooth_map_clamps`).
+        directions: the attack directions run (`robust_train.attacks._directions`), each image
+            keeping its worst result over them; () for an objective that needs no gradient.
         explainer: name of the explainer.
     """
 
@@ -101,6 +103,7 @@ class FragilityResult:
     clean_region_mass: Tensor | None = None
     measured: Tensor | None = None
     norm: str = "linf"
+    directions: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return int(self.adversarial.shape[0])
@@ -121,7 +124,7 @@ class FragilityResult:
         (1.0 for a sample the attack could not move) and `improved` (1.0 where a label-keeping
         iterate beat the clean input). Every caller that averages attack results reads these.
 
-        Example:
+        Examples:
             >>> from robust_train.attacks import fragility_attack
             >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
             >>> res = fragility_attack(model, torch.rand(2, 1, 4, 4), torch.tensor([0, 1]),
@@ -146,7 +149,7 @@ class FragilityResult:
     def concatenate(cls, results: Sequence[FragilityResult]) -> FragilityResult:
         """Join the results of several batches attacked with the same settings.
 
-        Example:
+        Examples:
             >>> from robust_train.attacks import fragility_attack
             >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
             >>> parts = [fragility_attack(model, torch.rand(2, 1, 4, 4), torch.tensor([0, 1]),

@@ -36,7 +36,7 @@ def get_model(name: str, **kwargs: Any) -> nn.Module:
     classifier name
     (e.g. "resnet18", "vgg11", "densenet121": a `TorchvisionClassifier(name=name, **kwargs)`).
 
-    Example:
+    Examples:
         >>> type(get_model("small_cnn", width=8)).__name__
         'SmallCNN'
         >>> get_model("resnet18", num_classes=3).name

@@ -49,7 +49,7 @@ class SmallInputResNet(TorchvisionClassifier):
         weights, weights_path, load_weights, trust_weights_path, model_kwargs: as
             `TorchvisionClassifier`.
 
-    Example:
+    Examples:
         >>> import torch
         >>> net = SmallInputResNet("resnet18", num_classes=10, in_channels=1, stem="3x3_pool")
         >>> net(torch.rand(2, 1, 28, 28)).shape

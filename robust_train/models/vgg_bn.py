@@ -60,7 +60,7 @@ class VGGBN(RecordsConfig, nn.Module):
         mean, std: normalisation statistics (None: 0 and 1).
         dropout: dropout probability before the last layer.
 
-    Example:
+    Examples:
         >>> import torch
         >>> net = VGGBN(stages=((8,), (16, 16)), hidden=32)
         >>> net(torch.rand(2, 1, 28, 28)).shape

@@ -86,7 +86,7 @@ def warmed_up(options: IGOptions, step: int, warmup_steps: int) -> IGOptions:
     """The options of training step `step` (0-based) under a linear epsilon warm-up: epsilon and
     step_size times min(1, (step + 1) / warmup_steps); unchanged when `warmup_steps` is 0.
 
-    Example:
+    Examples:
         >>> o = warmed_up(IGOptions(epsilon=0.3, step_size=0.3), step=4, warmup_steps=10)
         >>> round(o.epsilon, 3), round(o.step_size, 3)
         (0.15, 0.15)
@@ -145,7 +145,7 @@ def ig_norm(
         **options: `IGOptions` (epsilon, step_size, n_steps, random_start, n_attack_points,
             n_points).
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.Softplus(), nn.Linear(8, 3))
         >>> x, y = torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 2, 0])
         >>> v = ig_norm(net, x, y, n_steps=2, n_attack_points=2, n_points=4)
@@ -169,7 +169,7 @@ def ig_sum_norm(
 
     Options as in `ig_norm`, plus `beta` (`IGSumOptions`).
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(16, 3))
         >>> x, y = torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 2, 0])
         >>> ig_sum_norm(net, x, y, n_steps=1, n_attack_points=2, n_points=2).shape
@@ -198,7 +198,7 @@ class IGNorm(PenaltyTerm):
             (a resumed fit warms up again).
         **options: `IGOptions` (IG-SUM-NORM: `IGSumOptions`).
 
-    Example:
+    Examples:
         >>> IGNorm(n_steps=10)
         IGNorm(name='ig_norm', weight=1.0)
         >>> IGNorm(epsilon_warmup_steps=100)
@@ -245,7 +245,7 @@ class IGSumNorm(IGNorm):
     `replaces_task_loss` is True: RobustClassifier optimises weight * this value instead of the
     natural cross-entropy. Defaults are RAR's MNIST settings (beta 0.1). See `ig_sum_norm`.
 
-    Example:
+    Examples:
         >>> IGSumNorm(beta=0.1).replaces_task_loss
         True
     """

@@ -28,6 +28,9 @@ class InputReferencePart(FragilityPart):
     def pairs(self) -> list[tuple[object, str]]:
         return [(REFERENCE, attack) for attack in self.settings.attacks]
 
+    def map_measures(self, explainer: object) -> tuple[str, ...]:
+        return ()  # the input is never blank, and its fidelity is not the model's
+
     def keys(self) -> tuple[str, ...]:
         return tuple(key for key in super().keys() if key != "n_attacked")
 

@@ -23,8 +23,8 @@ baseline):
 - fidelity: AUC_LIF - AUC_MIF of the clean maps (Brocki & Chung; mean fill, 10 steps);
 - blank: the share of clean maps with no positive pixel (NaN top-k sets: not measured);
 - random: the top-100 overlap of each clean map with the map of the same architecture with
-  randomised weights (independent randomisation, a fresh seeded initialisation; Adebayo et al.
-  2018), for saliency and Grad-CAM.
+  randomised weights (independent randomisation: every layer freshly initialised, seeds 0-2,
+  the mean of the three; Adebayo et al. 2018), for saliency and Grad-CAM.
 
 Every column is measured on the same images: the first --images that --reference (the natural
 model) classifies correctly; a model that misclassifies one of them gets NaN there. Writes
@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import time
 import warnings
 from pathlib import Path
@@ -171,10 +172,12 @@ def score_map(model: Any, x: Any, y: Any, name: str, args: argparse.Namespace) -
     r["noise"] = noise(model, x, y, explain, clean, args.noise_draws)
     r["fidelity"] = fidelity(model, x, y, clean)
     r["blank"] = (clean.flatten(1) > 0).sum(1).eq(0).float().tolist()
-    if name in ("saliency", "grad_cam"):
-        twin = randomised(model)
-        other = importance_map(explain(twin, x, y).detach())
-        r["random"] = topk_intersection(clean, other, ATTACK["measure_k"]).tolist()
+    if name in ("saliency", "grad_cam"):  # mean over three randomised twins
+        overlaps = [
+            topk_intersection(clean, importance_map(explain(twin, x, y).detach()), 100)
+            for twin in (randomised(model, seed) for seed in range(3))
+        ]
+        r["random"] = torch.stack(overlaps).mean(0).tolist()
     r["cpu_s"] = time.process_time() - start
     return r
 
@@ -238,7 +241,7 @@ def score(args: argparse.Namespace) -> None:
         print(tag, json.dumps({k: round(v, 3) for k, v in row["summary"].items()}), flush=True)
 
 
-def build_terms(specs: list[dict[str, Any]], weight: float) -> list[Any]:
+def build_terms(specs: list[dict[str, Any]], weight: float, seed: int = 0) -> list[Any]:
     """`explainer_recipes.build_terms`, with "explainer_options" bound to the term's explainer
     (`get_explainer(explainer, **explainer_options)`: Grad-CAM's layer)."""
     from robust_train.explain import get_explainer
@@ -249,25 +252,93 @@ def build_terms(specs: list[dict[str, Any]], weight: float) -> list[Any]:
         options = spec.pop("explainer_options", None)
         if options:
             bound[i] = get_explainer(spec["explainer"], **options)
+    for i, spec in enumerate(specs):
+        spec.setdefault("seed", i + 10 * seed)
     terms = er.build_terms(specs, weight)
     for i, explain in bound.items():
         terms[i].options = dataclasses.replace(terms[i].options, explainer=explain)
     return terms
 
 
+def tune(
+    terms: list[Any],
+    epochs: int,
+    softplus_beta: float | None,
+    seed: int = 0,
+    ckpt: Path | None = None,
+) -> tuple[Any, list[float], float]:
+    """Fine-tune the shipped natural model with `terms` (none: cross-entropy only) as
+    `explainer_recipes.fit` does (MNIST-5k train split, batch 64, Adam 2e-3, per-step cosine to
+    0), with `seed` for the batch order; (model in eval mode, CPU s of each epoch, of the fit)."""
+    import pytorch_lightning as pl
+
+    from benchmarks.bench_utils import quiet_trainer
+    from benchmarks.cheaper_robustness import EpochClock
+    from robust_train import RobustClassifier
+    from robust_train.data import MNIST5kDataModule
+    from robust_train.models import MNISTConvNet
+
+    pl.seed_everything(seed, workers=True, verbose=False)
+    steps = epochs * math.ceil(3500 / er.BATCH)
+    module = RobustClassifier(
+        MNISTConvNet(**er.MODEL),
+        terms,
+        optimizer=lambda p: torch.optim.Adam(p, lr=2e-3),
+        lr_scheduler=lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=steps),
+        lr_scheduler_interval="step",
+        init_checkpoint=str(er.BASELINE),
+        softplus_beta=softplus_beta,
+    )
+    clock = EpochClock()
+    trainer = quiet_trainer(max_epochs=epochs, callbacks=[clock])
+    start = time.process_time()
+    trainer.fit(module, datamodule=MNIST5kDataModule(batch_size=er.BATCH, seed=0))
+    seconds = time.process_time() - start
+    if ckpt is not None:
+        trainer.save_checkpoint(ckpt)
+    return module.model.eval(), clock.seconds, seconds
+
+
 def fit(args: argparse.Namespace) -> None:
     x, y = er.split("val")
     specs = json.loads(args.terms)
     for weight in args.weights:
-        ckpt = args.out / f"{args.tag}_w{weight:g}.ckpt"
-        terms = build_terms(specs, weight) if weight > 0 else []
-        model, seconds = er.fit(terms, args.epochs, 2e-3, ckpt, args.softplus_beta)
+        suffix = f"_s{args.seed}" if args.seed else ""
+        ckpt = args.out / f"{args.tag}_w{weight:g}{suffix}.ckpt"
+        terms = build_terms(specs, weight, args.seed) if weight > 0 else []
+        model, _, seconds = tune(terms, args.epochs, args.softplus_beta, args.seed, ckpt)
         row = {"tag": args.tag, "terms": specs, "weight": weight, "softplus_beta":
-               args.softplus_beta, "val_acc": er.accuracy(model, x, y), "fit_cpu_s": seconds,
-               "ckpt": str(ckpt)}  # fmt: skip
+               args.softplus_beta, "seed": args.seed, "val_acc": er.accuracy(model, x, y),
+               "fit_cpu_s": seconds, "ckpt": str(ckpt)}  # fmt: skip
         with open(args.out / "fits.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
         print(json.dumps(row), flush=True)
+
+
+def cost(args: argparse.Namespace) -> None:
+    """Epoch CPU time of each variant in natural epochs (a cross-entropy fine-tune of the same
+    model, run first and last in this process, is the unit), and the whole recipe's cost: the
+    shipped natural model's 6 epochs plus the fine-tune, over 6 natural epochs."""
+    rows = []
+    variants = [("natural", None)] + [tuple(v.split("=", 1)) for v in args.variant]
+    for name, spec in [*variants, ("natural", None)]:
+        v = json.loads(spec) if spec else {"terms": [], "weight": 0}
+        terms = build_terms(v["terms"], v["weight"], 0) if v["weight"] > 0 else []
+        _, epochs, _ = tune(terms, v.get("epochs", 2), v.get("softplus_beta"))
+        rows.append({"name": name, "epochs": epochs})
+        print(name, [round(e, 2) for e in epochs], flush=True)
+    unit = sum(sum(r["epochs"]) for r in rows if r["name"] == "natural") / (2 * 2)
+    lines = ["| variant | fine-tune CPU s | fine-tune cost (natural epochs) | recipe vs natural |",
+             "|---|---|---|---|"]  # fmt: skip
+    for r in rows[1:-1]:
+        ft = sum(r["epochs"]) / unit
+        lines.append(f"| {r['name']} | {sum(r['epochs']):.1f} | {ft:.2f} | {(6 + ft) / 6:.2f}x |")
+    lines.append(f"\nNatural epoch {unit:.2f} CPU s (natural runs: "
+                 + ", ".join(f"{sum(r['epochs']) / 2:.2f}" for r in rows if r["name"] == "natural")
+                 + ").")  # fmt: skip
+    text = "\n".join(lines)
+    print(text)
+    (args.out / "cost.md").open("a").write(text + "\n\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -279,6 +350,14 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--tag", required=True)
     f.add_argument("--epochs", type=int, default=2)
     f.add_argument("--softplus-beta", type=float, default=None)
+    f.add_argument("--seed", type=int, default=0)
+    c = sub.add_parser("cost")
+    c.add_argument(
+        "--variant",
+        nargs="+",
+        required=True,
+        help='name=\'{"terms": [...], "weight": W, "softplus_beta": B, "epochs": 2}\'',
+    )
     s = sub.add_parser("score")
     s.add_argument("--model", nargs="+", required=True, help="tag=path.ckpt ...")
     s.add_argument("--split", choices=("val", "test"), default="val")
@@ -294,12 +373,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     s.add_argument("--grad-cam-layer", default=GRAD_CAM_LAYER)
     s.add_argument("--reference", default=str(er.BASELINE), help="model choosing the images")
-    for p in (f, s):
+    for p in (f, s, c):
         p.add_argument("--out", type=Path, default=Path("runs/every_map"))
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
-    {"fit": fit, "score": score}[args.part](args)
+    {"fit": fit, "score": score, "cost": cost}[args.part](args)
     return 0
 
 

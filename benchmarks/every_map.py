@@ -16,8 +16,9 @@ baseline):
 - attack: the top-k attack of the leaderboard (L_inf 0.3, 50 sign steps of 0.015, attack k 200,
   reported k 100), run once with the direction on the model itself and once on the softplus_10
   surrogate (for saliency and IG `surrogate_beta` 10 and None; for the others the explainer as an
-  unregistered callable, whose direction the attack takes on the surrogate), keeping per image the
-  lower top-100 intersection of the two;
+  unregistered callable, whose direction the attack takes on the surrogate; for Grad-CAM also the
+  exact map's own direction, `surrogate_beta` None), keeping per image the lowest top-100
+  intersection;
 - noise: x + 0.3 * s, s uniform random signs, clipped to [0, 1], the worst (lowest top-100
   intersection) of --noise-draws label-keeping draws;
 - fidelity: AUC_LIF - AUC_MIF of the clean maps (Brocki & Chung; mean fill, 10 steps);
@@ -57,7 +58,7 @@ MAPS = ("saliency", "integrated_gradients", "grad_cam", "lrp", "deeplift")
 SHORT = {"saliency": "sal", "integrated_gradients": "ig", "grad_cam": "gc", "lrp": "lrp",
          "deeplift": "dl"}  # fmt: skip
 ATTACK = {"epsilon": 0.3, "step_size": 0.015, "n_steps": 50, "k": 200, "measure_k": 100}
-GRAD_CAM_LAYER = "features.4"  # the ReLU (or Softplus) after MNISTConvNet's last Conv2d
+GRAD_CAM_LAYER = "features.5"  # the pool after the activation of MNISTConvNet's last Conv2d
 PIECEWISE = ("saliency", "integrated_gradients")  # direction on the surrogate by default
 
 
@@ -116,6 +117,10 @@ def worst_attack(
         b, _ = _attack_once(model, x, y, bound, surrogate_beta=None)
     else:  # the model itself by default; the surrogate for an unregistered callable
         b, _ = _attack_once(model, x, y, Map(name, surrogate=True, **map_options(name, layer)))
+    if name == "grad_cam" and not one_direction:  # also the exact map's own direction
+        c, _ = _attack_once(model, x, y, bound, surrogate_beta=None)
+        b = torch.stack([b, c]).nan_to_num(torch.inf).min(0).values
+        b = torch.where(torch.isinf(b), torch.nan, b)
     both = torch.stack([a, b])
     worst = torch.where(torch.isnan(both), torch.inf, both).min(0).values
     worst = torch.where(torch.isinf(worst), torch.nan, worst)
@@ -241,22 +246,43 @@ def score(args: argparse.Namespace) -> None:
         print(tag, json.dumps({k: round(v, 3) for k, v in row["summary"].items()}), flush=True)
 
 
-def build_terms(specs: list[dict[str, Any]], weight: float, seed: int = 0) -> list[Any]:
-    """`explainer_recipes.build_terms`, with "explainer_options" bound to the term's explainer
-    (`get_explainer(explainer, **explainer_options)`: Grad-CAM's layer)."""
+def _bind_explainer(spec: dict[str, Any]) -> Any:
+    """A spec's "explainer_options" bound to its explainer (`get_explainer`), in place; the
+    nested terms of a composed penalty are built here (a term with a bound explainer)."""
     from robust_train.explain import get_explainer
+    from robust_train.regularizers import get_penalty
 
-    specs = [dict(s) for s in specs]
-    bound = {}
+    options = spec.pop("explainer_options", None)
+    if spec.get("penalty") == "composed":
+        spec["terms"] = [_bind_explainer(dict(t)) for t in spec["terms"]]
+        return spec
+    if not options:
+        return spec
+    name = spec.pop("penalty")
+    term = get_penalty(name, **{k: v for k, v in spec.items() if k != "explainer"})
+    term.options = dataclasses.replace(
+        term.options, explainer=get_explainer(spec["explainer"], **options)
+    )
+    return term
+
+
+def build_terms(specs: list[dict[str, Any]], weight: float, seed: int = 0) -> list[Any]:
+    """`explainer_recipes.build_terms`, with "explainer_options" bound to a term's explainer
+    (`get_explainer(explainer, **explainer_options)`: Grad-CAM's layer), nested terms of a
+    composed penalty included."""
+    terms = []
     for i, spec in enumerate(specs):
-        options = spec.pop("explainer_options", None)
-        if options:
-            bound[i] = get_explainer(spec["explainer"], **options)
-    for i, spec in enumerate(specs):
+        spec = dict(spec)
         spec.setdefault("seed", i + 10 * seed)
-    terms = er.build_terms(specs, weight)
-    for i, explain in bound.items():
-        terms[i].options = dataclasses.replace(terms[i].options, explainer=explain)
+        scale = float(spec.pop("scale", 1.0))
+        built = _bind_explainer(spec)
+        if isinstance(built, dict):
+            (term,) = er.build_terms([{**built, "scale": scale}], weight)
+            term.name = f"{built['penalty']}{i}"
+        else:
+            term = built
+            term.weight, term.name = weight * scale, f"{term.name}{i}"
+        terms.append(term)
     return terms
 
 

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint install clean checkpoints
+.PHONY: demo test test-fast lint docs install clean checkpoints
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,11 +16,16 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/robust-train demo
 
+# Both tiers use every core (pytest-xdist); each worker runs torch on one thread.
 test: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n auto --dist loadscope
 
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -m "not slow"
+	$(BIN)/pytest -q -n auto --dist loadscope -m "not slow"
+
+# The documentation site (mkdocs-material + mkdocstrings), warnings as errors, into site/.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(BIN)/mkdocs build --strict
 
 lint: $(STAMP)
 	$(BIN)/ruff check robust_train tests benchmarks
@@ -28,12 +33,17 @@ lint: $(STAMP)
 	$(BIN)/mypy robust_train
 
 clean:
-	rm -rf runs lightning_logs .pytest_cache
+	rm -rf runs lightning_logs .pytest_cache site
 
-# Rebuild the shipped checkpoints from their configs (about a minute on 2 CPU cores).
+# The shipped configs and checkpoints are package data (robust_train.core.resources); the top-level
+# configs/ is a link to their folder, and checkpoints/ holds the run folders of fits.
+ASSETS := robust_train/assets
+
+# Rebuild the shipped digits checkpoints from their configs (about a minute on 2 CPU cores).
 checkpoints: $(STAMP)
 	for name in digits_baseline digits_robust; do \
-	  OMP_NUM_THREADS=1 $(BIN)/robust-train fit --config configs/$$name.yaml --trainer.logger=false \
-	    --trainer.enable_progress_bar=false --checkpoint_root runs/ship && \
-	  $(BIN)/robust-train export runs/ship/$$name/latest/best.ckpt checkpoints/$$name.ckpt || exit 1; \
+	  OMP_NUM_THREADS=1 $(BIN)/robust-train fit --config $(ASSETS)/configs/$$name.yaml \
+	    --trainer.logger=false --trainer.enable_progress_bar=false --checkpoint_root runs/ship && \
+	  $(BIN)/robust-train export runs/ship/$$name/latest/best.ckpt \
+	    $(ASSETS)/checkpoints/$$name.ckpt || exit 1; \
 	done

@@ -30,6 +30,7 @@ from torch import nn
 from benchmarks import bench_utils as bu
 from robust_train.app.checkpoint_io import heldout_tensors, load_checkpoint
 from robust_train.certify import certify_explanations, overlap_radii, reference_set
+from robust_train.core.resources import shipped_checkpoint
 from robust_train.models import MNISTConvNet, SmallCNN
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,7 +47,7 @@ def _timed(fn):
 def shipped_pair(n_images: int) -> tuple[dict[str, nn.Module], torch.Tensor, torch.Tensor]:
     models, config = {}, None
     for name in ("baseline", "robust"):
-        models[name], config = load_checkpoint(ROOT / "checkpoints" / f"mnist5k_{name}.ckpt")
+        models[name], config = load_checkpoint(shipped_checkpoint(f"mnist5k_{name}"))
     assert config is not None
     x, y, _ = heldout_tensors(config, 4 * n_images + 16)
     ok = torch.ones(len(y), dtype=torch.bool)

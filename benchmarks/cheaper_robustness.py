@@ -31,6 +31,7 @@ from torch.utils.data import DataLoader
 
 from benchmarks.bench_utils import quiet_trainer
 from robust_train import RobustClassifier
+from robust_train.core.resources import shipped_checkpoint
 from robust_train.data import MNIST5kDataModule
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
 from robust_train.models import load_classifier
@@ -38,7 +39,7 @@ from robust_train.regularizers import ExplanationSmoothness
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "configs" / "mnist5k_finetune_smoothness.yaml"
-START = ROOT / "checkpoints" / "mnist5k_baseline.ckpt"
+START = shipped_checkpoint("mnist5k_baseline")
 NATURAL_EPOCHS = 6  # the shipped natural model's training (benchmarks/LEADERBOARD.md)
 KEY = "attack/saliency/topk/topk_intersection"
 

@@ -62,11 +62,12 @@ from typing import Any
 import torch
 
 from benchmarks.bench_utils import quiet_trainer
+from robust_train.core.resources import shipped_checkpoint
 from robust_train.explain import reported_explainers
 
 ROOT = Path(__file__).resolve().parents[1]
 
-BASELINE = ROOT / "checkpoints" / "mnist5k_baseline.ckpt"
+BASELINE = shipped_checkpoint("mnist5k_baseline")
 MODEL = {"channels": [16, 32], "hidden": 128}
 ATTACK = {"epsilon": 0.3, "step_size": 0.01, "n_steps": 50, "k": 100, "measure_k": 100}
 QUICK_ATTACK = {"n_steps": 2}

@@ -6,12 +6,15 @@ size (GRID_SIZE settings, fixed in the table before the run) and the same select
 docstring, `choose`). The chosen setting of each method is trained on the whole pool with three
 seeds (fine-tunes from the natural model of the same seed) and evaluated on the test split:
 accuracy on all 1,000 images, and on the first `Plan.test_images` correctly classified ones the
-top-k attack (RAR: attack k 200, reported k 100, L_inf 0.3) of `Plan.test_steps` steps and
-random signs of the same budget, aimed in turn at saliency, integrated gradients
-(`Plan.ig_steps` points), Grad-CAM, LRP and DeepLIFT; the fidelity estimate, faithfulness
-correlation and Lipschitz estimate of saliency and IG. Natural and the three methods with the
-best CV robustness then get the full RAR preset (100 steps of 0.01, 3 restarts) on
-`Plan.rar_images` correctly classified test images (seed 0).
+top-k attack (RAR: attack k 200, reported k 100, L_inf 0.3) of `Plan.test_steps` steps, every
+candidate direction run and the worst kept per image, and noise at the budget (x + 0.3 * random
+signs, the worst of 10 draws), aimed in turn at saliency, integrated gradients (`Plan.ig_steps`
+points), Grad-CAM (with the fidelity of its maps beside), LRP and DeepLIFT, each with its share of
+blank clean maps; the fidelity estimate, faithfulness correlation and Lipschitz estimate of
+saliency and IG. Every column of the report compares the models on the test images all of them
+measured (each job records its per-image values and their test indices). Natural and the three
+methods with the best CV robustness then get the full RAR preset (100 steps of 0.01, 3
+restarts) on `Plan.rar_images` correctly classified test images (seed 0).
 
 Jobs run most important first (CV, seed-0 fits and saliency, the other seeds, the other
 explainers' attacks, the full preset, faithfulness), so a run stopped by --budget-min leaves
@@ -223,6 +226,8 @@ def attack_settings(plan: Plan, explainers: tuple[str, ...], kind: str, n: int) 
     rar = dataclasses.replace(
         PROTOCOLS["rar"], n_samples=max(1, n), explainers=explainers, parts=("fragility",)
     )
+    # the "map = input" reference: attacked once per model (saliency group, full preset)
+    rar = dataclasses.replace(rar, input_reference=kind == "rar" or explainers == ("saliency",))
     if kind == "rar":
         return dataclasses.replace(
             rar, n_steps=plan.rar_steps, n_restarts=plan.rar_restarts, ig_steps=plan.ig_steps
@@ -237,20 +242,32 @@ def attack_settings(plan: Plan, explainers: tuple[str, ...], kind: str, n: int) 
         n_restarts=1,
         ig_steps=ig,
         attacks=("topk",) if kind == "cv" else ("random_sign", "topk"),
+        input_reference=rar.input_reference and kind != "cv",
+        fidelity_steps=plan.fidelity_steps,  # of Grad-CAM's fidelity beside its attack
     )
 
 
-def _measures(model: Any, x: Any, y: Any, settings: Any) -> dict[str, float]:
+def _measures(model: Any, x: Any, y: Any, settings: Any) -> dict[str, Any]:
+    """The means of the evaluation (accuracy left out: the caller measures it on the whole
+    split) and `per_image`: key -> each image's value (None: not measured), for the report's
+    same-image columns."""
     from robust_train.evaluation import evaluate_classifier
+    from robust_train.evaluation.measures import measure_of
 
     if len(x) == 0:
         return {}
     r = evaluate_classifier(model, x, y, settings, progress=False)
-    return {
+    out: dict[str, Any] = {
         k: float(v)
         for k, v in r["measures"].items()
         if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "accuracy"
-    }  # accuracy: of the whole split, measured by the caller
+    }
+    out["per_image"] = {
+        k: [v if math.isfinite(v) else None for v in values]
+        for k, values in r["per_image"].items()
+        if k != "accuracy" and measure_of(k).reduce == "mean"
+    }
+    return out
 
 
 def score_heldout(model: Any, job: Job, plan: Plan) -> dict[str, Any]:
@@ -306,6 +323,7 @@ def evaluate_test(job: Job, plan: Plan, out: str) -> dict[str, Any]:
         )  # fmt: skip
     out.update(_measures(model, x[keep], y[keep], settings))
     out["n_images"] = len(keep)
+    out["indices"] = keep.tolist()  # test-split index of each per-image value
     out["retrain_cpu_s"] = retrain_cpu_s
     return out
 

@@ -108,10 +108,16 @@ _IG_INNER = {"step_size": 0.3, "n_steps": 1, "n_attack_points": 2, "n_points": 3
 _LOG4 = (0.3, 1.0, 3.0, 10.0)  # around 1, factor ~3
 
 # The version of what cv and eval jobs measure. Raise it when a change of the measures (the
-# attack, a metric) makes stored results stale: the scheduler then runs those jobs again.
+# attack, a metric) makes stored results stale: the scheduler then runs those jobs again
+# (`measure_version`: a job whose measures a change left alone keeps its older version).
 # 2: top-k intersection over positive pixels only (2026-12-03); results stored before carry no
 # version and are compared by their swept value alone.
-MEASURE_VERSION = 2
+# 3: random_sign is noise at the budget (the worst of 10 draws of x + 0.3 * random signs);
+# attacks keep each image's worst over their candidate directions (Grad-CAM, LRP and DeepLIFT
+# change); Grad-CAM at the last convolutional block's rectified output; per-image values, blank
+# maps and Grad-CAM's fidelity recorded. Every eval job; cv jobs scored on those three maps.
+MEASURE_VERSION = 3
+DIRECTION_CHANGED = ("grad_cam", "lrp", "deeplift")  # maps whose attack version 3 changed
 
 # Scheduled in this order.
 METHODS: dict[str, Method] = {
@@ -320,9 +326,34 @@ class Job:
         out: dict[str, Any] = {"kwargs": self.kwargs()}
         if self.softplus_beta() is not None:  # absent for ReLU models, as in older results
             out["softplus_beta"] = self.softplus_beta()
+        layer = penalty_layer(self.method)
+        if layer is not None and self.kind in ("cv", "fit"):  # absent where nothing trains on one
+            out["explainer_layer"] = layer
         if self.kind in ("cv", "eval"):
-            out["measure_version"] = MEASURE_VERSION
+            out["measure_version"] = self.measure_version()
         return cast(dict[str, Any], json.loads(json.dumps(out)))
+
+    def measure_version(self) -> int:
+        """`MEASURE_VERSION`, or 2 for a cv job whose scores version 3 left alone (a method
+        scored on saliency and IG only)."""
+        if self.kind == "cv" and METHODS[self.method].target not in DIRECTION_CHANGED:
+            return 2
+        return MEASURE_VERSION
+
+
+def penalty_layer(method: str) -> str | None:
+    """The layer a method's penalty explains through, for a layer explainer (Grad-CAM) left at
+    its default layer: the default on the leaderboard's model (`default_layer`), recorded in
+    its fits' settings so that a change of the default makes them stale; None otherwise."""
+    from robust_train.explain import explainer_spec
+    from robust_train.explain._layers import default_layer
+    from robust_train.models import MNISTConvNet
+
+    m = METHODS[method]
+    explainer = m.fixed.get("explainer")
+    if explainer is None or "layer" in m.fixed or not explainer_spec(explainer).layer:
+        return None
+    return default_layer(MNISTConvNet(**MODEL))
 
 
 class RunResult(TypedDict, total=False):

@@ -26,12 +26,20 @@ SHORT_HEAD = {
 
 
 def columns(results: dict[str, Any]) -> list[tuple[str, str, str, int]]:
-    """(eval group, measure key, header, digits) of the main table."""
+    """(eval group, measure key, header, digits) of the main table: per explainer its attack,
+    noise and share of blank clean maps, and for a layer explainer (Grad-CAM) the fidelity of
+    its maps beside them."""
+    from robust_train.explain import explainer_spec
+
     cols = [("saliency", "accuracy", "test acc", 3)]
     for ex in EXPLAINERS:
         h = SHORT_HEAD[ex]
         cols.append((ex, f"attack/{ex}/topk/topk_intersection", f"{h} top-k ∩ attack", 3))
+        cols.append((ex, f"attack/{ex}/topk/lens_topk", f"{h} LENS attack", 3))
         cols.append((ex, f"attack/{ex}/random_sign/topk_intersection", f"{h} noise", 3))
+        if explainer_spec(ex).layer:
+            cols.append((ex, f"fragility/{ex}/fidelity", f"{h} fidelity", 3))
+        cols.append((ex, f"fragility/{ex}/blank_map", f"{h} blank", 2))
     cols.append(("saliency", "attack/saliency/topk/kendall", "sal Kendall", 3))
     cols.append(
         ("integrated_gradients", "attack/integrated_gradients/topk/kendall", "IG Kendall", 3)
@@ -44,6 +52,38 @@ def columns(results: dict[str, Any]) -> list[tuple[str, str, str, int]]:
         )
     cols.append(("fidelity", "lipschitz/saliency/lipschitz", "Lipschitz sal", 2))
     return cols
+
+
+REFERENCE = "input_reference"  # the explanation "map = input", attacked beside the explainers
+REFERENCE_METHOD = "natural"  # whose images and label checks the reference row uses
+
+
+def reference_key(key: str) -> str | None:
+    """The reference's key of an attack column (`attack/<explainer>/...`), else None.
+
+    Example:
+        >>> reference_key("attack/lrp/topk/lens_topk"), reference_key("accuracy")
+        ('attack/input_reference/topk/lens_topk', None)
+    """
+    parts = key.split("/")
+    return "/".join(["attack", REFERENCE, *parts[2:]]) if parts[0] == "attack" else None
+
+
+def reference_cells(results: dict[str, Any]) -> list[str]:
+    """The reference row: each attack column's attack on "map = input" (measured in the
+    saliency group of the natural model, on its images), mean over seeds; '' elsewhere."""
+    evals, seeds = _evals(results), results["plan"]["seeds"]
+    got = [
+        evals[(REFERENCE_METHOD, s, "saliency")]
+        for s in seeds
+        if (REFERENCE_METHOD, s, "saliency") in evals
+    ]
+    cells = []
+    for _, key, _, digits in columns(results):
+        ref = reference_key(key)
+        values = [g.get(ref, math.nan) for g in got] if ref is not None else []
+        cells.append(cell(values, digits, len(seeds)) if ref is not None else "")
+    return cells
 
 
 def cell(values: list[float], digits: int, n_seeds: int) -> str:
@@ -67,14 +107,65 @@ def _evals(results: dict[str, Any]) -> dict[tuple[str, int, str], dict[str, Any]
     }
 
 
+OWN_IMAGES = ("accuracy", "blank_map")  # columns of each model's own images (see `shared`)
+
+
+def shared(tests: list[dict[str, Any]], key: str) -> tuple[list[float], int] | None:
+    """Each test result's mean of `key` over the test images EVERY one of them measured (in its
+    `indices`, its `per_image` value finite), and how many those are: the models of a column
+    compared on the same images. None when one of them holds no per-image values (a result
+    stored before they were recorded): then each model's own mean is shown.
+
+    Example:
+        >>> a = {"indices": [3, 4, 5], "per_image": {"k": [0.5, None, 1.0]}}
+        >>> b = {"indices": [4, 5, 6], "per_image": {"k": [0.0, 0.25, 1.0]}}
+        >>> shared([a, b], "k")
+        ([1.0, 0.25], 1)
+    """
+    measured = []
+    for test in tests:
+        values = (test.get("per_image") or {}).get(key)
+        if values is None or test.get("indices") is None:
+            return None
+        pairs = zip(test["indices"], values, strict=True)
+        measured.append({i: v for i, v in pairs if v is not None and math.isfinite(v)})
+    if not measured:
+        return None
+    common = set.intersection(*(set(m) for m in measured))
+    means = [statistics.mean(m[i] for i in common) if common else math.nan for m in measured]
+    return means, len(common)
+
+
+def column_cells(results: dict[str, Any]) -> dict[tuple[str, str], dict[tuple[str, int], float]]:
+    """(group, key) -> (method, seed) -> the value of each column's cell before the mean over
+    seeds: the mean over the images every chosen method and seed measured (`shared`), where
+    the results hold per-image values, else each one's own mean; with the count of those
+    images under (`"images"`, 0) (-1: each model's own images; -2: no result)."""
+    evals = _evals(results)
+    names = [n for n in results["names"] if n in results["chosen"]]
+    out: dict[tuple[str, str], dict[tuple[str, int], float]] = {}
+    for group, key, _, _ in columns(results):
+        cells = {(m, s): t for (m, s, g), t in evals.items() if g == group and m in names}
+        found = None if key.rsplit("/", 1)[-1] in OWN_IMAGES else shared(list(cells.values()), key)
+        if found is None:
+            column = {ms: t.get(key, math.nan) for ms, t in cells.items()}
+            column[("images", 0)] = -1 if cells else -2
+        else:
+            column = dict(zip(cells, found[0], strict=True))
+            column[("images", 0)] = found[1]
+        out[(group, key)] = column
+    return out
+
+
 def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per method: its chosen setting, every column over the seeds, its cost."""
-    evals, seeds = _evals(results), results["plan"]["seeds"]
+    seeds = results["plan"]["seeds"]
     fits = {
         (r["method"], r["seed"]): r
         for r in results["jobs"]
         if r["kind"] == "fit" and "failed" not in r
     }
+    values = column_cells(results)
     rows = []
     for name in results["names"]:
         if name not in results["chosen"]:
@@ -82,11 +173,8 @@ def table_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
         value, m = results["chosen"][name], METHODS[name]
         cells = []
         for group, key, _, digits in columns(results):
-            vals = [
-                evals[(name, s, group)].get(key, math.nan)
-                for s in seeds
-                if (name, s, group) in evals
-            ]
+            column = values[(group, key)]
+            vals = [column[(name, s)] for s in seeds if (name, s) in column]
             cells.append(cell(vals, digits, len(seeds)))
         fit_s = [fits[(name, s)]["seconds"] for s in seeds if (name, s) in fits]
         rows.append(
@@ -155,6 +243,12 @@ def rar_rows(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
             for k in keys
         }
         out[name] = {"n_images": n, "cpu_s": sum(r.get("cpu_s", 0.0) for r in rs), **merged}
+        if all("per_image" in r["test"] and "indices" in r["test"] for r in rs):
+            out[name]["indices"] = [i for r in rs for i in r["test"]["indices"]]
+            out[name]["per_image"] = {
+                k: [v for r in rs for v in r["test"]["per_image"].get(k, [])]
+                for k in {k for r in rs for k in r["test"]["per_image"]}
+            }
     return out
 
 
@@ -209,6 +303,21 @@ def _banner_lines(results: dict[str, Any]) -> list[str]:
     ]
 
 
+def _reference_and_count_rows(results: dict[str, Any], cols: list[Any]) -> list[str]:
+    """The "map = input" reference row and the row of each column's common-image count."""
+    counts = column_cells(results)
+    n_images = [counts[(g, k)][("images", 0)] for g, k, _, _ in cols]
+    return [
+        "| map = input (reference) | - | " + " | ".join(reference_cells(results)) + " | | | | |",
+        "| images (every model) | | "
+        + " | ".join(
+            "-" if n == -2 else "all" if k == "accuracy" else "own" if n < 0 else str(n)
+            for (_, k, _, _), n in zip(cols, n_images, strict=True)
+        )
+        + " | | | | |",
+    ]
+
+
 def _table_lines(results: dict[str, Any]) -> list[str]:
     cols = columns(results)
     n = len(results["plan"]["seeds"])
@@ -225,20 +334,36 @@ def _table_lines(results: dict[str, Any]) -> list[str]:
             + ("yes" if r["finite"] else "NO")
             + " |"
         )
+    lines += _reference_and_count_rows(results, cols)
     p = results["plan"]
     return lines + [
         "",
         f"Mean ± standard deviation over {n} seeds (the chosen setting trained on the 4,000 "
         "train+val images with each seed; fine-tunes start from the natural model of the same "
         "seed). Test acc: all 1,000 test images. Attack columns: the first "
-        f"{p['test_images']} correctly classified test images, the RAR top-k attack (attack k "
-        f"200, reported k 100, L_inf 0.3, {p['test_steps']} sign steps of "
-        f"{0.75 / p['test_steps']:.3g}, 1 restart, direction on the softplus surrogate where the "
-        f"explainer is piecewise constant) aimed at that column's explainer; IG with "
-        f"{p['ig_steps']} points, zero baseline; noise: random signs of the same budget. "
-        "Fidelity: AUC_LIF - AUC_MIF (Brocki & Chung; higher is more faithful); faithf. corr: "
-        "faithfulness correlation (Bhatt et al. 2020; higher is more faithful); both on the "
-        "same images, mean fill. Lipschitz: local Lipschitz estimate of the max-normalised "
+        f"{p['test_images']} correctly classified test images of each model, the RAR top-k "
+        f"attack (attack k 200, reported k 100, L_inf 0.3, {p['test_steps']} sign steps of "
+        f"{0.75 / p['test_steps']:.3g}, 1 restart, every candidate direction, the worst kept per "
+        "image: the model itself, its softplus surrogate, the exact map; the gradient family "
+        f"takes the surrogate alone) aimed at that column's explainer; IG with {p['ig_steps']} "
+        "points, zero baseline; noise: x + 0.3 * uniform random signs clipped to [0, 1], the "
+        "worst of 10 label-keeping draws per image. LENS: the top-k intersection that counts an "
+        "attacked top pixel within one pixel (3x3) of a clean top pixel as kept (Kamath et al. "
+        "2024); the gap to top-k ∩ is the part of the fragility that is shifts of one pixel. "
+        "map = input (reference): the same attacks on the explanation that is the input itself "
+        "and knows nothing of the model (`input_reference`, natural model's images): a column's "
+        "number is read against it. Every mean of a column is over the same "
+        "images: those every model of the column (each method, each seed) measured, their "
+        "count in the last row (`own`: results stored without per-image values, each model's "
+        "own images). Blank: the share of each model's attacked images whose clean map is "
+        "constant (an all-zero Grad-CAM map: no attack can measure it, so it is left out of "
+        "the attack columns). Grad-CAM at its default layer, the last convolutional block's "
+        f"rectified output (`{_grad_cam_layer()}`); Grad-CAM "
+        f"fidelity: the fidelity of its clean maps ({p['fidelity_steps']} steps, mean fill), so "
+        "its robustness is never read without what its maps explain (a random map scores about "
+        "0). Fidelity: AUC_LIF - AUC_MIF (Brocki & Chung; higher is more faithful); faithf. "
+        "corr: faithfulness correlation (Bhatt et al. 2020; higher is more faithful); both "
+        "mean fill. Lipschitz: local Lipschitz estimate of the max-normalised "
         f"saliency map ({p['lipschitz_samples']} samples). step ms: one training step of batch "
         f"{BATCH}, one thread (`step_profile`, at the paper value; a short probe, read it as "
         "a guide); cost × natural: CPU seconds of the final fits over natural's, means over the "
@@ -246,6 +371,13 @@ def _table_lines(results: dict[str, Any]) -> list[str]:
         "sweeps and CHEAPER.md. fit s: wall time of one final fit, two jobs at a time.",
         "",
     ]
+
+
+def _grad_cam_layer() -> str:
+    from robust_train.explain._layers import default_layer
+    from robust_train.models import MNISTConvNet
+
+    return default_layer(MNISTConvNet(**MODEL))
 
 
 def _unmeasured_lines(results: dict[str, Any]) -> list[str]:
@@ -274,6 +406,36 @@ def _unmeasured_lines(results: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
+def _rar_model_rows(
+    rows: dict[str, Any], keys: list[tuple[str, str]], same: dict[str, Any]
+) -> list[str]:
+    """Per model: its row (means over the images every model measured) and the reference row
+    of "map = input" on its images."""
+    names, lines = list(rows), []
+
+    def value(i: int, key: str) -> float:
+        found = same[key]
+        return found[0][i] if found is not None else rows[names[i]].get(key, math.nan)
+
+    for i, name in enumerate(names):
+        vals = [
+            f"{value(i, f'attack/{e}/{a}/topk_intersection'):.3f} / "
+            f"{value(i, f'attack/{e}/{a}/kendall'):.3f}"
+            for e, a in keys
+        ]
+        r = rows[name]
+        lines.append(f"| {name} | {r['n_images']} | " + " | ".join(vals) + f" | {r['cpu_s']:.0f} |")
+        ref = [
+            f"{r.get(f'attack/{REFERENCE}/{a}/topk_intersection', math.nan):.3f} / "
+            f"{r.get(f'attack/{REFERENCE}/{a}/kendall', math.nan):.3f}"
+            for _, a in keys
+        ]
+        lines.append(
+            f"| map = input on {name}'s images (reference) | | " + " | ".join(ref) + " | |"
+        )
+    return lines
+
+
 def _rar_lines(results: dict[str, Any]) -> list[str]:
     rows = rar_rows(results)
     lines = [
@@ -298,14 +460,24 @@ def _rar_lines(results: dict[str, Any]) -> list[str]:
         + " | CPU s |",
         "|" + "---|" * (len(keys) + 3),
     ]
-    for name, r in rows.items():
-        vals = [
-            f"{r.get(f'attack/{e}/{a}/topk_intersection', math.nan):.3f} / "
-            f"{r.get(f'attack/{e}/{a}/kendall', math.nan):.3f}"
-            for e, a in keys
-        ]
-        lines.append(f"| {name} | {r['n_images']} | " + " | ".join(vals) + f" | {r['cpu_s']:.0f} |")
-    return lines + [""]
+    same = {
+        f"attack/{e}/{a}/{m}": shared(list(rows.values()), f"attack/{e}/{a}/{m}")
+        for e, a in keys
+        for m in ("topk_intersection", "kendall")
+    }
+    lines += _rar_model_rows(rows, keys, same)
+    counts = [same[f"attack/{e}/{a}/topk_intersection"] for e, a in keys]
+    lines.append(
+        "| images (every model) | | "
+        + " | ".join("own" if c is None else str(c[1]) for c in counts)
+        + " | |"
+    )
+    return lines + [
+        "",
+        "Each column compares the models on the images every one of them measured (last row; "
+        "`own`: results stored without per-image values, each model's own images).",
+        "",
+    ]
 
 
 def _sweep_lines(results: dict[str, Any]) -> list[str]:

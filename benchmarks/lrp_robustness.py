@@ -29,11 +29,12 @@ from pathlib import Path
 import torch
 
 from benchmarks.bench_utils import quiet_trainer
+from robust_train.core.resources import shipped_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 NATURAL, ROBUST = (
-    ROOT / "checkpoints/mnist5k_baseline.ckpt",
-    ROOT / "checkpoints/mnist5k_robust.ckpt",
+    shipped_checkpoint("mnist5k_baseline"),
+    shipped_checkpoint("mnist5k_robust"),
 )
 ATTACK = {"epsilon": 0.3, "step_size": 0.01, "n_steps": 50, "k": 100, "seed": 0}
 MODEL = {"channels": [16, 32], "hidden": 128}

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from robust_train.training.module import RobustClassifier
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["RobustClassifier", "__version__"]
 

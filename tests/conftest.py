@@ -1,7 +1,18 @@
+"""Shared test setup: one torch thread per process, seeds, and the tiers.
+
+The fast tier (`make test-fast`, `-m "not slow"`) runs in-process only: a test that starts a
+subprocess there fails, naming the fix (mark it `slow`, or call `robust_train.app.cli.main`
+in-process). `shared_artifact` builds an expensive artifact (a trained checkpoint) once per test
+run, even across pytest-xdist workers.
+"""
+
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,3 +47,80 @@ def trained_digits():
     from helpers import train_digits_cnn
 
     return train_digits_cnn()
+
+
+PYTHON_BIN = Path(sys.executable).parent
+
+
+def _starts_python(args: object) -> bool:
+    """Whether a command line runs a Python process: this interpreter, or a console script
+    beside it (robust-train, the benchmarks' modules)."""
+    first = args if isinstance(args, (str, os.PathLike)) else next(iter(args), "")  # type: ignore[call-overload]
+    program = Path(str(first).split()[0]) if str(first).strip() else Path()
+    return program.name.startswith("python") or program.parent == PYTHON_BIN
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_runs_in_process(request, monkeypatch):
+    """A test outside the slow tier never starts a Python subprocess (the console script, a
+    fresh interpreter, a benchmark module): each costs seconds of imports, so they belong to the
+    full suite. Other programs (W&B's service, git) are not affected."""
+    if request.node.get_closest_marker("slow") is not None:
+        return
+    real = subprocess.Popen.__init__
+
+    def guarded(self, args, *rest, **kwargs):
+        if _starts_python(args):
+            raise AssertionError(
+                f"{request.node.nodeid} starts a Python subprocess ({args!r:.120}) but is not "
+                "marked @pytest.mark.slow: mark it slow, or call robust_train.app.cli.main([...])"
+                " in-process"
+            )
+        real(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", guarded)
+
+
+def shared_artifact(
+    factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]
+) -> Path:
+    """`build(folder)` once per test run, shared by every pytest-xdist worker: the first worker
+    to ask builds it under a file lock, the others wait and reuse it. Returns the folder."""
+    from filelock import FileLock
+
+    root = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's base folder, shared by the workers
+    folder = root / f"shared-{name}"
+    with FileLock(str(folder) + ".lock"):
+        done = folder / ".built.json"
+        if not done.is_file():
+            folder.mkdir(parents=True, exist_ok=True)
+            build(folder)
+            done.write_text(json.dumps({"name": name}))
+    return folder
+
+
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    """`cli(*args, cwd=...)` -> CompletedProcess of `robust-train *args` run IN this process
+    (robust_train.app.cli.main, the console script's entry point; stdout/stderr captured), for
+    the fast tier: what the command prints and returns, without a subprocess's imports."""
+    from robust_train.app.cli import main
+
+    def run(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):
+        with monkeypatch.context() as patch:
+            if cwd is not None:
+                patch.chdir(cwd)
+            for key, value in (env or {}).items():
+                patch.setenv(key, value)
+            patch.delenv("ROBUST_TRAIN_DEBUG", raising=False)
+            capsys.readouterr()
+            try:
+                code = main([str(a) for a in args])
+            except SystemExit as stop:  # argparse's --help
+                code = stop.code if isinstance(stop.code, int) else 0
+            out = capsys.readouterr()
+        return subprocess.CompletedProcess(["robust-train", *args], code, out.out, out.err)
+
+    return run

@@ -153,6 +153,7 @@ def test_lower_layers_never_import_higher_ones() -> None:
     assert upward == []
 
 
+@pytest.mark.slow
 def test_every_module_imports_alone_in_a_fresh_interpreter() -> None:
     """Each module first, alone (the package's modules are dropped from sys.modules between)."""
     names = [n for n in sorted(modules(), key=layer) if not n.endswith("__main__")]

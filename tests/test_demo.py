@@ -148,12 +148,12 @@ def test_only_the_default_run_is_the_measured_one():
     assert not measured("--trainer.limit_train_batches=3")
 
 
-def test_help_and_bad_flags_through_the_console_script(tmp_path):
-    help_text = robust_train("demo", "--help", cwd=tmp_path)
+def test_help_and_bad_flags_of_the_command(tmp_path, cli):
+    help_text = cli("demo", "--help", cwd=tmp_path)
     assert help_text.returncode == 0
     for flag in ("--seed", "--out", "--quick", "--n-samples"):
         assert flag in help_text.stdout
-    bad = robust_train("demo", "--seed", "-1", "--out", str(tmp_path / "x"), cwd=tmp_path)
+    bad = cli("demo", "--seed", "-1", "--out", str(tmp_path / "x"), cwd=tmp_path)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == ["robust-train: error: `--seed` must be >= 0, got -1"]
     assert not (tmp_path / "x").exists(), "refused before any work"

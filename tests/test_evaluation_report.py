@@ -102,8 +102,8 @@ def test_report_writes_markdown_json_and_plots(suite, tmp_path):
 
 def test_summary_table_has_a_column_per_model(suite):
     lines = summary_table({"x": suite, "y": {"measures": {"accuracy": 0.25}}}).splitlines()
-    assert lines[0] == "| measure | x | y |"
-    assert lines[2].endswith("| 0.250 |")  # accuracy row
+    assert lines[0] == "| measure | x | y | images (every model) |"
+    assert lines[2].endswith("| 0.250 | own |")  # accuracy row: y has no per-image values
 
 
 def test_helpers():

@@ -50,6 +50,7 @@ def test_summary_applies_the_rule_to_one_explainers_rows(tmp_path: Path, capsys)
     assert "0.380 [182]" in lines[1]  # the lrp natural row, not grad_cam's
 
 
+@pytest.mark.slow
 def test_quick_sweep_summary_table_and_surrogate_run_end_to_end(
     tmp_path: Path, capsys, monkeypatch
 ):

@@ -96,6 +96,7 @@ SETTINGS = dict(
     n_steps=2,
     lipschitz_samples=2,
     fidelity_steps=4,
+    input_reference=False,  # the monitors' default: the same keys on both sides
 )
 
 

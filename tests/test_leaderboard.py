@@ -82,6 +82,7 @@ def test_the_rule_resolves_one_point_on_4000_held_out_images():
     assert se < 0.003 and methods.ACCURACY_MARGIN / se > 3
 
 
+@pytest.mark.slow
 def test_selection_never_reads_the_test_split(tmp_path: Path, monkeypatch):
     """A sentinel test split that raises if read: the CV selection runs to its picks."""
 
@@ -109,6 +110,7 @@ def test_selection_never_reads_the_test_split(tmp_path: Path, monkeypatch):
         )
 
 
+@pytest.mark.slow
 def test_quick_leaderboard_three_seeds_every_explainer_full_preset_and_resume(tmp_path: Path):
     argv = ["--quick", "--workers", "1", "--methods", "adversarial", "--out", str(tmp_path)]
     assert lb.main(argv) == 0

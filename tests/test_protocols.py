@@ -53,8 +53,11 @@ def test_rar_preset_runs_on_a_tiny_model(monkeypatch) -> None:
         fidelity_steps=4,
     )
     result = evaluate_classifier(model, x, y, settings, progress=False)
+    reference = [c for c in calls if getattr(c["explainer"], "__name__", "") == "input_reference"]
+    assert len(reference) == 2  # the reference "map = input" under both attacks
+    calls = [c for c in calls if all(c is not r for r in reference)]
     assert result["measures"]["n_attacked"] == 7 and len(calls) == 4  # 2 explainers x 2 attacks
-    for call in calls:
+    for call in calls + reference:
         o = call["o"]
         assert call["n"] == 7 and torch.equal(call["target"], y[5:])
         assert (o.epsilon, o.step_size, o.n_restarts, o.k, o.measure_k) == (0.3, 0.01, 3, 16, 8)

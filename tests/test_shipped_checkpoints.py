@@ -10,6 +10,7 @@ import torch
 
 from robust_train.app.checkpoint_io import export_checkpoint, heldout_tensors, load_checkpoint
 from robust_train.app.lightning_cli import lightning_main
+from robust_train.core.resources import shipped_checkpoint, shipped_config
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
 from robust_train.models import SmallCNN, load_classifier
 from robust_train.models.loading import CheckpointError
@@ -28,7 +29,7 @@ def readme_accuracy(name: str) -> float:
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_checkpoint_loads_with_the_stated_accuracy(name):
-    path = ROOT / "checkpoints" / f"{name}.ckpt"
+    path = shipped_checkpoint(name)
     assert path.stat().st_size < 1_000_000
     model = load_classifier(path)
     assert isinstance(model, SmallCNN) and not model.training
@@ -38,7 +39,7 @@ def test_shipped_checkpoint_loads_with_the_stated_accuracy(name):
 
 
 def test_export_keeps_what_loading_needs(tmp_path):
-    src = ROOT / "checkpoints" / "digits_robust.ckpt"
+    src = shipped_checkpoint("digits_robust")
     dst = export_checkpoint(src, tmp_path / "copy.ckpt")
     x = torch.rand(3, 1, 8, 8)
     assert torch.equal(load_classifier(src)(x), load_classifier(dst)(x))
@@ -52,15 +53,15 @@ def test_finetuning_the_baseline_with_the_penalty_makes_maps_robust(tmp_path):
     torch.set_num_threads(1)
     settings = EvaluationSettings(n_samples=200, attacks=("topk",), parts=("fragility",))
     topk = "attack/saliency/topk/topk_intersection"
-    base, data = load_checkpoint(ROOT / "checkpoints" / "digits_baseline.ckpt")
+    base, data = load_checkpoint(shipped_checkpoint("digits_baseline"))
     x, y, acc_before = heldout_tensors(data, 200, model=base)
     before = evaluate_classifier(base, x, y, settings, progress=False)["measures"][topk]
     cli = lightning_main(
         [
             "--config",
-            str(ROOT / "configs" / "finetune_digits_checkpoint.yaml"),
+            str(shipped_config("finetune_digits_checkpoint")),
             "--model.init_checkpoint",
-            str(ROOT / "checkpoints" / "digits_baseline.ckpt"),
+            str(shipped_checkpoint("digits_baseline")),
             "--trainer.logger=false",
             "--trainer.enable_progress_bar=false",
             "--checkpoint_root",

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from robust_train.app.checkpoint_io import load_checkpoint
+from robust_train.core.resources import shipped_checkpoint, shipped_config
 from robust_train.core.runtime import predict
 from robust_train.data import MNIST5kDataModule
 from robust_train.models import MNISTConvNet, load_classifier
@@ -29,7 +30,7 @@ def recorded_accuracy(name: str) -> float:
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_mnist_checkpoint_loads_with_the_recorded_accuracy(name):
     torch.set_num_threads(1)
-    path = ROOT / "checkpoints" / f"{name}.ckpt"
+    path = shipped_checkpoint(name)
     assert path.stat().st_size < 15_000_000
     model = load_classifier(path)
     assert isinstance(model, MNISTConvNet) and not model.training
@@ -51,10 +52,10 @@ def test_the_shipped_robust_model_is_the_softplus_network_of_its_recipe():
     with these weights would be another model)."""
     import yaml
 
-    recipe = yaml.safe_load((ROOT / "configs" / "mnist5k_finetune_ixg_softplus.yaml").read_text())
+    recipe = yaml.safe_load(shipped_config("mnist5k_finetune_ixg_softplus").read_text())
     beta = recipe["model"]["softplus_beta"]
-    robust = load_classifier(ROOT / "checkpoints" / "mnist5k_robust.ckpt")
-    natural = load_classifier(ROOT / "checkpoints" / "mnist5k_baseline.ckpt")
+    robust = load_classifier(shipped_checkpoint("mnist5k_robust"))
+    natural = load_classifier(shipped_checkpoint("mnist5k_baseline"))
     softplus = [m for m in robust.modules() if isinstance(m, torch.nn.Softplus)]
     assert len(softplus) == 3 and all(m.beta == beta for m in softplus)
     assert not any(isinstance(m, torch.nn.ReLU) for m in robust.modules())

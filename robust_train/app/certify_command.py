@@ -32,6 +32,7 @@ from robust_train.app.checkpoint_io import (
 )
 from robust_train.app.commands import checkpoint_folder
 from robust_train.app.settings_flags import CommandParser
+from robust_train.app.shipped_files import file_argument
 from robust_train.certify.report import certificate_summary_markdown, write_plot
 from robust_train.certify.run import CertifySettings, certify_model
 from robust_train.core.runtime import predict
@@ -46,9 +47,13 @@ def _parser() -> argparse.ArgumentParser:
         description="Certified lower bound (randomized smoothing) and attacked upper bound of "
         "the top-k overlap of a smoothed explainer, against the L2 radius.",
     )
-    p.add_argument("--ckpt", nargs="+", required=True, help="one or more fit checkpoints")
+    ckpt = file_argument("checkpoints", "`--ckpt`")
+    p.add_argument(
+        "--ckpt", nargs="+", required=True, type=ckpt, help="one or more fit checkpoints"
+    )
     p.add_argument("--names", nargs="+", help="model names (default: checkpoint file stems)")
-    p.add_argument("--data-config", help="YAML whose `data:` gives the held-out data")
+    data = file_argument("configs", "`--data-config`")
+    p.add_argument("--data-config", type=data, help="YAML whose `data:` gives the held-out data")
     p.add_argument("--split", choices=("test", "val"), default="test")
     p.add_argument("--n-images", type=int, default=20, help="images certified per model (20)")
     p.add_argument("--explainer", default=d.explainer, help=f"({d.explainer})")

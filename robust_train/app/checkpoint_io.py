@@ -23,6 +23,7 @@ import torch
 from pytorch_lightning import LightningDataModule
 from torch import Tensor, nn
 
+from robust_train.core.resources import resolve_file
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
 from robust_train.models.config import ClassPathNotFound, resolve_class
 from robust_train.models.input_check import check_model_fits_data
@@ -137,10 +138,11 @@ class FitCheckpoint:
 
 
 def read_fit_checkpoint(path: str | Path, *, trusted: bool = False) -> FitCheckpoint:
-    """Read a `robust-train fit` checkpoint once; raises FileNotFoundError / CheckpointError with
+    """Read a `robust-train fit` checkpoint once (a shipped one by name too:
+    `robust_train.core.resources.resolve_file`); raises FileNotFoundError / CheckpointError with
     the path when it is missing or unreadable, holds Python objects and `trusted` is False, or
     records a class path of the wrong kind."""
-    path = Path(path)
+    path = Path(resolve_file(path, "checkpoints", what="`ckpt`"))
     if path.is_dir():
         raise IsADirectoryError(f"`ckpt` {str(path)!r} is a directory, not a checkpoint file")
     if not path.is_file():
@@ -164,9 +166,10 @@ def load_checkpoint(
 
 
 def data_config_from_yaml(path: str | Path) -> dict[str, Any]:
-    """The `data:` section of a LightningCLI config file."""
+    """The `data:` section of a LightningCLI config file (a shipped config by name too)."""
     import yaml
 
+    path = resolve_file(path, "configs", what="`data_config`")
     if not Path(path).is_file():
         raise FileNotFoundError(f"`data_config` {str(path)!r} does not exist")
     config = yaml.safe_load(Path(path).read_text())

@@ -66,6 +66,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "certified explanation robustness (randomized smoothing) beside the L2 attack",
         "robust_train.app.certify_command:certify_main",
     ),
+    "assets": (
+        "the configs and checkpoints shipped with the package: list, path, copy",
+        "robust_train.app.assets_command:assets_main",
+    ),
 }
 # Exceptions that mean "the input is wrong" (exit 2); anything else is an internal error (exit 1).
 USER_ERRORS: tuple[type[BaseException], ...] = (

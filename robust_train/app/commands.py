@@ -43,6 +43,8 @@ from robust_train.app.model_source import (
     model_source_from,
 )
 from robust_train.app.settings_flags import CommandParser, add_settings_arguments, settings_from
+from robust_train.app.shipped_files import file_argument
+from robust_train.core.resources import shipped_name
 from robust_train.evaluation import PROTOCOLS, EvaluationSettings
 
 __all__ = [
@@ -90,8 +92,9 @@ def checkpoint_folder(ckpt: str | Path, root: str | Path) -> Path:
         'runs/x/digits/version_0/best'
     """
     path = Path(ckpt).resolve()
+    shipped = shipped_name(path)  # checkpoints/<name>.ckpt of the package
     try:
-        rel = path.relative_to(Path.cwd().resolve())
+        rel = Path(shipped) if shipped else path.relative_to(Path.cwd().resolve())
     except ValueError:
         rel = Path(*path.parts[-3:])
     if len(rel.parts) > 1 and rel.parts[0] == "checkpoints":
@@ -223,7 +226,11 @@ def evaluate_main(argv: list[str]) -> int:
     parser = CommandParser(
         prog="robust-train evaluate", description="Robustness evaluation of one checkpoint."
     )
-    parser.add_argument("--ckpt", help="a .ckpt written by `robust-train fit` (or use --model)")
+    parser.add_argument(
+        "--ckpt",
+        type=file_argument("checkpoints", "`--ckpt`"),
+        help="a .ckpt written by `robust-train fit` or a shipped one by name (or use --model)",
+    )
     add_model_source_arguments(parser)
     parser.add_argument(
         "--out",
@@ -271,7 +278,10 @@ def compare_main(argv: list[str]) -> int:
         description="Evaluate several checkpoints with the same settings; write a report.",
     )
     parser.add_argument(
-        "ckpts", nargs="+", help="two or more checkpoints (with --model: weights files)"
+        "ckpts",
+        nargs="+",
+        type=file_argument("checkpoints", "checkpoint"),
+        help="two or more checkpoints (with --model: weights files)",
     )
     add_model_source_arguments(parser, weights=False)
     parser.add_argument("--names", nargs="+", help="column names (default: file stems)")
@@ -312,7 +322,7 @@ def export_main(argv: list[str]) -> int:
         prog="robust-train export",
         description="Strip a fit checkpoint to weights + metadata for sharing.",
     )
-    parser.add_argument("src")
+    parser.add_argument("src", type=file_argument("checkpoints", "`src`"))
     parser.add_argument("dst")
     add_trust_argument(parser)
     args = parser.parse_args(argv)

@@ -28,7 +28,10 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+from robust_train.app.shipped_files import file_argument
+from robust_train.core.resources import assets_dir
+
+CONFIG_DIR = assets_dir().resolve() / "configs"  # the shipped configs (package data)
 NATURAL_CONFIG = CONFIG_DIR / "mnist5k_baseline.yaml"
 ROBUST_CONFIG = CONFIG_DIR / "mnist5k_finetune_ixg_softplus.yaml"
 HISTORY_KEYS = (
@@ -224,10 +227,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="smoke run: few batches and epochs, 16 test images, 3-step attacks (no claim)",
     )
-    add("--natural", default=str(NATURAL_CONFIG), help="config of the natural model")
+    add("--natural", default=str(NATURAL_CONFIG), type=file_argument("configs", "`--natural`"),
+        help="config of the natural model (a file, or a shipped config by name)")  # fmt: skip
     add(
         "--robust",
         default=str(ROBUST_CONFIG),
+        type=file_argument("configs", "`--robust`"),
         help="fine-tune config (its model.init_checkpoint is set to the natural last.ckpt)",
     )
     add("--epochs", type=int, default=None, help="override trainer.max_epochs of the natural run")

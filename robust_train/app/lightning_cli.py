@@ -13,7 +13,9 @@ that folder (and in the same W&B run). The model is always built from the config
 (`--config`, flags); the checkpoint supplies weights and training state and must fit that model.
 The default logger is W&B, offline, under runs/ (robust_train.training.loggers.SafeWandbLogger).
 Parse errors are one line with a "did you mean" (robust_train.app.parse_errors); options are never
-abbreviated.
+abbreviated. `--config` and `--ckpt_path` take shipped files by name too (`--config
+mnist5k_baseline`; robust_train.app.shipped_files), and the relative paths inside a shipped config
+name shipped files.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pytorch_lightning.cli import LightningArgumentParser, LightningCLI, SaveCon
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from robust_train.app.parse_errors import describe_parse_error
+from robust_train.app.shipped_files import lightning_arguments
 from robust_train.core.lightning_noise import quiet_lightning
 from robust_train.data.check import UnreadableImageError, check_datamodule
 from robust_train.models.config import record_config
@@ -302,7 +305,7 @@ def lightning_main(args: Sequence[str] | None = None, run: bool = True) -> Robus
         save_config_callback=SaveConfigToRun,
         save_config_kwargs={"overwrite": True},
         parser_class=QuietParser,
-        args=list(args) if args is not None else None,
+        args=lightning_arguments(args) if args is not None else None,
         run=run,
         auto_configure_optimizers=False,
     )
@@ -355,7 +358,7 @@ def check_data_main(argv: list[str]) -> int:
         LightningDataModule,
         subclass_mode_data=True,
         parser_class=QuietParser,
-        args=list(argv),
+        args=lightning_arguments(argv),
         run=False,
         auto_configure_optimizers=False,
         seed_everything_default=False,

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from robust_train.app.checkpoint_io import data_config_from_yaml, evaluate_on_split, instantiate
+from robust_train.app.shipped_files import file_argument
 from robust_train.evaluation import EvaluationSettings
 from robust_train.models import Normalize, softplus, torchvision_classifier_names
 from robust_train.models.config import build_model
@@ -80,6 +81,7 @@ def add_model_source_arguments(parser: argparse.ArgumentParser, weights: bool = 
     parser.add_argument(
         "--model",
         default=None,
+        type=file_argument("configs", "`--model`"),
         help="a model not trained here: torchvision:NAME, a YAML with class_path/init_args of an "
         "nn.Module (or a fit config: its model section), or a class path; needs --data-config",
     )

@@ -23,6 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 __all__ = [
     "how_to_read",
+    "same_images",
     "plot_examples",
     "plot_fidelity",
     "summary_table",
@@ -32,6 +33,9 @@ __all__ = [
 
 # Rows that only matter when they say something: counts that are 0 everywhere are left out.
 QUIET_WHEN_ZERO = ("n_unmeasured",)
+# Rows that describe each model's own images (a share of its blank maps is 0 on the images
+# every model could measure, by construction).
+OWN_IMAGES = ("blank_map",)
 
 
 def _measures(result: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -51,12 +55,48 @@ def row_keys(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return keys
 
 
-def _cell(result: Mapping[str, Any], key: str) -> str:
-    value = _measures(result).get(key)
+def _cell(result: Mapping[str, Any], key: str, value: Any = None) -> str:
+    value = _measures(result).get(key) if value is None else value
     measure = MEASURES.get(key_measure(key))
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return measure.format(value) if measure is not None else f"{value:.3f}"
+
+
+def same_images(
+    results: Mapping[str, Mapping[str, Any]], key: str
+) -> tuple[list[float], int] | None:
+    """Each result's mean of `key` over the images EVERY result measured (its value finite in
+    all of them), and how many those are; None when the results cannot be lined up (one model,
+    no `per_image` values, images that differ by `images_digest`) or `key` is a count.
+
+    Example:
+        >>> a = {"per_image": {"x/y/kendall": [0.2, float("nan"), 0.6]}, "images_digest": "d"}
+        >>> b = {"per_image": {"x/y/kendall": [0.4, 0.5, float("nan")]}, "images_digest": "d"}
+        >>> same_images({"a": a, "b": b}, "x/y/kendall")
+        ([0.2, 0.4], 1)
+    """
+    measure = MEASURES.get(key_measure(key))
+    if len(results) < 2 or (measure is not None and measure.reduce != "mean"):
+        return None
+    digests = {r.get("images_digest") for r in results.values()}
+    found = [(r.get("per_image") or {}).get(key) for r in results.values()]
+    rows: list[list[Any]] = [list(v) for v in found if v is not None]
+    if len(digests) != 1 or None in digests or len(rows) < len(found):
+        return None
+    if len({len(v) for v in rows}) != 1:
+        return None
+    finite = [all(_finite(v) for v in column) for column in zip(*rows, strict=True)]
+    n = sum(finite)
+    means = [
+        sum(v for v, ok in zip(row, finite, strict=True) if ok) / n if n else math.nan
+        for row in rows
+    ]
+    return means, n
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def _row_label(key: str) -> str:
@@ -71,17 +111,33 @@ def summary_table(results: Mapping[str, Mapping[str, Any]]) -> str:
     """Side-by-side markdown table: one column per model, one row per key (↑: higher is
     better, ↓: lower is better, from the key's `Measure`).
 
+    With several models evaluated on the same images (`per_image` values and one
+    `images_digest`), every mean row compares them on the images every one of them measured
+    (`same_images`: an image one model could not measure, e.g. a blank Grad-CAM map, is left
+    out for all), and the last column says how many; otherwise each model's own mean (count
+    "own"). Counts (`n_attacked`, `n_unmeasured`) and the blank-map share are each model's own.
+
     Example:
         >>> print(summary_table({"a": {"measures": {"accuracy": 0.5}}}).splitlines()[2])
         | `accuracy` ↑ | 0.500 |
     """
     names = list(results)
-    lines = ["| measure | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    several = len(names) > 1
+    extra = " images (every model) |" if several else ""
+    lines = [
+        "| measure | " + " | ".join(names) + " |" + extra,
+        "|---|" + "---|" * (len(names) + several),
+    ]
     for key in row_keys(results):
-        cells = [_cell(r, key) for r in results.values()]
+        shared = same_images(results, key) if key_measure(key) not in OWN_IMAGES else None
+        if shared is None:
+            cells = [_cell(r, key) for r in results.values()]
+        else:
+            cells = [_cell(r, key, v) for r, v in zip(results.values(), shared[0], strict=True)]
         if key_measure(key) in QUIET_WHEN_ZERO and all(c in ("-", "0") for c in cells):
             continue
-        lines.append(f"| {_row_label(key)} | " + " | ".join(cells) + " |")
+        count = (f" {shared[1]} |" if shared is not None else " own |") if several else ""
+        lines.append(f"| {_row_label(key)} | " + " | ".join(cells) + " |" + count)
     for label, field, fmt in (
         ("training seconds (until this checkpoint)", "training_seconds", "{:.1f}"),
         ("share of training time in the monitors", "monitor_share", "{:.1%}"),
@@ -90,7 +146,7 @@ def summary_table(results: Mapping[str, Mapping[str, Any]]) -> str:
             fmt.format(r[field]) if r.get(field) is not None else "-" for r in results.values()
         ]
         if any(c != "-" for c in cells):
-            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+            lines.append(f"| {label} | " + " | ".join(cells) + " |" + (" |" if several else ""))
     return "\n".join(lines)
 
 
@@ -242,6 +298,13 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(to_json(results), indent=2))
     parts = [f"# {title}", "", summary_table(results), ""]
+    if len(results) > 1:
+        parts += [
+            "Each mean compares the models on the images every one of them measured (their "
+            "count is the last column; `own`: each model's own images, where they cannot be "
+            "lined up); counts and the share of blank maps are each model's own.",
+            "",
+        ]
     settings = next(iter(results.values())).get("settings", {})
     if settings:
         parts += ["Settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()), ""]

@@ -14,6 +14,7 @@ import types
 import typing
 from typing import Any, NoReturn
 
+from robust_train.app.shipped_files import file_argument
 from robust_train.evaluation import PROTOCOLS, EvaluationSettings
 
 __all__ = ["CommandParser", "add_settings_arguments", "settings_from", "setting_flags"]
@@ -83,6 +84,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--data-config",
+        type=file_argument("configs", "`--data-config`"),
         help="LightningCLI YAML whose `data:` section gives the held-out data (default: the "
         "datamodule stored in the checkpoint)",
     )

@@ -1,10 +1,12 @@
 """The steps of a fragility attack, as module-level functions over one `AttackContext`.
 
 `fragility_attack` checks its arguments into an `AttackContext`, then: `start` (clean labels
-and maps, the objective, the running best), `run_restart` for each restart (start point, then
-`n_steps` of direction, projected step, evaluation on the ORIGINAL model, keep the best
-label-keeping iterate; a sample whose gradient direction is exactly zero takes a random step
-instead, `off_flat_point`), and `finish` (the `FragilityResult`, with samples whose gradient
+and maps, the objective, the running best, the directions to run: `_directions.directions`),
+`run_restart` for each direction and restart (start point, then `n_steps` of direction,
+projected step, evaluation on the ORIGINAL model, keep the best label-keeping iterate, shared by
+every direction and restart, so each image keeps its worst result over all of them; a sample
+whose gradient direction is exactly zero takes a random step instead, `off_flat_point`), and
+`finish` (the `FragilityResult`, with samples whose gradient
 direction was zero at every step, or whose clean map is constant, marked unmeasured and their
 metrics NaN).
 """
@@ -19,11 +21,12 @@ import torch
 from torch import Tensor, nn
 
 from robust_train.attacks._balls import project, step_direction
+from robust_train.attacks._directions import Direction, directions
 from robust_train.attacks.objectives.base import FragilityObjective
 from robust_train.attacks.options import AttackOptions
 from robust_train.attacks.result import FragilityResult
 from robust_train.core.runtime import row_chunks
-from robust_train.explain._clamp import direction_surrogates
+from robust_train.explain._clamp import smooth_map_clamps
 from robust_train.explain.maps import importance_map
 from robust_train.explain.protocol import Explainer
 from robust_train.explain.similarity import (
@@ -32,7 +35,7 @@ from robust_train.explain.similarity import (
     spearman_correlation,
     topk_intersection,
 )
-from robust_train.models.softplus import zero_direction_cause
+from robust_train.models.softplus import smooth_relus, zero_direction_cause
 
 
 @dataclass
@@ -52,6 +55,7 @@ class AttackContext:
     progress: bool
     piecewise_constant: bool = True
     relu_calls: int = 0
+    directions: list[Direction] = field(default_factory=list)
 
 
 @dataclass
@@ -137,6 +141,16 @@ def start(ctx: AttackContext) -> AttackState:
     o = ctx.options
     assert o.k is not None and o.measure_k is not None, "resolved options"
     objective = ctx.objective_cls(clean_map, k=o.k, measure_k=o.measure_k, region=ctx.region)
+    if objective.needs_gradient:
+        ctx.directions = directions(
+            o.direction,
+            o.surrogate_beta,
+            piecewise_constant=ctx.piecewise_constant,
+            explain=ctx.explain,
+            model=ctx.model,
+            inputs=x0,
+            target=ctx.target,
+        )
     zeros = torch.zeros(x0.shape[0], dtype=torch.bool, device=x0.device)
     return AttackState(
         x0=x0,
@@ -154,21 +168,22 @@ def start(ctx: AttackContext) -> AttackState:
 
 
 def direction_beta(ctx: AttackContext) -> float | None:
-    """The softplus beta of the direction: `surrogate_beta` for an explainer whose map of a ReLU
-    net is piecewise constant (`ExplainerSpec.piecewise_constant`), else None (the model)."""
-    return ctx.options.surrogate_beta if ctx.piecewise_constant else None
+    """The softplus beta of the model's ReLU surrogate, where a direction run used it."""
+    used = [d.relu_beta for d in ctx.directions if d.relu_beta is not None]
+    return used[0] if used else None
 
 
-def gradient_direction(ctx: AttackContext, objective: FragilityObjective, x: Tensor) -> Tensor:
+def gradient_direction(
+    ctx: AttackContext, objective: FragilityObjective, x: Tensor, direction: Direction
+) -> Tensor:
     """The steepest-ascent step of d(ascent value)/dx for `ctx.norm` (its sign for L_inf, its
-    per-sample L2 normalisation for L2), through the explainer on the softplus surrogate of the
-    model (`smooth_relus`) where its map is piecewise constant, and with a map's own final ReLU
-    (Grad-CAM's) on its softplus surrogate for every explainer, both of beta `surrogate_beta`
-    (`direction_surrogates`; None: neither); double backprop."""
-    parts, beta = [], ctx.options.surrogate_beta
+    per-sample L2 normalisation for L2), through the explainer with the surrogates of
+    `direction` (the model's ReLUs under `smooth_relus`, a map's own final ReLU under
+    `smooth_map_clamps`; `robust_train.attacks._directions`); double backprop."""
+    parts = []
     for a, b in row_chunks(x.shape[0], ctx.chunk):
         xv = x[a:b].detach().requires_grad_(True)
-        with direction_surrogates(beta, ctx.piecewise_constant) as relus:
+        with smooth_relus(direction.relu_beta) as relus, smooth_map_clamps(direction.clamp_beta):
             explanation = ctx.explain(ctx.model, xv, ctx.target[a:b], create_graph=True)
             value = objective.ascent_value(importance_map(explanation), slice(a, b))
         ctx.relu_calls += relus.calls
@@ -186,13 +201,21 @@ def gradient_direction(ctx: AttackContext, objective: FragilityObjective, x: Ten
     return torch.cat(parts)
 
 
-def take_step(ctx: AttackContext, state: AttackState, x: Tensor, gen: torch.Generator) -> Tensor:
+def take_step(
+    ctx: AttackContext,
+    state: AttackState,
+    x: Tensor,
+    gen: torch.Generator,
+    direction: Direction | None = None,
+) -> Tensor:
     """One projected step from `x`: a sign step and the L_inf projection, or (`ctx.norm` "l2")
     an L2-normalised step and the exact projection onto the L2 ball intersected with [0, 1]
-    (`robust_train.attacks._balls.project`); records which samples had a non-zero direction."""
+    (`robust_train.attacks._balls.project`); records which samples had a non-zero direction.
+    A gradient objective follows `direction`; the others draw theirs (`objective.direction`)."""
     objective = state.objective
     if objective.needs_gradient:
-        d = gradient_direction(ctx, objective, x)
+        assert direction is not None, "a gradient objective needs a direction"
+        d = gradient_direction(ctx, objective, x, direction)
         flat = d.flatten(1).eq(0).all(1)
         state.moved |= ~flat
         if bool(flat.any()):
@@ -240,15 +263,22 @@ def keep_best(ctx: AttackContext, state: AttackState, x: Tensor) -> None:
     state.improved |= better
 
 
-def run_restart(ctx: AttackContext, state: AttackState, restart: int, seed: int) -> None:
-    """One restart: its own generator, its start point, then `n_steps` steps."""
+def run_restart(
+    ctx: AttackContext,
+    state: AttackState,
+    restart: int,
+    seed: int,
+    direction: Direction | None = None,
+) -> None:
+    """One restart along `direction` (None: an objective that draws its own): its own
+    generator, its start point, then `n_steps` steps."""
     gen = torch.Generator(device=state.x0.device).manual_seed(seed)
     state.objective.start_restart(restart, gen)
     o = ctx.options
     assert o.epsilon is not None, "resolved options"
     x = state.objective.start_point(state.x0, o.epsilon, restart, gen, o.norm)
     for _ in range(o.n_steps):
-        x = take_step(ctx, state, x, gen)
+        x = take_step(ctx, state, x, gen, direction)
         keep_best(ctx, state, x)
         if state.bar is not None:
             state.bar.update(1)
@@ -292,6 +322,7 @@ def finish(ctx: AttackContext, state: AttackState) -> FragilityResult:
         k=o.k,
         measure_k=o.measure_k,
         surrogate_beta=direction_beta(ctx) if ctx.relu_calls else None,
+        directions=tuple(d.name for d in ctx.directions),
         explainer=ctx.explainer_name,
         region_mass=None if ctx.region is None else masked(objective.region_mass(best)),
         clean_region_mass=None if ctx.region is None else objective.region_mass(clean),

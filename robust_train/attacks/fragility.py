@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from robust_train.attacks import _loop
+from robust_train.attacks._directions import Direction
 from robust_train.attacks._setup import check_region, restart_seeds
 from robust_train.attacks.objectives import FragilityObjective, get_objective
 from robust_train.attacks.options import AttackOptions
@@ -42,27 +43,32 @@ def fragility_attack(
     x_p = clip_[0,1](x_0 + clip_[-eps,eps](x_{p-1} + step_size * sign(d_p) - x_0)), or with
     `norm="l2"` L2-normalised steps x_{p-1} + step_size * d_p / ||d_p||_2 projected exactly onto
     {||x - x_0||_2 <= eps} intersected with [0, 1] (`robust_train.attacks._balls.project`), with
-    d_p the gradient of the objective (a class registered in `robust_train.attacks.OBJECTIVES`)
-    taken on the softplus surrogate of the model (`robust_train.models.softplus.smooth_relus`: every
-    ReLU call, module or functional, computes softplus_beta) when the explainer's map of a ReLU
-    net is piecewise constant (`ExplainerSpec.piecewise_constant`: the gradient family), and
-    with a map's own final ReLU (Grad-CAM's) on its scale-free softplus surrogate
-    (`robust_train.explain._clamp.smooth_map_clamps`, so that a map with fewer positive pixels
-    than k can still be moved out of its clean top-k set), or random signs; `surrogate_beta=None`
-    takes neither surrogate. After every step the ORIGINAL model gives the label and the map;
-    the best iterate whose predicted label equals the clean prediction is kept (never a
-    label-changing one), else the clean input. Restart 0 starts at x_0, later restarts at a
-    uniform random point of the ball; the best over all restarts is returned. Each restart draws
-    from its own generator, seeded up front, so with a fixed `step_size` the first n iterates do
-    not depend on `n_steps`: more steps can only improve the result. Samples are attacked
-    together (no loop over samples); gradients are taken w.r.t. the input only, so parameter
-    `.grad` is untouched; every module's train/eval flag is restored. Where the gradient direction
-    of a sample is exactly zero (a flat point: a zero-baseline IG or DeepLIFT map, or an LRP map,
-    of a thin digit has fewer than k non-zero pixels, so the clean top-k set holds all its mass)
+    d_p the gradient of the objective (a class registered in `robust_train.attacks.OBJECTIVES`),
+    or random signs for an objective that needs no gradient. Where the gradient is taken is the
+    attack's direction (`robust_train.attacks._directions`): on the model with a map's own final
+    ReLU (Grad-CAM's) on its scale-free softplus surrogate (`smooth_map_clamps`, so that a map
+    with fewer positive pixels than k can still be moved out of its clean top-k set); on the
+    softplus surrogate of the model as well (`robust_train.models.softplus.smooth_relus`: every
+    ReLU call, module or functional, computes softplus_beta), which the gradient family needs
+    (`ExplainerSpec.piecewise_constant`: its map of a ReLU net is piecewise constant); or exactly.
+    With `direction="all"` (the default) every candidate that can differ runs and each image
+    keeps its worst result over them, since none is the strongest on every image. After every
+    step the ORIGINAL model gives the label and the map; the best iterate whose predicted label
+    equals the clean prediction is kept (never a label-changing one), else the clean input. The
+    objective sets the schedule (`FragilityObjective.schedule`, `start_point`): by default
+    restart 0 starts at x_0, later restarts at a uniform random point of the ball, each of
+    `n_steps` steps, and the best over all directions and restarts is returned; "random_sign"
+    draws `noise_draws` times x_0 + epsilon * random signs instead. Each restart draws from its
+    own generator, seeded up front, so with a fixed `step_size` the first n iterates do not
+    depend on `n_steps`: more steps can only improve the result. Samples are attacked together
+    (no loop over samples); gradients are taken w.r.t. the input only, so parameter `.grad` is
+    untouched; every module's train/eval flag is restored. Where the gradient direction of a
+    sample is exactly zero (a flat point: a zero-baseline IG or DeepLIFT map, or an LRP map, of
+    a thin digit has fewer than k non-zero pixels, so the clean top-k set holds all its mass)
     that sample takes a random sign step instead and follows the gradient from there. A sample
-    whose gradient direction was exactly zero at every step (constant map, diverged model,
-    piecewise-linear model without surrogate) is NOT reported as robust: its metrics are NaN,
-    `measured` is False, and a warning names the cause.
+    whose gradient direction was exactly zero at every step of every direction (constant map,
+    diverged model, piecewise-linear model without surrogate) is NOT reported as robust: its
+    metrics are NaN, `measured` is False, and a warning names the cause.
 
     Args:
         model: classifier returning logits; run in eval mode during the attack.
@@ -83,11 +89,9 @@ def fragility_attack(
         options: an `AttackOptions` to start from (e.g. an `EvaluationSettings`); keywords
             given beside it override its fields.
         **kwargs: the attack's settings: the fields of `AttackOptions` (epsilon, step_size,
-            n_steps, k, measure_k, n_restarts, surrogate_beta, internal_batch_size), defined and
-            documented once there with their size-dependent defaults (epsilon 0.1 up to 28 px,
-            else 8/255; k = H*W // 8; step epsilon / 8). The direction of an explainer whose map
-            is piecewise constant on ReLU nets (`ExplainerSpec.piecewise_constant`) is taken on
-            the softplus surrogate of beta `surrogate_beta`; other explainers use the model.
+            n_steps, k, measure_k, n_restarts, noise_draws, direction, surrogate_beta,
+            internal_batch_size), defined and documented once there with their size-dependent
+            defaults (epsilon 0.1 up to 28 px, else 8/255; k = H*W // 8; step epsilon / 8).
 
     Returns:
         FragilityResult (adversarial inputs, clean and attacked maps of the original model,
@@ -116,13 +120,15 @@ def fragility_attack(
     )
     with eval_mode(model), torch.enable_grad():
         state = _loop.start(ctx)
+        runs: list[Direction | None] = [*ctx.directions] or [None]
         state.bar = _progress_bar(
             progress,
-            len(ctx.seeds) * ctx.options.n_steps,
+            len(runs) * len(ctx.seeds) * ctx.options.n_steps,
             f"{ctx.objective_cls.name} attack on {ctx.explainer_name} ({len(inputs)} images)",
         )
-        for restart, restart_seed in enumerate(ctx.seeds):
-            _loop.run_restart(ctx, state, restart, restart_seed)
+        for direction in runs:
+            for restart, restart_seed in enumerate(ctx.seeds):
+                _loop.run_restart(ctx, state, restart, restart_seed, direction)
         state.bar.close()
         return _loop.finish(ctx, state)
 
@@ -147,7 +153,7 @@ def _context(
     batch, _, height, width = inputs.shape
     target = check_target(target, batch).to(inputs.device)
     objective_cls = get_objective(objective)
-    resolved = options.attack_options().resolved(height, width)
+    resolved = objective_cls.schedule(options.attack_options().resolved(height, width))
     region = _region(objective_cls, target_region, batch, height, width, inputs.device)
     explain, name = resolve_explainer(explainer, differentiable=objective_cls.needs_gradient)
     seeds = restart_seeds(generator, seed, resolved.n_restarts)

@@ -17,7 +17,11 @@ from robust_train.attacks.defaults import default_epsilon, default_k
 from robust_train.core.runtime import check_optional_positive
 from robust_train.core.validation import check_choice, check_positive
 
-__all__ = ["AttackOptions", "check_linf_budget", "default_step_size"]
+__all__ = ["DIRECTIONS", "AttackOptions", "check_linf_budget", "default_step_size"]
+
+# Which attack directions run (`robust_train.attacks._directions`): every candidate, keeping per
+# image the worst result; the one the explainer declares; or one of them.
+DIRECTIONS = ("all", "declared", "model", "surrogate", "exact")
 
 
 def check_linf_budget(value: object, name: str) -> None:
@@ -66,8 +70,20 @@ class AttackOptions:
         measure_k: k of the reported top-k intersection (and of the iterate ranking); None: k.
         n_restarts: runs per image (the first from the image, later ones from random points of
             the ball), the worst case kept.
-        surrogate_beta: beta of the softplus surrogate that gives the direction of an explainer
-            whose map is piecewise constant on ReLU nets; None: the model itself.
+        noise_draws: draws R of the "random_sign" baseline, x + epsilon * s with s uniform
+            random signs, clipped to [0, 1]; the worst (lowest top-k intersection) label-keeping
+            draw is kept. The worst of R is a low quantile of the noise's effect, so it keeps
+            falling, ever more slowly, as R grows; the default R = 10 costs ten maps per image and
+            no gradient (benchmarks/MEASUREMENTS.md: how much lower R = 20 gets, at twice that).
+        direction: where gradient attacks take their direction (`robust_train.attacks.
+            _directions`): "all" (default) runs every candidate direction of the explainer and
+            keeps, per image, the worst result (costs one attack per candidate: 1 for the
+            gradient family, up to 3 for Grad-CAM); "declared" the explainer's declared one
+            (the softplus surrogate where its map is piecewise constant on ReLU nets, else the
+            model with a map's own final ReLU smoothed); "model", "surrogate", "exact" (no
+            surrogate at all) one of them.
+        surrogate_beta: beta of the softplus surrogates of the directions (the model's ReLUs
+            and a map's own final ReLU); None: no surrogate, the direction is "exact".
         internal_batch_size: images per gradient computation (memory of double backprop); None:
             from the image size (`robust_train.core.runtime.auto_chunk`).
     """
@@ -88,6 +104,20 @@ class AttackOptions:
         default=None, metadata={"help": "k of the reported top-k intersection (default: k)"}
     )
     n_restarts: int = field(default=1, metadata={"help": "attack restarts, the worst kept"})
+    noise_draws: int = field(
+        default=10,
+        metadata={
+            "help": "draws of the random_sign baseline x + epsilon * random signs, the worst "
+            "label-keeping one kept"
+        },
+    )
+    direction: str = field(
+        default="all",
+        metadata={
+            "help": "attack directions: all (every candidate, the worst per image kept), "
+            "declared, model, surrogate or exact"
+        },
+    )
     surrogate_beta: float | None = field(
         default=10.0, metadata={"help": "softplus beta of the attack's surrogate"}
     )
@@ -108,6 +138,10 @@ class AttackOptions:
         check_optional_positive(self.k, "k", integer=True)
         check_optional_positive(self.measure_k, "measure_k", integer=True)
         check_positive(self.n_restarts, "n_restarts", integer=True)
+        check_positive(self.noise_draws, "noise_draws", integer=True)
+        check_choice(self.direction, "direction", DIRECTIONS)
+        if self.direction == "surrogate" and self.surrogate_beta is None:
+            raise ValueError("`direction` 'surrogate' needs `surrogate_beta` (e.g. 10.0), got None")
         check_optional_positive(self.surrogate_beta, "surrogate_beta")
         if self.surrogate_beta is not None and not math.isfinite(self.surrogate_beta):
             raise ValueError(
@@ -143,7 +177,8 @@ class AttackOptions:
         Example:
             >>> AttackOptions(n_steps=2).attack_options()
             AttackOptions(epsilon=None, norm='linf', step_size=None, n_steps=2, k=None, \
-measure_k=None, n_restarts=1, surrogate_beta=10.0, internal_batch_size=None)
+measure_k=None, n_restarts=1, noise_draws=10, direction='all', surrogate_beta=10.0, \
+internal_batch_size=None)
         """
         names = [f.name for f in dataclasses.fields(AttackOptions)]
         return AttackOptions(**{name: getattr(self, name) for name in names})

@@ -10,6 +10,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from robust_train.explain.lens import lens_topk_intersection
+
+LENS_WINDOW = 1  # the 3x3 neighbourhood of Kamath et al. (2024), reported as `lens_topk`
+
 _PER_SAMPLE = (
     "adversarial",
     "clean_map",
@@ -58,13 +62,19 @@ class FragilityResult:
             attacked (a constant map, a diverged model, a piecewise-linear model without a
             surrogate): its metrics are NaN, never a perfect score. None in results built by
             hand.
+        lens_topk: (B,) property, the locality-sensitive top-k intersection (LENS, Kamath et al.
+            2024) of `clean_map` and `attacked_map` at `measure_k` with a 3x3 neighbourhood
+            (`lens_topk_intersection`, window 1): an attacked top pixel within one pixel of a
+            clean top pixel counts as kept; NaN where the sample was not measured.
         objective, epsilon, step_size, n_steps, n_restarts, k, measure_k: the attack settings used.
         norm: the threat model of `epsilon`: "linf" (the default) or "l2" (the ball intersected
             with [0, 1]).
-        surrogate_beta: softplus beta of the model surrogate that gave the direction, or None
-            when the model itself was used (no ReLU module, a map that is not piecewise
-            constant, or `surrogate_beta=None`). A map's own final ReLU (Grad-CAM's) is smoothed
-            at the attack's `surrogate_beta` either way (`smooth_map_clamps`).
+        surrogate_beta: softplus beta of the model surrogate, where a direction that was run
+            used it and met a ReLU call, else None (the model itself, or `surrogate_beta=None`).
+            A map's own final ReLU (Grad-CAM's) is smoothed at the attack's `surrogate_beta` in
+            every direction but "exact" (`smooth_map_clamps`).
+        directions: the attack directions run (`robust_train.attacks._directions`), each image
+            keeping its worst result over them; () for an objective that needs no gradient.
         explainer: name of the explainer.
     """
 
@@ -93,9 +103,20 @@ class FragilityResult:
     clean_region_mass: Tensor | None = None
     measured: Tensor | None = None
     norm: str = "linf"
+    directions: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return int(self.adversarial.shape[0])
+
+    @property
+    def lens_topk(self) -> Tensor:
+        """The LENS top-k intersection of the clean and attacked maps (see the attributes)."""
+        value = lens_topk_intersection(
+            self.clean_map.detach(), self.attacked_map.detach(), self.measure_k, window=LENS_WINDOW
+        )
+        if self.measured is None:
+            return value
+        return value.masked_fill(~self.measured.to(value.device), float("nan"))
 
     def values(self) -> dict[str, Tensor]:
         """Per-sample float values (B,) of what this result reports, by measure name: the

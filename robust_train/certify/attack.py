@@ -15,6 +15,11 @@ simultaneous bounds at x' give an upper confidence bound of the true overlap the
 
 So for each image: certified_overlap(r) <= true worst overlap in the ball <= overlap at the
 attack's x' (estimated; its upper bound holds with probability 1 - alpha).
+
+A smoothed map that does not depend on the input at all (the saliency of a linear model is its
+weight row, whatever x) gives the attack nothing to follow: `attack_certificate` then measures
+x itself (a point of the ball, where the overlap is that of every other point) and says so in
+`EmpiricalOverlap.note`, rather than failing; its certificate is exact there (overlap 1).
 """
 
 from __future__ import annotations
@@ -57,7 +62,10 @@ class EmpiricalOverlap:
         overlap_lower, overlap_upper: (B,) the smallest and largest overlap over the simultaneous
             bounds at x' (the upper one is an upper confidence bound of the true overlap).
         label_kept: (B,) the model's label at x' equals its label at x.
-        radius: the L2 budget; attack: the `FragilityResult` of the attack (None for random).
+        radius: the L2 budget; attack: the `FragilityResult` of the attack (None for random,
+            and where the attack had no direction).
+        note: why the points are not an attack's result (None when they are): the smoothed
+            map does not depend on the input, so x itself was measured.
     """
 
     points: Tensor
@@ -68,6 +76,13 @@ class EmpiricalOverlap:
     label_kept: Tensor
     radius: float
     attack: FragilityResult | None = None
+    note: str | None = None
+
+
+NO_DIRECTION = (
+    "the smoothed map does not depend on the input (its gradient w.r.t. x does not exist, e.g. "
+    "the saliency of a linear model): no attack can move it, so x itself was measured"
+)
 
 
 def measure_overlap(
@@ -164,6 +179,13 @@ def attack_certificate(
     rows = internal_batch_size or max(
         1, auto_chunk(inputs.shape[1:], device=inputs.device, create_graph=True) // attack_samples
     )
+    measure = dict(n_samples=measure_samples, internal_batch_size=internal_batch_size)
+    if not _depends_on_input(model, inputs[:rows], certificate.target[:rows], soft):
+        found = measure_overlap(
+            model, inputs, inputs, certificate, seed=seed + 1, radius=radius, **measure
+        )
+        found.note = NO_DIRECTION
+        return found
     result = fragility_attack(
         model,
         inputs,
@@ -182,17 +204,25 @@ def attack_certificate(
         internal_batch_size=rows,
     )
     measured = measure_overlap(
-        model,
-        inputs,
-        result.adversarial,
-        certificate,
-        n_samples=measure_samples,
-        seed=seed + 1,
-        internal_batch_size=internal_batch_size,
-        radius=radius,
+        model, inputs, result.adversarial, certificate, seed=seed + 1, radius=radius, **measure
     )
     measured.attack = result
     return measured
+
+
+def _depends_on_input(
+    model: nn.Module, inputs: Tensor, target: Tensor, soft: SoftSmoothedExplainer
+) -> bool:
+    """Whether the stand-in's map of these images has a graph to the input: False when it has
+    a graph (through the parameters) that never reaches x, as the saliency of a linear model.
+    A map without any graph (a detaching explainer) is left to the attack, which names it."""
+    with eval_mode(model), torch.enable_grad():
+        x = inputs.detach().requires_grad_(True)
+        value = soft(model, x, target, create_graph=True).sum()
+        if not value.requires_grad:
+            return True
+        (grad,) = torch.autograd.grad(value, x, allow_unused=True)
+    return grad is not None
 
 
 def random_search(

@@ -82,6 +82,13 @@ def certificate_summary_markdown(results: dict[str, Any]) -> str:
             + ", ".join(floors)
             + "; an attack value close to it means the attack barely moved the smoothed map."
         )
+    notes = {
+        f"{n}: {r['attack_note']}"
+        for n, m in models.items()
+        for r in m["attack"]
+        if r.get("attack_note")
+    }
+    parts += [f"Attack not run: {note}." for note in sorted(notes)]
     parts += [f"Settings: {settings}; {results['split']} split, images {results['images']}."]
     parts += ["## How to read it\n\n" + "\n".join(f"- {note}." for note in READING)]
     return "\n\n".join(parts) + "\n"

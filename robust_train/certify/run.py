@@ -103,7 +103,9 @@ def certify_model(
     `curve` (the mean certified overlap at 101 radii from 0 to the largest, for plots),
     `certified_radius_half` (mean radius certifying half of the top-k set), `attack` (one record
     per attack radius: certified, attack estimate and its upper confidence bound, random search,
-    `empirical` = mean over images of the lower of attack and random, label kept rate),
+    `empirical` = mean over images of the lower of attack and random, label kept rate, and
+    `attack_note`: why the attack did not run, where the smoothed map does not depend on the
+    input and x itself was measured),
     `resampled_overlap` (the overlap measured with fresh noise at x itself: the Monte Carlo floor
     of the empirical numbers) and `seconds`.
     """
@@ -187,12 +189,13 @@ def _empirical(
     return found
 
 
-def _fields(found: list[EmpiricalOverlap], s: CertifySettings) -> dict[str, float | None]:
+def _fields(found: list[EmpiricalOverlap], s: CertifySettings) -> dict[str, float | str | None]:
     attack = found[0] if s.attack_steps else None
     noise = found[-1] if s.random_points else None
     return {
         "attack": None if attack is None else float(attack.overlap.mean()),
         "attack_upper": None if attack is None else float(attack.overlap_upper.mean()),
         "attack_label_kept": None if attack is None else float(attack.label_kept.double().mean()),
+        "attack_note": None if attack is None else attack.note,
         "random": None if noise is None else float(noise.overlap.mean()),
     }

@@ -116,8 +116,10 @@ def summarize(evaluation: Evaluation) -> dict[str, Any]:
 
     Layout: `measures` (key -> mean over the images that key measured, or the sum for counts:
     `Measure.reduce`), `intervals` (key -> [low, high], 95% over images, for means), `counts`
-    (key -> images measured), `curves` (key -> {"xs", "xname", line -> mean curve}), `seconds`
-    (part -> s), `settings`; `n_images`; `_examples` (figures' tensors, not JSON).
+    (key -> images measured), `per_image` (key -> the value of every evaluated image, NaN where
+    not measured: tables that put models side by side compare them on the same images),
+    `curves` (key -> {"xs", "xname", line -> mean curve}), `seconds` (part -> s), `settings`;
+    `n_images`; `_examples` (figures' tensors, not JSON).
 
     Example:
         >>> ev = Evaluation(EvaluationSettings(), values={"accuracy": torch.tensor([1.0, 0.0])})
@@ -135,6 +137,7 @@ def summarize(evaluation: Evaluation) -> dict[str, Any]:
         "measures": measures,
         "intervals": intervals,
         "counts": counts,
+        "per_image": {key: v.flatten().tolist() for key, v in values.items()},
         "n_images": int(next(iter(evaluation.values.values())).shape[0])
         if evaluation.values
         else 0,

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from robust_train.core.registry import Registry
+
 __all__ = [
     "MEASURES",
     "Measure",
@@ -74,7 +76,7 @@ class Measure:
         return self.fmt.format(int(value) if self.fmt == "{:d}" else value)
 
 
-MEASURES: dict[str, Measure] = {}
+MEASURES: Registry[Measure] = Registry("MEASURES", "measure")
 
 
 def register_measure(measure: Measure) -> Measure:
@@ -88,11 +90,7 @@ def register_measure(measure: Measure) -> Measure:
     """
     if measure.reduce not in ("mean", "sum"):
         raise ValueError(f"`reduce` must be 'mean' or 'sum', got {measure.reduce!r}")
-    taken = MEASURES.get(measure.name)
-    if taken is not None and taken != measure:
-        raise ValueError(f"measure {measure.name!r} is already registered as {taken}")
-    MEASURES[measure.name] = measure
-    return measure
+    return MEASURES.add(measure.name, measure)  # the same definition again (its repr) is no clash
 
 
 def key_measure(key: str) -> str:
@@ -166,6 +164,14 @@ for _measure in (
         True,
         meaning="share of the clean map's top-k pixels still in the attacked map's top-k "
         "(1 = unchanged): higher is more robust",
+    ),
+    Measure(
+        "lens_topk",
+        "LENS top-k (3x3)",
+        True,
+        meaning="share of the attacked map's top-k pixels within one pixel (a 3x3 window) of a "
+        "clean top-k pixel (Kamath et al. 2024): top-k intersection that forgives shifts of one "
+        "pixel, so the gap between the two is the fragility that is small shifts",
     ),
     Measure(
         "spearman",

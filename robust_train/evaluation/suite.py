@@ -9,8 +9,10 @@ the fidelity estimate AUC_LIF - AUC_MIF (Brocki & Chung 2022): the parts of
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from robust_train.core.validation import check_images, check_target
@@ -41,11 +43,26 @@ def evaluate_classifier(
         >>> r = evaluate_classifier(net, torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 0, 1]), s,
         ...                         progress=False)
         >>> sorted(r["measures"])[:4]  # doctest: +NORMALIZE_WHITESPACE
-        ['accuracy', 'attack/saliency/topk/center_shift', 'attack/saliency/topk/improved',
-         'attack/saliency/topk/kendall']
+        ['accuracy', 'attack/input_reference/topk/center_shift',
+         'attack/input_reference/topk/improved', 'attack/input_reference/topk/kendall']
     """
     check_images(inputs, "inputs")
     labels = check_target(labels, inputs.shape[0], "labels")
     s = settings or EvaluationSettings()
     x, y = inputs[: s.n_samples], labels[: s.n_samples]
-    return summarize(run_parts(model, x, y, s, progress=progress))
+    result = summarize(run_parts(model, x, y, s, progress=progress))
+    result["images_digest"] = images_digest(x)
+    return result
+
+
+def images_digest(images: Tensor) -> str:
+    """A short digest of the evaluated images: two results with the same digest measured the
+    same images in the same order (their `per_image` values line up).
+
+    Example:
+        >>> import torch
+        >>> images_digest(torch.zeros(2, 1, 2, 2)) == images_digest(torch.zeros(2, 1, 2, 2))
+        True
+    """
+    data = images.detach().to("cpu", torch.float32).contiguous().numpy().tobytes()
+    return hashlib.sha1(data).hexdigest()[:16]

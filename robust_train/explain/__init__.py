@@ -38,6 +38,7 @@ from robust_train.explain.perturbation import (  # isort: skip
 from robust_train.explain.grad_cam import grad_cam  # isort: skip
 from robust_train.explain.lrp import LRP_COMPOSITES, lrp  # isort: skip
 from robust_train.explain.deeplift import deeplift  # isort: skip
+from robust_train.explain.input_reference import input_reference  # isort: skip
 from robust_train.explain.maps import flat_importance, importance_map, normalize_map
 from robust_train.explain.protocol import Explainer
 
@@ -57,6 +58,7 @@ __all__ = [
     "get_explainer",
     "grad_cam",
     "importance_map",
+    "input_reference",
     "input_x_gradient",
     "integrated_gradients",
     "integration_rule",

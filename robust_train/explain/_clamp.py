@@ -2,7 +2,8 @@
 
 Grad-CAM is ReLU(sum_k w_k A_k): where the sum is negative the map is exactly 0, and so is its
 gradient, so an ascent on a top-k objective cannot raise a pixel outside the map's support. When
-a map has fewer positive pixels than k (most natural MNIST Grad-CAM maps at k = 100), its whole
+a map has fewer positive pixels than k (most natural MNIST Grad-CAM maps at the last Conv2d,
+at k = 100), its whole
 support lies in the clean top-k set, the mass outside the set stays 0 near the clean image and
 the ascent has no direction, although moving the support would change the top-k set. The
 attack then underestimates fragility, and a penalty whose inner ascent is blind in the same way

@@ -23,30 +23,23 @@ def find_layer(
     model: nn.Module, layer: str | None, *, argument: str = "layer", caller: str = "explainer"
 ) -> tuple[str, nn.Module]:
     """`(name, module)` of the module of `model` called `layer` (a dotted name as in
-    `model.named_modules()`), or of the LAST `nn.Conv2d` in `model.modules()` order when `layer`
-    is None.
+    `model.named_modules()`), or of the default layer (`default_layer`) when `layer` is None.
 
     Errors name the argument, the value and some valid names (convolutions first).
 
     Example:
-        >>> net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Conv2d(2, 2, 3))
+        >>> net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Conv2d(2, 2, 3), nn.ReLU())
         >>> find_layer(net, None)[0], type(find_layer(net, "1")[1]).__name__
-        ('2', 'ReLU')
-        >>> find_layer(net, "3")  # doctest: +ELLIPSIS
+        ('3', 'ReLU')
+        >>> find_layer(net, "4")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: `layer` '3' is not a module of Sequential; valid names include ['0', '2', ...
+        ValueError: `layer` '4' is not a module of Sequential; valid names include ['0', '2', ...
     """
     modules = dict(model.named_modules())
     if layer is None:
-        convs = [name for name, module in modules.items() if isinstance(module, nn.Conv2d)]
-        if not convs:
-            raise ValueError(
-                f"{caller}: {type(model).__name__} has no nn.Conv2d, so there is no default "
-                f"layer; pass `{argument}` = the dotted name of a module whose output is "
-                f"(B, K, h, w), one of {_some(modules)}"
-            )
-        return convs[-1], modules[convs[-1]]
+        name = default_layer(model, argument=argument, caller=caller)
+        return name, modules[name]
     if not isinstance(layer, str):
         raise TypeError(
             f"`{argument}` must be a module name (str) or None, got {type(layer).__name__}"
@@ -57,6 +50,94 @@ def find_layer(
             f"include {_some(modules)}"
         )
     return layer, modules[layer]
+
+
+# Module types a default layer passes over between a convolution and its activation, the
+# activations of a convolutional block, and the pools that may follow one.
+_PASSED = (nn.BatchNorm2d, nn.GroupNorm, nn.InstanceNorm2d, nn.LayerNorm, nn.Dropout, nn.Identity)
+ACTIVATIONS: tuple[type[nn.Module], ...] = (
+    nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU,
+    nn.Mish, nn.Hardswish, nn.Softplus,
+)  # fmt: skip
+_POOLS = (nn.MaxPool2d, nn.AvgPool2d)
+
+
+def default_layer(model: nn.Module, *, argument: str = "layer", caller: str = "explainer") -> str:
+    """The dotted name of a layer explainer's default layer: the last convolutional block's
+    rectified output, found from the modules (no forward), as common Grad-CAM practice chooses it
+    (a torchvision ResNet's `layer4[-1]`, a VGG's last pool).
+
+    From the LAST `nn.Conv2d` in `model.modules()` order, its container's later children are
+    read in order, passing over normalisation, dropout and identity modules: the first
+    activation module (`ACTIVATIONS`: ReLU, Softplus, SiLU, ...) is the block's rectified
+    output, and a `nn.MaxPool2d` / `nn.AvgPool2d` right after it, when there is one, is taken
+    instead (the activation's spatial pool). A container that ends before an activation is left
+    for its parent's later children, as long as the containers are `nn.Sequential` (whose
+    children run in order). Inside any other module, a block such as a ResNet `BasicBlock`
+    whose `forward` is code, the order is unknown: the block itself is the layer (its output is
+    what the next block reads; ResNet blocks end in their ReLU). With neither (the model's own
+    `forward` calls the convolution and then a functional activation), the convolution itself.
+    An activation module that appears twice in the model (one `nn.ReLU` shared by several
+    calls) is not taken either. Pass `layer` for anything else.
+
+    Example:
+        >>> net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.ReLU(), nn.MaxPool2d(2),
+        ...                     nn.Flatten(), nn.Linear(2, 2))
+        >>> default_layer(net)
+        '3'
+        >>> import torchvision
+        >>> default_layer(torchvision.models.resnet18())
+        'layer4.1'
+    """
+    named = dict(model.named_modules())
+    convs = [name for name, module in named.items() if isinstance(module, nn.Conv2d)]
+    if not convs:
+        raise ValueError(
+            f"{caller}: {type(model).__name__} has no nn.Conv2d, so there is no default "
+            f"layer; pass `{argument}` = the dotted name of a module whose output is "
+            f"(B, K, h, w), one of {_some(named)}"
+        )
+    shared, path = _shared(model), convs[-1]
+    while True:
+        parent_name, _, child = path.rpartition(".")
+        parent = named[parent_name]
+        if isinstance(parent, (nn.ModuleList, nn.ModuleDict)):
+            return convs[-1]
+        if not isinstance(parent, nn.Sequential):
+            return parent_name or convs[-1]  # a block whose forward is code, or the model
+        status, name = _after(parent, child, shared)
+        if status == "found":
+            return f"{parent_name}.{name}" if parent_name else name
+        if status == "stop" or not parent_name:
+            return convs[-1]
+        path = parent_name
+
+
+def _after(parent: nn.Sequential, child: str, shared: set[int]) -> tuple[str, str]:
+    """("found", name) of the activation that follows `child` in `parent`, or of the pool right
+    after it, passing over `_PASSED` modules; ("stop", "") when another module comes first;
+    ("end", "") when `parent` ends first."""
+    later = list(parent._modules)
+    later = later[later.index(child) + 1 :]
+    for i, name in enumerate(later):
+        module = parent._modules[name]
+        if isinstance(module, _PASSED):
+            continue
+        if not isinstance(module, ACTIVATIONS) or id(module) in shared:
+            return "stop", ""
+        following = parent._modules[later[i + 1]] if i + 1 < len(later) else None
+        if isinstance(following, _POOLS) and id(following) not in shared:
+            return "found", later[i + 1]
+        return "found", name
+    return "end", ""
+
+
+def _shared(model: nn.Module) -> set[int]:
+    """Ids of the modules that appear more than once in `model` (called from several places)."""
+    seen: dict[int, int] = {}
+    for _, module in model.named_modules(remove_duplicate=False):
+        seen[id(module)] = seen.get(id(module), 0) + 1
+    return {key for key, count in seen.items() if count > 1}
 
 
 def _some(modules: dict[str, nn.Module]) -> list[str]:

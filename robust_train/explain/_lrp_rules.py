@@ -33,9 +33,10 @@ from zennit.core import Composite, ParamMod, zero_wrap
 from zennit.layer import Sum
 from zennit.types import Activation, AvgPool, BatchNorm, Convolution
 
+from robust_train.models._torchvision_parts import Hardsigmoid
 from robust_train.models.normalize import Normalize
 
-__all__ = ["COMPOSITES", "build_composite"]
+__all__ = ["COMPOSITES", "build_composite", "call_rules", "ruled_modules"]
 
 COMPOSITES = ("epsilon_plus", "epsilon", "epsilon_gamma_box", "alpha2_beta1")
 
@@ -140,6 +141,7 @@ def build_composite(
     layer_map: list[tuple[Any, Any]] = [
         (Normalize, rules.Pass()),
         (Activation, rules.Pass()),
+        (Hardsigmoid, rules.Pass()),  # the twice-differentiable nn.Hardsigmoid of MobileNetV3
         (Sum, Norm(stabilizer=stabilizer)),
         (AvgPool, Norm(stabilizer=stabilizer)),
         (BatchNorm, rules.Pass()),
@@ -155,3 +157,19 @@ def build_composite(
         first_map = [(Convolution, ZBox(low=low, high=high, stabilizer=stabilizer))]
         return SpecialFirstLayerMapComposite(layer_map, first_map, canonizers=canonizers)
     return LayerMapComposite(layer_map, canonizers=canonizers)
+
+
+def ruled_modules(composite: Composite, model: nn.Module) -> set[nn.Module]:
+    """The modules of `model` (after its canonizers) that `composite` gives a rule."""
+    ctx: dict[str, Any] = {}
+    return {
+        module
+        for name, module in model.named_modules()
+        if composite.module_map(ctx, name, module) is not None
+    }
+
+
+def call_rules(stabilizer: float = 1e-6) -> dict[str, Any]:
+    """The rule templates of intercepted calls (robust_train/explain/_lrp_functional.py): the
+    pass rule of activations and `Normalize`, the sum rule of `Sum` and average pools."""
+    return {"pass_rule": rules.Pass(), "sum_rule": Norm(stabilizer=stabilizer)}

@@ -45,19 +45,25 @@ def deeplift(
 
     Against Captum's `DeepLift(model).attribute(x, baselines=x0, target=t)` (float32 CPU,
     tests/explain/test_deeplift.py, zero and random baselines): equal within atol 1e-5 of the
-    largest |attribution| (measured: <= 1e-6) on ReLU networks (SmallCNN with and without BN,
-    TinyCNN, ResNet18CIFAR) and on max-pool networks whose pools sit between convolutions, at
-    28x28 and 64x64. Captum's hooks read a module's output gradient BEFORE the next hooked module
-    rewrites it, so where a MaxPool2d directly follows a ReLU module (MNISTConvNet, VGG, a
-    max-pool TinyCNN) its max-pool rule is lost: Captum's values then equal ours with
-    `maxpool="gradient"` (same tolerance) and its completeness gap (`return_convergence_delta`)
-    is 1e-3 to 0.2 of the logit gap. With overlapping windows (ResNet's 3x3 stride-2 stem pool)
-    Captum's `max_unpool2d` keeps one window's share and loses completeness too. Ours, with the
-    rescale rule, is complete: the attributions sum to f_t(x) - f_t(x0) (to float rounding) on
-    networks of linear layers, ReLU, max-pool, BatchNorm (eval), residual sums and concatenation
-    (torchvision ResNet-18, ResNet-50, VGG-11-BN, DenseNet-121). Captum also keeps a multiplier
-    chain for the baseline rows, which can differ where a fallback routes differently; ours has
-    one chain (equal on every network above).
+    largest |attribution| on ReLU networks (SmallCNN with and without BN, TinyCNN,
+    ResNet18CIFAR) and on max-pool networks whose pools sit between convolutions, at 28x28 and
+    64x64. Captum applies its rules with per-module backward hooks, and a hook reads a module's
+    output gradient BEFORE the next hooked module rewrites it, so wherever two hooked modules
+    follow each other one of the two rules is lost and Captum's map is not summation-to-delta:
+    (1) a MaxPool2d directly after a ReLU module (MNISTConvNet, VGG, a max-pool TinyCNN): its
+    max-pool rule is lost, and Captum's values then equal ours with `maxpool="gradient"`;
+    (2) a MaxPool2d feeding a ReLU module; (3) hooked nonlinearities following each other
+    (`nn.ReLU` after `nn.ReLU`, `nn.Sigmoid` after `nn.ReLU`). In those three layouts the two
+    maps differ by a sizeable fraction of the largest attribution and Captum's completeness gap
+    (`return_convergence_delta`) is of the order of the logit gap, while ours stays complete to
+    float rounding (benchmarks/MEASUREMENTS.md, `benchmarks/deeplift_captum.py`). With
+    overlapping windows (ResNet's 3x3 stride-2 stem pool) Captum's `max_unpool2d` keeps one
+    window's share and loses completeness too. Ours, with the rescale rule, is complete: the
+    attributions sum to f_t(x) - f_t(x0) (to float rounding) on networks of linear layers,
+    ReLU, max-pool, BatchNorm (eval), residual sums and concatenation (torchvision ResNet-18,
+    ResNet-50, VGG-11-BN, DenseNet-121), in any order of these calls. Captum also keeps a
+    multiplier chain for the baseline rows, which can differ where a fallback routes
+    differently; ours has one chain (equal on every network above).
 
     Differentiable (Captum's is not: its hooks store detached tensors): a TRUE forward of
     [x; x0] records, per call, the pre-activations, outputs and slopes with their graph, and a
@@ -84,15 +90,12 @@ def deeplift(
 
     Piecewise constancy: the multipliers of a ReLU net are piecewise constant only where z and
     z0 have the same sign; where they differ the multiplier relu(z) / (z - z0) moves with x, and
-    so does the factor (x - x0): the map is not piecewise constant and attacks take their
-    direction on the model itself (`piecewise_constant=False`). Measured on the shipped natural
-    MNIST-5k model (first 200 correctly classified test images, top-k attack with k = 100,
-    L_inf 0.3, 50 sign steps of 0.01; the 190 images all three runs measured): top-100
-    intersection 0.451 with the direction on the model itself, 0.473 on the softplus_10
-    surrogate, 0.873 under random signs (benchmarks/NEW_EXPLAINERS.md). With a zero baseline
-    the map is exactly 0 where x is 0, so an image with fewer than k non-zero pixels gives the
-    top-k attack no direction (its top-k set holds all the mass); the attack reports it as not
-    measured (10 of these 200 images).
+    so does the factor (x - x0): the map is not piecewise constant (`piecewise_constant=False`),
+    so attacks take their direction on the model itself and on its softplus surrogate and keep
+    each image's worst result (`AttackOptions.direction`). With a zero baseline the map is
+    exactly 0 where x is 0, so an image with fewer than k non-zero pixels gives the top-k attack
+    no direction at the clean image (its top-k set holds all the mass); the attack then takes a
+    random step first, and reports an image it never moved as not measured.
 
     Args:
         model: classifier returning logits (B, num_classes); its train/eval mode is left as is.

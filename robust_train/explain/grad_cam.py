@@ -3,6 +3,8 @@ from Deep Networks via Gradient-based Localization", ICCV 2017), differentiable.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -23,6 +25,7 @@ def grad_cam(
     target: Tensor,
     *,
     layer: str | None = None,
+    relu: bool = True,
     create_graph: bool = False,
 ) -> Tensor:
     """Grad-CAM map of the target logit at a convolutional layer, upsampled to the input size.
@@ -33,67 +36,87 @@ def grad_cam(
     it on its own scale-free softplus surrogate, `robust_train.explain._clamp`), upsampled
     bilinearly (`align_corners=False`) to (H, W) of the input, so top-k, fidelity and Lipschitz
     consumers take it as they take a (B, 1, H, W) mask. Equals
-    Captum's `LayerGradCam(model, layer).attribute(x, t, relu_attributions=True)` followed by
+    Captum's `LayerGradCam(model, layer).attribute(x, t, relu_attributions=relu)` followed by
     `LayerAttribution.interpolate(attr, (H, W), "bilinear")` (tests/explain/test_grad_cam.py:
     float32 CPU, atol 1e-6 + rtol 1e-4 of the map's scale, on the project's CNNs and torchvision
     models at 64x64). Unlike Captum (or pytorch-grad-cam) it keeps the graph with
     `create_graph=True`: the map is differentiable w.r.t. the input and the parameters (double
     backprop), so it can be attacked and penalised.
 
-    The layer is looked up by name on the model given at call time; None takes the LAST
-    `nn.Conv2d` in `model.modules()` order (ResNet-18: `layer4.1.conv2`, before its BatchNorm and
-    the residual sum; MNISTConvNet: `features.3`). Its activation is taken by a forward hook that
-    hands the rest of the model a clone, so a downstream in-place ReLU does not overwrite it; the
-    hook is removed before returning. The layer must be called exactly once per forward.
+    The map after the ReLU is the default, and the one the attacks move: it is Grad-CAM as
+    Selvaraju et al. define it (only features with a positive influence on the class) and the
+    map its users read (Captum's `relu_attributions=True`, pytorch-grad-cam). `relu=False`
+    gives the signed map sum_k w_k A_k, whose importance (`importance_map`, |.|) ranks strong
+    negative evidence as important too; it is never blank unless every w_k A_k cancels.
+
+    The layer is looked up by name on the model given at call time; None takes the last
+    convolutional block's rectified output (`robust_train.explain._layers.default_layer`): the
+    activation after the last `nn.Conv2d`, or the pool right after that activation
+    (MNISTConvNet: `features.5`, the max-pool after the second convolution's activation;
+    SmallCNN: the last ReLU; a torchvision ResNet: `layer4.1`, the last block, which ends in
+    its ReLU). The last convolution's own output, before its activation, is a poor default:
+    the weighted sum of pre-activations is often negative everywhere, so the map after the
+    ReLU is blank, and where it is not its fidelity (`fidelity_estimate`) can be that of a
+    random map. Common practice is not every model's most faithful layer: where the head is a
+    linear layer over the spatial map rather than a global pool (SmallCNN), the weighted sum of
+    rectified activations is often negative everywhere, so many maps are blank; the evaluation
+    prints Grad-CAM's fidelity and share of blank maps beside its attacks, so read them and pass
+    `layer` where they are poor (benchmarks/MEASUREMENTS.md measures the shipped models). A
+    layer whose output is 1 x 1 (ResNet-18's last block below 64 px) gives a constant map: a
+    warning says so. The activation is taken by a forward hook that hands the
+    rest of the model a clone, so a downstream in-place ReLU does not overwrite it; the hook is
+    removed before returning. The layer must be called exactly once per forward.
 
     Piecewise constancy: on a ReLU network the weights w_k are piecewise constant in x, but A
-    moves with x, so the map does too and its input gradient is not zero: attacks take their
-    direction on the model itself (`piecewise_constant=False`). Measured on the shipped natural
-    MNIST-5k model (first 200 correctly classified test images, top-k attack with k = 100,
-    L_inf 0.3, 50 sign steps of 0.01; the 76 images on which all three runs could be measured):
-    top-100 intersection (zero pixels then tie-broken by index) 0.259 with the direction on the
-    model itself, 0.314 on the softplus_10 surrogate, 0.770 under random signs
-    (benchmarks/NEW_EXPLAINERS.md). The surrogate's direction is that of another map (the
-    softplus network's), which only helps when the real map's gradient is zero, as saliency's is.
+    moves with x, so the map does too and its input gradient is not zero
+    (`piecewise_constant=False`). Neither the direction on the model itself nor the one on the
+    softplus surrogate is the stronger on every image, so the attacks try both (and the exact
+    map) and keep each image's worst result (`AttackOptions.direction`, default "all").
 
     Ties in top-k: where the ReLU cuts the map to exactly 0, an image can have fewer than k
-    positive pixels (a small positive blob upsampled from a 7x7 or 14x14 map). Its zero pixels
-    carry no importance: `topk_intersection` compares only the positive pixels of each top-k set
+    positive pixels (a small positive blob upsampled from a coarse map). Its zero pixels carry
+    no importance: `topk_intersection` compares only the positive pixels of each top-k set
     (`topk_support`; |S_a ∩ S_b| / max(|S_a|, |S_b|)), so zeros two sparse maps both hold never
-    count as agreement (breaking those ties by index counted the same top-left zero pixels as
-    shared: on the natural MNIST-5k model 0.26 instead of 0.05 under the attack,
-    benchmarks/NEW_EXPLAINERS.md section 9). Through the exact ReLU such a map gives the top-k
-    attack no direction (no importance outside the top-k set, and the clamped pixels have zero
-    gradient); the attacks therefore take their direction through the ReLU's softplus surrogate,
-    which reaches those pixels (benchmarks/NEW_EXPLAINERS.md, section 8). An all-zero clean map
-    defines no top-k set and stays not measured (NaN). On the natural MNIST-5k model at the
-    default layer (14x14) 67 % of the first 200 test maps have fewer than 100 positive pixels and
-    26 % are all zero; Spearman / Kendall (tied pixels get their average rank) rank every pixel.
+    count as agreement. Through the exact ReLU such a map gives the top-k attack no direction
+    (no importance outside the top-k set, and the clamped pixels have zero gradient); the
+    attacks therefore take their direction through the ReLU's softplus surrogate, which reaches
+    those pixels. An all-zero (blank) clean map defines no top-k set and stays not measured
+    (NaN); the evaluation reports the share of blank clean maps beside every Grad-CAM number
+    (`blank_map`), since a model can look robust by drawing blank maps. Spearman / Kendall
+    (tied pixels get their average rank) rank every pixel.
 
     Args:
         model: classifier returning logits (B, num_classes); its train/eval mode is left as is.
         inputs: images (B, C, H, W).
         target: class indices (B,).
         layer: dotted module name (`model.named_modules()`) whose output (B, K, h, w) is used;
-            None: the last `nn.Conv2d`.
+            None: the last convolutional block's rectified output (`default_layer`).
+        relu: True (default): ReLU(sum_k w_k A_k), Grad-CAM as published; False: the signed
+            sum.
         create_graph: keep the graph so the map can be differentiated (attacks, penalties).
 
     Returns:
-        Non-negative maps (B, 1, H, W).
+        Maps (B, 1, H, W), non-negative unless `relu=False`.
 
     Example:
         >>> net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.AvgPool2d(2),
-        ...                     nn.Conv2d(4, 4, 3, padding=1), nn.Flatten(), nn.Linear(64, 3))
-        >>> cam = grad_cam(net, torch.rand(2, 1, 8, 8), torch.tensor([0, 2]))
+        ...                     nn.Conv2d(4, 4, 3, padding=1), nn.ReLU(), nn.Flatten(),
+        ...                     nn.Linear(64, 3))
+        >>> cam = grad_cam(net, torch.rand(2, 1, 8, 8), torch.tensor([0, 2]))  # layer "4"
         >>> cam.shape, bool((cam >= 0).all())
         (torch.Size([2, 1, 8, 8]), True)
+        >>> signed = grad_cam(net, torch.rand(2, 1, 8, 8), torch.tensor([0, 2]), relu=False)
+        >>> signed.shape
+        torch.Size([2, 1, 8, 8])
         >>> grad_cam(net, torch.rand(1, 1, 8, 8), torch.tensor([0]), layer="conv")
         ... # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        ValueError: `layer` 'conv' is not a module of Sequential; valid names include ['0', ...]
+        ValueError: `layer` 'conv' is not a module of Sequential; valid names include ['0', ...
     """
     require_grad_mode("grad_cam")
+    if not isinstance(relu, bool):
+        raise TypeError(f"`relu` must be True or False, got {relu!r}")
     name, module = find_layer(model, layer, caller="grad_cam")
     with torch.enable_grad():
         x, target = prepare_inputs(inputs, target)
@@ -105,8 +128,13 @@ def grad_cam(
         scores = target_scores(logits, target)
         (grads,) = torch.autograd.grad(scores.sum(), activation, create_graph=create_graph)
         weights = grads.mean(dim=(2, 3), keepdim=True)
-        cam = clamp_positive((weights * activation).sum(dim=1, keepdim=True))
-        cam = F.interpolate(cam, size=x.shape[-2:], mode="bilinear", align_corners=False)
+        cam = (weights * activation).sum(dim=1, keepdim=True)
+        if relu:
+            cam = clamp_positive(cam)
+        if cam.shape[-2:] == (1, 1):  # bilinear upsampling of one value, without its rounding
+            cam = cam.expand(-1, -1, *x.shape[-2:])
+        else:
+            cam = F.interpolate(cam, size=x.shape[-2:], mode="bilinear", align_corners=False)
     return cam if create_graph else cam.detach()
 
 
@@ -126,4 +154,11 @@ def _one_activation(outputs: list[Tensor], name: str, module: nn.Module, batch: 
         )
     if not activation.requires_grad:
         raise ValueError(f"{what} returned a tensor without a graph (detached or under no_grad)")
+    if activation.shape[-2:] == (1, 1):
+        warnings.warn(
+            f"{what} has a 1 x 1 output for these inputs: every Grad-CAM map is constant (it "
+            "explains nothing); pass `layer` = an earlier layer with a spatial extent",
+            RuntimeWarning,
+            stacklevel=3,
+        )
     return activation

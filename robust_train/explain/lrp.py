@@ -22,7 +22,8 @@ from robust_train.core.runtime import require_grad_mode
 from robust_train.core.validation import check_choice, check_non_negative
 from robust_train.explain._autograd import prepare_inputs, target_scores
 from robust_train.explain._lrp_canonizers import canonizers_for
-from robust_train.explain._lrp_rules import COMPOSITES, build_composite
+from robust_train.explain._lrp_functional import FunctionalRules
+from robust_train.explain._lrp_rules import COMPOSITES, build_composite, call_rules, ruled_modules
 from robust_train.explain.registry import register_explainer
 from robust_train.models.normalize import Normalize
 
@@ -70,6 +71,19 @@ def lrp(
     torchvision ResNets and of `ResNet18CIFAR`) and average pools split it in proportion; max
     pools, flattening and concatenation route it as the gradient does. A BatchNorm right after a
     linear layer or convolution is merged into it with its running statistics, in either mode.
+
+    Calls in a model's own `forward` get the rule of their module twin (the calls are
+    intercepted, robust_train/explain/_lrp_functional.py): a residual `out + x` (also `+=`,
+    `torch.add`) the sum rule of `zennit.layer.Sum`; `F.softplus(h, beta=2)`, `torch.sigmoid(h)`,
+    `h.relu_()` and the other elementwise activations, and scalings by a constant or parameter
+    (`(x - mean) / std`), the pass rule of `nn.Softplus` or `Normalize`; `F.avg_pool2d`,
+    `F.adaptive_avg_pool2d` and sums or means over non-batch dimensions (`h.mean((2, 3))`) the
+    sum rule of `nn.AvgPool2d`. So a network written with calls gets the map of the same network
+    written with modules (for every composite, tested), and the relevance of a bias-free residual
+    network still sums to 1. A functional linear layer or BatchNorm on an activation (`F.conv2d`,
+    `F.linear`, `h @ weight`, `F.batch_norm`) raises a ValueError naming the call and the module
+    to use. A product of two activations (a gate), a subtraction and an added bias keep the
+    gradient, as in Zennit.
 
     The relevance starts from the one-hot of the target (Zennit's `attr_output`), so under
     epsilon rules with small epsilon and no biases it sums to about 1; times the target logit it
@@ -126,10 +140,16 @@ def lrp(
             high=high.to(x),
             canonizers=canonizers_for(model, x[:1].detach()),
         )
+        calls = None
         try:
             rules.register(model)
-            scores = target_scores(model(x), target)
+            calls = FunctionalRules(model, x, ruled_modules(rules, model), **call_rules())
+            with calls:
+                logits = model(x)
+            scores = target_scores(logits, target)
             (relevance,) = torch.autograd.grad(scores.sum(), x, create_graph=create_graph)
         finally:
+            if calls is not None:
+                calls.remove()
             rules.remove()
     return relevance

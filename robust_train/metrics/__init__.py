@@ -8,6 +8,14 @@ from robust_train.metrics import functional
 from robust_train.metrics.fidelity import Fidelity
 from robust_train.metrics.fragility import ExplanationFragility
 from robust_train.metrics.keyed import KeyedMean
+from robust_train.metrics.lens import LENSTopkIntersection
 from robust_train.metrics.lipschitz import LocalLipschitz
 
-__all__ = ["ExplanationFragility", "KeyedMean", "Fidelity", "LocalLipschitz", "functional"]
+__all__ = [
+    "ExplanationFragility",
+    "Fidelity",
+    "KeyedMean",
+    "LENSTopkIntersection",
+    "LocalLipschitz",
+    "functional",
+]

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from robust_train.core.resources import resolve_file
 from robust_train.models.config import build_model
 from robust_train.models.softplus import softplus
 
@@ -186,7 +187,9 @@ def load_classifier(
     Args:
         path: a Lightning `.ckpt` written by `robust-train fit` (it carries the model config), or
             a file saved with `torch.save(model.state_dict(), path)` (keys with or without the
-            "model." prefix).
+            "model." prefix). A path that does not exist here but names a shipped checkpoint
+            (`"mnist5k_robust"`, `"checkpoints/mnist5k_robust.ckpt"`) loads the packaged file
+            (`robust_train.core.resources`; one line on stderr says so).
         model: None (use the config stored in the checkpoint), a config dict
             `{"class_path", "init_args"}` to build, or an `nn.Module` to load into (in place).
         map_location: passed to `torch.load`; a device (string or torch.device) also moves the
@@ -218,6 +221,7 @@ def load_classifier(
         >>> bool(torch.equal(loaded(x), net.eval()(x))), loaded.training
         (True, False)
     """
+    path = resolve_file(path, "checkpoints", what="checkpoint")
     obj = read_checkpoint(path, map_location, trusted=trusted, opt_in=opt_in)
     return classifier_from(obj, path, model, map_location)
 

@@ -20,7 +20,7 @@ from robust_train.attacks import (
     get_objective,
     register_objective,
 )
-from robust_train.attacks.objectives import MassCenter, RandomSign, Targeted, TopK
+from robust_train.attacks.objectives import MassCenter, RandomSign, RandomWalk, Targeted, TopK
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
 from robust_train.explain.maps import normalize_map
 from robust_train.metrics import ExplanationFragility
@@ -90,7 +90,7 @@ def test_mass_center_restart_direction_is_a_unit_vector() -> None:
 def test_start_points_stay_in_the_ball() -> None:
     x0 = torch.rand(2, 1, 4, 4)
     gen = torch.Generator().manual_seed(0)
-    objective = RandomSign(torch.rand(2, 4, 4), k=2, measure_k=2)
+    objective = RandomWalk(torch.rand(2, 4, 4), k=2, measure_k=2)
     assert objective.start_point(x0, 0.1, 0, gen) is x0
     x = objective.start_point(x0, 0.1, 1, gen)
     assert (x - x0).abs().max() <= 0.1 + 1e-6 and not torch.equal(x, x0)

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from robust_train.app.cli import main
+from robust_train.core.resources import shipped_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
-PAIR = [str(ROOT / "checkpoints" / f"digits_{name}.ckpt") for name in ("baseline", "robust")]
+PAIR = [str(shipped_checkpoint(f"digits_{name}")) for name in ("baseline", "robust")]
 FAST = ["--n-images", "3", "--n-samples", "60", "--sigma", "0.1", "--attack-steps", "2"]
 FAST += ["--attack-samples", "2", "--random-points", "1", "--attack-radii", "0.1", "--no-progress"]
 

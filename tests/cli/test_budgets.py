@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
+from robust_train.core.resources import shipped_checkpoint
 from robust_train.regularizers import get_penalty
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_evaluate_refuses_an_epsilon_that_covers_the_image_range(run_cli, tmp_path) -> None:
-    ckpt = ROOT / "checkpoints" / "digits_baseline.ckpt"
-    result = run_cli("evaluate", "--ckpt", str(ckpt), "--epsilon", "5.0", cwd=tmp_path)
+def test_evaluate_refuses_an_epsilon_that_covers_the_image_range(cli, tmp_path) -> None:
+    ckpt = shipped_checkpoint("digits_baseline")
+    result = cli("evaluate", "--ckpt", str(ckpt), "--epsilon", "5.0", cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "epsilon" in lines[0] and "5.0" in lines[0], result.stderr

@@ -1,4 +1,5 @@
-"""Every YAML in configs/ parses and trains for a few batches (embedded, synthetic or tiny data)."""
+"""Every shipped config (robust_train/assets/configs; configs/ in a checkout) parses and trains for
+a few batches (embedded, synthetic or tiny data)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from wandb_reader import read_run
 
 from robust_train.app.cli import main
 from robust_train.app.lightning_cli import lightning_main
+from robust_train.core.resources import list_shipped, shipped_config
 
-CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
+CONFIGS = [shipped_config(name) for name in list_shipped("configs")]
 SHORT = [
     "--trainer.max_epochs=1",
     "--trainer.limit_train_batches=2",

@@ -14,10 +14,10 @@ KEYS = [
 ]
 
 
-def test_evaluate_command_reports_the_certified_block(run_cli, tmp_path) -> None:
+def test_evaluate_command_reports_the_certified_block(cli, tmp_path) -> None:
     """The part is one more `--parts` name: results.json and summary.md carry its keys."""
     out = tmp_path / "eval"
-    result = run_cli(
+    result = cli(
         "evaluate", "--ckpt", "checkpoints/digits_robust.ckpt", "--parts", "certified",
         "--n-samples", "6", "--certify-samples", "100", "--certify-attack-steps", "2",
         "--no-progress", "--out", str(out), cwd=ROOT,

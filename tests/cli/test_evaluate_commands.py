@@ -149,6 +149,7 @@ def test_protocol_preset_with_explicit_flags_on_top():
     assert plain.epsilon == 0.2 and plain.n_restarts == 1
 
 
+@pytest.mark.slow
 def test_compare_writes_a_report_with_a_column_per_checkpoint(baseline_ckpt, tmp_path, capsys):
     assert (
         main(

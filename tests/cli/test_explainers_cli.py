@@ -7,13 +7,15 @@ import json
 import math
 from pathlib import Path
 
+from robust_train.core.resources import shipped_checkpoint
+
 ROOT = Path(__file__).resolve().parents[2]
 EXPLAINERS = ("grad_cam", "lrp", "deeplift")
 
 
-def test_evaluate_reports_every_measure_of_grad_cam_lrp_and_deeplift(tmp_path: Path, run_cli):
-    done = run_cli(
-        "evaluate", "--ckpt", str(ROOT / "checkpoints" / "digits_baseline.ckpt"),
+def test_evaluate_reports_every_measure_of_grad_cam_lrp_and_deeplift(tmp_path: Path, cli):
+    done = cli(
+        "evaluate", "--ckpt", str(shipped_checkpoint("digits_baseline")),
         "--explainers", *EXPLAINERS,
         "--attacks", "topk", "random_sign", "--n-samples", "8", "--n-steps", "3",
         "--lipschitz-samples", "2", "--fidelity-steps", "3", "--no-progress", "--no-wandb",
@@ -41,9 +43,9 @@ def test_evaluate_reports_every_measure_of_grad_cam_lrp_and_deeplift(tmp_path: P
     assert not [k for k in measures if k.startswith("attack/saliency/")]
 
 
-def test_a_flag_that_is_not_there_names_the_one_that_is(tmp_path: Path, run_cli):
-    done = run_cli(
-        "evaluate", "--ckpt", str(ROOT / "checkpoints" / "digits_baseline.ckpt"),
+def test_a_flag_that_is_not_there_names_the_one_that_is(tmp_path: Path, cli):
+    done = cli(
+        "evaluate", "--ckpt", str(shipped_checkpoint("digits_baseline")),
         "--attack-explainers", "grad_cam", cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 2 and "did you mean --explainers?" in done.stderr

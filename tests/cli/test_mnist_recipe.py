@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from robust_train.attacks import fragility_attack
+from robust_train.core.resources import shipped_checkpoint
 from robust_train.core.runtime import predict
 from robust_train.data import MNIST5kDataModule
 from robust_train.models import load_classifier
 
 ROOT = Path(__file__).resolve().parents[2]
-CKPT = ROOT / "checkpoints"
 
 
 def _topk_under_attack(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -46,7 +46,7 @@ def test_finetune_config_reproduces_the_shipped_robust_model(run_cli, tmp_path):
         "--config",
         str(ROOT / "configs" / "mnist5k_finetune_ixg_softplus.yaml"),
         "--model.init_checkpoint",
-        str(CKPT / "mnist5k_baseline.ckpt"),
+        str(shipped_checkpoint("mnist5k_baseline")),
         "--trainer.logger=false",
         "--trainer.enable_progress_bar=false",
         "--checkpoint_root",
@@ -57,8 +57,8 @@ def test_finetune_config_reproduces_the_shipped_robust_model(run_cli, tmp_path):
     assert "T_max" not in done.stderr  # the config's cosine period is the fit's length
     (last,) = (tmp_path / "runs").glob("mnist5k_finetune_ixg_softplus/latest/last.ckpt")
     tuned = load_classifier(last)
-    shipped = load_classifier(CKPT / "mnist5k_robust.ckpt")
-    natural = load_classifier(CKPT / "mnist5k_baseline.ckpt")
+    shipped = load_classifier(shipped_checkpoint("mnist5k_robust"))
+    natural = load_classifier(shipped_checkpoint("mnist5k_baseline"))
     dm = MNIST5kDataModule(seed=0)
     dm.setup()
     x, y = dm.test_set.tensors

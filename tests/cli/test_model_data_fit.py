@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from robust_train.app.lightning_cli import lightning_main
+from robust_train.core.resources import shipped_checkpoint
 from robust_train.models import TorchvisionClassifier, model_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,7 +90,7 @@ def test_wrong_classes_size_and_channels_are_refused_naming_both(tmp_path: Path,
     )
     (tmp_path / "shapeless.yaml").write_text("data: {class_path: shapeless.Shapeless}\n")
     mnist = str(CONFIGS / "mnist5k_baseline.yaml")
-    shipped = str(ROOT / "checkpoints" / "mnist5k_baseline.ckpt")
+    shipped = str(shipped_checkpoint("mnist5k_baseline"))
     cases = {  # name -> (checkpoint, data config, fragments of the one line)
         "classes": (three, mnist, ("has 3 outputs", "MNIST5kDataModule) has 10 classes")),
         "size": (shipped, str(CONFIGS / "digits_baseline.yaml"), ("1x28x28", "gives 1x8x8")),
@@ -128,10 +129,10 @@ def _path() -> str:
     return os.pathsep.join(p for p in (os.environ.get("PYTHONPATH", ""), ".") if p)
 
 
-def test_a_fitting_model_and_data_still_evaluate(tmp_path: Path, run_cli):
+def test_a_fitting_model_and_data_still_evaluate(tmp_path: Path, cli):
     """The control: the shipped digits model on its own data passes the probe."""
-    done = run_cli(
-        "evaluate", "--ckpt", str(ROOT / "checkpoints" / "digits_baseline.ckpt"),
+    done = cli(
+        "evaluate", "--ckpt", str(shipped_checkpoint("digits_baseline")),
         "--data-config", str(CONFIGS / "digits_baseline.yaml"), "--out", "ok", "--no-wandb",
         *FAST, "--attacks", "topk", "--parts", "fragility", cwd=tmp_path,
     )  # fmt: skip

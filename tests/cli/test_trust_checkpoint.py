@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from robust_train.core.resources import shipped_checkpoint
+
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ROOT / "checkpoints" / "digits_baseline.ckpt"
+SHIPPED = shipped_checkpoint("digits_baseline")
 TINY_EVAL = [
     "--n-samples",
     "4",

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from robust_train.core.resources import shipped_checkpoint
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
 USER_MODULE = '''
@@ -96,18 +98,20 @@ def test_fit_records_a_user_model_and_evaluate_rebuilds_it(tmp_path: Path, run_c
     assert in_cwd.returncode == 0, in_cwd.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_unimportable_class_paths_are_user_errors(tmp_path: Path, run_cli):
     fit = run_cli(*FIT, "--model.model", "nowhere_pkg.Net", cwd=tmp_path)
     _error_line(fit, "nowhere_pkg")
     config = tmp_path / "data.yaml"
     config.write_text("data:\n  class_path: nowhere_pkg.Data\n")
     evaluate = run_cli(
-        "evaluate", "--ckpt", str(ROOT / "checkpoints" / "digits_baseline.ckpt"),
+        "evaluate", "--ckpt", str(shipped_checkpoint("digits_baseline")),
         "--data-config", str(config), *TINY_EVAL, "--out", str(tmp_path / "e"), cwd=tmp_path,
     )  # fmt: skip
     _error_line(evaluate, "nowhere_pkg.Data", "No module named 'nowhere_pkg'")
 
 
+@pytest.mark.slow
 def test_offline_pretrained_weights_are_a_user_error(tmp_path: Path, run_cli):
     """No cached file and no network (an unreachable proxy): the clear message, exit 2."""
     unreachable = "http://127.0.0.1:9"

@@ -20,6 +20,7 @@ from PIL import Image
 
 from robust_train.app.checkpoint_io import heldout_tensors
 from robust_train.app.cli import main
+from robust_train.core.resources import shipped_checkpoint
 from robust_train.data import SyntheticDataModule
 from robust_train.models import load_classifier
 
@@ -79,6 +80,7 @@ def _image_folder(root: Path, counts: dict[str, int]) -> Path:
     return config
 
 
+@pytest.mark.slow
 def test_torchvision_architecture_with_plain_torchvision_weights_on_an_image_folder(
     tmp_path: Path, run_cli
 ):
@@ -103,11 +105,12 @@ def test_torchvision_architecture_with_plain_torchvision_weights_on_an_image_fol
     assert 0 <= measures["to_cat"]["attack/saliency/topk/topk_intersection"] <= 1
 
 
+@pytest.mark.slow
 def test_every_common_state_dict_layout_gives_the_checkpoint_s_numbers(tmp_path: Path, run_cli):
     """A fit config as `--model`; weights plain, nested under "state_dict" (Lightning, "model."
     prefix), under "model" with "module." (DDP) and the shipped checkpoint itself: all give the
     shipped checkpoint's own accuracy on the MNIST-5k test split."""
-    model = load_classifier(ROOT / "checkpoints" / "mnist5k_baseline.ckpt")
+    model = load_classifier(shipped_checkpoint("mnist5k_baseline"))
     state = model.state_dict()
     layouts = {
         "plain": state,
@@ -116,7 +119,7 @@ def test_every_common_state_dict_layout_gives_the_checkpoint_s_numbers(tmp_path:
     }
     for name, obj in layouts.items():
         torch.save(obj, tmp_path / f"{name}.pt")
-    files = [f"{n}.pt" for n in layouts] + [str(ROOT / "checkpoints" / "mnist5k_baseline.ckpt")]
+    files = [f"{n}.pt" for n in layouts] + [str(shipped_checkpoint("mnist5k_baseline"))]
     out = tmp_path / "layouts"
     done = run_cli(
         "compare", *files, "--model", str(MNIST), "--data-config", str(MNIST),
@@ -129,6 +132,7 @@ def test_every_common_state_dict_layout_gives_the_checkpoint_s_numbers(tmp_path:
     assert accuracies == dict.fromkeys([*layouts, "mnist5k_baseline"], accuracy), accuracies
 
 
+@pytest.mark.slow
 def test_a_user_module_in_the_working_directory(tmp_path: Path, run_cli):
     """`class_path: mynet.TinyNet` in a YAML, mynet.py in the working directory (not on
     PYTHONPATH); weights with the "model." prefix. A head biased to class 2 gives the share of

@@ -33,6 +33,7 @@ def test_every_name_resolves_to_its_function():
         "grad_cam",
         "lrp",
         "deeplift",
+        "input_reference",
     )
     for name in EXPLAINERS:
         assert get_explainer(name) is getattr(explain, name)
@@ -85,7 +86,7 @@ def test_unknown_names_and_keywords_are_reported():
 
 def test_is_differentiable():
     differentiable = [is_differentiable(name) for name in EXPLAINERS]
-    assert differentiable == [True, True, True, True, False, True, True, True]
+    assert differentiable == [True, True, True, True, False, True, True, True, True]
     assert is_differentiable(get_explainer("smoothgrad", n_samples=2))
     assert not is_differentiable(get_explainer("smoothgrad", explainer="meaningful_perturbation"))
     assert not is_differentiable(get_explainer("meaningful_perturbation", n_iter=3))

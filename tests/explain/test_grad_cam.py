@@ -64,10 +64,13 @@ def _first_conv(model):
     return next(n for n, m in model.named_modules() if isinstance(m, nn.Conv2d))
 
 
-def test_default_layer_is_the_last_conv2d_in_module_order():
-    assert find_layer(MNISTConvNet(), None)[0] == "features.3"
-    assert find_layer(torchvision.models.resnet18(), None)[0] == "layer4.1.conv2"
-    assert find_layer(TinyCNN(), None)[0] == "net.2"
+def test_default_layer_is_the_last_convolutional_blocks_rectified_output():
+    """The activation after the last Conv2d (the pool right after it when there is one), or the
+    block holding that Conv2d when the block's forward is code (tests/explain/
+    test_grad_cam_default_layer.py checks the rule on more models and by fidelity)."""
+    assert find_layer(MNISTConvNet(), None)[0] == "features.5"  # Conv, ReLU, MaxPool
+    assert find_layer(torchvision.models.resnet18(), None)[0] == "layer4.1"
+    assert find_layer(TinyCNN(), None)[0] == "net.3"  # the ReLU; an adaptive pool follows
 
 
 class _SlowGradCam:

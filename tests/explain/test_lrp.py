@@ -36,7 +36,7 @@ TORCHVISION = {
     "resnet50": "resnet",
     "vgg11_bn": "vgg",
     "densenet121": "densenet",
-    "mobilenet_v3_small": "sequential",
+    "mobilenet_v3_small": "mobilenet",
 }
 
 

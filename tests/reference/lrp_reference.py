@@ -18,7 +18,8 @@ from zennit.rules import Epsilon, Pass
 from zennit.torchvision import ResNetCanonizer, VGGCanonizer
 from zennit.types import Convolution
 
-from robust_train.models import Normalize
+from robust_train.models import Normalize, TorchvisionClassifier
+from robust_train.models._torchvision_parts import Hardsigmoid
 from robust_train.models.resnet_cifar import BasicBlock
 
 
@@ -33,6 +34,41 @@ def cifar_block_canonizer() -> AttributeCanonizer:
     def attributes(name, module):
         if isinstance(module, BasicBlock):
             return {"forward": _cifar_forward.__get__(module), "canonizer_sum": Sum()}
+        return None
+
+    return AttributeCanonizer(attributes)
+
+
+def _inverted_residual_forward(self, x):
+    result = self.block(x)
+    if self.use_res_connect:
+        result = self.canonizer_sum(torch.stack([result, x], dim=-1))
+    return result
+
+
+def inverted_residual_canonizer() -> AttributeCanonizer:
+    """The residual `result += input` of torchvision's MobileNetV3 blocks as a `Sum` module."""
+
+    def attributes(name, module):
+        if type(module).__name__ == "InvertedResidual":
+            return {"forward": _inverted_residual_forward.__get__(module), "canonizer_sum": Sum()}
+        return None
+
+    return AttributeCanonizer(attributes)
+
+
+def _densenet_forward(self, x):
+    out = self.final_relu(self.backbone.features(self.normalize(x)))
+    return self.backbone.classifier(torch.flatten(self.canonizer_pool(out), 1))
+
+
+def densenet_pool_canonizer() -> AttributeCanonizer:
+    """The functional global average pool of `TorchvisionClassifier("densenet...")` as a module."""
+
+    def attributes(name, module):
+        if isinstance(module, TorchvisionClassifier) and module.final_relu is not None:
+            pool = nn.AdaptiveAvgPool2d(1)
+            return {"_forward": _densenet_forward.__get__(module), "canonizer_pool": pool}
         return None
 
     return AttributeCanonizer(attributes)
@@ -59,12 +95,14 @@ def reference_canonizers(kind: str, model: nn.Module) -> list:
     if kind == "vgg":
         return [VGGCanonizer()]
     if kind == "densenet":
-        return [NamedMergeBatchNorm(densenet_pairs(model))]
+        return [NamedMergeBatchNorm(densenet_pairs(model)), densenet_pool_canonizer()]
+    if kind == "mobilenet":
+        return [SequentialMergeBatchNorm(), inverted_residual_canonizer()]
     raise ValueError(kind)
 
 
 def reference_composite(name: str, canonizers: list, low: Tensor, high: Tensor):
-    extra = [(Normalize, Pass())]
+    extra = [(Normalize, Pass()), (Hardsigmoid, Pass())]
     if name == "epsilon_plus":
         return EpsilonPlus(layer_map=extra, canonizers=canonizers)
     if name == "alpha2_beta1":

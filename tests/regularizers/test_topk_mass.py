@@ -17,12 +17,13 @@ from robust_train.regularizers import PENALTIES, TopKMassPenalty, get_penalty, t
 
 
 def reference_cam(net: TinyCNN, x: torch.Tensor, t: int, beta: float | None = None):
-    """Grad-CAM of one image (1, C, H, W) at the last Conv2d (net.net[2]), from its formula;
-    with a graph to x and the parameters. The layer keeps 8x8, so no upsampling is needed.
+    """Grad-CAM of one image (1, C, H, W) at Grad-CAM's default layer, the ReLU after the last
+    Conv2d (net.net[3]), from its formula; with a graph to x and the parameters. The layer keeps
+    8x8, so no upsampling is needed.
     `beta`: the ascent's surrogate of the final ReLU, s * log(1 + exp(beta z / s)) / beta with s
     the image's max |z| (constant)."""
-    a = net.net[:3](x)
-    score = net.net[3:](a)[0, t]
+    a = net.net[:4](x)
+    score = net.net[4:](a)[0, t]
     (g,) = torch.autograd.grad(score, a, create_graph=True)
     z = (g.mean((2, 3), keepdim=True) * a).sum(1)[0]
     if beta is None:

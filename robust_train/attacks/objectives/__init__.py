@@ -5,7 +5,9 @@ importance map normalised to sum 1:
 - "topk": ascend -sum_{i in B} I(x)_i, B the clean top-k set; ranked by lower top-k intersection.
 - "mass_center": ascend ||C(x) - C(x_0)||_2, C the center of mass; ranked by larger shift.
 - "targeted": ascend sum_i I(x)_i T_i for a binary region T; ranked by larger mass inside T.
-- "random_sign": no gradient, d = sign(N(0, I)); ranked like "topk" (the noise baseline).
+- "random_sign": no gradient: x + epsilon * s, s uniform random signs, the worst of
+  `noise_draws` draws; ranked like "topk" (the noise baseline at the budget).
+- "random_walk": no gradient: `n_steps` random sign steps of `step_size`; ranked like "topk".
 
 Importing this package imports every file in it (`discover`, after the public names below), so a
 new objective is one new file.
@@ -22,6 +24,7 @@ from robust_train.attacks.objectives.base import (  # isort: skip  (the registry
 
 from robust_train.attacks.objectives.mass_center import MassCenter
 from robust_train.attacks.objectives.random_sign import RandomSign
+from robust_train.attacks.objectives.random_walk import RandomWalk
 from robust_train.attacks.objectives.targeted import Targeted
 from robust_train.attacks.objectives.topk import TopK
 
@@ -30,6 +33,7 @@ __all__ = [
     "FragilityObjective",
     "MassCenter",
     "RandomSign",
+    "RandomWalk",
     "Targeted",
     "TopK",
     "get_objective",

@@ -10,7 +10,7 @@ all read `OBJECTIVES`, so nothing else has to change (see CONTRIBUTING.md).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar, TypeVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 import torch
 from torch import Tensor
@@ -21,6 +21,9 @@ from robust_train.explain.maps import normalize_map
 from robust_train.explain.ranked_reference import RankedReference
 from robust_train.explain.similarity import topk_mask
 
+if TYPE_CHECKING:
+    from robust_train.attacks.options import AttackOptions
+
 __all__ = ["OBJECTIVES", "FragilityObjective", "get_objective", "register_objective"]
 
 Score = tuple[Tensor, Tensor]
@@ -29,12 +32,14 @@ Score = tuple[Tensor, Tensor]
 class FragilityObjective:
     """Attack objective bound to one batch of clean maps (from the original model).
 
-    Class attributes declare what the objective needs; the attack reads them:
+    Class attributes and class methods declare what the objective needs; the attack reads them:
 
     - `needs_gradient`: its direction is the sign of the gradient of `ascent_value` (through the
       explainer, with double backprop); False: `direction` draws it (no explainer gradient).
     - `needs_region`: it needs a bool target region (B or 1, H, W).
     - `report_metrics`: the `FragilityResult` fields the report shows for it.
+    - `schedule(options)`: the restarts, steps and step size it runs with (by default the
+      options as given); `start_point` says where each restart starts.
 
     The default score ranks iterates by lower top-k intersection (`measure_k`), ties broken by
     lower Spearman correlation; subclasses override `ascent_value` and, if they rank otherwise,
@@ -52,6 +57,7 @@ class FragilityObjective:
     needs_region: ClassVar[bool] = False
     report_metrics: ClassVar[tuple[str, ...]] = (
         "topk_intersection",
+        "lens_topk",
         "spearman",
         "kendall",
         "center_shift",
@@ -64,6 +70,12 @@ class FragilityObjective:
         self.k, self.measure_k, self.region = k, measure_k, region
         self.clean_topk = topk_mask(clean_map, k)
         self._reference: RankedReference | None = None
+
+    @classmethod
+    def schedule(cls, options: AttackOptions) -> AttackOptions:
+        """The resolved options this objective runs with: `n_restarts` runs of `n_steps` steps
+        of `step_size` (by default the options as given; the noise baseline draws instead)."""
+        return options
 
     def start_restart(self, restart: int, generator: torch.Generator) -> None:
         """Reset per-restart state (e.g. a random tie-break direction); nothing by default."""

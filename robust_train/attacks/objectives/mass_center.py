@@ -29,7 +29,7 @@ class MassCenter(FragilityObjective):
         tensor(True)
     """
 
-    report_metrics = ("center_shift", "topk_intersection", "spearman", "kendall")
+    report_metrics = ("center_shift", "topk_intersection", "lens_topk", "spearman", "kendall")
 
     def __init__(self, clean_map: Tensor, **kwargs: object) -> None:
         super().__init__(clean_map, **kwargs)  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ class Targeted(FragilityObjective):
     """
 
     needs_region = True
-    report_metrics = ("region_mass", "topk_intersection")
+    report_metrics = ("region_mass", "topk_intersection", "lens_topk")
 
     def ascent_value(self, maps: Tensor, rows: slice) -> Tensor:
         assert self.region is not None

@@ -7,6 +7,15 @@ images (all images, with their predicted class, when `correct_only` is False) ar
 `attack/<explainer>/<objective>/<measure>`; images not attacked get NaN. Images the attack could
 not move are NaN too and counted in `.../n_unmeasured` (never robust). `n_attacked` counts the
 attacked images.
+
+Beside the attacks of each explainer, per attacked image: `fragility/<explainer>/blank_map` (1
+where the clean map is constant, e.g. an all-zero Grad-CAM map after its ReLU: such an image has
+no top-k set, so no attack measures it, and a model that draws blank maps would otherwise look
+robust; its mean is the share of blank maps among the attacked images), and for a layer
+explainer (`ExplainerSpec.layer`: Grad-CAM, whose maps can explain nothing at a poor layer)
+`fragility/<explainer>/fidelity`, the fidelity estimate AUC_LIF - AUC_MIF (Brocki & Chung 2022;
+the settings' `fidelity_steps` and `fidelity_perturbation`) of the same clean maps, so that its
+robustness is never read without what the map explains.
 """
 
 from __future__ import annotations
@@ -17,14 +26,20 @@ from torch import Tensor, nn
 from robust_train.attacks import fragility_attack, get_objective
 from robust_train.attacks.defaults import target_region
 from robust_train.attacks.result import FragilityResult
-from robust_train.evaluation.measures import Measure, attack_key, register_measure
+from robust_train.evaluation.measures import Measure, attack_key, part_key, register_measure
 from robust_train.evaluation.parts.base import (
     AttackExamples,
     EvaluationPart,
     PartOutput,
     register_part,
 )
-from robust_train.explain import bind_settings, explainer_name, is_differentiable
+from robust_train.explain import (
+    bind_settings,
+    explainer_name,
+    explainer_spec,
+    is_differentiable,
+)
+from robust_train.metrics.functional import fidelity_curves, fidelity_estimate
 
 __all__ = ["FragilityPart"]
 
@@ -50,6 +65,18 @@ register_measure(
 )
 
 
+register_measure(
+    Measure(
+        "blank_map",
+        "blank clean maps",
+        False,
+        meaning="share of the attacked images whose clean map is constant (an all-zero Grad-CAM "
+        "map): no top-k set, so no attack measures them and they are left out of its means; a "
+        "model can look robust by drawing blank maps",
+    )
+)
+
+
 @register_part("fragility")
 class FragilityPart(EvaluationPart):
     """Every attack of the settings on every attacked explainer (see the module docstring)."""
@@ -66,9 +93,21 @@ class FragilityPart(EvaluationPart):
 
     def keys(self) -> tuple[str, ...]:
         keys = ["n_attacked"]
-        for explainer, attack in self.pairs():
-            keys += [attack_key(explainer_name(explainer), attack, m) for m in _measures(attack)]
+        for explainer, attacks in self._by_explainer():
+            name = explainer_name(explainer)
+            keys += [attack_key(name, a, m) for a in attacks for m in _measures(a)]
+            keys += [part_key("fragility", name, m) for m in self.map_measures(explainer)]
         return tuple(keys)
+
+    def map_measures(self, explainer: object) -> tuple[str, ...]:
+        """Measures of the explainer's clean maps reported beside its attacks."""
+        return _map_measures(explainer)
+
+    def _by_explainer(self) -> list[tuple[object, list[str]]]:
+        """Each attacked explainer with its objectives, in the order of `pairs`."""
+        pairs = self.pairs()
+        explainers = list(dict.fromkeys(e for e, _ in pairs))
+        return [(e, [a for f, a in pairs if f is e]) for e in explainers]
 
     def run(
         self, model: nn.Module, inputs: Tensor, labels: Tensor, predictions: Tensor
@@ -79,16 +118,45 @@ class FragilityPart(EvaluationPart):
         )
         target = labels if s.correct_only else predictions
         out = PartOutput(values={"n_attacked": attacked.float()})
-        for explainer, attack in self.pairs():
-            name = explainer_name(explainer)
-            result = self.attack(model, inputs[attacked], target[attacked], explainer, attack)
-            for measure, value in _values(result, attacked, _measures(attack)).items():
-                out.values[attack_key(name, attack, measure)] = value
-            if result is not None and explainer == s.explainers[0]:
-                out.examples[attack_key(name, attack, "examples")] = _examples(
-                    name, attack, s.epsilon, inputs[attacked], result
-                )
+        x, y = inputs[attacked], target[attacked]
+        for explainer, attacks in self._by_explainer():
+            name, clean = explainer_name(explainer), None
+            for attack in attacks:
+                result = self.attack(model, x, y, explainer, attack)
+                for measure, value in _values(result, attacked, _measures(attack)).items():
+                    out.values[attack_key(name, attack, measure)] = value
+                if result is not None:
+                    clean = result.clean_map
+                if result is not None and explainer == s.explainers[0]:
+                    out.examples[attack_key(name, attack, "examples")] = _examples(
+                        name, attack, s.epsilon, x, result
+                    )
+            for measure in self.map_measures(explainer):
+                full = torch.full(attacked.shape, float("nan"), device=attacked.device)
+                if clean is not None:
+                    full[attacked] = self._map_value(measure, model, x, y, clean).to(full.device)
+                out.values[part_key("fragility", name, measure)] = full
         return out
+
+    def _map_value(
+        self, measure: str, model: nn.Module, x: Tensor, y: Tensor, maps: Tensor
+    ) -> Tensor:
+        """Per attacked image: 1.0 where its clean map is constant ("blank_map"), or the
+        fidelity estimate of its clean map ("fidelity")."""
+        if measure == "blank_map":
+            flat = maps.flatten(1)
+            return (flat.amax(1) == flat.amin(1)).float()
+        curves = fidelity_curves(
+            model,
+            x,
+            y,
+            maps,
+            n_steps=self.settings.fidelity_steps,
+            perturbation=self.settings.fidelity_perturbation,
+            internal_batch_size=self.settings.internal_batch_size,
+            seed=self.settings.seed,
+        )
+        return fidelity_estimate(curves)
 
     def attack(
         self, model: nn.Module, x: Tensor, y: Tensor, explainer: object, attack: str
@@ -118,6 +186,12 @@ def _measures(attack: str) -> tuple[str, ...]:
     objective = get_objective(attack)
     region = ("clean_region_mass",) if objective.needs_region else ()
     return (*objective.report_metrics, *region, "n_unmeasured", "improved")
+
+
+def _map_measures(explainer: object) -> tuple[str, ...]:
+    """What the part reports of an attacked explainer's clean maps: the blank share, and the
+    fidelity of a layer explainer's maps."""
+    return ("blank_map", "fidelity") if explainer_spec(explainer).layer else ("blank_map",)
 
 
 def _values(

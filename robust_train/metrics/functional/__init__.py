@@ -1,5 +1,6 @@
 """Pure, batched robustness metrics: one value per image (B,) or per image and step."""
 
+from robust_train.explain.lens import lens_topk_intersection
 from robust_train.explain.similarity import (
     center_of_mass,
     center_of_mass_shift,
@@ -36,6 +37,7 @@ __all__ = [
     "fidelity_estimate",
     "interval_from_moments",
     "kendall_tau",
+    "lens_topk_intersection",
     "lipschitz_ratios",
     "local_lipschitz_estimate",
     "mean_confidence_interval",

@@ -139,8 +139,12 @@ METHODS: dict[str, Method] = {
         "RAR: lambda 1, eps 0.3, 40 steps of 0.01, 10 / 50 path points",
     ),
     "ig_sum_norm": Method(
-        "ig_sum_norm", _IG_INNER, "beta", (0.03, 0.1, 0.3, 1.0), 0.1,
-        "RAR: beta 0.1, eps 0.3, 40 steps of 0.01, 10 / 50 path points",
+        "ig_sum_norm", {**_IG_INNER, "epsilon_warmup_steps": 64}, "beta", (0.03, 0.1, 0.3, 1.0),
+        0.1,
+        "RAR: beta 0.1, eps 0.3, 40 steps of 0.01, 10 / 50 path points, 100k steps of batch 50 "
+        "at Adam 1e-4 from scratch; here eps rises linearly over the first 64 steps (one epoch "
+        "of a final fit, two of a CV fold): at full eps from the first step 2 of 3 seeds "
+        "collapsed to a constant output",
     ),
     "ssr": Method(
         "ssr", {"n_iterations": 2}, "weight", _LOG4, 1.0,

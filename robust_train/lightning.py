@@ -97,7 +97,7 @@ def _static(classes: list[type], name: str) -> tuple[type, Any] | None:
 def on_lightning(cls: type) -> type:
     """`cls` (a class built on `pytorch_lightning`) for `lightning.pytorch` Trainers.
 
-    Example:
+    Examples:
         >>> import lightning.pytorch as L
         >>> from robust_train.callbacks import RobustnessMonitor as Monitor
         >>> twin = on_lightning(Monitor)

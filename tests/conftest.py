@@ -124,3 +124,32 @@ def cli(monkeypatch, capsys):
         return subprocess.CompletedProcess(["robust-train", *args], code, out.out, out.err)
 
     return run
+
+
+_CPU_REPORT = os.environ.get("ROBUST_TRAIN_TEST_CPU_REPORT")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With ROBUST_TRAIN_TEST_CPU_REPORT=FILE, append each test's CPU seconds (this process and
+    the subprocesses it waited for) to FILE as JSON lines: what sizes the tiers, whatever else
+    shares the machine."""
+    if not _CPU_REPORT:
+        yield
+        return
+    import resource
+    import time
+
+    def cpu() -> float:
+        own, kids = (
+            resource.getrusage(resource.RUSAGE_SELF),
+            resource.getrusage(resource.RUSAGE_CHILDREN),
+        )
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+    start, wall = cpu(), time.perf_counter()
+    yield
+    record = {"test": item.nodeid, "cpu_s": cpu() - start, "wall_s": time.perf_counter() - wall}
+    record["slow"] = item.get_closest_marker("slow") is not None
+    with open(_CPU_REPORT, "a") as out:
+        out.write(json.dumps(record) + "\n")

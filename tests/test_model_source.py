@@ -93,5 +93,5 @@ def test_yaml_specs_resolve_to_modules_before_building(tmp_path: Path):
     assert isinstance(model, SmallCNN) and model.training is False
     assert any(isinstance(m, nn.Softplus) for m in model.modules())  # softplus_beta applied
     args = argparse.Namespace(model="collections.OrderedDict", weights=None, data_config="d.yaml")
-    with pytest.raises(TypeError, match="not an nn.Module class"):
+    with pytest.raises(TypeError, match="not a torch.nn.Module subclass"):
         model_source_from(args)

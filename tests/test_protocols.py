@@ -22,7 +22,7 @@ def test_rar_preset_holds_the_papers_settings() -> None:
 
 def test_defaults_keep_todays_behaviour() -> None:
     s = EvaluationSettings().resolved(8, 8)
-    assert s.explainers == ("saliency", "input_x_gradient", "integrated_gradients")
+    assert s.explainers == ("saliency", "input_x_gradient")
     assert s.n_restarts == 1 and s.measure_k == s.k
     assert s.step_size == 0.1 / 8 and s.correct_only  # 50 steps: the default epsilon / 8
 

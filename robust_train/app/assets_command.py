@@ -68,7 +68,7 @@ def _summary(path: Path) -> str:
 def listing() -> str:
     """The text of `robust-train assets list`: each kind, then its files with size and summary.
 
-    Example:
+    Examples:
         >>> "checkpoints/mnist5k_robust.ckpt" in listing()
         True
     """

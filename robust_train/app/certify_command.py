@@ -4,13 +4,16 @@ empirical overlap of the L2 attack on the same smoothed explainer.
     robust-train certify --ckpt checkpoints/mnist5k_baseline.ckpt checkpoints/mnist5k_robust.ckpt
 
 Each checkpoint is loaded like `robust-train evaluate` loads it (`robust_train.app.checkpoint_io`);
-the held-out images come from the datamodule recorded in the first checkpoint (or
-`--data-config`). The first `--n-images` images that EVERY model classifies correctly are
-certified (explaining the true class), so the models are compared on the same images.
+the held-out images come from `--data-config`, or else the datamodule recorded in the first
+checkpoint (which never downloads or creates a folder). `--n-images` images that EVERY model
+classifies correctly are certified (explaining the true class), so the models are compared on the
+same images: the first of the split's seeded, class-stratified order that pass.
+`--noise-samples` is the number of noise draws of the smoothed explainer.
 `robust_train.certify.certify_model` does the work; this module writes results.json, summary.md
 and certify.png (`robust_train.certify.report`) to `--out` (default runs/certify/<checkpoint path>,
 or runs/certify/<stem>_vs_<stem> for several), and refuses to write over another run's results
-unless `--overwrite`.
+unless `--overwrite`. `--out` and the three files are checked before any work, written whole
+and never through a symlink (`robust_train.core.files`).
 """
 
 from __future__ import annotations
@@ -22,19 +25,30 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pytorch_lightning import LightningDataModule
 from torch import Tensor, nn
 
 from robust_train.app.checkpoint_io import (
     add_trust_argument,
+    check_input_file,
     data_config_from_yaml,
-    heldout_tensors,
-    load_checkpoint,
+    heldout_subset,
+    instantiate,
+    read_fit_checkpoint,
 )
 from robust_train.app.commands import checkpoint_folder
-from robust_train.app.settings_flags import CommandParser
+from robust_train.app.settings_flags import CommandParser, flags_in_errors
 from robust_train.app.shipped_files import file_argument
 from robust_train.certify.report import certificate_summary_markdown, write_plot
 from robust_train.certify.run import CertifySettings, certify_model
+from robust_train.core.files import (
+    OutputError,
+    check_output,
+    check_output_folder,
+    write_json,
+    write_text,
+    write_with,
+)
 from robust_train.core.runtime import predict
 
 __all__ = ["certify_main", "correct_images"]
@@ -55,10 +69,18 @@ def _parser() -> argparse.ArgumentParser:
     data = file_argument("configs", "`--data-config`")
     p.add_argument("--data-config", type=data, help="YAML whose `data:` gives the held-out data")
     p.add_argument("--split", choices=("test", "val"), default="test")
-    p.add_argument("--n-images", type=int, default=20, help="images certified per model (20)")
+    p.add_argument(
+        "--n-images", type=int, default=20, help="held-out images certified per model (20)"
+    )
+    p.add_argument("--n-samples", dest="ambiguous_n_samples", help=argparse.SUPPRESS)
     p.add_argument("--explainer", default=d.explainer, help=f"({d.explainer})")
     p.add_argument("--sigma", type=float, default=d.sigma, help=f"noise std, pixels ({d.sigma})")
-    p.add_argument("--n-samples", type=int, default=d.n_samples, help=f"({d.n_samples})")
+    p.add_argument(
+        "--noise-samples",
+        type=int,
+        default=d.n_samples,
+        help=f"noise draws of the smoothed explainer per image ({d.n_samples})",
+    )
     p.add_argument("--alpha", type=float, default=d.alpha, help=f"failure prob. ({d.alpha})")
     p.add_argument("--k", type=int, help="top-k size (default H*W // 8)")
     p.add_argument("--kappa", type=int, help="sparsification size (default k)")
@@ -79,13 +101,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def correct_images(
-    models: dict[str, nn.Module], config: dict[str, Any], n_images: int, split: str
+    models: dict[str, nn.Module],
+    data: dict[str, Any] | LightningDataModule,
+    n_images: int,
+    split: str,
+    seed: int = 0,
 ) -> tuple[Tensor, Tensor, list[int]]:
-    """The first `n_images` held-out images that every model classifies correctly, their labels
-    and their indices in the split (reading more of the split until there are enough)."""
+    """`n_images` held-out images that every model classifies correctly (the first of the split's
+    seeded class-stratified order; more of it is read until there are enough), their labels and
+    their indices in the split."""
     wanted = 2 * n_images + 16
     while True:
-        x, y, _ = heldout_tensors(config, wanted, split)
+        held = heldout_subset(data, wanted, split, seed=seed)
+        x, y = held.images, held.labels
         ok = torch.ones(len(y), dtype=torch.bool)
         for model in models.values():
             ok &= predict(model, x, 256) == y
@@ -98,38 +126,74 @@ def correct_images(
             f"`--n-images` {n_images}: only {len(index)} images of the {split} split are "
             "classified correctly by every model"
         )
-    return x[index], y[index], index.tolist()
+    return x[index], y[index], [held.indices[i] for i in index.tolist()]
 
 
-def _check_out(out: Path, paths: list[str], overwrite: bool) -> None:
+OUTPUTS = ("results.json", "summary.md", "certify.png")
+
+
+def _check_out(out: Path, paths: list[str], overwrite: bool) -> bool:
+    """Check `--out` and its files before any work; True when they may be replaced (a re-run on
+    the same checkpoints, or `--overwrite`)."""
+    check_output_folder(out, "--out")
     previous = out / "results.json"
-    if overwrite or not previous.is_file():
-        return
-    try:
-        other = json.loads(previous.read_text()).get("checkpoint_paths")
-    except (ValueError, OSError):
-        other = None
-    if other != paths:
-        raise FileExistsError(
-            f"`--out` {str(out)!r} holds the results of other checkpoints ({other or 'unknown'}); "
-            "pick another --out or pass --overwrite"
-        )
+    replace = overwrite
+    if not overwrite and previous.is_file() and not previous.is_symlink():
+        try:
+            other = json.loads(previous.read_text()).get("checkpoint_paths")
+        except (ValueError, OSError, AttributeError):
+            other = None
+        if other != paths:
+            raise OutputError(
+                f"`--out` {str(out)!r} holds the results of other checkpoints "
+                f"({other or 'unknown'}); pick another --out or pass --overwrite"
+            )
+        replace = True
+    for name in OUTPUTS:
+        check_output(out / name, overwrite=replace, flag="--out")
+    return replace
+
+
+CERTIFY_FLAGS = {"n_samples": "--noise-samples"}
 
 
 def _settings(args: argparse.Namespace) -> CertifySettings:
     fields = [
-        "explainer", "sigma", "n_samples", "alpha", "k", "kappa", "attack_steps",
+        "explainer", "sigma", "alpha", "k", "kappa", "attack_steps",
         "attack_restarts", "attack_samples", "random_points", "seed", "internal_batch_size",
     ]  # fmt: skip
     given = {name: getattr(args, name) for name in fields}
+    given["n_samples"] = args.noise_samples
     for name in ("radii", "attack_radii"):
         values = getattr(args, name)
         given[name] = None if values is None else tuple(values)
-    return CertifySettings(**given)
+    flags = {**{f: "--" + f.replace("_", "-") for f in given}, **CERTIFY_FLAGS}
+    with flags_in_errors(flags):
+        return CertifySettings(**given)
+
+
+def _load(args: argparse.Namespace, names: list[str]) -> tuple[dict[str, nn.Module], Any]:
+    """The models, and the data: `--data-config` (the user's) or the datamodule recorded in the
+    first checkpoint (no download, no new folder)."""
+    trust = dict(trusted=args.trust_checkpoint, trust_class_path=args.trust_class_path)
+    read = [read_fit_checkpoint(c, **trust) for c in args.ckpt]
+    models = {name: checkpoint.classifier() for name, checkpoint in zip(names, read, strict=True)}
+    if args.data_config:
+        where = f"`--data-config` {args.data_config!r}"
+        return models, instantiate(data_config_from_yaml(args.data_config), where)
+    data = read[0].datamodule()
+    if data is None:
+        raise ValueError(f"checkpoint {args.ckpt[0]!r} records no datamodule; pass --data-config")
+    return models, data
 
 
 def certify_main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
+    if args.ambiguous_n_samples is not None:
+        raise ValueError(
+            "certify counts noise draws with `--noise-samples` and images with `--n-images`; "
+            "`--n-samples` is not one of its flags"
+        )
     settings = _settings(args)  # every setting checked before a checkpoint is read
     if args.n_images < 1:
         raise ValueError(f"`--n-images` must be > 0, got {args.n_images}")
@@ -137,22 +201,22 @@ def certify_main(argv: list[str]) -> int:
     if len(names) != len(args.ckpt) or len(set(names)) != len(names):
         raise ValueError(f"`--names` {names} must be {len(args.ckpt)} distinct names")
     for ckpt in args.ckpt:
-        if not Path(ckpt).is_file():
-            raise FileNotFoundError(f"`--ckpt` {ckpt!r} does not exist")
+        check_input_file(ckpt, "--ckpt")
+    if args.data_config:
+        check_input_file(args.data_config, "--data-config")
     paths = [str(Path(c).resolve()) for c in args.ckpt]
     out = Path(args.out) if args.out else _default_out(args.ckpt)
-    _check_out(out, paths, args.overwrite)
-    models, config = {}, data_config_from_yaml(args.data_config) if args.data_config else None
-    for name, ckpt in zip(names, args.ckpt, strict=True):
-        models[name], stored = load_checkpoint(ckpt, trusted=args.trust_checkpoint)
-        config = config or stored
-    if config is None:
-        raise ValueError(f"checkpoint {args.ckpt[0]!r} records no datamodule; pass --data-config")
+    replace = _check_out(out, paths, args.overwrite)
+    models, data = _load(args, names)
     small = all(sum(p.numel() for p in m.parameters()) < 1_000_000 for m in models.values())
     torch.set_num_threads(args.threads or (1 if small else torch.get_num_threads()))
-    x, y, index = correct_images(models, config, args.n_images, args.split)
+    x, y, index = correct_images(models, data, args.n_images, args.split, settings.seed)
     results: dict[str, Any] = {"settings": settings.as_dict(), "split": args.split}
     results |= {"images": index, "checkpoints": dict(zip(names, args.ckpt, strict=True))}
+    results["image_selection"] = (
+        f"the first {args.n_images} images of the {args.split} split's seeded class-stratified "
+        f"order (seed {settings.seed}) that every model classifies correctly"
+    )
     results["checkpoint_paths"], results["models"] = paths, {}
     for name, model in models.items():
         start = time.perf_counter()
@@ -160,13 +224,18 @@ def certify_main(argv: list[str]) -> int:
             model, x, y, settings, progress=not args.no_progress
         )
         print(f"{name}: certified in {time.perf_counter() - start:.1f} s")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=2))
-    (out / "summary.md").write_text(certificate_summary_markdown(results))
-    write_plot(results, out / "certify.png")
+    _write(out, results, replace)
     print(certificate_summary_markdown(results).split("\n\n")[1])
+    print(f"\nimages: {results['image_selection']}")
     print(f"\nwrote {out / 'results.json'}, {out / 'summary.md'} and {out / 'certify.png'}")
     return 0
+
+
+def _write(out: Path, results: dict[str, Any], replace: bool) -> None:
+    write_json(out / "results.json", results, overwrite=replace, flag="--out")
+    summary = certificate_summary_markdown(results)
+    write_text(out / "summary.md", summary, overwrite=replace, flag="--out")
+    write_with(out / "certify.png", lambda tmp: write_plot(results, tmp), overwrite=replace)
 
 
 def _default_out(ckpts: list[str]) -> Path:

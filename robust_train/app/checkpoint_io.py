@@ -8,24 +8,40 @@ datamodule recorded in it (or a config's `data:` section) and runs the suite;
 
 Checkpoints are read tensors-only; one holding other Python objects is refused unless the user
 passes `--trust-checkpoint` (`trusted=True`), and the class paths a checkpoint records are checked
-to name an `nn.Module` (model) and a `LightningDataModule` (data) before anything is built.
+to name an `nn.Module` (model) and a `LightningDataModule` (data) before anything is built. A
+recorded class path is imported only from the installed packages (or a module already imported):
+one whose module is in the working folder, on PYTHONPATH or anywhere else is refused unless the
+user passes `--trust-class-path` (`trust_class_path=True`) or gives the model (`--model`) or the
+data (`--data-config`) themselves.
+
+The datamodule a checkpoint records never downloads anything or creates a folder: `download` is
+turned off, a folder it names (`root`, `data_dir`, ...) must exist here, and when it cannot be
+set up the error says to pass `--data-config` (one line, exit code 2). The held-out images are a
+seeded, class-stratified subset of the split (`robust_train.data.stratified_order`): the first n
+of one fixed order, in which every prefix holds each class in proportion.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
+import os
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from pytorch_lightning import LightningDataModule
 from torch import Tensor, nn
+from torch.utils.data import DataLoader, Subset
 
+from robust_train.core.files import OutputError, check_output, write_with
 from robust_train.core.resources import resolve_file
+from robust_train.data._base import dataset_targets, stratified_order
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
-from robust_train.models.config import ClassPathNotFound, resolve_class
+from robust_train.models.config import ClassPathNotFound, UntrustedClassPathError, resolve_class
 from robust_train.models.input_check import check_model_fits_data
 from robust_train.models.loading import (
     CheckpointError,
@@ -35,18 +51,24 @@ from robust_train.models.loading import (
 )
 
 __all__ = [
+    "CLASS_PATH_FLAG",
+    "DataSettingsError",
     "FitCheckpoint",
+    "HeldOut",
     "KEEP_KEYS",
     "TRUST_FLAG",
     "add_trust_argument",
+    "check_input_file",
     "checkpoint_meta",
     "data_config_from_yaml",
     "evaluate_checkpoint",
     "export_checkpoint",
+    "heldout_subset",
     "heldout_tensors",
     "instantiate",
     "load_checkpoint",
     "read_fit_checkpoint",
+    "recorded_datamodule",
 ]
 
 KEEP_KEYS = (
@@ -67,30 +89,124 @@ TRUST_HELP = (
 )
 
 
+CLASS_PATH_FLAG = "--trust-class-path"
+CLASS_PATH_HELP = (
+    "also import the model and data classes a checkpoint records when their module is not part "
+    "of an installed package (a .py file in the working folder or on PYTHONPATH). RISK: "
+    "importing a module runs its code; use it only for checkpoints whose maker you trust "
+    "(giving the model with --model or the data with --data-config needs no opt-in)"
+)
+CLASS_PATH_OPT_IN = f"pass {CLASS_PATH_FLAG} (or give the model or data yourself)"
+# init args of a recorded datamodule that name a folder to read: they must exist here
+PATH_ARGS = ("root", "data_dir", "data_root", "dataset_dir", "path")
+PATH_SUFFIXES = ("_dir", "_root", "_path")
+
+
+class DataSettingsError(ValueError):
+    """Recorded (or given) data settings that cannot be used here: a folder that does not exist,
+    files that are missing, a datamodule that fails to set up (one line, exit code 2)."""
+
+    user_error = True
+
+
 def add_trust_argument(parser: argparse.ArgumentParser) -> None:
-    """The `--trust-checkpoint` flag of every command that reads checkpoints (documented risk)."""
+    """The `--trust-checkpoint` and `--trust-class-path` flags of every command that reads
+    checkpoints (documented risks)."""
     parser.add_argument(TRUST_FLAG, action="store_true", help=TRUST_HELP)
+    parser.add_argument(CLASS_PATH_FLAG, action="store_true", help=CLASS_PATH_HELP)
+
+
+def check_input_file(path: str | Path, flag: str) -> Path:
+    """`path` if it is a file; else FileNotFoundError / IsADirectoryError naming `flag`.
+
+    Examples:
+        >>> check_input_file("/", "--ckpt")
+        Traceback (most recent call last):
+        ...
+        IsADirectoryError: `--ckpt` '/' is a directory, not a file
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"`{flag}` {str(path)!r} is a directory, not a file")
+    if not path.is_file():
+        raise FileNotFoundError(f"`{flag}` {str(path)!r} does not exist")
+    return path
 
 
 def _read(path: str | Path, trusted: bool) -> Any:
     return read_checkpoint(path, trusted=trusted, opt_in=f"pass {TRUST_FLAG}")
 
 
-def instantiate(config: dict[str, Any], what: str = "the data config") -> LightningDataModule:
+def instantiate(
+    config: dict[str, Any],
+    what: str = "the data config",
+    *,
+    recorded: bool = False,
+    opt_in: str = CLASS_PATH_OPT_IN,
+) -> LightningDataModule:
     """Build a datamodule from {"class_path": "pkg.mod.Class", "init_args": {...}}; the class is
-    checked to be a LightningDataModule before it is called."""
+    checked to be a LightningDataModule before it is called (`recorded`: the config was read
+    from a checkpoint, see `robust_train.models.config.resolve_class`)."""
     if not isinstance(config, dict):
         raise ValueError(f"{what} must be a dict with 'class_path', got {config!r}")
-    cls = resolve_class(config.get("class_path"), LightningDataModule, what)
+    cls = resolve_class(
+        config.get("class_path"), LightningDataModule, what, recorded=recorded, opt_in=opt_in
+    )
     init_args = config.get("init_args") or {}
     if not isinstance(init_args, dict):
         raise ValueError(f"the init_args of {what} must be a dict, got {init_args!r}")
     return cls(**init_args)
 
 
-def _check_classes(meta: dict[str, Any], path: str | Path) -> None:
+def _is_path_arg(name: str) -> bool:
+    return name in PATH_ARGS or name.endswith(PATH_SUFFIXES)
+
+
+def recorded_datamodule(
+    config: dict[str, Any], checkpoint: str | Path, *, trust_class_path: bool = False
+) -> LightningDataModule:
+    """The datamodule a checkpoint records, built so that it cannot download or create folders:
+    `download` is set to False, and every folder it names (`root`, `data_dir`, `*_dir`, ...)
+    must exist here; otherwise a DataSettingsError says to pass `--data-config`.
+
+    Examples:
+        >>> config = {"class_path": "robust_train.data.MNISTDataModule",
+        ...           "init_args": {"data_dir": "/nowhere/at/all", "download": True}}
+        >>> recorded_datamodule(config, "x.ckpt")
+        Traceback (most recent call last):
+        ...
+        robust_train.app.checkpoint_io.DataSettingsError: the datamodule recorded in 'x.ckpt' ...
+    """
+    what = f"the datamodule recorded in {str(checkpoint)!r}"
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{what} is not a {{'class_path', 'init_args'}} dict: {config!r}")
+    init_args = dict(config.get("init_args") or {})
+    hint = "pass --data-config CONFIG.yaml (a data: section for this machine)"
+    for name, value in init_args.items():
+        if _is_path_arg(name) and isinstance(value, str) and not Path(value).expanduser().exists():
+            raise DataSettingsError(
+                f"{what} reads {name}={value!r}, which does not exist here; data recorded in a "
+                f"checkpoint is never downloaded and no folder is created for it: {hint}"
+            )
+    cls = resolve_class(
+        config.get("class_path"),
+        LightningDataModule,
+        what,
+        recorded=not trust_class_path,
+        opt_in=CLASS_PATH_OPT_IN,
+    )
+    if init_args.get("download") or "download" in inspect.signature(cls).parameters:
+        init_args["download"] = False
+    return instantiate({**config, "init_args": init_args}, what, recorded=False)
+
+
+def _check_classes(
+    meta: dict[str, Any], path: str | Path, trust_class_path: bool, copy_only: bool = False
+) -> None:
     """Refuse recorded class paths that import but name no nn.Module / LightningDataModule (one
-    that does not import fails where it is built, if it is used)."""
+    that does not import fails where it is built, if it is used). A module outside the installed
+    packages is refused unless `trust_class_path`; with `copy_only` (export: nothing is built) it
+    is left unimported and unchecked, with a note."""
     for key, base in (("model", nn.Module), ("datamodule", LightningDataModule)):
         spec = meta.get(key)
         if spec is None:
@@ -98,13 +214,26 @@ def _check_classes(meta: dict[str, Any], path: str | Path) -> None:
         what = f"the {key} recorded in {str(path)!r}"
         if not isinstance(spec, dict):
             raise CheckpointError(f"{what} is not a {{'class_path', 'init_args'}} dict: {spec!r}")
+        class_path = spec.get("class_path")
         try:
-            resolve_class(spec.get("class_path"), base, what)
+            resolve_class(
+                class_path, base, what, recorded=not trust_class_path, opt_in=CLASS_PATH_OPT_IN
+            )
         except ClassPathNotFound:
             pass
+        except UntrustedClassPathError:
+            if not copy_only:
+                raise
+            print(
+                f"note: {what} names {class_path!r}, outside the installed packages: copied "
+                f"as text, not imported or checked (loading the copy asks for {CLASS_PATH_FLAG})",
+                file=sys.stderr,
+            )
 
 
-def _meta(ckpt: Any, path: str | Path) -> dict[str, Any]:
+def _meta(
+    ckpt: Any, path: str | Path, trust_class_path: bool = False, copy_only: bool = False
+) -> dict[str, Any]:
     if not isinstance(ckpt, dict):
         raise CheckpointError(f"{str(path)!r} is not a checkpoint written by `robust-train fit`")
     meta = {
@@ -114,18 +243,21 @@ def _meta(ckpt: Any, path: str | Path) -> dict[str, Any]:
     }
     if not isinstance(meta["robust_train"], dict):
         raise CheckpointError(f"checkpoint['robust_train'] of {str(path)!r} is not a dict")
-    _check_classes(meta["robust_train"], path)
+    _check_classes(meta["robust_train"], path, trust_class_path, copy_only)
     return meta
 
 
 @dataclass(frozen=True)
 class FitCheckpoint:
     """A checkpoint read once: its path, its content (tensors and plain values) and `meta`
-    (`{"robust_train": ..., "wandb_run": ..., "epoch": ...}`, empty dicts when absent)."""
+    (`{"robust_train": ..., "wandb_run": ..., "epoch": ...}`, empty dicts when absent);
+    `trust_class_path`: its recorded class paths may import modules outside the installed
+    packages."""
 
     path: Path
     content: dict[str, Any]
     meta: dict[str, Any]
+    trust_class_path: bool = field(default=False)
 
     @property
     def recorded(self) -> dict[str, Any]:
@@ -134,99 +266,220 @@ class FitCheckpoint:
 
     def classifier(self) -> nn.Module:
         """The classifier it holds, in eval mode (rebuilt from the recorded model config)."""
-        return classifier_from(self.content, self.path)
+        return classifier_from(
+            self.content,
+            self.path,
+            trust_class_path=self.trust_class_path,
+            class_path_opt_in=CLASS_PATH_OPT_IN,
+        )
+
+    def datamodule(self) -> LightningDataModule | None:
+        """The recorded datamodule (`recorded_datamodule`: no download, no new folder), or
+        None when the checkpoint records none."""
+        config = self.recorded.get("datamodule")
+        if config is None:
+            return None
+        return recorded_datamodule(config, self.path, trust_class_path=self.trust_class_path)
 
 
-def read_fit_checkpoint(path: str | Path, *, trusted: bool = False) -> FitCheckpoint:
+def read_fit_checkpoint(
+    path: str | Path, *, trusted: bool = False, trust_class_path: bool = False, flag: str = "--ckpt"
+) -> FitCheckpoint:
     """Read a `robust-train fit` checkpoint once (a shipped one by name too:
-    `robust_train.core.resources.resolve_file`); raises FileNotFoundError / CheckpointError with
-    the path when it is missing or unreadable, holds Python objects and `trusted` is False, or
-    records a class path of the wrong kind."""
-    path = Path(resolve_file(path, "checkpoints", what="`ckpt`"))
-    if path.is_dir():
-        raise IsADirectoryError(f"`ckpt` {str(path)!r} is a directory, not a checkpoint file")
-    if not path.is_file():
-        raise FileNotFoundError(f"`ckpt` {str(path)!r} does not exist")
+    `robust_train.core.resources.resolve_file`); raises FileNotFoundError / IsADirectoryError /
+    CheckpointError naming `flag` and the path when it is missing, a folder or unreadable, holds
+    Python objects and `trusted` is False, or records a class path of the wrong kind (or, unless
+    `trust_class_path`, one outside the installed packages)."""
+    path = check_input_file(resolve_file(path, "checkpoints", what=f"`{flag}`"), flag)
     content = _read(path, trusted)
-    return FitCheckpoint(path, content, _meta(content, path))
+    return FitCheckpoint(path, content, _meta(content, path, trust_class_path), trust_class_path)
 
 
-def checkpoint_meta(path: str | Path, *, trusted: bool = False) -> dict[str, Any]:
+def checkpoint_meta(
+    path: str | Path, *, trusted: bool = False, trust_class_path: bool = False
+) -> dict[str, Any]:
     """The `meta` of `read_fit_checkpoint(path)`."""
-    return read_fit_checkpoint(path, trusted=trusted).meta
+    return read_fit_checkpoint(path, trusted=trusted, trust_class_path=trust_class_path).meta
 
 
 def load_checkpoint(
-    path: str | Path, *, trusted: bool = False
+    path: str | Path, *, trusted: bool = False, trust_class_path: bool = False
 ) -> tuple[nn.Module, dict[str, Any] | None]:
     """The classifier of a `robust-train fit` checkpoint and its datamodule config (or None); the
     file is read once, and its class paths are checked before the model is built."""
-    checkpoint = read_fit_checkpoint(path, trusted=trusted)
+    checkpoint = read_fit_checkpoint(path, trusted=trusted, trust_class_path=trust_class_path)
     return checkpoint.classifier(), checkpoint.recorded.get("datamodule")
 
 
-def data_config_from_yaml(path: str | Path) -> dict[str, Any]:
-    """The `data:` section of a LightningCLI config file (a shipped config by name too)."""
+def data_config_from_yaml(path: str | Path, flag: str = "--data-config") -> dict[str, Any]:
+    """The `data:` section of a LightningCLI config file (a shipped config by name too), read
+    with `yaml.safe_load`: tags such as `!!python/object` are refused, never run."""
     import yaml
 
-    path = resolve_file(path, "configs", what="`data_config`")
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"`data_config` {str(path)!r} does not exist")
-    config = yaml.safe_load(Path(path).read_text())
+    path = check_input_file(resolve_file(path, "configs", what=f"`{flag}`"), flag)
+    try:
+        config = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ValueError(f"`{flag}` {str(path)!r} is not a plain YAML config: {first}") from None
     if not isinstance(config, dict) or "data" not in config:
-        raise ValueError(f"`data_config` {str(path)!r} has no `data:` section")
+        raise ValueError(f"`{flag}` {str(path)!r} has no `data:` section")
     return config["data"]
 
 
-def heldout_tensors(
-    data_config: dict[str, Any], n_samples: int, split: str = "test", model: nn.Module | None = None
-) -> tuple[Tensor, Tensor, float | None]:
-    """The first `n_samples` images and labels of a datamodule's held-out split, and, when a model
-    is given, its accuracy on the whole split (streamed batch by batch)."""
-    dm = instantiate(data_config, "the datamodule of the held-out data")
-    dm.prepare_data()
-    dm.setup("test" if split == "test" else "validate")
-    loader = dm.test_dataloader() if split == "test" else dm.val_dataloader()
-    if model is not None:  # one probe forward: channels, size and classes
-        check_model_fits_data(model, dm, loader)
-    xs, ys, n, correct, total = [], [], 0, 0, 0
+@dataclass(frozen=True)
+class HeldOut:
+    """The held-out images a command evaluates: a seeded, class-stratified subset of a split.
+
+    Attributes:
+        images, labels: the subset (N, C, H, W) and (N,).
+        indices: their positions in the split.
+        split_size: the number of items in the split.
+        seed: the seed of the order the subset is the first N of.
+        accuracy: the model's accuracy on the whole split (None without a model).
+    """
+
+    images: Tensor
+    labels: Tensor
+    indices: list[int]
+    split_size: int
+    seed: int
+    accuracy: float | None = None
+
+    def describe(self) -> dict[str, Any]:
+        """What results.json records about the subset."""
+        counts = torch.bincount(self.labels).tolist() if len(self.labels) else []
+        return {
+            "n_images": len(self.labels),
+            "split_size": self.split_size,
+            "selection": "seeded class-stratified subset" if len(self.labels) < self.split_size
+            else "the whole split",
+            "seed": self.seed,
+            "per_class": {str(c): n for c, n in enumerate(counts) if n},
+        }  # fmt: skip
+
+    def sentence(self, split: str) -> str:
+        """One line for the output: how many images and how they were chosen."""
+        d = self.describe()
+        how = "all of them" if d["selection"] == "the whole split" else (
+            f"a seeded class-stratified subset (seed {self.seed})"
+        )  # fmt: skip
+        return f"{d['n_images']} of the {self.split_size} {split} images: {how}"
+
+
+def _setup(dm: Any, split: str, where: str) -> DataLoader:
+    """The split's dataloader; a datamodule that fails to set up is a DataSettingsError naming
+    where its settings came from."""
+    try:
+        dm.prepare_data()
+        dm.setup("test" if split == "test" else "validate")
+        return dm.test_dataloader() if split == "test" else dm.val_dataloader()
+    except (DataSettingsError, OutputError):
+        raise
+    except Exception as err:  # noqa: BLE001 - any failure of the data is reported as one line
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise DataSettingsError(
+            f"{where} ({type(dm).__name__}) cannot give its {split} split here: {first}"
+            + ("; pass --data-config CONFIG.yaml" if "recorded" in where else "")
+        ) from err
+
+
+def _labels_and_accuracy(
+    loader: DataLoader, model: nn.Module | None
+) -> tuple[Tensor, float | None]:
+    """Every label of the split, and the model's accuracy on it, in one pass."""
+    labels, correct = [], 0
     for x, y in loader:
-        if n < n_samples:
-            xs.append(x)
-            ys.append(y)
-            n += len(x)
-        if model is None and n >= n_samples:
-            break
+        labels.append(y)
         if model is not None:
             with torch.no_grad():
                 correct += int((model(x).argmax(1) == y).sum())
-            total += len(y)
-    if not xs:
-        raise ValueError(f"the {split} split of {data_config['class_path']} is empty")
-    accuracy = correct / total if model is not None and total else None
-    return torch.cat(xs)[:n_samples], torch.cat(ys)[:n_samples], accuracy
+    all_labels = torch.cat(labels) if labels else torch.zeros(0, dtype=torch.long)
+    total = len(all_labels)
+    return all_labels, (correct / total if model is not None and total else None)
+
+
+def heldout_subset(
+    data: dict[str, Any] | LightningDataModule,
+    n_samples: int,
+    split: str = "test",
+    model: nn.Module | None = None,
+    *,
+    seed: int = 0,
+    where: str = "the data config",
+) -> HeldOut:
+    """A seeded, class-stratified subset of `n_samples` images of a split, and, when a model is
+    given, its accuracy on the whole split (after one probe forward that checks the model fits).
+
+    Args:
+        data: a datamodule, or a `{"class_path", "init_args"}` config (the user's own).
+        n_samples: images wanted (all of them when the split is smaller).
+        split: "test" or "val".
+        model: the classifier, for the probe and the accuracy.
+        seed: seed of the order (`robust_train.data.stratified_order`); every prefix of it is
+            stratified, so a larger `n_samples` extends a smaller one.
+        where: where the data settings came from, for errors (e.g. "`--data-config` 'd.yaml'").
+    """
+    dm = instantiate(data, where) if isinstance(data, dict) else data
+    loader = _setup(dm, split, where)
+    if model is not None:  # one probe forward: channels, size and classes
+        check_model_fits_data(model, dm, loader)
+    dataset = loader.dataset
+    labels, accuracy = dataset_targets(dataset), None
+    if labels is None or model is not None:
+        streamed, accuracy = _labels_and_accuracy(loader, model)
+        labels = streamed if labels is None else labels
+    if len(labels) == 0:
+        raise DataSettingsError(f"the {split} split of {where} ({type(dm).__name__}) is empty")
+    index = stratified_order(labels, seed)[:n_samples].tolist()
+    batches = DataLoader(
+        Subset(dataset, index),
+        batch_size=getattr(loader, "batch_size", None) or 64,
+        shuffle=False,
+        collate_fn=loader.collate_fn,
+    )
+    xs, ys = zip(*[(x, y) for x, y in batches], strict=True)
+    return HeldOut(torch.cat(xs), torch.cat(ys), index, len(labels), seed, accuracy)
+
+
+def heldout_tensors(
+    data_config: dict[str, Any] | LightningDataModule,
+    n_samples: int,
+    split: str = "test",
+    model: nn.Module | None = None,
+) -> tuple[Tensor, Tensor, float | None]:
+    """`n_samples` images and labels of a datamodule's held-out split (a seeded class-stratified
+    subset, `heldout_subset`), and, when a model is given, its accuracy on the whole split."""
+    held = heldout_subset(data_config, n_samples, split, model)
+    return held.images, held.labels, held.accuracy
 
 
 def evaluate_on_split(
     model: nn.Module,
-    data_config: dict[str, Any],
+    data: dict[str, Any] | LightningDataModule,
     settings: EvaluationSettings,
     split: str,
     *,
     progress: bool = True,
     threads: int | None = None,
+    where: str = "the data config",
 ) -> dict[str, Any]:
-    """The suite on the first `settings.n_samples` images of a data config's split, after the
-    probe (`heldout_tensors`); one torch thread for small models unless `threads` says."""
+    """The suite on `settings.n_samples` images of a split (a seeded class-stratified subset,
+    seeded with `settings.seed`), after the probe; one torch thread for small models unless
+    `threads` says. `result["subset"]` says which images (`HeldOut.describe`)."""
     if threads is not None:
         torch.set_num_threads(threads)
     elif sum(p.numel() for p in model.parameters()) < 1_000_000:
         torch.set_num_threads(1)
-    x, y, accuracy = heldout_tensors(data_config, settings.n_samples, split, model=model)
+    held = heldout_subset(
+        data, settings.n_samples, split, model=model, seed=settings.seed, where=where
+    )
+    print(f"evaluating {held.sentence(split)}", file=sys.stderr, flush=True)
     start = time.perf_counter()
-    result = evaluate_classifier(model, x, y, settings, progress=progress)
-    if accuracy is not None:
-        result["measures"]["split_accuracy"] = accuracy
+    result = evaluate_classifier(model, held.images, held.labels, settings, progress=progress)
+    if held.accuracy is not None:
+        result["measures"]["split_accuracy"] = held.accuracy
+    result["subset"] = held.describe()
     result["evaluation_seconds"] = time.perf_counter() - start
     return result
 
@@ -240,21 +493,30 @@ def evaluate_checkpoint(
     progress: bool = True,
     threads: int | None = None,
     trusted: bool = False,
+    trust_class_path: bool = False,
 ) -> dict[str, Any]:
     """Rebuild a checkpoint's model and held-out data, run the suite, add the training time; a
-    path is read here (`read_fit_checkpoint`), a `FitCheckpoint` is not read again."""
+    path is read here (`read_fit_checkpoint`), a `FitCheckpoint` is not read again. The data is
+    `data_config`'s (the user's) or else the recorded datamodule (`recorded_datamodule`)."""
     if not isinstance(checkpoint, FitCheckpoint):
-        checkpoint = read_fit_checkpoint(checkpoint, trusted=trusted)
-    config = (
-        data_config_from_yaml(data_config) if data_config else checkpoint.recorded.get("datamodule")
-    )
-    if config is None:
+        checkpoint = read_fit_checkpoint(
+            checkpoint, trusted=trusted, trust_class_path=trust_class_path
+        )
+    if data_config:
+        data: Any = data_config_from_yaml(data_config)
+        where = f"`--data-config` {data_config!r}"
+    else:
+        data = checkpoint.datamodule()
+        where = f"the datamodule recorded in {str(checkpoint.path)!r}"
+    if data is None:
         raise ValueError(
             f"checkpoint {str(checkpoint.path)!r} records no datamodule; pass --data-config "
             "CONFIG.yaml"
         )
     model = checkpoint.classifier()
-    result = evaluate_on_split(model, config, settings, split, progress=progress, threads=threads)
+    result = evaluate_on_split(
+        model, data, settings, split, progress=progress, threads=threads, where=where
+    )
     if checkpoint.recorded.get("training_seconds") is not None:
         result["training_seconds"] = checkpoint.recorded["training_seconds"]
     if checkpoint.meta["epoch"] is not None:
@@ -264,24 +526,53 @@ def evaluate_checkpoint(
     return result
 
 
-def export_checkpoint(src: str | Path, dst: str | Path, *, trusted: bool = False) -> Path:
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def export_checkpoint(
+    src: str | Path,
+    dst: str | Path,
+    *,
+    trusted: bool = False,
+    overwrite: bool = False,
+    trust_class_path: bool = False,
+) -> Path:
     """Write a small copy of a fit checkpoint: weights and rebuild metadata, no optimizer state.
 
     The copy loads with `load_classifier`, `robust-train evaluate` and `compare`, and as
     `init_checkpoint` for fine-tuning; it cannot resume training. It always loads tensors-only:
     anything else (Python objects a trusted `src` held) is written as plain values or its repr.
+    `dst` must not be `src` (the same file, also through a link), must not exist unless
+    `overwrite`, and is never a symlink; it is written to a temporary file and renamed, so a
+    killed export leaves no truncated file. A recorded class path outside the installed packages
+    is copied as text, not imported (unless `trust_class_path`).
     """
+    src, dst = check_input_file(src, "src"), Path(dst)
+    if _same_file(src, dst) or dst.resolve() == src.resolve():
+        raise OutputError(
+            f"`dst` {str(dst)!r} is `src` {str(src)!r}: the export would replace the checkpoint "
+            "it reads; pick another dst"
+        )
+    check_output(dst, overwrite=overwrite, flag="dst")
     ckpt = _read(src, trusted)
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "robust_train" not in ckpt:
         raise CheckpointError(
             f"`src` {str(src)!r} is not a checkpoint written by `robust-train fit`"
         )
-    _meta(ckpt, src)
+    _meta(ckpt, src, trust_class_path, copy_only=True)
     small = {k: checkpoint_safe(ckpt[k]) for k in KEEP_KEYS if k in ckpt and k != "state_dict"}
     small["state_dict"] = {
         k: checkpoint_safe(v) for k, v in ckpt["state_dict"].items() if k.startswith("model.")
     }
-    dst = Path(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(small, dst)
-    return dst
+
+    def save(tmp: Path) -> Path:
+        torch.save(small, tmp)
+        return tmp
+
+    written = write_with(dst, save, overwrite=overwrite, flag="dst")
+    assert written is not None
+    return written

@@ -10,6 +10,11 @@ evaluate, compare and export are plain commands. This module only dispatches: ea
 module is imported when that command runs. A user error (a bad value, a missing file, a corrupt or
 mismatched checkpoint) prints one line `robust-train: error: ...` on stderr and exits with 2; the
 traceback is shown with `--debug` (anywhere on the command line) or ROBUST_TRAIN_DEBUG=1.
+
+The working folder is searched (last, after the installed packages) for the class paths a user
+writes in a config (`fit --config`, `check-data`): `class_path: mynet.Net` finds ./mynet.py, as
+`python -m` would. A class path recorded in a checkpoint never imports from there without
+`--trust-class-path` (robust_train.models.config.check_recorded_import).
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ from typing import Any
 
 PROG = "robust-train"
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
+USER_CONFIG_COMMANDS = (
+    *LIGHTNING_COMMANDS,
+    "check-data",
+)  # class paths come from the user's config
 # name -> (one-line description, "module:function" taking argv and returning an exit code)
 COMMANDS: dict[str, tuple[str, str]] = {
     "fit": (
@@ -85,7 +94,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
 def help_text() -> str:
     """The top-level help: every command with its one-line description.
 
-    Example:
+    Examples:
         >>> all(name in help_text() for name in COMMANDS)
         True
     """
@@ -110,7 +119,7 @@ def help_text() -> str:
 def suggest(word: str) -> str:
     """'unknown command' message with the closest commands.
 
-    Example:
+    Examples:
         >>> suggest("exprot")
         "unknown command 'exprot'; did you mean 'export'?"
     """
@@ -132,7 +141,7 @@ def one_line(err: BaseException) -> str:
     Wrappers (jsonargparse's "Does not validate against any of the Union subtypes" and the like)
     span several lines; the error they wrap (say "`weight` must be >= 0, got -1.0") is one line.
 
-    Example:
+    Examples:
         >>> try:
         ...     try:
         ...         raise ValueError("`weight` must be >= 0, got -1.0")
@@ -190,7 +199,7 @@ def _run(name: str, argv: list[str], debug: bool) -> int:
 
 
 def _is_jsonargparse_error(err: BaseException) -> bool:
-    return type(err).__module__.startswith("jsonargparse")
+    return type(err).__module__.startswith(("jsonargparse", "yaml"))  # a config that does not parse
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -198,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("ROBUST_TRAIN_DEBUG", "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
-    if os.getcwd() not in sys.path:  # `class_path: mynet.Net` finds ./mynet.py, as `python -m` does
+    if argv[:1] and argv[0] in USER_CONFIG_COMMANDS and os.getcwd() not in sys.path:
         sys.path.append(os.getcwd())  # last: installed packages are never shadowed
     if not argv:
         print(help_text(), file=sys.stderr)

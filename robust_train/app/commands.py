@@ -6,19 +6,23 @@
         --out runs/compare
     robust-train evaluate --model torchvision:resnet50 --weights my.pth --data-config data.yaml
 
-Every argument is checked (names of explainers and attacks, positive counts, budgets, files)
-before a checkpoint is loaded; the flags are the fields of `EvaluationSettings`
+Every argument is checked (names of explainers and attacks, positive counts, budgets, files) before
+a checkpoint is loaded; the flags are the fields of `EvaluationSettings`
 (`robust_train.app.settings_flags`). `evaluate` writes results.json and summary.md (the numbers
 under the engine's key scheme, the settings and how to read each measure) to `--out`, by default
-`runs/eval/<the checkpoint's path>/<settings>` (checkpoints/x/version_0/best.ckpt with the
-default settings -> runs/eval/x/version_0/best/default; `--protocol rar` -> .../rar; other flags
--> .../custom-<hash>), and refuses to write over results of another checkpoint or of other
-settings unless `--overwrite`; `compare` does the same for its folder. When a checkpoint records
-the W&B run it was trained in, the numbers are also added to that run's summary (`eval/<key>`).
-A model not trained here is given by `--model` (and `--weights`; for `compare` the positional
-files are then weights): see `robust_train.app.model_source`. Before any work one probe forward
-checks the data's channels, image size and classes against the model
-(`robust_train.models.input_check`).
+`runs/eval/<the checkpoint's path>/<settings>` (checkpoints/x/version_0/best.ckpt with the default
+settings -> runs/eval/x/version_0/best/default; `--protocol rar` -> .../rar; other flags ->
+.../custom-<hash>), and refuses to write over results of another checkpoint or of other settings (or
+over files that are not an evaluation's) unless `--overwrite`; `compare` does the same for its
+folder. `--out` and every file written there are checked before any work (a file where the folder
+goes, a symlink, a folder where a file goes: one line naming `--out`, exit 2); files are written
+whole (a temporary file renamed over the name, `robust_train.core.files`) and never through a
+symlink. The images are a seeded, class-stratified subset of the split (`--n-samples` of them,
+seeded with `--seed`), said in the output, results.json and summary.md. When a checkpoint records
+the W&B run it was trained in, the numbers are also added to that run's summary (`eval/<key>`). A
+model not trained here is given by `--model` (and `--weights`; for `compare` the positional files
+are then weights): see `robust_train.app.model_source`. Before any work one probe forward checks the
+data's channels, image size and classes against the model (`robust_train.models.input_check`).
 """
 
 from __future__ import annotations
@@ -26,12 +30,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from robust_train.app.checkpoint_io import (
     FitCheckpoint,
     add_trust_argument,
+    check_input_file,
     evaluate_checkpoint,
     export_checkpoint,
     read_fit_checkpoint,
@@ -44,6 +50,13 @@ from robust_train.app.model_source import (
 )
 from robust_train.app.settings_flags import CommandParser, add_settings_arguments, settings_from
 from robust_train.app.shipped_files import file_argument
+from robust_train.core.files import (
+    OutputError,
+    check_output,
+    check_output_folder,
+    write_json,
+    write_text,
+)
 from robust_train.core.resources import shipped_name
 from robust_train.evaluation import PROTOCOLS, EvaluationSettings
 
@@ -62,7 +75,7 @@ def settings_tag(settings: EvaluationSettings) -> str:
     """A folder name for a set of settings: "default", the protocol's name, or
     "custom-<8 hex of the settings>".
 
-    Example:
+    Examples:
         >>> settings_tag(EvaluationSettings()), settings_tag(PROTOCOLS["rar"])
         ('default', 'rar')
         >>> settings_tag(EvaluationSettings(n_samples=10))[:7]
@@ -87,7 +100,7 @@ def checkpoint_folder(ckpt: str | Path, root: str | Path) -> Path:
     """`root/<checkpoint path without suffix>`, relative to the working directory (a leading
     `checkpoints/` dropped; symlinks such as `latest` resolved).
 
-    Example:
+    Examples:
         >>> checkpoint_folder("checkpoints/digits/version_0/best.ckpt", "runs/x").as_posix()
         'runs/x/digits/version_0/best'
     """
@@ -108,33 +121,49 @@ def default_out(
     """`root/<checkpoint path without suffix>/<settings_tag>`, so two checkpoints, or two sets of
     settings, never share it.
 
-    Example:
+    Examples:
         >>> default_out("checkpoints/digits/version_0/best.ckpt").as_posix()
         'runs/eval/digits/version_0/best/default'
     """
     return checkpoint_folder(ckpt, root) / settings_tag(settings or EvaluationSettings())
 
 
-def _check_out(out: Path, checkpoints: list[str], settings: EvaluationSettings, overwrite: bool):
-    """Refuse a folder whose results.json holds other checkpoints or other settings."""
+def _check_out(
+    out: Path,
+    checkpoints: list[str],
+    settings: EvaluationSettings,
+    overwrite: bool,
+    outputs: Sequence[str],
+) -> bool:
+    """Check `--out` and the files a command writes there before any work; True when they may be
+    replaced: `--overwrite`, or a re-run (results.json holds the same checkpoints and settings).
+    Refused: a folder whose results.json holds other checkpoints or settings, files there that
+    no evaluation wrote, a symlink or folder where a file goes."""
+    check_output_folder(out, "--out")
     previous = out / "results.json"
-    if overwrite or not previous.is_file():
-        return
-    try:
-        held = json.loads(previous.read_text())
-    except (ValueError, OSError):
-        held = {}
-    runs = held.values() if isinstance(held, dict) else []
-    paths = sorted(str(r.get("checkpoint_path")) for r in runs if isinstance(r, dict))
-    tag = settings_tag(settings)
-    same_settings = all(isinstance(r, dict) and r.get("settings_tag") == tag for r in runs)
-    wanted = sorted(str(Path(c).resolve()) for c in checkpoints)
-    if paths != wanted or not same_settings:
-        what = "other settings" if paths == wanted else f"other checkpoints ({', '.join(paths)})"
-        raise FileExistsError(
-            f"`--out` {str(out)!r} holds the results of {what}; pick another --out or pass "
-            "--overwrite"
-        )
+    replace = overwrite
+    if not overwrite and previous.is_file() and not previous.is_symlink():
+        try:
+            held = json.loads(previous.read_text())
+        except (ValueError, OSError):
+            held = {}
+        runs = held.values() if isinstance(held, dict) else []
+        paths = sorted(str(r.get("checkpoint_path")) for r in runs if isinstance(r, dict))
+        tag = settings_tag(settings)
+        same_settings = all(isinstance(r, dict) and r.get("settings_tag") == tag for r in runs)
+        wanted = sorted(str(Path(c).resolve()) for c in checkpoints)
+        if paths != wanted or not same_settings:
+            what = (
+                "other settings" if paths == wanted else f"other checkpoints ({', '.join(paths)})"
+            )
+            raise OutputError(
+                f"`--out` {str(out)!r} holds the results of {what}; pick another --out or pass "
+                "--overwrite"
+            )
+        replace = True
+    for name in outputs:
+        check_output(out / name, overwrite=replace, flag="--out")
+    return replace
 
 
 def evaluation_summary_markdown(name: str, result: dict[str, Any], table: str) -> str:
@@ -155,6 +184,7 @@ def evaluation_summary_markdown(name: str, result: dict[str, Any], table: str) -
         + f"{result.get('split', 'test')} split; {result.get('n_images', '-')} images, "
         f"{int(measures.get('n_attacked') or 0)} attacked.",
         "",
+        *_subset_lines(result.get("subset")),
         "## Settings",
         "",
         "| setting | value |",
@@ -163,6 +193,17 @@ def evaluation_summary_markdown(name: str, result: dict[str, Any], table: str) -
     lines += [f"| {key} | {value} |" for key, value in result.get("settings", {}).items()]
     lines += ["", "## How to read it", "", *how_to_read(measures)]
     return "\n".join(lines) + "\n"
+
+
+def _subset_lines(subset: dict[str, Any] | None) -> list[str]:
+    if not subset:
+        return []
+    per_class = ", ".join(f"{c}: {n}" for c, n in subset.get("per_class", {}).items())
+    return [
+        f"Images: {subset['n_images']} of the {subset['split_size']} images of the split, "
+        f"{subset['selection']} (seed {subset['seed']}; per class {per_class}).",
+        "",
+    ]
 
 
 def _record(checkpoint: FitCheckpoint | None, result: dict[str, Any], skip: bool) -> None:
@@ -175,18 +216,18 @@ def _record(checkpoint: FitCheckpoint | None, result: dict[str, Any], skip: bool
 
 
 def _read_all(
-    args: Any, checkpoints: list[str], sources: list[ModelSource] | None
+    args: Any, checkpoints: list[str], sources: list[ModelSource] | None, flag: str = "--ckpt"
 ) -> list[FitCheckpoint]:
     """Every checkpoint read once, before any work (readable, class paths checked); a model
     given by `--model` has weights files instead, checked by robust_train.app.model_source."""
     for ckpt in [] if sources is None else [s.weights for s in sources if s.weights]:
-        if not Path(ckpt).is_file():
-            raise FileNotFoundError(f"checkpoint {ckpt!r} does not exist")
-    if args.data_config and not Path(args.data_config).is_file():
-        raise FileNotFoundError(f"`--data-config` {args.data_config!r} does not exist")
+        check_input_file(ckpt, "--weights")
+    if args.data_config:
+        check_input_file(args.data_config, "--data-config")
     if sources is not None:
         return []
-    return [read_fit_checkpoint(c, trusted=args.trust_checkpoint) for c in checkpoints]
+    trust = dict(trusted=args.trust_checkpoint, trust_class_path=args.trust_class_path)
+    return [read_fit_checkpoint(c, **trust, flag=flag) for c in checkpoints]
 
 
 def _evaluate_all(
@@ -252,15 +293,16 @@ def evaluate_main(argv: list[str]) -> int:
         )
     target = args.ckpt if source is None else source.label
     out = Path(args.out) if args.out else default_out(target, settings)
-    _check_out(out, [target], settings, args.overwrite)
+    outputs = ["results.json", "summary.md"]
+    replace = _check_out(out, [target], settings, args.overwrite, outputs)
     sources = None if source is None else [source]
     read = _read_all(args, [target], sources)
     (result,) = _evaluate_all(args, read, settings, sources)
-    out.mkdir(parents=True, exist_ok=True)
     name = Path(target).stem
-    (out / "results.json").write_text(json.dumps(to_json({name: result}), indent=2))
+    write_json(out / "results.json", to_json({name: result}), overwrite=replace, flag="--out")
     table = summary_table({name: result})
-    (out / "summary.md").write_text(evaluation_summary_markdown(target, result, table))
+    summary = evaluation_summary_markdown(target, result, table)
+    write_text(out / "summary.md", summary, overwrite=replace, flag="--out")
     _record(read[0] if read else None, result, args.no_wandb)
     print(table)
     print(
@@ -271,7 +313,7 @@ def evaluate_main(argv: list[str]) -> int:
 
 
 def compare_main(argv: list[str]) -> int:
-    from robust_train.app.report import summary_table, write_report
+    from robust_train.app.report import REPORT_FILES, summary_table, write_report
 
     parser = CommandParser(
         prog="robust-train compare",
@@ -307,11 +349,11 @@ def compare_main(argv: list[str]) -> int:
     settings = settings_from(args)
     source = model_source_from(args)
     sources = None if source is None else [ModelSource(source.spec, c) for c in args.ckpts]
-    _check_out(Path(args.out), list(args.ckpts), settings, args.overwrite)
-    read = _read_all(args, list(args.ckpts), sources)
+    replace = _check_out(Path(args.out), list(args.ckpts), settings, args.overwrite, REPORT_FILES)
+    read = _read_all(args, list(args.ckpts), sources, flag="ckpts")
     results = dict(zip(names, _evaluate_all(args, read, settings, sources), strict=True))
     histories = {n: c.recorded.get("history") or {} for n, c in zip(names, read, strict=False)}
-    path = write_report(results, args.out, histories=histories)
+    path = write_report(results, args.out, histories=histories, overwrite=replace)
     print(summary_table(results))
     print(f"\nreport: {path}")
     return 0
@@ -322,10 +364,23 @@ def export_main(argv: list[str]) -> int:
         prog="robust-train export",
         description="Strip a fit checkpoint to weights + metadata for sharing.",
     )
-    parser.add_argument("src", type=file_argument("checkpoints", "`src`"))
-    parser.add_argument("dst")
+    parser.add_argument(
+        "src",
+        type=file_argument("checkpoints", "`src`"),
+        help="a checkpoint written by `robust-train fit` (or a shipped one by name)",
+    )
+    parser.add_argument(
+        "dst", help="the copy to write (not src; an existing file needs --overwrite)"
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing dst")
     add_trust_argument(parser)
     args = parser.parse_args(argv)
-    path = export_checkpoint(args.src, args.dst, trusted=args.trust_checkpoint)
+    path = export_checkpoint(
+        args.src,
+        args.dst,
+        trusted=args.trust_checkpoint,
+        overwrite=args.overwrite,
+        trust_class_path=args.trust_class_path,
+    )
     print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
     return 0

@@ -152,7 +152,7 @@ def continued_history(
     The fine-tune's epoch e is epoch `offset + e` of the robust model; its line starts at the
     natural model's value of its last epoch (`offset - 1`: the weights the fine-tune starts from).
 
-    Example:
+    Examples:
         >>> continued_history({"a": [(0, 0.2), (1, 0.3)]}, {"a": [(0, 0.6)]}, offset=2)
         {'a': [(1, 0.3), (2, 0.6)]}
     """
@@ -166,7 +166,7 @@ def continued_history(
 def gain(results: dict[str, dict[str, Any]]) -> dict[str, float]:
     """Robust minus natural: top-k intersection under the top-k attack per explainer, accuracy.
 
-    Example:
+    Examples:
         >>> r = {"natural": {"measures": {"split_accuracy": 0.97, TOPK["saliency"]: 0.2,
         ...                               TOPK["integrated_gradients"]: 0.5}},
         ...      "robust": {"measures": {"split_accuracy": 0.96, TOPK["saliency"]: 0.7,
@@ -195,7 +195,7 @@ def _range_line(label: str, value: float, measured: dict[str, float], scale: flo
 def verdict(gains: dict[str, float], comparable: bool = True) -> str:
     """The claim this run makes and, per number, whether it falls in the range measured over seeds.
 
-    Example:
+    Examples:
         >>> g = {"saliency": 0.5, "integrated_gradients": 0.2, "accuracy": -0.01}
         >>> verdict(g).splitlines()[0][:60]
         'claim: fine-tuning the natural model with the shipped recipe'

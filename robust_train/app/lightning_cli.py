@@ -6,21 +6,30 @@
     robust-train check-data --config configs/finetune_torchvision.yaml   # every image readable?
 
 Run folders (see robust_train.training.checkpointing): each fit writes to
-`<checkpoint_root>/<experiment>/version_<N>/` (best.ckpt, last.ckpt, config.yaml), and
-`<checkpoint_root>/<experiment>/latest` points to the newest. `--ckpt_path last` / `best` name the
-checkpoints of that latest run; a fit resumed from a checkpoint inside a run folder continues in
-that folder (and in the same W&B run). The model is always built from the config given
+`<checkpoint_root>/<experiment>/version_<N>/` (best.ckpt, last.ckpt, config.yaml; claimed with an
+exclusive mkdir, so fits started at the same moment get a folder each, and printed at the end),
+and `<checkpoint_root>/<experiment>/latest` points to the newest. `--experiment` is a plain run
+name (one folder name: no path separator, not `..`, not absolute). `--ckpt_path last` / `best`
+name the checkpoints of that latest run; a fit resumed from a checkpoint inside a run folder
+continues in that folder (and in the same W&B run). The model is always built from the config given
 (`--config`, flags); the checkpoint supplies weights and training state and must fit that model.
 The default logger is W&B, offline, under runs/ (robust_train.training.loggers.SafeWandbLogger).
 Parse errors are one line with a "did you mean" (robust_train.app.parse_errors); options are never
 abbreviated. `--config` and `--ckpt_path` take shipped files by name too (`--config
 mnist5k_baseline`; robust_train.app.shipped_files), and the relative paths inside a shipped config
-name shipped files.
+name shipped files. `--trainer.limit_train_batches 1` is one batch and `1.0` the whole epoch, as
+Lightning means them (`RobustTrainer`). Before training, one probe forward checks the model's
+outputs against the data's classes (`robust_train.models.input_check`), and a fit that fails
+leaves nothing behind: its run folder, its W&B run and what Lightning's own loggers wrote
+(`--trainer.logger null`: lightning_logs/version_N) are removed when no checkpoint was saved.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,27 +39,99 @@ import torch
 import yaml
 from jsonargparse import Namespace
 from jsonargparse.typing import PositiveInt
-from pytorch_lightning import LightningDataModule
+from pytorch_lightning import LightningDataModule, Trainer
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from robust_train.app.parse_errors import describe_parse_error
 from robust_train.app.shipped_files import lightning_arguments
+from robust_train.core.files import write_text
 from robust_train.core.lightning_noise import quiet_lightning
 from robust_train.data.check import UnreadableImageError, check_datamodule
 from robust_train.models.config import record_config
+from robust_train.models.input_check import DataMismatchError, check_model_fits_data
 from robust_train.models.loading import CheckpointError, read_checkpoint
-from robust_train.training.checkpointing import RunCheckpoint, latest_run_folder, new_run_folder
+from robust_train.training.checkpointing import (
+    RunCheckpoint,
+    claim_run_folder,
+    latest_run_folder,
+    new_run_folder,
+    release_run_folder,
+)
 from robust_train.training.loggers import SafeWandbLogger
 from robust_train.training.module import RobustClassifier
 
-__all__ = ["RobustCLI", "lightning_main", "run_subcommand", "check_data_main", "DEFAULT_LOGGER"]
+__all__ = [
+    "DEFAULT_LOGGER",
+    "RobustCLI",
+    "RobustTrainer",
+    "check_data_main",
+    "check_run_name",
+    "lightning_main",
+    "run_subcommand",
+]
 
 DEFAULT_LOGGER = {
     "class_path": "robust_train.training.loggers.SafeWandbLogger",
     "init_args": {"save_dir": "runs", "project": "robust-train"},
 }
 KEYWORD_CHECKPOINTS = ("last", "best")
+LOGGER_FILES = ("hparams.yaml", "metrics.csv")  # what CSVLogger writes (TensorBoard: events.*)
+
+
+class RobustTrainer(Trainer):
+    """Lightning's Trainer with `limit_*_batches` typed `int | float | None`: from a config or
+    the command line `1` is one batch and `1.0` the whole split, as Lightning means them.
+    (Trainer annotates them `float | int`, so the parser would read `1` as `1.0`: all batches.)
+
+    Examples:
+        >>> RobustTrainer(limit_train_batches=1, logger=False).limit_train_batches
+        1
+    """
+
+    def __init__(
+        self,
+        *,
+        limit_train_batches: int | float | None = None,
+        limit_val_batches: int | float | None = None,
+        limit_test_batches: int | float | None = None,
+        limit_predict_batches: int | float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        limits: dict[str, Any] = {
+            "limit_train_batches": limit_train_batches,
+            "limit_val_batches": limit_val_batches,
+            "limit_test_batches": limit_test_batches,
+            "limit_predict_batches": limit_predict_batches,
+        }
+        super().__init__(**{k: v for k, v in limits.items() if v is not None}, **kwargs)
+
+
+def check_run_name(name: Any, flag: str = "--experiment") -> str:
+    """`name` if it is a plain run name: one folder name (no path separator, not "." or "..",
+    not absolute, not empty), so the run folder stays under `--checkpoint_root`.
+
+    Examples:
+        >>> check_run_name("digits_baseline")
+        'digits_baseline'
+        >>> check_run_name("../../x")
+        Traceback (most recent call last):
+        ...
+        ValueError: `--experiment` '../../x' must be a plain run name ...
+    """
+    separators = [sep for sep in (os.sep, os.altsep, "/") if sep]
+    if (
+        not isinstance(name, str)
+        or name.strip() in ("", ".", "..")
+        or any(sep in name for sep in separators)
+        or "\0" in name
+        or Path(name).is_absolute()
+    ):
+        raise ValueError(
+            f"`{flag}` {name!r} must be a plain run name (one folder name under "
+            "--checkpoint_root: no '/', not '.' or '..', not an absolute path)"
+        )
+    return name
 
 
 class QuietParser(LightningArgumentParser):
@@ -78,14 +159,8 @@ class SaveConfigToRun(SaveConfigCallback):
             return
         folder = getattr(trainer.checkpoint_callback, "dirpath", None)
         if stage == "fit" and folder and trainer.is_global_zero:
-            Path(folder).mkdir(parents=True, exist_ok=True)
-            self.parser.save(
-                self.config,
-                str(Path(folder) / self.config_filename),
-                skip_none=False,
-                overwrite=True,
-                multifile=self.multifile,
-            )
+            text = self.parser.dump(self.config, skip_none=False)
+            write_text(Path(folder) / self.config_filename, text, overwrite=True)
         if trainer.is_global_zero:
             self.save_config(trainer, pl_module, stage)
         self.already_saved = True
@@ -148,6 +223,7 @@ class RobustCLI(LightningCLI):
         if not self.config.get("subcommand"):
             return
         config = self.config[self.config.subcommand]
+        check_run_name(config.get("experiment") or "default")
         path = config.get("ckpt_path")
         if not path:
             return
@@ -170,8 +246,9 @@ class RobustCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
-        experiment = config.get("experiment") or "default"
+        experiment = check_run_name(config.get("experiment") or "default")
         resume = getattr(self, "resume_checkpoint", None)
+        self._claim: tuple[Path, list[Path]] | None = None
         if config.get("checkpoint") is not None and not config.checkpoint.get("dirpath"):
             config.checkpoint.dirpath = str(self._run_folder(config, experiment, resume))
         logger = config.trainer.get("logger")
@@ -190,7 +267,19 @@ class RobustCLI(LightningCLI):
             folder = Path(resume["path"]).parent
             if folder.parent.resolve() == experiment_dir.resolve():
                 return folder  # resuming a run of this experiment: continue in its folder
-        return new_run_folder(experiment_dir)
+        if self.subcommand is None or _child_rank():
+            # built from Python (run=False): the caller runs the trainer; a DDP rank > 0 gets
+            # rank 0's folder (ModelCheckpoint broadcasts it), so it claims none of its own
+            return new_run_folder(experiment_dir)
+        self._claim = claim_run_folder(experiment_dir)  # exclusive: concurrent fits differ
+        return self._claim[0]
+
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except BaseException:
+            self._release()
+            raise
 
     def after_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
@@ -202,18 +291,36 @@ class RobustCLI(LightningCLI):
         # a model class without RecordsConfig: checkpoints record the config section that built it
         record_config(getattr(self.model, "model", None), (config.get("model") or {}).get("model"))
         resume = getattr(self, "resume_checkpoint", None)
+        self._logger_dirs = _logger_folders(self.trainer)
+        claim = getattr(self, "_claim", None)
+        callback = self.trainer.checkpoint_callback
+        if claim is not None and isinstance(callback, RunCheckpoint):
+            callback.claimed(claim[1])
         try:
             if resume is not None:
                 _check_fits(resume, self.model)
+            if self.datamodule is not None:
+                check_model_and_data(self.model, self.datamodule)
         except Exception:
             for logger in self.trainer.loggers:  # the fit will not start: leave nothing behind
                 if isinstance(logger, SafeWandbLogger):
                     logger.finalize("failed")
+            self._release()
             raise
+
+    def _release(self) -> None:
+        """Remove the run folder this command claimed, and what Lightning's own loggers wrote,
+        when no checkpoint was saved (a fit that failed or trained nothing)."""
+        claim = getattr(self, "_claim", None)
+        if claim is not None:
+            release_run_folder(*claim)
+        for folder, created in getattr(self, "_logger_dirs", []):
+            _remove_logger_folder(folder, created)
 
     def _run_subcommand(self, subcommand: str) -> None:
         """Run it; an interrupted fit (Ctrl+C: Lightning exits with 1; SIGTERM) says what was saved
-        and exits with 130 / 143."""
+        and exits with 130 / 143; a fit that fails leaves nothing behind; a finished fit prints
+        its run folder."""
         try:
             super()._run_subcommand(subcommand)
         except SIGTERMException:
@@ -223,7 +330,21 @@ class RobustCLI(LightningCLI):
             if getattr(self.trainer, "interrupted", False):
                 self._report_interrupt("interrupt")
                 raise SystemExit(130) from None
+            self._release_if_unsaved(subcommand)
             raise
+        except BaseException:
+            self._release_if_unsaved(subcommand)
+            raise
+        self._release_if_unsaved(subcommand)
+        folder = getattr(self.trainer.checkpoint_callback, "dirpath", None)
+        if subcommand == "fit" and folder and any(Path(folder).glob("*.ckpt")):
+            names = ", ".join(sorted(p.name for p in Path(folder).iterdir()))
+            print(f"run folder: {folder} ({names})", flush=True)
+
+    def _release_if_unsaved(self, subcommand: str) -> None:
+        callback = self.trainer.checkpoint_callback
+        if subcommand == "fit" and not getattr(callback, "_saved_this_run", False):
+            self._release()
 
     def _report_interrupt(self, what: str) -> None:
         last = getattr(self.trainer.checkpoint_callback, "last_model_path", "")
@@ -277,6 +398,70 @@ def _check_fits(resume: dict[str, Any], model: torch.nn.Module) -> None:
         )
 
 
+def _child_rank() -> bool:
+    """A process that a distributed launcher started as rank > 0 (Lightning's DDP launcher sets
+    LOCAL_RANK for the processes it starts; torchrun sets RANK and LOCAL_RANK)."""
+    return any(os.environ.get(name, "0") not in ("", "0") for name in ("RANK", "LOCAL_RANK"))
+
+
+def check_model_and_data(module: Any, datamodule: Any) -> None:
+    """Refuse, before training, a model whose outputs (or `num_classes`) do not match the data's
+    classes, or that cannot take the data's images: one probe forward
+    (`robust_train.models.input_check.check_model_fits_data`); the data module's own errors
+    (such as an empty class folder) are raised as they are."""
+    try:
+        classes = getattr(datamodule, "num_classes", None)
+    except NotImplementedError:
+        classes = None
+    net = getattr(module, "model", module)
+    check_model_fits_data(net, datamodule)
+    declared = getattr(module, "num_classes", None)
+    if isinstance(classes, int) and isinstance(declared, int) and declared != classes:
+        raise DataMismatchError(
+            f"`--model.num_classes` {declared} does not match the data: the model "
+            f"({type(net).__name__}) has {declared} classes but the data "
+            f"({type(datamodule).__name__}) has {classes} classes"
+        )
+
+
+def _logger_folders(trainer: Any) -> list[tuple[Path, list[Path]]]:
+    """(log folder, the folders up to it that do not exist yet) of each logger that writes
+    files of its own (Lightning's CSVLogger and TensorBoardLogger; W&B cleans up itself)."""
+    found = []
+    for logger in getattr(trainer, "loggers", []):
+        if isinstance(logger, SafeWandbLogger):
+            continue
+        try:
+            folder = getattr(logger, "log_dir", None)
+        except Exception:  # noqa: BLE001 - a logger that cannot say: nothing to clean up
+            folder = None
+        if isinstance(folder, str) and folder:
+            missing = []
+            for candidate in (Path(folder), *Path(folder).parents):
+                if candidate.exists():
+                    break
+                missing.append(candidate)
+            if missing:
+                found.append((Path(folder), missing))
+    return found
+
+
+def _remove_logger_folder(folder: Path, created: list[Path]) -> None:
+    """Remove the files a Lightning logger wrote into a folder this fit created, then the
+    created folders that are left empty (deepest first)."""
+    if folder.is_dir():
+        for path in folder.iterdir():
+            if path.is_file() and (path.name in LOGGER_FILES or path.name.startswith("events.")):
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            elif path.is_dir() and path.name == "checkpoints" and not any(path.iterdir()):
+                shutil.rmtree(path, ignore_errors=True)
+    for candidate in created:
+        if candidate.is_dir() and not any(candidate.iterdir()):
+            with contextlib.suppress(OSError):
+                candidate.rmdir()
+
+
 def _is_wandb_logger(logger: Any) -> bool:
     return (
         logger is not None
@@ -292,7 +477,7 @@ def _is_default_logger(logger: Any) -> bool:
 def lightning_main(args: Sequence[str] | None = None, run: bool = True) -> RobustCLI:
     """Run (or, with run=False, only build) the LightningCLI for RobustClassifier.
 
-    Example:
+    Examples:
         >>> sorted(RobustCLI.subcommands())
         ['fit', 'predict', 'test', 'validate']
     """
@@ -301,6 +486,7 @@ def lightning_main(args: Sequence[str] | None = None, run: bool = True) -> Robus
         RobustClassifier,
         LightningDataModule,
         subclass_mode_data=True,
+        trainer_class=RobustTrainer,
         trainer_defaults={"logger": DEFAULT_LOGGER},
         save_config_callback=SaveConfigToRun,
         save_config_kwargs={"overwrite": True},
@@ -357,6 +543,7 @@ def check_data_main(argv: list[str]) -> int:
         RobustClassifier,
         LightningDataModule,
         subclass_mode_data=True,
+        trainer_class=RobustTrainer,
         parser_class=QuietParser,
         args=lightning_arguments(argv),
         run=False,

@@ -13,7 +13,8 @@ data repeated to RGB, as many outputs as the weights' head or else the data's cl
 file (`class_path`/`init_args` of an nn.Module, or a fit config / its `model:` section, whose
 `model:` is used), or a dotted class path built with its defaults. Every class path resolves to an
 nn.Module subclass before anything is built (a user's module is found on PYTHONPATH, then in the
-working directory). `--weights` is read tensors-only (`torch.load(weights_only=True)`): a state
+working directory: `--model` is the user's own choice). `--weights` is read tensors-only
+(`robust_train.models.read_checkpoint`; never fully unpickled, no opt-in): a state
 dict, possibly nested under "state_dict" / "model" / "model_state_dict", with or without a
 "model." or "module." prefix; keys that do not fit are named with the file.
 """
@@ -21,22 +22,26 @@ dict, possibly nested under "state_dict" / "model" / "model_state_dict", with or
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-import torch
 from torch import Tensor, nn
 
-from robust_train.app.checkpoint_io import data_config_from_yaml, evaluate_on_split, instantiate
+from robust_train.app.checkpoint_io import (
+    check_input_file,
+    data_config_from_yaml,
+    evaluate_on_split,
+    instantiate,
+)
 from robust_train.app.shipped_files import file_argument
 from robust_train.evaluation import EvaluationSettings
 from robust_train.models import Normalize, softplus, torchvision_classifier_names
-from robust_train.models.config import build_model
+from robust_train.models.config import build_model, resolve_class
 from robust_train.models.input_check import data_classes, data_shape
+from robust_train.models.loading import CheckpointError, UntrustedCheckpointError, read_checkpoint
 
 __all__ = [
     "ModelSource",
@@ -51,6 +56,7 @@ __all__ = [
 ]
 
 TORCHVISION = "torchvision:"
+SAVE_STATE_DICT = "save a state dict: torch.save(model.state_dict(), path)"
 NESTED = ("state_dict", "model", "model_state_dict", "net")  # where state dicts are nested
 PREFIXES = ("model.", "module.", "_orig_mod.")  # Lightning, DataParallel/DDP, torch.compile
 
@@ -95,38 +101,17 @@ def add_model_source_arguments(parser: argparse.ArgumentParser, weights: bool = 
     )
 
 
-def _import(class_path: str) -> Any:
-    module_name, _, attr = class_path.rpartition(".")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError:
-        cwd = str(Path.cwd())
-        if cwd in sys.path:
-            raise
-        sys.path.append(cwd)  # after every installed package: it cannot shadow one
-        module = importlib.import_module(module_name)
-    return getattr(module, attr)
-
-
 def resolve_module_class(class_path: object, where: str) -> type[nn.Module]:
-    """The nn.Module subclass `class_path` names, imported but not instantiated.
+    """The nn.Module subclass `class_path` names, imported but not instantiated (a class path the
+    user gave: its module may be in the working folder).
 
-    Example:
+    Examples:
         >>> resolve_module_class("torch.nn.Linear", "`--model`").__name__
         'Linear'
     """
     if not isinstance(class_path, str) or "." not in class_path.strip("."):
         raise ValueError(f"{where}: class_path must be a dotted 'module.Class', got {class_path!r}")
-    try:
-        cls = _import(class_path)
-    except (ImportError, AttributeError) as err:
-        raise ValueError(
-            f"{where}: cannot import class_path {class_path!r} ({err}); put the folder of its "
-            "module on PYTHONPATH or run from that folder"
-        ) from None
-    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        raise TypeError(f"{where}: class_path {class_path!r} is not an nn.Module class: {cls!r}")
-    return cls
+    return cast(type[nn.Module], resolve_class(class_path, nn.Module, where))
 
 
 def _yaml_model(path: Path) -> tuple[dict[str, Any], float | None]:
@@ -175,8 +160,8 @@ def model_source_from(args: argparse.Namespace) -> ModelSource | None:
         return None
     if not getattr(args, "data_config", None):
         raise ValueError(f"`--model` {spec!r} needs `--data-config` (a YAML with a data: section)")
-    if weights is not None and not Path(weights).is_file():
-        raise FileNotFoundError(f"`--weights` {weights!r} does not exist")
+    if weights is not None:
+        check_input_file(weights, "--weights")
     source = ModelSource(spec, weights)
     _config_of(source)  # every check that needs no data
     return source
@@ -209,13 +194,14 @@ def _config_of(source: ModelSource) -> tuple[dict[str, Any], float | None]:
 def read_state_dict(path: str | Path) -> dict[str, Tensor]:
     """The state dict in `path`, read tensors-only, unnested from "state_dict" / "model" /
     "model_state_dict" / "net" (e.g. a Lightning checkpoint or `{"model": sd, "epoch": 3}`)."""
+    check_input_file(path, "--weights")
     try:
-        obj: Any = torch.load(Path(path), map_location="cpu", weights_only=True)
-    except Exception as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        obj: Any = read_checkpoint(Path(path), opt_in=f"load it in Python and {SAVE_STATE_DICT}")
+    except UntrustedCheckpointError as err:
+        raise WeightsError(f"`--weights`: {err} (weights are read tensors-only)") from None
+    except CheckpointError as err:
         raise WeightsError(
-            f"`--weights` {str(path)!r} cannot be read tensors-only (torch.load(weights_only="
-            f"True)): {first}; save a state dict: torch.save(model.state_dict(), path)"
+            f"`--weights`: {err} (weights are read tensors-only); {SAVE_STATE_DICT}"
         ) from None
     for _ in range(3):
         if isinstance(obj, Mapping) and obj and all(isinstance(v, Tensor) for v in obj.values()):
@@ -262,7 +248,8 @@ def fit_state_dict(state: dict[str, Tensor], model: nn.Module, path: str) -> dic
     Raises:
         WeightsError: keys missing or unexpected, or shapes that differ; names the file.
 
-    Example:
+    Examples:
+        >>> import torch
         >>> net = nn.Sequential(nn.Linear(2, 3))
         >>> sd = {"model.0.weight": torch.ones(3, 2), "model.0.bias": torch.zeros(3)}
         >>> sorted(fit_state_dict(sd, net, "net.pt"))
@@ -340,13 +327,17 @@ def evaluate_model_source(
     """`evaluate_checkpoint` for a model given by `--model`/`--weights` and `--data-config`: the
     same probe (channels, size, classes), held-out images and suite."""
     config = data_config_from_yaml(data_config)
-    model = build_source_model(source, instantiate(config))
+    where = f"`--data-config` {data_config!r}"
+    datamodule = instantiate(config, where)
+    model = build_source_model(source, datamodule)
     if source.weights is None:
         print(
             f"note: no --weights: {source.spec} is evaluated with the weights its config builds "
             "(random unless it loads pretrained ones)",
             file=sys.stderr,
         )
-    result = evaluate_on_split(model, config, settings, split, progress=progress, threads=threads)
+    result = evaluate_on_split(
+        model, datamodule, settings, split, progress=progress, threads=threads, where=where
+    )
     result.update(checkpoint=source.label, model=source.spec, weights=source.weights, split=split)
     return result

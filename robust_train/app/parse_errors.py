@@ -49,7 +49,7 @@ def close_key(key: str, known: Iterable[str], cutoff: float = 0.7) -> str | None
     The first segment that no known key has at that place is replaced by the closest one there,
     and the rest is kept, so nested options (`model.optimizr.init_args.lr`) are corrected too.
 
-    Example:
+    Examples:
         >>> known = ["trainer.max_epochs", "trainer.max_steps", "model.optimizer"]
         >>> close_key("trainer.max_epocs", known), close_key("model.optimizr.init_args.lr", known)
         ('trainer.max_epochs', 'model.optimizer.init_args.lr')
@@ -76,7 +76,7 @@ def close_key(key: str, known: Iterable[str], cutoff: float = 0.7) -> str | None
 def init_arguments(class_path: str) -> list[str]:
     """Keyword arguments a class takes (following `**kwargs` up its bases); [] if unknown.
 
-    Example:
+    Examples:
         >>> "batch_size" in init_arguments("robust_train.data.DigitsDataModule")
         True
     """
@@ -192,7 +192,7 @@ def _option_keys(parser: Any) -> list[str]:
 def describe_parse_error(message: str, ex: BaseException | None, parser: Any) -> str:
     """The one-line form of a jsonargparse parse error, with a suggestion where one is close.
 
-    Example:
+    Examples:
         >>> import argparse
         >>> parser = argparse.ArgumentParser()
         >>> _ = parser.add_argument("--trainer.max_epochs")

@@ -2,13 +2,14 @@
 
 `write_report({"baseline": r1, "robust": r2}, "runs/demo")` writes report.md, results.json and
 plots: MIF/LIF fidelity curves, example maps before/after the top-k attack, and (when training
-histories are given) robustness per epoch. Every row is a key of the engine's key scheme; its
-label, unit and direction come from its `Measure` (`robust_train.evaluation.measures`).
+histories are given) robustness per epoch. Every file is written whole (a temporary file renamed
+over the name) and never through a symlink (`robust_train.core.files`). Every row is a key of the
+engine's key scheme; its label, unit and direction come from its `Measure`
+(`robust_train.evaluation.measures`).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -16,12 +17,14 @@ from typing import Any
 
 import matplotlib
 
+from robust_train.core.files import write_json, write_text, write_with
 from robust_train.evaluation.measures import MEASURES, Measure, key_measure
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 __all__ = [
+    "REPORT_FILES",
     "how_to_read",
     "same_images",
     "plot_examples",
@@ -36,6 +39,8 @@ QUIET_WHEN_ZERO = ("n_unmeasured",)
 # Rows that describe each model's own images (a share of its blank maps is 0 on the images
 # every model could measure, by construction).
 OWN_IMAGES = ("blank_map",)
+PLOTS = ("robustness_per_epoch.png", "fidelity_curves.png", "attack_examples.png")
+REPORT_FILES = ("results.json", "report.md", *PLOTS)  # what `write_report` may write
 
 
 def _measures(result: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -45,7 +50,7 @@ def _measures(result: Mapping[str, Any]) -> Mapping[str, Any]:
 def row_keys(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """Every key of the results, in the order the first result holding it lists them.
 
-    Example:
+    Examples:
         >>> row_keys({"a": {"measures": {"accuracy": 1}}, "b": {"measures": {"x/y/lipschitz": 1}}})
         ['accuracy', 'x/y/lipschitz']
     """
@@ -70,7 +75,7 @@ def same_images(
     all of them), and how many those are; None when the results cannot be lined up (one model,
     no `per_image` values, images that differ by `images_digest`) or `key` is a count.
 
-    Example:
+    Examples:
         >>> a = {"per_image": {"x/y/kendall": [0.2, float("nan"), 0.6]}, "images_digest": "d"}
         >>> b = {"per_image": {"x/y/kendall": [0.4, 0.5, float("nan")]}, "images_digest": "d"}
         >>> same_images({"a": a, "b": b}, "x/y/kendall")
@@ -117,7 +122,7 @@ def summary_table(results: Mapping[str, Mapping[str, Any]]) -> str:
     out for all), and the last column says how many; otherwise each model's own mean (count
     "own"). Counts (`n_attacked`, `n_unmeasured`) and the blank-map share are each model's own.
 
-    Example:
+    Examples:
         >>> print(summary_table({"a": {"measures": {"accuracy": 0.5}}}).splitlines()[2])
         | `accuracy` ↑ | 0.500 |
     """
@@ -153,7 +158,7 @@ def summary_table(results: Mapping[str, Mapping[str, Any]]) -> str:
 def how_to_read(keys: Iterable[str]) -> list[str]:
     """One markdown bullet per measure among `keys`: its label, direction and meaning.
 
-    Example:
+    Examples:
         >>> how_to_read(["attack/saliency/topk/center_shift"])[0][:40]
         '- **center shift** (`center_shift`, px, '
     """
@@ -267,7 +272,7 @@ def plot_history(
 def to_json(results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Drop the private (tensor) entries and turn NaN into None, so results are valid JSON.
 
-    Example:
+    Examples:
         >>> to_json({"m": {"measures": {"a": float("nan")}, "_examples": {}}})
         {'m': {'measures': {'a': None}}}
     """
@@ -292,11 +297,14 @@ def write_report(
     out_dir: str | Path,
     histories: Mapping[str, Mapping[str, list[tuple[int, float]]]] | None = None,
     title: str = "Robustness of explanations",
+    *,
+    overwrite: bool = True,
 ) -> Path:
-    """Write report.md, results.json and the PNG plots into `out_dir`; return the report path."""
+    """Write report.md, results.json and the PNG plots (`REPORT_FILES`) into `out_dir`; return
+    the report path. `overwrite=False` refuses files that exist; a symlink is always refused."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(to_json(results), indent=2))
+    flag = "--out"
+    write_json(out / "results.json", to_json(results), overwrite=overwrite, flag=flag)
     parts = [f"# {title}", "", summary_table(results), ""]
     if len(results) > 1:
         parts += [
@@ -309,13 +317,14 @@ def write_report(
     if settings:
         parts += ["Settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()), ""]
     parts += ["## How to read it", "", *how_to_read(row_keys(results)), ""]
-    for name, fn in (
-        ("robustness_per_epoch.png", lambda p: plot_history(histories or {}, p)),
-        ("fidelity_curves.png", lambda p: plot_fidelity(results, p)),
-        ("attack_examples.png", lambda p: plot_examples(results, p)),
-    ):
-        if fn(out / name) is not None:
+    plots: dict[str, Any] = {
+        PLOTS[0]: lambda p: plot_history(histories or {}, p),
+        PLOTS[1]: lambda p: plot_fidelity(results, p),
+        PLOTS[2]: lambda p: plot_examples(results, p),
+    }
+    for name, fn in plots.items():
+        if write_with(out / name, fn, overwrite=overwrite, flag=flag) is not None:
             parts += [f"![{name}]({name})", ""]
     path = out / "report.md"
-    path.write_text("\n".join(parts))
+    write_text(path, "\n".join(parts), overwrite=overwrite, flag=flag)
     return path

@@ -8,16 +8,25 @@ Every field of `robust_train.evaluation.EvaluationSettings` (its `help` metadata
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import difflib
+import re
 import types
 import typing
+from collections.abc import Iterator, Mapping
 from typing import Any, NoReturn
 
 from robust_train.app.shipped_files import file_argument
 from robust_train.evaluation import PROTOCOLS, EvaluationSettings
 
-__all__ = ["CommandParser", "add_settings_arguments", "settings_from", "setting_flags"]
+__all__ = [
+    "CommandParser",
+    "add_settings_arguments",
+    "flags_in_errors",
+    "settings_from",
+    "setting_flags",
+]
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -59,7 +68,7 @@ def _kind(annotation: object) -> tuple[type, bool]:
 def setting_flags() -> dict[str, tuple[type, bool]]:
     """Field name -> (type, is a tuple) of every evaluation setting that is a flag.
 
-    Example:
+    Examples:
         >>> setting_flags()["explainers"], setting_flags()["n_steps"]
         ((<class 'str'>, True), (<class 'int'>, False))
     """
@@ -114,6 +123,32 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+@contextlib.contextmanager
+def flags_in_errors(flags: Mapping[str, str]) -> Iterator[None]:
+    """Re-raise a ValueError / TypeError of the block with each field it names in backticks
+    (`` `n_samples` ``) replaced by its flag (`` `--n-samples` ``): on the command line errors name
+    the flags the user typed.
+
+    Examples:
+        >>> try:
+        ...     with flags_in_errors({"n_samples": "--n-samples"}):
+        ...         raise ValueError("`n_samples` must be > 0, got 0")
+        ... except ValueError as err:
+        ...     print(err)
+        `--n-samples` must be > 0, got 0
+    """
+    try:
+        yield
+    except (ValueError, TypeError) as err:
+        text = str(err)
+        renamed = re.sub(
+            r"`([A-Za-z_][A-Za-z0-9_]*)`", lambda m: f"`{flags.get(m[1], m[1])}`", text
+        )
+        if renamed == text:
+            raise
+        raise type(err)(renamed) from err
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value <= 0:
@@ -125,7 +160,7 @@ def settings_from(args: argparse.Namespace) -> EvaluationSettings:
     """The preset of `--protocol` (or the defaults) with the flags given on top, checked now
     (an error names the setting and the value).
 
-    Example:
+    Examples:
         >>> parser = CommandParser()
         >>> add_settings_arguments(parser)
         >>> s = settings_from(parser.parse_args(["--protocol", "rar", "--n-samples", "10"]))
@@ -138,6 +173,8 @@ def settings_from(args: argparse.Namespace) -> EvaluationSettings:
         value = getattr(args, name, None)
         if value is not None:
             given[name] = tuple(value) if many else value
-    settings = dataclasses.replace(base, **given)
-    settings.resolved(1024, 1024)  # names, counts and budgets now; `k` again at the image size
+    flags = {name: "--" + name.replace("_", "-") for name in setting_flags()}
+    with flags_in_errors(flags):
+        settings = dataclasses.replace(base, **given)
+        settings.resolved(1024, 1024)  # names, counts and budgets now; `k` again at the size
     return settings

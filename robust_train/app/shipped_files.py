@@ -29,7 +29,7 @@ SUBCOMMANDS = ("fit", "validate", "test", "predict")
 def file_argument(kind: str, what: str) -> Callable[[str], str]:
     """An argparse `type`: the value as `resolve_file(value, kind, what=what)` gives it.
 
-    Example:
+    Examples:
         >>> import argparse
         >>> parser = argparse.ArgumentParser()
         >>> _ = parser.add_argument("--ckpt", type=file_argument("checkpoints", "`--ckpt`"))
@@ -47,7 +47,7 @@ def lightning_arguments(argv: Sequence[str]) -> list[str]:
     """LightningCLI arguments with shipped names resolved and shipped configs' relative paths
     pointed into the package. With a subcommand first (`fit ...`), only its arguments are read.
 
-    Example:
+    Examples:
         >>> args = lightning_arguments(["fit", "--config", "configs/mnist5k_finetune_lga.yaml"])
         >>> args[3].startswith("--model.init_checkpoint=") and args[3].endswith(
         ...     "assets/checkpoints/mnist5k_baseline.ckpt")

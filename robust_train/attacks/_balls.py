@@ -32,7 +32,7 @@ def _l2(v: Tensor) -> Tensor:
 def project(x: Tensor, x0: Tensor, epsilon: float, norm: str) -> Tensor:
     """Project `x` onto the `norm` ball of radius `epsilon` around `x0`, intersected with [0, 1].
 
-    Example:
+    Examples:
         >>> x0 = torch.full((1, 1, 1, 2), 0.5)
         >>> y = project(x0 + torch.tensor([3.0, 4.0]).view(1, 1, 1, 2), x0, 0.5, "l2")
         >>> [round(v, 4) for v in y.flatten().tolist()]  # (0.3, 0.4) shrunk onto the sphere
@@ -59,7 +59,7 @@ def step_direction(direction: Tensor, norm: str) -> Tensor:
     """The steepest-ascent unit step of a gradient `direction` for the norm: sign(d) (L_inf) or
     d / ||d||_2 per sample (L2); a zero direction stays zero.
 
-    Example:
+    Examples:
         >>> d = torch.tensor([[[[3.0, -4.0]]]])
         >>> step_direction(d, "linf").flatten().tolist(), step_direction(d, "l2").flatten().tolist()
         ([1.0, -1.0], [0.6000000238418579, -0.800000011920929])
@@ -73,7 +73,7 @@ def random_in_ball(x0: Tensor, epsilon: float, norm: str, generator: torch.Gener
     """A uniform random point of the ball around `x0` (drawn on `generator`'s device), clamped to
     [0, 1].
 
-    Example:
+    Examples:
         >>> x0 = torch.full((3, 1, 4, 4), 0.5)
         >>> x = random_in_ball(x0, 0.2, "l2", torch.Generator().manual_seed(0))
         >>> bool(((x - x0).flatten(1).norm(dim=1) <= 0.2 + 1e-6).all())

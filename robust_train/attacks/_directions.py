@@ -44,7 +44,7 @@ class Direction:
     """One attack direction: the betas of the model's ReLU surrogate and of the map's clamp
     surrogate (None: exact).
 
-    Example:
+    Examples:
         >>> Direction("model", None, 10.0).relu_beta is None
         True
     """
@@ -67,7 +67,7 @@ def directions(
     """The directions an attack with `direction=choice` runs, in this order (see the module
     docstring); `beta` None: only "exact".
 
-    Example:
+    Examples:
         >>> from robust_train.explain import saliency
         >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3), torch.nn.ReLU(),
         ...                           torch.nn.Linear(3, 2))

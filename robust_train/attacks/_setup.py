@@ -12,7 +12,7 @@ from robust_train.core.runtime import make_generator
 def check_k(k: object, name: str, height: int, width: int) -> int:
     """Raise unless `k` is an int in [1, H*W]; name the map size in the error.
 
-    Example:
+    Examples:
         >>> check_k(3, "k", 2, 2)
         3
     """
@@ -51,7 +51,7 @@ def restart_seeds(
 ) -> list[int]:
     """One seed per restart, drawn up front, so restart r draws the same numbers for any n_steps.
 
-    Example:
+    Examples:
         >>> restart_seeds(None, 0, 2) == restart_seeds(None, 0, 2)
         True
     """

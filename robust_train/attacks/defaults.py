@@ -17,7 +17,7 @@ __all__ = ["default_epsilon", "default_k", "target_region"]
 def default_epsilon(height: int, width: int) -> float:
     """L_inf budget: 0.1 for images up to 28 px a side, else 8/255.
 
-    Example:
+    Examples:
         >>> default_epsilon(8, 8), round(default_epsilon(32, 32), 4)
         (0.1, 0.0314)
     """
@@ -27,7 +27,7 @@ def default_epsilon(height: int, width: int) -> float:
 def default_k(height: int, width: int) -> int:
     """Top-k size: an eighth of the pixels, at least 1.
 
-    Example:
+    Examples:
         >>> default_k(8, 8), default_k(28, 28), default_k(2, 2)
         (8, 98, 1)
     """
@@ -37,7 +37,7 @@ def default_k(height: int, width: int) -> int:
 def target_region(height: int, width: int) -> Tensor:
     """Default region of the targeted attack: the top-left quarter of the image, (1, H, W) bool.
 
-    Example:
+    Examples:
         >>> target_region(4, 4).int()[0]
         tensor([[1, 1, 0, 0],
                 [1, 1, 0, 0],

@@ -28,7 +28,7 @@ def check_linf_budget(value: object, name: str) -> None:
     """Refuse an L_inf budget of 1 or more: it covers the whole [0, 1] pixel range, so the
     "imperceptible" perturbation can be any image and the number measures nothing.
 
-    Example:
+    Examples:
         >>> check_linf_budget(5.0, "epsilon")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
@@ -46,7 +46,7 @@ def default_step_size(epsilon: float, n_steps: int) -> float:
     """The attack step: epsilon / 8, or 2 * epsilon / n_steps when fewer than 16 steps could not
     otherwise reach the border of the ball and come back (a cheap monitor's 3 steps: 2 eps / 3).
 
-    Example:
+    Examples:
         >>> default_step_size(0.4, 50), round(default_step_size(0.3, 3), 3)
         (0.05, 0.2)
     """
@@ -152,7 +152,7 @@ class AttackOptions:
     def resolved(self, height: int, width: int) -> AttackOptions:
         """A copy with every size-dependent default filled in and checked against the size.
 
-        Example:
+        Examples:
             >>> o = AttackOptions(n_steps=3).resolved(28, 28)
             >>> o.epsilon, o.k, o.measure_k, round(o.step_size, 4)
             (0.1, 98, 98, 0.0667)
@@ -174,7 +174,7 @@ class AttackOptions:
     def attack_options(self) -> AttackOptions:
         """Just the attack's options (a subclass such as `EvaluationSettings` holds more).
 
-        Example:
+        Examples:
             >>> AttackOptions(n_steps=2).attack_options()
             AttackOptions(epsilon=None, norm='linf', step_size=None, n_steps=2, k=None, \
 measure_k=None, n_restarts=1, noise_draws=10, direction='all', surrogate_beta=10.0, \

@@ -124,7 +124,7 @@ class FragilityResult:
         (1.0 for a sample the attack could not move) and `improved` (1.0 where a label-keeping
         iterate beat the clean input). Every caller that averages attack results reads these.
 
-        Example:
+        Examples:
             >>> from robust_train.attacks import fragility_attack
             >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
             >>> res = fragility_attack(model, torch.rand(2, 1, 4, 4), torch.tensor([0, 1]),
@@ -149,7 +149,7 @@ class FragilityResult:
     def concatenate(cls, results: Sequence[FragilityResult]) -> FragilityResult:
         """Join the results of several batches attacked with the same settings.
 
-        Example:
+        Examples:
             >>> from robust_train.attacks import fragility_attack
             >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
             >>> parts = [fragility_attack(model, torch.rand(2, 1, 4, 4), torch.tensor([0, 1]),

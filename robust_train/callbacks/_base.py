@@ -349,7 +349,7 @@ def check_distinct_keys(callbacks: list[Any]) -> None:
     """Refuse two monitors that would log one key: Lightning would average their values into a
     number neither measured.
 
-    Example:
+    Examples:
         >>> class M(RobustnessCallback):
         ...     def keys(self):
         ...         return ("robustness/a",)

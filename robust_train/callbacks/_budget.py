@@ -28,7 +28,7 @@ class OverheadBudget:
     Args:
         max_overhead: largest share, e.g. 0.1 for 10 %; None: no cap.
 
-    Example:
+    Examples:
         >>> budget = OverheadBudget(0.1)
         >>> budget.start()
         >>> budget.allows(is_last=False)  # nothing measured yet: the first one runs

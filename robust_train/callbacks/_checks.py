@@ -29,7 +29,7 @@ def check_explainer(
     """Check an explainer name (one of `robust_train.explain.EXPLAINERS`) or callable, with the
     package's one resolver (`robust_train.explain.resolve_explainer`); return it unchanged.
 
-    Example:
+    Examples:
         >>> check_explainer("saliency", "explainer")
         'saliency'
         >>> check_explainer("nope", "explainers")  # doctest: +ELLIPSIS
@@ -47,7 +47,7 @@ def check_names(
     """A non-empty tuple of distinct choices (a single value is accepted); explainers when
     `choices` is None.
 
-    Example:
+    Examples:
         >>> check_names("topk", "attacks", ("topk", "random_sign"))
         ('topk',)
     """

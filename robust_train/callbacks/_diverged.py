@@ -32,7 +32,7 @@ def evaluated_model(pl_module: pl.LightningModule) -> nn.Module:
 def count_nonfinite(module: nn.Module) -> int:
     """Number of NaN/inf entries in the floating-point parameters and buffers of `module`.
 
-    Example:
+    Examples:
         >>> net = nn.Linear(2, 1)
         >>> count_nonfinite(net)
         0
@@ -48,7 +48,7 @@ def count_nonfinite(module: nn.Module) -> int:
 def nonfinite_count(err: BaseException) -> int | None:
     """How many non-finite values an evaluation error reports; None for any other error.
 
-    Example:
+    Examples:
         >>> nonfinite_count(ValueError("`maps` holds 192 non-finite value(s) (NaN or inf)"))
         192
         >>> nonfinite_count(ValueError("`k` must be > 0")) is None
@@ -66,7 +66,7 @@ def nonfinite_count(err: BaseException) -> int | None:
 def guarded(evaluate: Callable[[], Report]) -> Report:
     """`evaluate()`, or, when it stops on non-finite values, a report holding only their count.
 
-    Example:
+    Examples:
         >>> def diverged() -> Report:
         ...     raise ValueError("`maps` holds 192 non-finite value(s) (NaN or inf)")
         >>> guarded(diverged).scalars
@@ -90,7 +90,7 @@ def warnings_once(seen: set[tuple[str, int]]) -> Iterator[None]:
     A monitor evaluates every epoch, and an attack that meets a dead or diverged model warns at
     each call; the first one says it all.
 
-    Example:
+    Examples:
         >>> seen: set[tuple[str, int]] = set()
         >>> with warnings.catch_warnings(record=True) as passed_on:
         ...     warnings.simplefilter("always")

@@ -68,7 +68,7 @@ def render_examples(ex: AttackExamples, *, border: int = 2) -> np.ndarray:
 
     Built with numpy (no matplotlib axes), so it costs milliseconds.
 
-    Example:
+    Examples:
         >>> import torch
         >>> x = torch.rand(2, 1, 8, 8)
         >>> ex = AttackExamples("topk", x, x[:, 0], x, x[:, 0], torch.ones(2))
@@ -96,7 +96,7 @@ def render_examples(ex: AttackExamples, *, border: int = 2) -> np.ndarray:
 def render_curves(curves: Curves) -> np.ndarray:
     """A line plot of `curves` as an RGB uint8 array (H, W, 3).
 
-    Example:
+    Examples:
         >>> c = Curves("fidelity", [0.0, 1.0], "fraction", {"MIF": [1.0, 0.1], "LIF": [1.0, 0.9]})
         >>> render_curves(c).dtype
         dtype('uint8')
@@ -133,7 +133,7 @@ def history_label(key: str) -> tuple[str, str]:
     """Readable (title, y label) of a logged key; the label and direction come from the key's
     `Measure` (`robust_train.evaluation.measures`), the title from its parts.
 
-    Example:
+    Examples:
         >>> history_label("val/acc")
         ('Validation accuracy', 'accuracy (higher is better)')
         >>> history_label("robustness/attack/saliency/topk/topk_intersection")
@@ -167,7 +167,7 @@ def render_history(
 ) -> np.ndarray:
     """`history_figure` as an RGB uint8 array.
 
-    Example:
+    Examples:
         >>> h = {"baseline": {"val/acc": [(0, 0.9), (1, 0.95)]},
         ...      "robust": {"val/acc": [(0, 0.88), (1, 0.94)]}}
         >>> render_history(h).shape
@@ -191,7 +191,7 @@ def history_figure(
     `robustness/share` are left out. Each run keeps one colour, named in one shared legend.
     `note` (how to read the values) goes into the first empty cell of the grid, else below it.
 
-    Example:
+    Examples:
         >>> h = {"run": {"robustness/attack/saliency/topk/topk_intersection": [(0, 0.6), (1, 0.7)]}}
         >>> history_figure(h).axes[0].get_title()
         'topk attack on saliency: top-k intersection'

@@ -26,7 +26,7 @@ class MediaWriter:
     Args:
         owner: name of the callback, for the warning.
 
-    Example:
+    Examples:
         >>> writer = MediaWriter("FragilityMonitor")
         >>> writer.failed
         []
@@ -111,7 +111,7 @@ class MediaWriter:
 def png_name(key: str, epoch: int) -> str:
     """File name of a logged figure.
 
-    Example:
+    Examples:
         >>> png_name("robustness/topk/examples", 3), png_name("fidelity/saliency/curves", 12)
         ('epoch_003_topk_examples.png', 'epoch_012_fidelity_saliency_curves.png')
     """

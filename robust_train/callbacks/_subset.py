@@ -19,7 +19,7 @@ SPLITS = ("val", "test")
 def select(inputs: Tensor, targets: Tensor, n_samples: int, seed: int) -> tuple[Tensor, Tensor]:
     """`n_samples` rows of (inputs, targets) chosen by a permutation seeded with `seed`.
 
-    Example:
+    Examples:
         >>> x, y = torch.rand(10, 1, 2, 2), torch.arange(10)
         >>> a, b = select(x, y, 3, seed=0)
         >>> a.shape, bool((select(x, y, 3, seed=0)[1] == b).all())
@@ -35,7 +35,7 @@ def select(inputs: Tensor, targets: Tensor, n_samples: int, seed: int) -> tuple[
 def shard(inputs: Tensor, targets: Tensor, rank: int, world_size: int) -> tuple[Tensor, Tensor]:
     """The rows this process evaluates: every `world_size`-th row from `rank` (DDP).
 
-    Example:
+    Examples:
         >>> shard(torch.zeros(5, 1, 1, 1), torch.arange(5), 1, 2)[1].tolist()
         [1, 3]
     """

@@ -45,7 +45,7 @@ class CertifiedMonitor(RobustnessCallback):
         k: size of the certified top-k set; None: H*W // 8. kappa: sparsification; None: k.
         **kwargs: schedule, subset and logging options of `RobustnessCallback`.
 
-    Example:
+    Examples:
         >>> monitor = CertifiedMonitor(radius=0.1, certify_samples=50)
         >>> monitor.key
         'robustness/certified/saliency/topk_overlap_r0.1'

@@ -22,7 +22,7 @@ class FidelityMonitor(RobustnessMonitor):
         **options: the evaluation settings and the callback's schedule, subset and logging
             options, as for `RobustnessMonitor`.
 
-    Example:
+    Examples:
         >>> monitor = FidelityMonitor(explainers=["saliency"], fidelity_steps=10, every_n_epochs=5)
         >>> monitor.settings.explainers, monitor.settings.fidelity_steps
         (('saliency',), 10)

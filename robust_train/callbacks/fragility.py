@@ -27,7 +27,7 @@ class FragilityMonitor(RobustnessMonitor):
         **options: the evaluation settings and the callback's schedule, subset and logging
             options, as for `RobustnessMonitor`.
 
-    Example:
+    Examples:
         >>> monitor = FragilityMonitor(attacks=("topk",), n_samples=16, every_n_epochs=2)
         >>> monitor.settings.attacks, monitor.every_n_epochs
         (('topk',), 2)

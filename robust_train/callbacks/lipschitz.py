@@ -21,7 +21,7 @@ class LipschitzMonitor(RobustnessMonitor):
         **options: the evaluation settings and the callback's schedule, subset and logging
             options, as for `RobustnessMonitor`.
 
-    Example:
+    Examples:
         >>> explainers = ["saliency", "input_x_gradient"]
         >>> monitor = LipschitzMonitor(explainers=explainers, lipschitz_samples=4)
         >>> monitor.settings.explainers, monitor.settings.lipschitz_samples

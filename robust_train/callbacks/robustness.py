@@ -73,7 +73,7 @@ class RobustnessMonitor(RobustnessCallback):
             (3 attack steps, 16 images, saliency), and the schedule, subset and logging options
             of `RobustnessCallback` (every_n_epochs, n_samples, split, seed, max_overhead, ...).
 
-    Example:
+    Examples:
         >>> monitor = RobustnessMonitor(parts=["fidelity", "fragility"], n_samples=16)
         >>> [p.name for p in monitor.parts], monitor.settings.n_steps
         (['fragility', 'fidelity'], 3)

@@ -151,7 +151,7 @@ def attack_certificate(
     """The project's L2 fragility attack (top-k objective) on `SoftSmoothedExplainer`, measured
     at its result by `measure_overlap` (module docstring). `step_size` defaults to radius / 8.
 
-    Example:
+    Examples:
         >>> from robust_train.certify import certify_explanations
         >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 8), torch.nn.ReLU(),
         ...                           torch.nn.Linear(8, 3))

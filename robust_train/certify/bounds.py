@@ -43,7 +43,7 @@ def overlap_radii(lower: Tensor, upper: Tensor, reference: Tensor, sigma: float)
         reference: bool (B, H, W), the k-pixel reference set S of each image (same k for all).
         sigma: the smoothing noise (pixel units).
 
-    Example:
+    Examples:
         >>> lo = torch.tensor([[[0.9, 0.8], [0.1, 0.0]]], dtype=torch.float64)
         >>> hi = torch.tensor([[[1.0, 0.95], [0.2, 0.05]]], dtype=torch.float64)
         >>> r = overlap_radii(lo, hi, lo > 0.5, 1.0)
@@ -73,7 +73,7 @@ def pixel_radii(lower: Tensor, reference: Tensor, radii: Tensor) -> Tensor:
     `radii` is `overlap_radii(...)`; pixels of S with equal lower bounds get the smallest radius
     of their group.
 
-    Example:
+    Examples:
         >>> lo = torch.tensor([[[0.9, 0.8], [0.1, 0.0]]], dtype=torch.float64)
         >>> ref = lo > 0.5
         >>> r = overlap_radii(lo, lo + 0.05, ref, 1.0)
@@ -100,7 +100,7 @@ def box_overlap(low: Tensor, high: Tensor, reference: Tensor, k: int) -> tuple[T
     opposite. Used at the attack's point x' with that point's simultaneous bounds: the largest
     is an upper confidence bound of the true overlap there (holding with probability 1 - alpha).
 
-    Example:
+    Examples:
         >>> low = torch.tensor([[[0.6, 0.1, 0.0]]])
         >>> high = torch.tensor([[[0.9, 0.7, 0.2]]])
         >>> box_overlap(low, high, torch.tensor([[[True, False, False]]]), 1)

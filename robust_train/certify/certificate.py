@@ -103,7 +103,7 @@ def check_radius(radius: object, dimension: int, name: str = "radius") -> float:
     """Raise unless an L2 radius is a finite number in [0, sqrt(d)], d the pixels per image
     (C * H * W: no two images in [0, 1]^d are further apart).
 
-    Example:
+    Examples:
         >>> check_radius(0.5, 784)
         0.5
         >>> check_radius(30.0, 784)
@@ -181,7 +181,7 @@ def certify_explanations(
         options, **kwargs: the `SmoothingOptions` (explainer, sigma, n_samples, k, kappa, alpha,
             seed, internal_batch_size); keywords override `options`.
 
-    Example:
+    Examples:
         >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
         >>> x = torch.rand(2, 1, 4, 4)
         >>> cert = certify_explanations(net, x, net(x).argmax(1), k=4, n_samples=200, seed=0)

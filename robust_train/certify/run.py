@@ -38,7 +38,7 @@ class CertifySettings(SmoothingOptions):
     `radii` and `attack_radii` are L2 radii in pixel units; None: `RADIUS_GRID` and `ATTACK_GRID`
     times sigma. `random_points` 0 skips the random search; `attack_steps` 0 skips the attack.
 
-    Example:
+    Examples:
         >>> s = CertifySettings(sigma=0.2)
         >>> s.resolved_radii()[-1], s.resolved_attack_radii()
         (0.5, (0.1, 0.2, 0.3, 0.4))

@@ -48,7 +48,7 @@ def check_sigma(sigma: object, name: str = "sigma") -> float:
     Noise of a standard deviation above the whole pixel range turns every noisy copy into noise:
     the smoothed map would describe the model on noise, not on the image.
 
-    Example:
+    Examples:
         >>> check_sigma(0.25)
         0.25
         >>> check_sigma(0)
@@ -98,7 +98,7 @@ def sparsified_counts(
         progress: show a tqdm bar over the samples.
         desc: the bar's label.
 
-    Example:
+    Examples:
         >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
         >>> from robust_train.explain import saliency
         >>> c = sparsified_counts(net, torch.rand(2, 1, 4, 4), torch.tensor([0, 1]),

@@ -25,7 +25,7 @@ __all__ = ["SoftSmoothedExplainer"]
 class SoftSmoothedExplainer:
     """Differentiable fixed-noise stand-in of the smoothed sparsified explainer (module docstring).
 
-    Example:
+    Examples:
         >>> from robust_train.explain import saliency
         >>> soft = SoftSmoothedExplainer(saliency, sigma=0.1, n_samples=4, kappa=3)
         >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 2))

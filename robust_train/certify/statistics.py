@@ -30,7 +30,7 @@ __all__ = ["check_alpha", "clopper_pearson", "simultaneous_bounds"]
 def check_alpha(alpha: object, name: str = "alpha") -> float:
     """Raise unless `alpha` is a number strictly between 0 and 1; return it as a float.
 
-    Example:
+    Examples:
         >>> check_alpha(0.05)
         0.05
         >>> check_alpha(1.0)
@@ -57,7 +57,7 @@ def clopper_pearson(counts: Tensor, n: int, alpha: float) -> tuple[Tensor, Tenso
     Returns:
         (lower, upper), float64 tensors shaped like `counts`, on its device.
 
-    Example:
+    Examples:
         >>> lo, hi = clopper_pearson(torch.tensor([0, 5, 10]), 10, 0.05)
         >>> [round(v, 4) for v in lo.tolist()], [round(v, 4) for v in hi.tolist()]
         ([0.0, 0.1871, 0.6915], [0.3085, 0.8129, 1.0])
@@ -86,7 +86,7 @@ def simultaneous_bounds(counts: Tensor, n: int, alpha: float) -> tuple[Tensor, T
     """Clopper-Pearson bounds for every pixel of maps (B, H, W) that hold for ALL the pixels of
     an image at once with probability >= 1 - `alpha`: each pixel gets level alpha / (H * W).
 
-    Example:
+    Examples:
         >>> counts = torch.tensor([[[10, 0], [3, 7]]])
         >>> lo, hi = simultaneous_bounds(counts, 10, 0.05)
         >>> bool((lo <= counts / 10).all() and (counts / 10 <= hi).all())

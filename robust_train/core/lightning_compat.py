@@ -20,7 +20,7 @@ def lightning_classes(path: str) -> tuple[type, ...]:
     """The class at `path` (below the package: "LightningModule", "loggers.WandbLogger") of each
     Lightning package in use.
 
-    Example:
+    Examples:
         >>> import pytorch_lightning
         >>> pytorch_lightning.Callback in lightning_classes("Callback")
         True

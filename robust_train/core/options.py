@@ -6,7 +6,7 @@ A function or class that takes an option set declares `**options` and is decorat
 default, and `build_options` turns the keywords given into the checked dataclass. Adding an option
 is one edit: a field of the dataclass (with `metadata={"help": ...}` for the command line).
 
-Example:
+Examples:
     >>> from dataclasses import dataclass, field
     >>> @dataclass(frozen=True)
     ... class Steps:
@@ -35,7 +35,7 @@ C = TypeVar("C", bound=Callable[..., Any])
 def option_names(options_cls: type) -> tuple[str, ...]:
     """The option names of a dataclass, in field order.
 
-    Example:
+    Examples:
         >>> from dataclasses import dataclass
         >>> @dataclass
         ... class O:
@@ -130,7 +130,7 @@ def build_options(
     dataclass's defaults); an unknown keyword raises a TypeError naming `where`, the closest
     option and the valid ones.
 
-    Example:
+    Examples:
         >>> from dataclasses import dataclass
         >>> @dataclass(frozen=True)
         ... class O:

@@ -27,7 +27,7 @@ C = TypeVar("C", bound=type)
 def object_path(obj: Any) -> str:
     """`module.qualname` of a class or function (how two registrations are told apart).
 
-    Example:
+    Examples:
         >>> object_path(Registry)
         'robust_train.core.registry.Registry'
     """
@@ -41,7 +41,7 @@ class Registry(dict[str, V]):
         title: shown by `repr` (the registry's public name, e.g. "EXPLAINERS").
         kind: what one entry is, for errors ("explainer", "penalty").
 
-    Example:
+    Examples:
         >>> things: Registry[int] = Registry("THINGS", "thing")
         >>> things.add("a", 1)
         1
@@ -88,7 +88,7 @@ class Registry(dict[str, V]):
     def class_decorator(self, name: str, base: type) -> Callable[[C], C]:
         """The decorator that registers a subclass of `base` under `name` and sets its `name`.
 
-        Example:
+        Examples:
             >>> class Base:
             ...     name = ""
             >>> r: Registry[type] = Registry("DOC", "doc thing")
@@ -116,7 +116,7 @@ def discover(package: str) -> list[str]:
     names. A package's `__init__` calls `discover(__name__)` so that each implementation file
     registers itself on import.
 
-    Example:
+    Examples:
         >>> "robust_train.explain.gradient" in discover("robust_train.explain")
         True
     """

@@ -20,7 +20,7 @@ Relative paths inside a shipped config name files relative to the assets folder
 (`init_checkpoint: checkpoints/mnist5k_baseline.ckpt`), never the working folder:
 `shipped_overrides(config)` gives them as absolute paths.
 
-Example:
+Examples:
     >>> "checkpoints/mnist5k_robust.ckpt" in list_shipped()
     True
     >>> shipped_checkpoint("mnist5k_robust") == shipped_path("checkpoints/mnist5k_robust.ckpt")
@@ -81,7 +81,7 @@ def list_shipped(kind: str | None = None) -> list[str]:
     """The names of the shipped files (`configs/x.yaml`, `checkpoints/y.ckpt`), sorted; only
     those of one kind when `kind` is "configs" or "checkpoints".
 
-    Example:
+    Examples:
         >>> list_shipped("checkpoints")[:2]
         ['checkpoints/digits_baseline.ckpt', 'checkpoints/digits_robust.ckpt']
     """
@@ -133,7 +133,7 @@ def shipped_path(name: str | os.PathLike[str], kind: str | None = None) -> Path:
         UnknownShippedFile: (a LookupError) no shipped file of that name, or a stem that names
             both a config and a checkpoint; the message names the close names.
 
-    Example:
+    Examples:
         >>> shipped_path("mnist5k_baseline")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
@@ -172,7 +172,7 @@ def shipped_name(path: str | os.PathLike[str]) -> str | None:
     """The shipped name of a file that lies in the assets folder (through a symlink, too), else
     None.
 
-    Example:
+    Examples:
         >>> shipped_name("no/such/file.yaml") is None
         True
     """
@@ -205,7 +205,7 @@ def resolve_file(
         announce: called with the one-line message when a shipped file is used (default: print
             it on stderr); None says nothing.
 
-    Example:
+    Examples:
         >>> resolve_file("mnist5k_robust", "checkpoints", announce=None) == str(
         ...     shipped_checkpoint("mnist5k_robust"))
         True
@@ -250,7 +250,7 @@ def shipped_overrides(config: str | os.PathLike[str]) -> dict[str, str]:
     dotted key (`{"model.init_checkpoint": "/.../assets/checkpoints/x.ckpt"}`); {} for a config
     that is not shipped. Lists are not searched.
 
-    Example:
+    Examples:
         >>> found = shipped_overrides(shipped_config("mnist5k_finetune_lga"))
         >>> Path(found["model.init_checkpoint"]) == shipped_checkpoint("mnist5k_baseline")
         True

@@ -53,7 +53,7 @@ INFERENCE_MODE_ERROR = (
 def modes_restored(model: nn.Module) -> Iterator[None]:
     """Restore every submodule's own train/eval flag on exit; change nothing on entry.
 
-    Example:
+    Examples:
         >>> net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout())
         >>> with modes_restored(net):
         ...     _ = net.eval()
@@ -72,7 +72,7 @@ def modes_restored(model: nn.Module) -> Iterator[None]:
 def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
     """Put `model` in eval mode inside the block; restore each submodule's own flag on exit.
 
-    Example:
+    Examples:
         >>> net = torch.nn.Sequential(torch.nn.BatchNorm1d(2), torch.nn.Dropout())
         >>> _ = net[0].eval()  # a frozen BatchNorm inside a training model
         >>> with eval_mode(net):
@@ -89,7 +89,7 @@ def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
 def require_grad_mode(caller: str) -> None:
     """Raise a RuntimeError naming `caller` when gradients cannot be taken (inference mode).
 
-    Example:
+    Examples:
         >>> require_grad_mode("saliency")  # fine outside inference mode
         >>> with torch.inference_mode():
         ...     require_grad_mode("saliency")  # doctest: +ELLIPSIS
@@ -104,7 +104,7 @@ def require_grad_mode(caller: str) -> None:
 def check_optional_positive(value: object, name: str, *, integer: bool = False) -> None:
     """Raise unless `value` is None or a finite number > 0 (an int when `integer`).
 
-    Example:
+    Examples:
         >>> check_optional_positive(None, "k"); check_optional_positive(3, "k", integer=True)
         >>> check_optional_positive(0, "k")
         Traceback (most recent call last):
@@ -120,7 +120,7 @@ def row_chunks(n_rows: int, size: int | None) -> Iterator[tuple[int, int]]:
 
     `size` None gives one chunk; a size that is not a positive int raises (it names the value).
 
-    Example:
+    Examples:
         >>> list(row_chunks(5, 2)), list(row_chunks(5, None)), list(row_chunks(0, 4))
         ([(0, 2), (2, 4), (4, 5)], [(0, 5)], [])
     """
@@ -153,7 +153,7 @@ def auto_chunk(
     `budget` defaults to `CHUNK_ELEMENTS` of the device type (the CPU's for an unknown type),
     halved when the rows keep a graph (`create_graph`). Used when `internal_batch_size` is None.
 
-    Example:
+    Examples:
         >>> auto_chunk((1, 28, 28)), auto_chunk((1, 32, 32)), auto_chunk((3, 224, 224))
         (83, 64, 4)
         >>> auto_chunk((1, 28, 28), create_graph=True), auto_chunk((3, 224, 224), device="cuda")
@@ -179,7 +179,7 @@ def make_generator(
     A `seed` gives a new generator at every call, so the same call always draws the same numbers
     (the fixed noise that makes a stochastic explainer a deterministic function of its input).
 
-    Example:
+    Examples:
         >>> g = make_generator(None, 3, torch.device("cpu"))
         >>> torch.equal(torch.rand(2, generator=g), torch.rand(2, generator=torch.manual_seed(3)))
         True
@@ -202,7 +202,7 @@ def make_generator(
 def generator_device(generator: torch.Generator | None, fallback: torch.device) -> torch.device:
     """Device on which random numbers must be drawn for `generator` (`fallback` for None).
 
-    Example:
+    Examples:
         >>> generator_device(None, torch.device("cpu")), generator_device(torch.Generator(), "x")
         (device(type='cpu'), device(type='cpu'))
     """
@@ -214,7 +214,7 @@ def predict(model: nn.Module, inputs: Tensor, batch_size: int | None = None) -> 
 
     The model's mode is not changed (wrap the call in `eval_mode` for eval-mode predictions).
 
-    Example:
+    Examples:
         >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
         >>> predict(net, torch.rand(5, 1, 2, 2), batch_size=2).shape
         torch.Size([5])

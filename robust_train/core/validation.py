@@ -32,7 +32,7 @@ def _describe(t: Tensor) -> str:
 def check_images(inputs: object, name: str = "inputs", *, check_range: bool = True) -> Tensor:
     """Check a batch of images: a float tensor (B, C, H, W), B >= 1, finite, values in [0, 1].
 
-    Example:
+    Examples:
         >>> check_images(torch.rand(2, 1, 8, 8)).shape
         torch.Size([2, 1, 8, 8])
     """

@@ -1,14 +1,16 @@
-"""Shared parts of the DataModules: dataloaders, image tensors in [0, 1], resizing."""
+"""Shared parts of the DataModules: dataloaders, image tensors in [0, 1], resizing, and the
+seeded class-stratified order that held-out subsets are taken in (`stratified_order`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytorch_lightning as pl
 import torch
 from torch import Tensor
 from torch.nn import functional as F
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
 from robust_train.core.validation import check_non_negative, check_positive
 
@@ -17,7 +19,9 @@ __all__ = [
     "ImageDataModule",
     "ImageTensorDataset",
     "as_size",
+    "dataset_targets",
     "resize_images",
+    "stratified_order",
 ]
 
 
@@ -135,3 +139,54 @@ class GreyDigitsDataModule(ImageDataModule):
     @property
     def in_channels(self) -> int:
         return 1
+
+
+def dataset_targets(dataset: Any) -> Tensor | None:
+    """The labels of every item of `dataset`, read without decoding an image: `targets` of
+    ImageTensorDataset and torchvision's ImageFolder, the label tensor of a TensorDataset, through
+    `Subset`s (such as `random_split`'s); None when the dataset does not hold them apart.
+
+    Examples:
+        >>> from torch.utils.data import Subset, TensorDataset
+        >>> data = TensorDataset(torch.zeros(4, 1, 2, 2), torch.tensor([3, 1, 2, 0]))
+        >>> dataset_targets(Subset(data, [2, 0])).tolist()
+        [2, 3]
+    """
+    if isinstance(dataset, Subset):
+        inner = dataset_targets(dataset.dataset)
+        return None if inner is None else inner[torch.as_tensor(list(dataset.indices))]
+    if isinstance(dataset, TensorDataset) and len(dataset.tensors) >= 2:
+        return torch.as_tensor(dataset.tensors[1]).long().flatten()
+    targets = getattr(dataset, "targets", None)
+    if targets is None:
+        return None
+    labels = torch.as_tensor(targets).long().flatten()
+    return labels if len(labels) == len(dataset) else None
+
+
+def stratified_order(targets: Tensor, seed: int = 0) -> Tensor:
+    """Indices of all items in a seeded order whose every prefix is class-stratified: the first
+    n hold each class in proportion to its share of `targets` (within one item).
+
+    Each class's items are shuffled with `seed`; the r-th item of a class of size m is placed at
+    the fraction (r + 1/2) / m, and the items are sorted by it (classes interleave evenly).
+
+    Examples:
+        >>> targets = torch.tensor([0] * 6 + [1] * 3 + [2] * 3)
+        >>> order = stratified_order(targets)
+        >>> torch.bincount(targets[order[:4]], minlength=3).tolist()
+        [2, 1, 1]
+        >>> sorted(order.tolist()) == list(range(12))
+        True
+    """
+    targets = torch.as_tensor(targets).long().flatten()
+    generator = torch.Generator().manual_seed(int(seed))
+    keys = torch.empty(len(targets), dtype=torch.float64)
+    for label in torch.unique(targets):
+        members = (targets == label).nonzero().flatten()
+        shuffled = members[torch.randperm(len(members), generator=generator)]
+        ranks = torch.arange(len(members), dtype=torch.float64)
+        keys[shuffled] = (ranks + 0.5) / len(members)
+    # ties (same fraction in several classes) go to the smaller class index, then the position
+    tie = targets.double() / (float(targets.max()) + 2.0 if len(targets) else 1.0) * 1e-9
+    return torch.argsort(keys + tie, stable=True)

@@ -2,7 +2,9 @@
 
 `robust-train check-data --config CONFIG.yaml` runs `check_datamodule` on the config's data
 section; `ImageFolderDataModule(verify=True)` runs it when the fit sets up, and
-`skip_unreadable=True` drops what it finds (with a printed count) instead of refusing.
+`skip_unreadable=True` drops what it finds (with a printed count) instead of refusing. An image
+folder whose `train/` has a class folder without images is refused before any file is read
+(`robust_train.data.image_folder.EmptyClassFolderError`), by check-data as by `fit`.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ class UnreadableImageError(OSError):
     A DataLoader worker re-raises it in the main process as `UnreadableImageError(<worker
     traceback>)`; the message is then reduced to the line that names the file again.
 
-    Example:
+    Examples:
         >>> str(UnreadableImageError("Caught X in worker\\nTraceback\\nrobust_train.data.check."
         ...                          "UnreadableImageError: cannot read image 'a.png': truncated"))
         "cannot read image 'a.png': truncated"
@@ -53,7 +55,7 @@ def _reason(err: BaseException) -> str:
 def unreadable_files(paths: Sequence[str], loader: Callable[[str], Any]) -> list[tuple[str, str]]:
     """(path, reason) for each file `loader` cannot read completely (every pixel decoded).
 
-    Example:
+    Examples:
         >>> import tempfile, os
         >>> from torchvision.datasets.folder import pil_loader
         >>> bad = os.path.join(tempfile.mkdtemp(), "bad.png")
@@ -87,7 +89,7 @@ def check_datamodule(datamodule: Any) -> list[SplitCheck]:
     """Read every sample of every split a DataModule has; a module with `check_files()` (the
     image folders) reads its files without decoding twice or skipping anything.
 
-    Example:
+    Examples:
         >>> from robust_train.data import DigitsDataModule
         >>> checks = check_datamodule(DigitsDataModule())  # every one of the 1797 digits reads
         >>> [c.split for c in checks], sum(c.n_items for c in checks)

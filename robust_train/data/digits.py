@@ -37,7 +37,7 @@ class DigitsDataModule(GreyDigitsDataModule):
         resize: None (8x8), an int or (height, width): bilinear resize, e.g. 28 or 32.
         num_workers: dataloader workers.
 
-    Example:
+    Examples:
         >>> dm = DigitsDataModule()
         >>> dm.setup()
         >>> len(dm.train_set), len(dm.val_set), len(dm.test_set)

@@ -1,5 +1,10 @@
 """Your own images: `root/train/<class>/*.png`, optional `root/val/...` and `root/test/...`.
 
+Every sub-folder of `train/` is a class, so a class folder without a single image would become a
+class no model can learn: it is refused (`EmptyClassFolderError`, naming the folders; exit code 2
+from the command line) wherever the classes are read, by `fit` before training and by
+`robust-train check-data`.
+
 A file that cannot be decoded is named in the error (`UnreadableImageError`, exit code 2 from the
 command line), whether it is met during training or found before it: `verify=True` reads every
 image when the fit sets up and refuses the folder if any fails, `skip_unreadable=True` drops them
@@ -19,12 +24,26 @@ from pytorch_lightning.utilities import rank_zero_only
 from torch.utils.data import random_split
 from torchvision import transforms
 from torchvision.datasets import ImageFolder
+from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
 
 from robust_train.core.validation import check_non_negative, check_probability
 from robust_train.data._base import ImageDataModule, as_size
 from robust_train.data.check import SplitCheck, UnreadableImageError, unreadable_files
 
-__all__ = ["ImageFolderDataModule"]
+__all__ = ["EmptyClassFolderError", "ImageFolderDataModule"]
+
+
+class EmptyClassFolderError(ValueError):
+    """Class folders under `train/` that hold no image (a user error: one line, exit code 2)."""
+
+    user_error = True
+
+
+def _holds_an_image(folder: str) -> bool:
+    for _, _, files in os.walk(folder, followlinks=True):
+        if any(has_file_allowed_extension(name, IMG_EXTENSIONS) for name in files):
+            return True
+    return False
 
 
 class _FixedClassesFolder(ImageFolder):
@@ -79,7 +98,7 @@ class ImageFolderDataModule(ImageDataModule):
         skip_unreadable: read every image at setup and leave out those that cannot be read,
             printing how many (and the first) on stderr; the split runs over the rest.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> from PIL import Image
         >>> root = Path(tempfile.mkdtemp())
@@ -130,9 +149,18 @@ class ImageFolderDataModule(ImageDataModule):
                     f"(and optionally {str(self._split_dir('val'))!r}, "
                     f"{str(self._split_dir('test'))!r})"
                 )
-            self._classes = sorted(e.name for e in os.scandir(train) if e.is_dir())
-            if not self._classes:
+            classes = sorted(e.name for e in os.scandir(train) if e.is_dir())
+            if not classes:
                 raise FileNotFoundError(f"{str(train)!r} has no class sub-folders")
+            empty = [c for c in classes if not _holds_an_image(os.path.join(train, c))]
+            if len(empty) == len(classes):
+                raise FileNotFoundError(f"no images found under {str(train)!r}")
+            if empty:
+                raise EmptyClassFolderError(
+                    f"{len(empty)} of the {len(classes)} class folders under {str(train)!r} hold "
+                    f"no image: {empty}; each folder is a class, so remove them or add images"
+                )
+            self._classes = classes
         return list(self._classes)
 
     @property

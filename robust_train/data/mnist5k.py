@@ -46,7 +46,7 @@ def _read_csv() -> tuple[np.ndarray, np.ndarray]:
 def load_mnist5k_tensors() -> tuple[Tensor, Tensor]:
     """All 5,000 images as float32 in [0, 1], shape (5000, 1, 28, 28), and labels (5000,).
 
-    Example:
+    Examples:
         >>> x, y = load_mnist5k_tensors()
         >>> tuple(x.shape), float(x.max()), torch.bincount(y).tolist()[:3]
         ((5000, 1, 28, 28), 1.0, [500, 500, 500])
@@ -67,7 +67,7 @@ class MNIST5kDataModule(GreyDigitsDataModule):
         seed: seed of the split.
         num_workers: dataloader workers.
 
-    Example:
+    Examples:
         >>> dm = MNIST5kDataModule()
         >>> dm.setup()
         >>> len(dm.train_set), len(dm.val_set), len(dm.test_set)

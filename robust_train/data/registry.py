@@ -37,7 +37,7 @@ def get_datamodule(name: str, **kwargs: Any) -> pl.LightningDataModule:
     """Build a DataModule by name ("digits", "mnist", "mnist5k", "fashion_mnist", "cifar10",
     "image_folder", "synthetic"), passing `kwargs` to its constructor.
 
-    Example:
+    Examples:
         >>> get_datamodule("digits", batch_size=32).hparams.batch_size
         32
     """
@@ -52,7 +52,7 @@ def datamodule_config(datamodule: pl.LightningDataModule) -> dict[str, Any]:
     """`{"class_path", "init_args"}` of a DataModule (from its saved hyper-parameters), the layout
     checkpoints store next to the model config.
 
-    Example:
+    Examples:
         >>> datamodule_config(DigitsDataModule(seed=3))["init_args"]["seed"]
         3
     """

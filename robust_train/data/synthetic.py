@@ -27,7 +27,7 @@ class SyntheticDataModule(ImageDataModule):
         num_workers: dataloader workers.
         noise: weight of the per-image noise, in [0, 1] (1: labels carry no signal).
 
-    Example:
+    Examples:
         >>> dm = SyntheticDataModule(num_samples=8, num_classes=3)
         >>> dm.setup(); x, y = dm.train_set[:]
         >>> tuple(x.shape), int(y.max()) < 3, bool(x.min() >= 0) and bool(x.max() <= 1)

@@ -158,7 +158,7 @@ class MNISTDataModule(_TorchvisionDataModule):
         resize: None, an int or (height, width): bilinear resize.
         subset: keep only the first `subset` images of each split (smoke tests).
 
-    Example:
+    Examples:
         >>> dm = MNISTDataModule(data_dir="data")
         >>> dm.num_classes, dm.in_channels, dm.image_size
         (10, 1, (28, 28))
@@ -181,7 +181,7 @@ class FashionMNISTDataModule(MNISTDataModule):
 
     Arguments as `MNISTDataModule`.
 
-    Example:
+    Examples:
         >>> FashionMNISTDataModule().class_names[:2]
         ['T-shirt/top', 'Trouser']
     """
@@ -195,7 +195,7 @@ class CIFAR10DataModule(_TorchvisionDataModule):
 
     torchvision checks the md5 sum of every batch file. Arguments as `MNISTDataModule`.
 
-    Example:
+    Examples:
         >>> CIFAR10DataModule().image_size
         (32, 32)
     """

@@ -53,7 +53,7 @@ class Evaluation:
 def build_parts(settings: EvaluationSettings, height: int, width: int) -> list[EvaluationPart]:
     """The settings' parts, bound to the settings resolved for `height` x `width` images.
 
-    Example:
+    Examples:
         >>> [p.name for p in build_parts(EvaluationSettings(parts=("lipschitz",)), 8, 8)]
         ['lipschitz']
     """
@@ -75,7 +75,7 @@ def run_parts(
     `evaluate_classifier`); `accuracy` is reported per image too. `predictions` (the model's
     labels, when the caller has them) saves a forward.
 
-    Example:
+    Examples:
         >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3),
         ...                           torch.nn.Softplus(), torch.nn.Linear(3, 2))
         >>> s = EvaluationSettings(parts=("lipschitz",), explainers=("saliency",),
@@ -121,7 +121,7 @@ def summarize(evaluation: Evaluation) -> dict[str, Any]:
     `curves` (key -> {"xs", "xname", line -> mean curve}), `seconds` (part -> s), `settings`;
     `n_images`; `_examples` (figures' tensors, not JSON).
 
-    Example:
+    Examples:
         >>> ev = Evaluation(EvaluationSettings(), values={"accuracy": torch.tensor([1.0, 0.0])})
         >>> summarize(ev)["measures"]
         {'accuracy': 0.5}

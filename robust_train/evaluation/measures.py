@@ -67,7 +67,7 @@ class Measure:
     def format(self, value: float | None) -> str:
         """`value` in this measure's format; '-' for None or NaN.
 
-        Example:
+        Examples:
             >>> MEASURES["center_shift"].format(1.23456), MEASURES["n_attacked"].format(None)
             ('1.235', '-')
         """
@@ -82,7 +82,7 @@ MEASURES: Registry[Measure] = Registry("MEASURES", "measure")
 def register_measure(measure: Measure) -> Measure:
     """Add `measure` to `MEASURES` (a re-registration of the same definition is a no-op).
 
-    Example:
+    Examples:
         >>> m = register_measure(Measure("doc_score", "doc score", True))
         >>> measure_of("part/saliency/doc_score") is m
         True
@@ -96,7 +96,7 @@ def register_measure(measure: Measure) -> Measure:
 def key_measure(key: str) -> str:
     """The measure name of a key: its last segment.
 
-    Example:
+    Examples:
         >>> key_measure("attack/saliency/topk/spearman")
         'spearman'
     """
@@ -106,7 +106,7 @@ def key_measure(key: str) -> str:
 def measure_of(key: str) -> Measure:
     """The `Measure` a key reports; a KeyError lists the registered measures.
 
-    Example:
+    Examples:
         >>> measure_of("lipschitz/saliency/lipschitz").higher_is_better
         False
     """
@@ -119,7 +119,7 @@ def measure_of(key: str) -> Measure:
 def attack_key(explainer: str, objective: str, measure: str) -> str:
     """`attack/<explainer>/<objective>/<measure>`.
 
-    Example:
+    Examples:
         >>> attack_key("saliency", "topk", "topk_intersection")
         'attack/saliency/topk/topk_intersection'
     """
@@ -129,7 +129,7 @@ def attack_key(explainer: str, objective: str, measure: str) -> str:
 def part_key(part: str, explainer: str, measure: str) -> str:
     """`<part>/<explainer>/<measure>`.
 
-    Example:
+    Examples:
         >>> part_key("fidelity", "saliency", "fidelity")
         'fidelity/saliency/fidelity'
     """

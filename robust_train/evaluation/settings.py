@@ -36,11 +36,15 @@ class EvaluationSettings(AttackOptions):
     Attributes:
         parts: the evaluation parts to run, names in `robust_train.evaluation.PARTS`
             ("fragility", "lipschitz", "fidelity", ...).
-        n_samples: held-out images evaluated (the first ones of the split).
-        explainers: the explainers every part measures: the attacks target each one's maps
-            (an explainer that cannot be differentiated, such as meaningful perturbation, gets
-            only the objectives that need no gradient, e.g. random signs), and the Lipschitz
-            estimate, the fidelity curves and the certificates score each one.
+        n_samples: held-out images evaluated (`robust-train evaluate` takes a seeded,
+            class-stratified subset of the split of this size).
+        explainers: the explainers every part measures: the attacks target each one's maps (an
+            explainer that cannot be differentiated, such as meaningful perturbation, gets only
+            the objectives that need no gradient, e.g. random signs), and the Lipschitz
+            estimate, the fidelity curves and the certificates score each one. The default is
+            the two of the gradient family that cost one backward each; integrated gradients
+            multiplies every attack step by its `ig_steps` points, so it is opt-in (the "rar"
+            protocol and `--explainers` name it).
         attacks: attack objectives (names in `robust_train.attacks.OBJECTIVES`); an objective
             that needs a region gets the top-left quarter of the image.
         correct_only: attack only the correctly classified images (the RAR/ART protocol); False
@@ -76,7 +80,7 @@ class EvaluationSettings(AttackOptions):
     )
     n_samples: int = field(default=200, metadata={"help": "held-out images evaluated"})
     explainers: tuple[str, ...] = field(
-        default=("saliency", "input_x_gradient", "integrated_gradients"),
+        default=("saliency", "input_x_gradient"),
         metadata={"help": "explainers every part measures (attacked, Lipschitz, fidelity)"},
     )
     attacks: tuple[str, ...] = field(
@@ -192,7 +196,7 @@ class EvaluationSettings(AttackOptions):
     def resolved(self, height: int, width: int) -> EvaluationSettings:  # type: ignore[override]
         """A copy with every None replaced by its size-dependent default, checked on the size.
 
-        Example:
+        Examples:
             >>> s = EvaluationSettings().resolved(28, 28)
             >>> s.epsilon, s.k, s.lipschitz_radius
             (0.1, 98, 0.1)

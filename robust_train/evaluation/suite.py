@@ -34,7 +34,7 @@ def evaluate_classifier(
     (`robust_train.evaluation.engine.summarize`: `measures`, `intervals`, `counts`, `curves`,
     `seconds`, `settings`, `n_images`, `_examples`).
 
-    Example:
+    Examples:
         >>> import torch
         >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3),
         ...                           torch.nn.Softplus(), torch.nn.Linear(3, 2))
@@ -59,7 +59,7 @@ def images_digest(images: Tensor) -> str:
     """A short digest of the evaluated images: two results with the same digest measured the
     same images in the same order (their `per_image` values line up).
 
-    Example:
+    Examples:
         >>> import torch
         >>> images_digest(torch.zeros(2, 1, 2, 2)) == images_digest(torch.zeros(2, 1, 2, 2))
         True

@@ -42,7 +42,7 @@ def smooth_map_clamps(beta: float | None) -> Iterator[None]:
     """Within the block, `clamp_positive` computes its scale-free softplus_beta surrogate (None:
     the exact ReLU, the block does nothing).
 
-    Example:
+    Examples:
         >>> import torch
         >>> z = torch.tensor([[-1.0, 0.0, 2.0]])
         >>> clamp_positive(z).tolist()
@@ -80,7 +80,7 @@ def direction_surrogates(
     (`smooth_map_clamps`); `beta=None`: neither. Yields the `smooth_relus` mode (its `calls`
     count the model's intercepted ReLU calls).
 
-    Example:
+    Examples:
         >>> import torch
         >>> with direction_surrogates(10.0, piecewise_constant=False) as mode:
         ...     y = torch.relu(torch.zeros(1)), clamp_positive(torch.tensor([[0.0, 1.0]]))

@@ -27,7 +27,7 @@ def find_layer(
 
     Errors name the argument, the value and some valid names (convolutions first).
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Conv2d(2, 2, 3), nn.ReLU())
         >>> find_layer(net, None)[0], type(find_layer(net, "1")[1]).__name__
         ('3', 'ReLU')
@@ -80,7 +80,7 @@ def default_layer(model: nn.Module, *, argument: str = "layer", caller: str = "e
     An activation module that appears twice in the model (one `nn.ReLU` shared by several
     calls) is not taken either. Pass `layer` for anything else.
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.ReLU(), nn.MaxPool2d(2),
         ...                     nn.Flatten(), nn.Linear(2, 2))
         >>> default_layer(net)
@@ -165,7 +165,7 @@ def capture_output(module: nn.Module, name: str, *, caller: str) -> Iterator[_Ca
     when the block ends, also on error. A module that returns something other than a tensor
     raises a TypeError naming it.
 
-    Example:
+    Examples:
         >>> import torch
         >>> net = nn.Sequential(nn.Linear(2, 2), nn.ReLU(inplace=True))
         >>> x = -torch.ones(1, 2)

@@ -13,7 +13,7 @@ def gaussian_blur(images: Tensor, sigma: float) -> Tensor:
 
     Matches `scipy.ndimage.gaussian_filter(..., mode="nearest", truncate=4.0)` per channel.
 
-    Example:
+    Examples:
         >>> img = torch.zeros(1, 1, 9, 9); img[0, 0, 4, 4] = 1.0
         >>> blurred = gaussian_blur(img, 1.0)
         >>> round(float(blurred.sum()), 4), round(float(blurred.max()), 4)
@@ -36,7 +36,7 @@ def total_variation(masks: Tensor, beta: float) -> Tensor:
 
     Fong & Vedaldi (2017) regulariser that favours smooth, blob-like masks.
 
-    Example:
+    Examples:
         >>> m = torch.tensor([[[[0.0, 1.0], [0.0, 1.0]]]])
         >>> total_variation(m, 3.0).tolist()
         [2.0]
@@ -67,7 +67,7 @@ def shift(images: Tensor, dy: int, dx: int) -> Tensor:
 def mask_size(height: int, width: int, mask_scale: float, min_mask_size: int) -> tuple[int, int]:
     """Mask resolution: `round(side * mask_scale)`, at least `min_mask_size`, at most the side.
 
-    Example:
+    Examples:
         >>> mask_size(224, 224, 1 / 8, 8), mask_size(32, 32, 1 / 8, 8), mask_size(8, 8, 1 / 8, 8)
         ((28, 28), (8, 8), (8, 8))
     """

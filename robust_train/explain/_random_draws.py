@@ -20,7 +20,7 @@ def randn_like_rows(
     Drawn on the generator's device and moved to `like`'s device and dtype, so a CPU generator
     can drive a computation on an accelerator.
 
-    Example:
+    Examples:
         >>> randn_like_rows((2, 3), torch.manual_seed(0), torch.zeros(1)).shape
         torch.Size([2, 3])
     """
@@ -32,7 +32,7 @@ def randn_like_rows(
 def randint_pair(high: int, generator: torch.Generator | None) -> tuple[int, int]:
     """Two integers in [0, high), e.g. a random (dy, dx) shift.
 
-    Example:
+    Examples:
         >>> all(0 <= v < 3 for v in randint_pair(3, torch.manual_seed(0)))
         True
     """

@@ -110,7 +110,7 @@ def deeplift(
     Returns:
         Attributions shaped like `inputs`.
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
         >>> x, t = torch.rand(2, 1, 2, 2), torch.tensor([0, 2])
         >>> attr = deeplift(net, x, t)

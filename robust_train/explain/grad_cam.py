@@ -98,7 +98,7 @@ def grad_cam(
     Returns:
         Maps (B, 1, H, W), non-negative unless `relu=False`.
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.AvgPool2d(2),
         ...                     nn.Conv2d(4, 4, 3, padding=1), nn.ReLU(), nn.Flatten(),
         ...                     nn.Linear(64, 3))

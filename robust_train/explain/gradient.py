@@ -42,7 +42,7 @@ def saliency(
     Returns:
         Tensor shaped like `inputs`.
 
-    Example:
+    Examples:
         >>> import torch
         >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
         >>> x = torch.rand(2, 1, 2, 2)
@@ -60,7 +60,7 @@ def input_x_gradient(
 ) -> Tensor:
     """Input times the gradient of the target logit (Shrikumar et al. 2016).
 
-    Example:
+    Examples:
         >>> import torch
         >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
         >>> x = torch.rand(1, 1, 2, 2)

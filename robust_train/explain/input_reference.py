@@ -43,7 +43,7 @@ def input_reference(
     Returns:
         A tensor equal to `inputs`.
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(16, 2))
         >>> x = torch.rand(2, 1, 4, 4)
         >>> torch.equal(input_reference(net, x, torch.tensor([0, 1])), x)

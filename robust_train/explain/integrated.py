@@ -34,7 +34,7 @@ def integration_rule(method: str, n_steps: int) -> tuple[np.ndarray, np.ndarray]
     Note: Captum's "riemann_trapezoid" uses the same points but weights 1/n (halved at the
     ends), which sum to (n-1)/n; its attributions are ours times (n-1)/n.
 
-    Example:
+    Examples:
         >>> alphas, weights = integration_rule("riemann_trapezoid", 3)
         >>> alphas.tolist(), weights.tolist()
         ([0.0, 0.5, 1.0], [0.25, 0.5, 0.25])
@@ -99,7 +99,7 @@ def integrated_gradients(
     Returns:
         Attributions shaped like `inputs`.
 
-    Example:
+    Examples:
         >>> import torch
         >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
         >>> x, t = torch.rand(2, 1, 2, 2), torch.tensor([0, 2])

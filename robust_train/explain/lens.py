@@ -52,7 +52,7 @@ def lens_topk_intersection(map_a: Tensor, map_b: Tensor, k: int, *, window: int 
     Returns:
         Tensor (B,) in [0, 1] in the dtype of `map_a` (NaN where both maps are all <= 0).
 
-    Example:
+    Examples:
         >>> a = torch.zeros(1, 5, 5)
         >>> a[0, 2, 2] = 1.0
         >>> b = torch.roll(a, 1, dims=2)  # the top pixel moved one column to the right

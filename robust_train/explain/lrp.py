@@ -36,7 +36,7 @@ def pixel_bounds(model: nn.Module, channels: int) -> tuple[Tensor, Tensor]:
     """The [0, 1] pixel range as the first layer sees it, shape (1, C): mapped through the
     model's first `Normalize` module when it has one (`(0 - mean) / std`, `(1 - mean) / std`).
 
-    Example:
+    Examples:
         >>> lo, hi = pixel_bounds(Normalize([0.5], [0.25]), 1)
         >>> lo.tolist(), hi.tolist()
         ([[-2.0]], [[2.0]])
@@ -117,7 +117,7 @@ def lrp(
     Returns:
         Tensor shaped like `inputs`.
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(4, 3, bias=False))
         >>> x = torch.rand(1, 1, 2, 2)
         >>> relevance = lrp(net, x, torch.tensor([1]), composite="epsilon")

@@ -14,7 +14,7 @@ def importance_map(explanation: Tensor) -> Tensor:
     A (B, 1, H, W) mask (meaningful perturbation) or an already reduced (B, H, W) map is accepted.
     Differentiable (the subgradient of |.| at 0 is 0).
 
-    Example:
+    Examples:
         >>> importance_map(torch.tensor([[[[1.0, -2.0]], [[-3.0, 0.5]]]])).tolist()
         [[[4.0, 2.5]]]
     """
@@ -36,7 +36,7 @@ def normalize_map(maps: Tensor, method: str = "sum", eps: float = 1e-12) -> Tens
         method: "sum" (each map sums to 1), "max" (max 1, as Quantus normalises), or "none".
         eps: guards the division for an all-zero map.
 
-    Example:
+    Examples:
         >>> normalize_map(torch.tensor([[[1.0, 3.0]]])).tolist()
         [[[0.25, 0.75]]]
     """

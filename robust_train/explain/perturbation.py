@@ -111,7 +111,7 @@ def meaningful_perturbation(
     Returns:
         Importance (B, 1, H, W) in [0, 1], detached; with `return_mask`, (importance, mask).
 
-    Example:
+    Examples:
         >>> import torch
         >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 2))
         >>> imp = meaningful_perturbation(model, torch.rand(2, 1, 8, 8), torch.tensor([0, 1]),

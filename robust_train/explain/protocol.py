@@ -18,7 +18,7 @@ class Explainer(Protocol):
     `create_graph=True` the result must stay a differentiable function of `inputs` (never
     detached), unless the callable sets `differentiable = False` (see `is_differentiable`).
 
-    Example:
+    Examples:
         >>> from robust_train.explain import saliency
         >>> isinstance(saliency, Explainer)
         True

@@ -29,7 +29,7 @@ class RankedReference:
         reference: maps (B, H, W) every later call is compared with.
         k: the k of the top-k intersection, an int in [1, H*W].
 
-    Example:
+    Examples:
         >>> from robust_train.explain.similarity import spearman_correlation, topk_intersection
         >>> clean, other = torch.rand(3, 4, 4), torch.rand(3, 4, 4)
         >>> inter, rho = RankedReference(clean, 5).compare(other)

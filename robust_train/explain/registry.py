@@ -89,7 +89,7 @@ def register_explainer(
     create_graph=False, **options) -> Tensor`. The keyword arguments declare what it can do
     (module docstring); `settings` and `test_options` must name options the function takes.
 
-    Example:
+    Examples:
         >>> from robust_train.explain.gradient import saliency
         >>> @register_explainer("doc_gradient_sign", test_options={})
         ... def gradient_sign(model, inputs, target, *, create_graph=False):
@@ -157,7 +157,7 @@ class BoundExplainer:
 def reported_explainers() -> tuple[str, ...]:
     """The maps the leaderboard, the demo and the benchmark pages report, in registration order.
 
-    Example:
+    Examples:
         >>> reported_explainers()
         ('saliency', 'integrated_gradients', 'grad_cam', 'lrp', 'deeplift')
     """
@@ -172,7 +172,7 @@ def explainer_spec(explainer: object) -> ExplainerSpec:
     unregistered callable gets the defaults, with `differentiable` read from its
     `differentiable` attribute (default True).
 
-    Example:
+    Examples:
         >>> explainer_spec("integrated_gradients").settings["ig_steps"]
         'n_steps'
         >>> wrapped = get_explainer("smoothgrad", explainer="meaningful_perturbation")
@@ -215,7 +215,7 @@ def get_explainer(name: str | Callable[..., Any], **kwargs: Any) -> Callable[...
     smoothgrad, an `explainer` given by name is resolved too. Keyword arguments the explainer
     does not take raise a TypeError now rather than at the first call.
 
-    Example:
+    Examples:
         >>> explain = get_explainer("smoothgrad", explainer="input_x_gradient", n_samples=4)
         >>> explain.__name__, explain
         ('smoothgrad', smoothgrad(explainer=input_x_gradient, n_samples=4))
@@ -243,7 +243,7 @@ def bind_settings(explainer: object, settings: object) -> Callable[..., Any]:
     """The explainer with the options its spec ties to evaluation settings taken from `settings`
     (any object with those attributes, e.g. `EvaluationSettings`); options already bound win.
 
-    Example:
+    Examples:
         >>> from types import SimpleNamespace
         >>> bind_settings("integrated_gradients", SimpleNamespace(ig_steps=4, ig_baseline=0.0))
         integrated_gradients(n_steps=4, baseline=0.0)
@@ -265,7 +265,7 @@ def bind_settings(explainer: object, settings: object) -> Callable[..., Any]:
 def is_differentiable(explainer: str | Callable[..., Any]) -> bool:
     """Whether `explainer` supports `create_graph=True` (attack targets, training penalties).
 
-    Example:
+    Examples:
         >>> is_differentiable("saliency"), is_differentiable(get_explainer("smoothgrad"))
         (True, True)
     """
@@ -275,7 +275,7 @@ def is_differentiable(explainer: str | Callable[..., Any]) -> bool:
 def explainer_name(explainer: object) -> str:
     """The name of an explainer: the string itself, or the callable's (or partial's) `__name__`.
 
-    Example:
+    Examples:
         >>> explainer_name("saliency"), explainer_name(get_explainer("smoothgrad", n_samples=2))
         ('saliency', 'smoothgrad')
     """
@@ -307,7 +307,7 @@ def resolve_explainer(
             training penalty, a gradient Lipschitz search).
         name: the caller's argument name, used in errors.
 
-    Example:
+    Examples:
         >>> resolve_explainer("saliency", differentiable=True)[1]
         'saliency'
         >>> resolve_explainer("meaningful_perturbation", differentiable=True)  # doctest: +ELLIPSIS

@@ -42,7 +42,7 @@ def topk_mask(maps: Tensor, k: int) -> Tensor:
     Ties at the k-th largest value go to the pixel with the lower row-major index (a stable
     descending sort), so the choice is the same on every device; `torch.topk` leaves it unspecified.
 
-    Example:
+    Examples:
         >>> topk_mask(torch.tensor([[[1.0, 3.0], [3.0, 0.0]]]), 2).tolist()
         [[[False, True], [True, False]]]
     """
@@ -64,7 +64,7 @@ def topk_support(maps: Tensor, k: int) -> Tensor:
     pixels (`topk_mask`) that have a positive value. A pixel of value <= 0 carries no importance,
     so a map with fewer than k positive pixels has fewer than k of them (an all-zero map none).
 
-    Example:
+    Examples:
         >>> topk_support(torch.tensor([[[0.0, 3.0], [0.0, 0.0]]]), 2).tolist()
         [[[False, True], [False, False]]]
     """
@@ -93,7 +93,7 @@ def topk_intersection(map_a: Tensor, map_b: Tensor, k: int) -> Tensor:
     Returns:
         Tensor (B,) with values in [0, 1] (NaN where both maps are all <= 0).
 
-    Example:
+    Examples:
         >>> a = torch.tensor([[[4.0, 3.0], [2.0, 1.0]]])
         >>> b = torch.tensor([[[4.0, 1.0], [2.0, 3.0]]])
         >>> topk_intersection(a, b, 2).tolist()
@@ -143,7 +143,7 @@ def spearman_correlation(map_a: Tensor, map_b: Tensor) -> Tensor:
     Tied values get their average rank, so the result equals `scipy.stats.spearmanr` on the
     flattened maps. A constant map has no ranking: the result is NaN, as in scipy.
 
-    Example:
+    Examples:
         >>> a = torch.tensor([[[1.0, 2.0], [3.0, 4.0]]])
         >>> spearman_correlation(a, a.flip(-1).flip(-2)).tolist()
         [-1.0]
@@ -206,7 +206,7 @@ def kendall_tau(map_a: Tensor, map_b: Tensor) -> Tensor:
     O(N log^2 N) per map and O(N) memory, not the O(N^2) of all pairs: 224 x 224 maps are fine.
     A constant map gives NaN, as in scipy.
 
-    Example:
+    Examples:
         >>> a = torch.tensor([[[1.0, 2.0], [3.0, 4.0]]])
         >>> b = torch.tensor([[[1.0, 3.0], [2.0, 4.0]]])
         >>> round(kendall_tau(a, b).item(), 4)
@@ -232,7 +232,7 @@ def center_of_mass(maps: Tensor) -> Tensor:
     C = sum_ij I_ij (i, j) / sum_ij I_ij (Ghorbani et al. 2019), with pixel (0, 0) at the top left.
     An all-zero map has no center: both coordinates are NaN.
 
-    Example:
+    Examples:
         >>> center_of_mass(torch.tensor([[[0.0, 1.0], [0.0, 3.0]]])).tolist()
         [[0.75, 1.0]]
     """
@@ -251,7 +251,7 @@ def center_of_mass_shift(map_a: Tensor, map_b: Tensor) -> Tensor:
     Each map is normalised by its sum, so the scale of a map does not matter. Maps must be
     non-negative (importance maps); a map that is all zero has no center and gives NaN.
 
-    Example:
+    Examples:
         >>> a = torch.zeros(1, 4, 4); a[0, 0, 0] = 1.0
         >>> b = torch.zeros(1, 4, 4); b[0, 3, 2] = 5.0
         >>> center_of_mass_shift(a, b).tolist()

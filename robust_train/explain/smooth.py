@@ -79,7 +79,7 @@ def smoothgrad(
     Returns:
         The averaged explanation, shaped like the explainer's output for `inputs`.
 
-    Example:
+    Examples:
         >>> import torch
         >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))
         >>> x, t = torch.rand(2, 1, 2, 2), torch.tensor([0, 2])

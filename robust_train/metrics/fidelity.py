@@ -39,7 +39,7 @@ class Fidelity(Metric):
         **kwargs: `fidelity_curves` settings (patch_size, perturbation, mean, blur_sigma,
             imputation_noise, score, internal_batch_size); others go to `torchmetrics.Metric`.
 
-    Example:
+    Examples:
         >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
         >>> metric = Fidelity(n_steps=4)
         >>> metric.update(model, torch.rand(3, 1, 4, 4), None, torch.rand(3, 4, 4))

@@ -44,7 +44,7 @@ class ExplanationFragility(Metric):
     a label-keeping iterate beat the clean input), `n_samples` (samples counted) and
     `n_unmeasured` (counted samples the attack could not move, left out of the means).
 
-    Example:
+    Examples:
         >>> model = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.Softplus(), nn.Linear(8, 3))
         >>> metric = ExplanationFragility(epsilon=0.1, n_steps=3, k=4)
         >>> x = torch.rand(6, 1, 4, 4)

@@ -29,7 +29,7 @@ class KeyedMean(Metric):
         sums: keys reduced by their sum rather than their mean (counts).
         **kwargs: `torchmetrics.Metric` options.
 
-    Example:
+    Examples:
         >>> metric = KeyedMean({"a": (), "n": ()}, sums=("n",))
         >>> metric.update({"a": torch.tensor([1.0, float("nan"), 3.0]), "n": torch.ones(3)})
         >>> {k: float(v) for k, v in metric.compute().items()}

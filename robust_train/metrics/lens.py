@@ -28,7 +28,7 @@ class LENSTopkIntersection(Metric):
             intersection).
         **kwargs: torchmetrics Metric options.
 
-    Example:
+    Examples:
         >>> metric = LENSTopkIntersection(k=1)
         >>> a = torch.zeros(2, 4, 4)
         >>> a[:, 1, 1] = 1.0

@@ -33,7 +33,7 @@ class LocalLipschitz(Metric):
             sampling, normalize_maps, divide_by_distance, map, map_norm, n_steps, step_size, clamp,
             internal_batch_size); other keyword arguments go to `torchmetrics.Metric`.
 
-    Example:
+    Examples:
         >>> from robust_train.explain import saliency
         >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
         >>> metric = LocalLipschitz(explainer=saliency, n_samples=4, seed=0)

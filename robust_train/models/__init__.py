@@ -7,11 +7,13 @@ from robust_train.models.normalize import Normalize
 from robust_train.models.registry import MODELS, get_model
 from robust_train.models.resnet_cifar import ResNet18CIFAR
 from robust_train.models.small_cnn import SmallCNN
+from robust_train.models.small_input_resnet import SmallInputResNet
 from robust_train.models.softplus import count_relus, softplus
 from robust_train.models.torchvision_model import (
     TorchvisionClassifier,
     torchvision_classifier_names,
 )
+from robust_train.models.vgg_bn import VGGBN
 
 __all__ = [
     "Normalize",
@@ -22,6 +24,8 @@ __all__ = [
     "MNISTConvNet",
     "ResNet18CIFAR",
     "TorchvisionClassifier",
+    "SmallInputResNet",
+    "VGGBN",
     "torchvision_classifier_names",
     "load_classifier",
     "read_checkpoint",

@@ -6,24 +6,41 @@ A model class records its constructor arguments itself when it derives from `Rec
 `robust-train fit` records any other model's from the config that built it (`record_config`).
 Class paths read from a file are resolved and type-checked (`resolve_class`) before anything in
 them is called.
+
+A class path recorded in a file you were handed (a checkpoint) is resolved with `recorded=True`:
+importing a module runs its code, so its top-level module must be imported already or belong to
+an installed distribution (`importlib.metadata`), found outside the working folder. A module of
+the working folder, of a folder on PYTHONPATH or any other file outside the installed packages is
+refused (`UntrustedClassPathError`, naming the class path, where the module is and the opt-in)
+before it is imported, unless the caller opts in. A class path the user wrote (a config given on
+the command line, `--model`) is the user's choice: it may name a module of the working folder.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.metadata
+import importlib.util
 import inspect
+import json
 import os
+import site
 import sys
+import urllib.parse
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 from torch import Tensor, nn
 
 __all__ = [
+    "TRUST_CLASS_PATH",
     "ClassPathError",
     "ClassPathNotFound",
     "RecordsConfig",
+    "UntrustedClassPathError",
+    "check_recorded_import",
     "build_model",
     "model_config",
     "record_config",
@@ -32,6 +49,7 @@ __all__ = [
 
 _FLAG = "_rt_recording_init"
 _RECORD = "_model_config"
+TRUST_CLASS_PATH = "pass trust_class_path=True"
 
 
 class ClassPathError(ImportError, TypeError):
@@ -45,6 +63,95 @@ class ClassPathNotFound(ClassPathError):
     """A class path whose module or attribute cannot be imported."""
 
 
+class UntrustedClassPathError(ClassPathError):
+    """A recorded class path whose module lies outside the installed packages (the working
+    folder, PYTHONPATH, any other file): it is not imported unless the user opts in."""
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_top_level() -> dict[str, tuple[str, ...]]:
+    return {k: tuple(v) for k, v in importlib.metadata.packages_distributions().items()}
+
+
+def _install_roots(top: str) -> list[Path]:
+    """Where installed packages live: the site-packages folders of this interpreter (and those
+    on sys.path, such as a borrowed environment's), and the project folder of an editable install
+    of a distribution that provides `top`."""
+    folders = [*getattr(site, "getsitepackages", list)(), site.getusersitepackages(), *sys.path]
+    roots = {
+        Path(f).resolve()
+        for f in folders
+        if f and Path(f).name in ("site-packages", "dist-packages")
+    }
+    for name in _installed_top_level().get(top, ()):
+        try:
+            text = importlib.metadata.distribution(name).read_text("direct_url.json") or "{}"
+            info = json.loads(text)
+        except (importlib.metadata.PackageNotFoundError, ValueError, OSError):
+            continue
+        url = str(info.get("url", ""))
+        if (info.get("dir_info") or {}).get("editable") and url.startswith("file://"):
+            roots.add(Path(urllib.parse.unquote(urllib.parse.urlparse(url).path)).resolve())
+    return sorted(roots)
+
+
+def _locations(spec: Any) -> list[Path]:
+    found = [spec.origin] if spec.origin not in (None, "built-in", "frozen") else []
+    found += list(spec.submodule_search_locations or [])
+    return [Path(f).resolve() for f in found]
+
+
+def check_recorded_import(class_path: str, what: str, opt_in: str = TRUST_CLASS_PATH) -> None:
+    """Refuse, before importing anything, a recorded class path whose top-level module is not
+    imported yet and is not an installed distribution's, found where installed packages live
+    (site-packages, or the project folder of an editable install).
+
+    A module found anywhere else (the working folder, a folder on PYTHONPATH, a file named like an
+    installed package that shadows it) is refused, and so is a standard-library module that is
+    not imported yet: no model or data class lives there, and importing runs module code.
+
+    Args:
+        class_path: the dotted path, e.g. "evilmod.Net".
+        what: where it was recorded, for the error (e.g. "the model recorded in 'x.ckpt'").
+        opt_in: how the user opts in (e.g. "pass --trust-class-path").
+
+    Raises:
+        UntrustedClassPathError: one line naming the class path, where its module is and opt_in.
+
+    Examples:
+        >>> check_recorded_import("torch.nn.Linear", "a test")  # imported already: allowed
+        >>> check_recorded_import("antigravity.Fly", "a test")
+        Traceback (most recent call last):
+        ...
+        robust_train.models.config.UntrustedClassPathError: refused class_path 'antigravity.Fly' ...
+    """
+    top = class_path.split(".", 1)[0]
+    if not top or top in sys.modules:
+        return  # imported already: importing it again runs nothing
+    try:
+        spec = importlib.util.find_spec(top)  # finds the file; runs nothing
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None:
+        return  # the import fails as "cannot import" (ClassPathNotFound); nothing runs
+    places = _locations(spec)
+    if top in _installed_top_level():
+        roots = _install_roots(top)
+        if places and all(any(r in p.parents for r in roots) for p in places):
+            return
+    cwd = Path.cwd().resolve()
+    in_cwd = [p for p in places if p.parent == cwd or p == cwd / top]
+    where = (
+        f"in the working folder ({in_cwd[0]})"
+        if in_cwd
+        else f"outside the installed packages ({places[0] if places else spec.name})"
+    )
+    raise UntrustedClassPathError(
+        f"refused class_path {class_path!r} ({what}): its module {top!r} is {where}, and "
+        f"importing it runs its code; only if you trust it, {opt_in}"
+    )
+
+
 class RecordsConfig:
     """Mixin: record the constructor arguments of every instance (defaults included).
 
@@ -53,7 +160,7 @@ class RecordsConfig:
     of the outermost `__init__` call. `skip_pretrained_args` lists init args that `build_model(...,
     skip_pretrained=True)` overrides, for models whose constructor would otherwise fetch weights.
 
-    Example:
+    Examples:
         >>> class Tiny(RecordsConfig, nn.Module):
         ...     def __init__(self, width: int = 4):
         ...         super().__init__()
@@ -139,7 +246,7 @@ def model_config(model: nn.Module) -> dict[str, Any]:
         model: an instance of a class using `RecordsConfig` (every model in `robust_train.models`;
             a `softplus` copy keeps its original's config).
 
-    Example:
+    Examples:
         >>> from robust_train.models import SmallCNN
         >>> cfg = model_config(SmallCNN(width=8))
         >>> cfg["class_path"], cfg["init_args"]["width"]
@@ -182,7 +289,27 @@ def _import(class_path: str, what: str) -> Any:
     raise ClassPathNotFound(f"cannot import class_path {class_path!r} ({what}): {reason}")
 
 
-def resolve_class(class_path: Any, base: type, what: str) -> type:
+def _import_user(class_path: str, what: str) -> Any:
+    """`_import`, then (a module the installed packages lack) again with the working folder at
+    the end of sys.path, as `python -m` would find it: a user's own `mynet.Net`."""
+    try:
+        return _import(class_path, what)
+    except ClassPathNotFound:
+        cwd = os.getcwd()
+        if cwd in sys.path or "" in sys.path:
+            raise
+        sys.path.append(cwd)  # last: it never shadows an installed package
+        return _import(class_path, what)
+
+
+def resolve_class(
+    class_path: Any,
+    base: type,
+    what: str,
+    *,
+    recorded: bool = False,
+    opt_in: str = TRUST_CLASS_PATH,
+) -> type:
     """The class `class_path` names, checked to be `base` or a subclass of it before anything is
     called (a path read from a checkpoint may name any callable, such as `subprocess.Popen`).
 
@@ -190,12 +317,18 @@ def resolve_class(class_path: Any, base: type, what: str) -> type:
         class_path: a dotted path "pkg.module.Class".
         base: the class it must be (e.g. `nn.Module`, `LightningDataModule`).
         what: where the path came from, for the error (e.g. "the model recorded in x.ckpt").
+        recorded: the path was read from a file the user was handed: its module is imported only
+            if it is imported already or part of an installed package outside the working folder
+            (`check_recorded_import`). Otherwise (a path the user wrote) a module the installed
+            packages lack is also looked for in the working folder.
+        opt_in: how a refusal of a recorded path tells the user to opt in.
 
     Raises:
         ClassPathError: (an ImportError and TypeError) it is not a subclass of `base`, or
-            (ClassPathNotFound) cannot be imported; one line naming the path, `what` and `base`.
+            (ClassPathNotFound) cannot be imported, or (UntrustedClassPathError) a recorded path
+            whose module is outside the installed packages; one line naming the path and `what`.
 
-    Example:
+    Examples:
         >>> resolve_class("torch.nn.Linear", nn.Module, "a test").__name__
         'Linear'
         >>> resolve_class("subprocess.Popen", nn.Module, "a test")
@@ -205,7 +338,17 @@ def resolve_class(class_path: Any, base: type, what: str) -> type:
     """
     if not isinstance(class_path, str) or not class_path.strip():
         raise ClassPathError(f"class_path of {what} must be a dotted path, got {class_path!r}")
-    cls = _import(class_path, what)
+    if recorded:
+        check_recorded_import(class_path, what, opt_in)
+        try:
+            cls = _import(class_path, what)
+        except ClassPathNotFound as err:
+            raise ClassPathNotFound(
+                f"{err}; a module outside the installed packages is imported only if you trust "
+                f"it: {opt_in}"
+            ) from None
+    else:
+        cls = _import_user(class_path, what)
     if not (isinstance(cls, type) and issubclass(cls, base)):
         raise ClassPathError(
             f"class_path {class_path!r} ({what}) is not a {_class_path(base)} subclass but "
@@ -222,7 +365,7 @@ def record_config(model: Any, spec: Any) -> bool:
     names another class, or when the init_args are not plain values (nested class specs
     included).
 
-    Example:
+    Examples:
         >>> net = nn.Linear(2, 3)
         >>> record_config(net, {"class_path": "torch.nn.Linear",
         ...                     "init_args": {"in_features": 2, "out_features": 3}})
@@ -258,7 +401,12 @@ def _has_class_spec(value: Any) -> bool:
 
 
 def build_model(
-    config: Mapping[str, Any], *, skip_pretrained: bool = False, what: str = "the model config"
+    config: Mapping[str, Any],
+    *,
+    skip_pretrained: bool = False,
+    what: str = "the model config",
+    recorded: bool = False,
+    opt_in: str = TRUST_CLASS_PATH,
 ) -> nn.Module:
     """Build a model from `{"class_path": "pkg.module.Class", "init_args": {...}}`.
 
@@ -267,8 +415,10 @@ def build_model(
         skip_pretrained: build the architecture only: apply the class's `skip_pretrained_args`
             (used when a state dict will be loaded next, so no weights are downloaded).
         what: where the config came from, named in a class-path error.
+        recorded: the config was read from a file the user was handed (see `resolve_class`).
+        opt_in: how a refusal of a recorded class path tells the user to opt in.
 
-    Example:
+    Examples:
         >>> net = build_model(
         ...     {"class_path": "robust_train.models.SmallCNN", "init_args": {"width": 8}}
         ... )
@@ -280,7 +430,7 @@ def build_model(
     init_args = config.get("init_args") or {}
     if not isinstance(init_args, Mapping):
         raise ValueError(f"`config['init_args']` must be a dict, got {init_args!r}")
-    cls = resolve_class(config["class_path"], nn.Module, what)
+    cls = resolve_class(config["class_path"], nn.Module, what, recorded=recorded, opt_in=opt_in)
     args = dict(init_args)
     if skip_pretrained:
         args.update(getattr(cls, "skip_pretrained_args", {}))

@@ -56,7 +56,7 @@ def model_input(model: nn.Module) -> tuple[int | None, tuple[int, int] | None]:
     """(channels, (height, width)) the model says it takes, from its recorded constructor
     arguments (`in_channels`, `input_size` or `image_size`); None where it does not say.
 
-    Example:
+    Examples:
         >>> from robust_train.models import MNISTConvNet, TorchvisionClassifier
         >>> model_input(MNISTConvNet(hidden=8))
         (1, (28, 28))
@@ -133,7 +133,7 @@ def check_model_fits_data(
             cannot run on one image of the data, or its number of outputs is not the data's
             number of classes; the message names both sides.
 
-    Example:
+    Examples:
         >>> from robust_train.data import SyntheticDataModule
         >>> from robust_train.models import SmallCNN
         >>> check_model_fits_data(SmallCNN(num_classes=3), SyntheticDataModule(

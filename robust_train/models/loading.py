@@ -7,7 +7,10 @@ parameters under the prefix "model." and `checkpoint["robust_train"]` is
 Files are read tensors-only (`torch.load(weights_only=True)`: tensors, containers and plain
 values, plus the path classes of `SAFE_GLOBALS`), which is what `fit` and `export` write. A file
 that holds other Python objects is refused unless the caller opts in (`trusted=True`): unpickling
-an object can run any code the file carries, such as a pickled `os.system` call.
+an object can run any code the file carries, such as a pickled `os.system` call. Likewise the model
+class path a checkpoint records is imported only from the installed packages (or a module already
+imported); one of the working folder or elsewhere needs `trust_class_path=True`
+(`robust_train.models.config.check_recorded_import`).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from robust_train.core.resources import resolve_file
-from robust_train.models.config import build_model
+from robust_train.models.config import TRUST_CLASS_PATH, build_model
 from robust_train.models.softplus import softplus
 
 __all__ = [
@@ -63,8 +66,10 @@ class UntrustedCheckpointError(CheckpointError):
 
 
 def _first_line(err: BaseException) -> str:
+    """The first line of an error, never torch's advice to retry with `weights_only=False`."""
     text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
+    line = text.splitlines()[0] if text else type(err).__name__
+    return "not a tensors-only torch file" if "weights_only" in line else line
 
 
 def _corrupt(file: Path, err: BaseException) -> CheckpointError:
@@ -118,7 +123,7 @@ def read_checkpoint(
             `trusted` is False; one line naming the file, what it holds and `opt_in`.
         CheckpointError: the file is corrupt or not a torch file.
 
-    Example:
+    Examples:
         >>> import fractions, tempfile, os
         >>> file = os.path.join(tempfile.mkdtemp(), "x.ckpt")
         >>> torch.save({"w": torch.ones(1), "ratio": fractions.Fraction(1, 3)}, file)
@@ -152,7 +157,7 @@ def checkpoint_safe(value: Any) -> Any:
     lists, tuples and str-keyed dicts of them; paths become strings, namespaces and dataclasses
     dicts, anything else its repr (descriptions, not objects).
 
-    Example:
+    Examples:
         >>> from pathlib import Path
         >>> checkpoint_safe({"root": Path("/data"), "fn": len, "sizes": (1, 2)})
         {'root': '/data', 'fn': '<built-in function len>', 'sizes': (1, 2)}
@@ -181,6 +186,7 @@ def load_classifier(
     *,
     trusted: bool = False,
     opt_in: str = TRUST_PYTHON,
+    trust_class_path: bool = False,
 ) -> nn.Module:
     """Rebuild a classifier from `path` and return it in eval mode.
 
@@ -198,6 +204,9 @@ def load_classifier(
             unpickling). RISK: that runs any code the file carries; only for files whose maker
             you trust (see `read_checkpoint`). Checkpoints of `fit` and `export` never need it.
         opt_in: how a refusal tells the user to opt in.
+        trust_class_path: import the model class the checkpoint records even when its module is
+            outside the installed packages (the working folder, PYTHONPATH). RISK: importing a
+            module runs its code. A class whose module is imported already needs no opt-in.
 
     Returns:
         The classifier (softplus-swapped when the checkpoint says it was trained that way, and
@@ -210,7 +219,7 @@ def load_classifier(
             `trusted` is False (UntrustedCheckpointError), or its state dict does not fit the
             model; names the missing/unexpected keys.
 
-    Example:
+    Examples:
         >>> import tempfile, os
         >>> from robust_train.models import SmallCNN
         >>> net = SmallCNN(width=8)
@@ -223,7 +232,7 @@ def load_classifier(
     """
     path = resolve_file(path, "checkpoints", what="checkpoint")
     obj = read_checkpoint(path, map_location, trusted=trusted, opt_in=opt_in)
-    return classifier_from(obj, path, model, map_location)
+    return classifier_from(obj, path, model, map_location, trust_class_path=trust_class_path)
 
 
 def classifier_from(
@@ -231,9 +240,13 @@ def classifier_from(
     path: str | os.PathLike[str],
     model: Mapping[str, Any] | nn.Module | None = None,
     map_location: Any = "cpu",
+    *,
+    trust_class_path: bool = False,
+    class_path_opt_in: str = TRUST_CLASS_PATH,
 ) -> nn.Module:
     """The classifier of an already read checkpoint or state dict `obj` (read from `path`, named
-    in errors); the arguments and result are those of `load_classifier`."""
+    in errors); the arguments and result are those of `load_classifier` (`class_path_opt_in`:
+    how a refused recorded class path tells the user to opt in)."""
     meta: Mapping[str, Any] = {}
     state = obj
     if isinstance(obj, Mapping) and isinstance(obj.get("state_dict"), Mapping):
@@ -257,7 +270,13 @@ def classifier_from(
                 "model=<config dict {'class_path', 'init_args'} or an nn.Module> to load it into"
             )
         where = "the `model` given" if model is not None else f"the model recorded in {path!s}"
-        net = build_model(config, skip_pretrained=True, what=where)
+        net = build_model(
+            config,
+            skip_pretrained=True,
+            what=where,
+            recorded=model is None and not trust_class_path,
+            opt_in=class_path_opt_in,
+        )
         beta = meta.get("softplus_beta")
         if beta is not None:
             softplus(net, float(beta), inplace=True)

@@ -35,7 +35,7 @@ class MNISTConvNet(RecordsConfig, nn.Module):
         mean, std: normalisation statistics (None: 0 and 1).
         dropout: dropout probability before the last layer.
 
-    Example:
+    Examples:
         >>> import torch
         >>> net = MNISTConvNet(channels=(8, 16), hidden=64)
         >>> net(torch.rand(2, 1, 28, 28)).shape

@@ -26,7 +26,7 @@ def channel_stats(values: float | Sequence[float], in_channels: int) -> list[flo
     A single number is repeated; a sequence of the right length is kept; a 3-channel (RGB)
     statistic is averaged when the model takes another number of channels (e.g. grayscale).
 
-    Example:
+    Examples:
         >>> channel_stats(0.5, 3)
         [0.5, 0.5, 0.5]
         >>> channel_stats((0.25, 0.5, 0.75), 1)
@@ -51,7 +51,7 @@ class Normalize(nn.Module):
         mean: one number, or one per channel.
         std: one number, or one per channel; every entry > 0.
 
-    Example:
+    Examples:
         >>> norm = Normalize([0.5, 0.5, 0.5], [0.25, 0.25, 0.25])
         >>> norm(torch.ones(1, 3, 2, 2)).unique().tolist()
         [2.0]

@@ -39,7 +39,7 @@ def resolve_weights(name: str, weights: str | None) -> Any:
     """The torchvision weights enum member for `weights` ("DEFAULT", "IMAGENET1K_V1", or a full
     "ResNet18_Weights.IMAGENET1K_V1"), or None.
 
-    Example:
+    Examples:
         >>> resolve_weights("resnet18", "DEFAULT")
         ResNet18_Weights.IMAGENET1K_V1
     """

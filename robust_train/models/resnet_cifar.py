@@ -53,7 +53,7 @@ class ResNet18CIFAR(RecordsConfig, nn.Module):
         width: channels of the first stage (64 in the paper; the stages use 1, 2, 4, 8 times it).
             Smaller widths make cheap test models.
 
-    Example:
+    Examples:
         >>> import torch
         >>> ResNet18CIFAR(width=4)(torch.rand(2, 3, 32, 32)).shape
         torch.Size([2, 10])

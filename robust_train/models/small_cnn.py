@@ -41,7 +41,7 @@ class SmallCNN(RecordsConfig, nn.Module):
         batchnorm: add BatchNorm2d after every convolution.
         pool_size: side of the map the adaptive pool produces before the linear layer.
 
-    Example:
+    Examples:
         >>> import torch
         >>> SmallCNN(width=8)(torch.rand(2, 1, 8, 8)).shape
         torch.Size([2, 10])

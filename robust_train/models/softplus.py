@@ -52,7 +52,7 @@ _RELU6_CALLS = frozenset((F.relu6,))
 class SmoothReLUs(TorchFunctionMode):
     """TorchFunctionMode computing softplus_beta for every ReLU call; `calls` counts them.
 
-    Example:
+    Examples:
         >>> with SmoothReLUs(2.0) as mode:
         ...     y = torch.relu(torch.zeros(2)) + nn.ReLU()(torch.zeros(2))
         >>> mode.calls, torch.allclose(y, 2 * F.softplus(torch.zeros(2), beta=2.0))
@@ -95,7 +95,7 @@ def smooth_relus(beta: float | None) -> Iterator[SmoothReLUs | _NoSmoothing]:
     """Inside the block every ReLU call (modules and functional) computes softplus_beta;
     `beta=None` changes nothing. Yields the mode, whose `calls` counts the intercepted calls.
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Linear(2, 2), nn.ReLU(inplace=True), nn.Linear(2, 1))
         >>> x = torch.rand(3, 2)
         >>> with smooth_relus(10.0) as mode:
@@ -124,7 +124,7 @@ _DEPTH = 0
 def smoothing_active() -> bool:
     """Whether the calling code runs inside `smooth_relus` (on the surrogate).
 
-    Example:
+    Examples:
         >>> with smooth_relus(1.0):
         ...     inside = smoothing_active()
         >>> inside, smoothing_active()
@@ -142,7 +142,7 @@ def softplus(
     given model itself is modified and returned. ReLUs called functionally in `forward` are not
     modules and stay ReLUs here; `smooth_relus` reaches those too, for the duration of a block.
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Linear(2, 2), nn.ReLU(inplace=True))
         >>> smooth = softplus(net, beta=10.0)
         >>> type(smooth[1]).__name__, type(net[1]).__name__
@@ -165,7 +165,7 @@ def _swap(module: nn.Module, beta: float, threshold: float) -> None:
 def count_relus(model: nn.Module) -> int:
     """Number of ReLU modules in `model` (0 means the module swap of `softplus` changes nothing).
 
-    Example:
+    Examples:
         >>> count_relus(nn.Sequential(nn.Linear(2, 2), nn.ReLU()))
         1
     """
@@ -199,7 +199,7 @@ def zero_direction_cause(
             (`ExplainerSpec.piecewise_constant`).
         beta_name: the caller's argument that sets the beta, named in the advice.
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(4, 2))
         >>> zero_direction_cause(net, beta=None, relu_calls=0, clean_map=torch.zeros(1, 2, 2))[:37]
         'the clean explanation maps are consta'

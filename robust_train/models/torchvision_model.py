@@ -57,7 +57,7 @@ class TorchvisionClassifier(RecordsConfig, nn.Module):
             (full unpickling). RISK: that runs any code the file carries; only for files whose
             maker you trust.
 
-    Example:
+    Examples:
         >>> net = TorchvisionClassifier("resnet18", num_classes=10)
         >>> net(torch.rand(2, 3, 32, 32)).shape
         torch.Size([2, 10])

@@ -55,7 +55,7 @@ def linf_pgd(
     x'_0 = clip(x + U(-eps, eps)) (or x), x'_{t+1} = clip_ball(x'_t + step_size * sign(grad)).
     Gradients are taken with respect to x' only; the returned x' is detached.
 
-    Example:
+    Examples:
         >>> x = torch.full((2, 1, 2, 2), 0.5)
         >>> o = PGDOptions(epsilon=0.1, step_size=0.05, n_steps=3, random_start=False)
         >>> adv = linf_pgd(lambda z: z.flatten(1).sum(1), x, o)
@@ -96,7 +96,7 @@ def loss_path_ig(
     Returns:
         (IG (B, C, H, W), CE(x') (B,)).
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
         >>> x, y = torch.rand(2, 1, 2, 2), torch.tensor([0, 2])
         >>> ig, ce = loss_path_ig(net, x, x, y, n_points=4, create_graph=False)

@@ -38,7 +38,7 @@ def adversarial_loss(
         generator: RNG of the random start (CPU generator).
         **options: the PGD's `PGDOptions` (epsilon, step_size, n_steps, random_start).
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(16, 3))
         >>> x, y = torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 2, 0])
         >>> clean = F.cross_entropy(net(x), y, reduction="none")
@@ -79,7 +79,7 @@ class AdversarialTraining(PenaltyTerm):
         weight, name, seed: as every `PenaltyTerm`.
         **options: the PGD's `PGDOptions` (epsilon 0.3, 40 steps of 0.01, random start).
 
-    Example:
+    Examples:
         >>> AdversarialTraining(epsilon=0.3, n_steps=40).replaces_task_loss
         True
     """

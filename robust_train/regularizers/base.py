@@ -80,7 +80,7 @@ class PenaltyTerm(nn.Module):
         seed: seed of the term's own CPU generator (random starts, directions, samples).
         **options: the fields of `options_class`, for a term that has one.
 
-    Example:
+    Examples:
         >>> from robust_train.regularizers import get_penalty
         >>> term = get_penalty("gradnorm", every_n_steps=2, batch_fraction=0.5)
         >>> term
@@ -135,7 +135,7 @@ class PenaltyTerm(nn.Module):
         its own subset (a new leaf that requires grad), so the full batch's backward need not
         compute an input gradient nobody reads.
 
-        Example:
+        Examples:
             >>> from robust_train.regularizers import ExplanationSmoothness
             >>> ExplanationSmoothness().reuses_clean_forward
             True
@@ -183,7 +183,7 @@ def check_cost_options(
 ) -> None:
     """The one check of `every_n_steps` and `batch_fraction` (None: not given).
 
-    Example:
+    Examples:
         >>> from robust_train.regularizers import AdversarialTraining
         >>> check_cost_options(AdversarialTraining, None, 0.5)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
@@ -266,7 +266,7 @@ T = TypeVar("T", bound=type[PenaltyTerm])
 def register_penalty(name: str) -> Callable[[T], T]:
     """Class decorator: register a `PenaltyTerm` subclass under `name` (its default log name).
 
-    Example:
+    Examples:
         >>> @register_penalty("zero_doc")
         ... class Zero(PenaltyTerm):
         ...     double_backprop = False
@@ -295,7 +295,7 @@ def register_penalty(name: str) -> Callable[[T], T]:
 def check_declared(term: type[PenaltyTerm] | PenaltyTerm) -> None:
     """Refuse a term that does not declare `double_backprop` (what the precision checks read).
 
-    Example:
+    Examples:
         >>> class Silent(PenaltyTerm):
         ...     def penalty(self, model, inputs, target, logits):
         ...         return inputs.new_zeros(len(inputs))
@@ -320,7 +320,7 @@ def check_declared(term: type[PenaltyTerm] | PenaltyTerm) -> None:
 def get_penalty(name: str, **kwargs: object) -> PenaltyTerm:
     """Build a registered penalty term by name (see `PENALTIES`), passing `kwargs`.
 
-    Example:
+    Examples:
         >>> get_penalty("curvature", weight=0.5)
         Curvature(name='curvature', weight=0.5)
     """

@@ -57,7 +57,7 @@ def curvature(
         logits: the clean forward, when the caller already ran it.
         generator: RNG for the directions (CPU generator).
 
-    Example:
+    Examples:
         >>> import torch
         >>> lin = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 2))
         >>> float(curvature(lin, torch.rand(2, 1, 2, 2), torch.tensor([0, 1])).abs().max()) < 1e-3
@@ -110,7 +110,7 @@ class Curvature(PenaltyTerm):
     input gradient); the zero-order form reads the clean logits alone, so the shared forward runs
     on inputs that do not require grad.
 
-    Example:
+    Examples:
         >>> Curvature(weight=0.01)
         Curvature(name='curvature', weight=0.01)
         >>> Curvature().needs_input_grad, Curvature(method="gradient_difference").needs_input_grad

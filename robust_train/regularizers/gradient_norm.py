@@ -43,7 +43,7 @@ def input_gradient_norm(
         h: step of the finite difference (pixel units).
         logits: the clean forward, when the caller already ran it.
 
-    Example:
+    Examples:
         >>> import torch
         >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 2))
         >>> x = torch.rand(3, 1, 2, 2, requires_grad=True)
@@ -67,7 +67,7 @@ def input_gradient_norm(
 class InputGradientNorm(PenaltyTerm):
     """||grad_x CE||^2 by double backprop or by a finite difference (see `input_gradient_norm`).
 
-    Example:
+    Examples:
         >>> InputGradientNorm(method="finite_difference").method
         'finite_difference'
     """

@@ -11,10 +11,20 @@ loss along the straight path from x to x' (see `loss_path_ig`):
 The inner max is an L_inf PGD (RAR's MNIST code: eps 0.3, 40 steps of 0.01, 10 path points inside
 the attack, 50 in the update). x' is detached; the parameter gradient flows through the IG at x'
 (double backprop through every path point).
+
+Epsilon warm-up (the terms' `epsilon_warmup_steps`): the inner attack's budget and step rise
+linearly to their values over the first training steps. From random weights, IG-SUM-NORM at the
+full eps = 0.3 from the first step (one sign step of 0.3 from a random start, Adam 3e-3) kills
+every ReLU of MNISTConvNet's second convolution within the first epoch: the output no longer
+depends on the input, the objective sits at CE = ln 10 = 2.303 with an IG of 0, and no gradient
+reaches the layers before the dead ones, so the fit never leaves it (2 of 3 seeds on the
+leaderboard). RAR's released MNIST code trains 100k steps at Adam 1e-4; the leaderboard's short
+fits warm epsilon up over their first 64 steps instead (benchmarks/LEADERBOARD.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +36,16 @@ from robust_train.core.validation import check_non_negative, check_positive
 from robust_train.regularizers._inner import PGDOptions, linf_pgd, loss_path_ig
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
 
-__all__ = ["IGNorm", "IGOptions", "IGSumNorm", "IGSumOptions", "ig_norm", "ig_sum_norm"]
+__all__ = [
+    "IGNorm",
+    "IGOptions",
+    "IGSumNorm",
+    "IGSumOptions",
+    "check_warmup_steps",
+    "ig_norm",
+    "ig_sum_norm",
+    "warmed_up",
+]
 
 
 @dataclass(frozen=True)
@@ -56,6 +75,32 @@ class IGSumOptions(IGOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_non_negative(self.beta, "beta")
+
+
+def check_warmup_steps(value: object) -> None:
+    """The one check of `epsilon_warmup_steps` (an int >= 0)."""
+    check_non_negative(value, "epsilon_warmup_steps", integer=True)
+
+
+def warmed_up(options: IGOptions, step: int, warmup_steps: int) -> IGOptions:
+    """The options of training step `step` (0-based) under a linear epsilon warm-up: epsilon and
+    step_size times min(1, (step + 1) / warmup_steps); unchanged when `warmup_steps` is 0.
+
+    Examples:
+        >>> o = warmed_up(IGOptions(epsilon=0.3, step_size=0.3), step=4, warmup_steps=10)
+        >>> round(o.epsilon, 3), round(o.step_size, 3)
+        (0.15, 0.15)
+        >>> warmed_up(o, step=0, warmup_steps=0) is o
+        True
+    """
+    check_warmup_steps(warmup_steps)
+    check_non_negative(step, "step", integer=True)
+    if warmup_steps == 0 or step + 1 >= warmup_steps:
+        return options
+    f = (step + 1) / warmup_steps
+    return dataclasses.replace(
+        options, epsilon=options.epsilon * f, step_size=options.step_size * f
+    )
 
 
 def _ig_l1(ig: Tensor) -> Tensor:
@@ -100,7 +145,7 @@ def ig_norm(
         **options: `IGOptions` (epsilon, step_size, n_steps, random_start, n_attack_points,
             n_points).
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.Softplus(), nn.Linear(8, 3))
         >>> x, y = torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 2, 0])
         >>> v = ig_norm(net, x, y, n_steps=2, n_attack_points=2, n_points=4)
@@ -124,7 +169,7 @@ def ig_sum_norm(
 
     Options as in `ig_norm`, plus `beta` (`IGSumOptions`).
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(16, 3))
         >>> x, y = torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 2, 0])
         >>> ig_sum_norm(net, x, y, n_steps=1, n_attack_points=2, n_points=2).shape
@@ -141,9 +186,23 @@ class IGNorm(PenaltyTerm):
 
     Defaults are RAR's MNIST settings (weight = lambda = 1). See `ig_norm`.
 
-    Example:
+    Args:
+        weight: lambda.
+        name: logged as train/penalty/<name>.
+        seed: seed of the inner attack's random start.
+        epsilon_warmup_steps: the inner attack's epsilon and step size rise linearly over the
+            first this many penalty computations (training steps; with `every_n_steps` k, every
+            k-th step): at the t-th (from 0) they are
+            min(1, (t + 1) / epsilon_warmup_steps) times their values (`warmed_up`); 0 (RAR):
+            the full budget from the first step. The call count is not saved in checkpoints
+            (a resumed fit warms up again).
+        **options: `IGOptions` (IG-SUM-NORM: `IGSumOptions`).
+
+    Examples:
         >>> IGNorm(n_steps=10)
         IGNorm(name='ig_norm', weight=1.0)
+        >>> IGNorm(epsilon_warmup_steps=100)
+        IGNorm(name='ig_norm', weight=1.0, epsilon_warmup_steps=100)
     """
 
     double_backprop = True
@@ -151,15 +210,31 @@ class IGNorm(PenaltyTerm):
     test_options = {"n_steps": 2, "n_attack_points": 2, "n_points": 3}
 
     def __init__(
-        self, weight: float = 1.0, name: str | None = None, seed: int | None = None, **options: Any
+        self,
+        weight: float = 1.0,
+        name: str | None = None,
+        seed: int | None = None,
+        epsilon_warmup_steps: int = 0,
+        **options: Any,
     ) -> None:
+        check_warmup_steps(epsilon_warmup_steps)
         super().__init__(weight, name, seed, **options)
+        self.epsilon_warmup_steps = int(epsilon_warmup_steps)
+        self.steps_seen = 0  # calls so far (the warm-up's clock)
 
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
     ) -> Tensor:
+        options = warmed_up(self.options, self.steps_seen, self.epsilon_warmup_steps)
+        self.steps_seen += 1
         beta = getattr(self.options, "beta", None)  # IG-SUM-NORM's options add it
-        return _ig_objective(model, inputs, target, self.options, self.generator, beta)
+        return _ig_objective(model, inputs, target, options, self.generator, beta)
+
+    def extra_repr(self) -> str:
+        text = super().extra_repr()
+        if self.epsilon_warmup_steps:
+            text += f", epsilon_warmup_steps={self.epsilon_warmup_steps}"
+        return text
 
 
 @register_penalty("ig_sum_norm")
@@ -170,7 +245,7 @@ class IGSumNorm(IGNorm):
     `replaces_task_loss` is True: RobustClassifier optimises weight * this value instead of the
     natural cross-entropy. Defaults are RAR's MNIST settings (beta 0.1). See `ig_sum_norm`.
 
-    Example:
+    Examples:
         >>> IGSumNorm(beta=0.1).replaces_task_loss
         True
     """

@@ -33,7 +33,7 @@ class IGRPenalty(ExplanationSmoothness):
             Softplus(ascent_beta) (None: the model itself; on a ReLU network the IG map is then
             moved only through its (x - baseline) factor); the penalty uses the model itself.
 
-    Example:
+    Examples:
         >>> term = IGRPenalty(n_ig_steps=8)
         >>> term.options.distance, term.options.explainer
         ('cosine', integrated_gradients(n_steps=8))

@@ -85,7 +85,7 @@ def local_gradient_alignment(
         generator: CPU generator of the uniform perturbation.
         **options: the fields of `LGAOptions` (radius, l2_weight, cos_weight, detach_clean).
 
-    Example:
+    Examples:
         >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 8),
         ...                           torch.nn.Softplus(), torch.nn.Linear(8, 3))
         >>> x, y = torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 2, 0])
@@ -133,7 +133,7 @@ class LocalGradientAlignment(PenaltyTerm):
         weight, name, seed: as every `PenaltyTerm` (the seed draws the perturbations).
         **options: the fields of `LGAOptions`.
 
-    Example:
+    Examples:
         >>> term = LocalGradientAlignment(radius=0.3, l2_weight=0.01, cos_weight=1.0)
         >>> term.options.radius, term.options.detach_clean
         (0.3, True)

@@ -161,7 +161,7 @@ def explanation_smoothness(
         **options: the fields of `SmoothnessOptions` (explainer, radius, n_samples, ball,
             distance, lipschitz, n_ascent_steps, ascent_step_size, ascent_beta, detach_clean).
 
-    Example:
+    Examples:
         >>> import torch
         >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3),
         ...                           torch.nn.Softplus(), torch.nn.Linear(3, 2))
@@ -278,7 +278,7 @@ class ExplanationSmoothness(PenaltyTerm):
         weight, name, seed: as every `PenaltyTerm`.
         **options: the fields of `SmoothnessOptions` (defaults: `preset`).
 
-    Example:
+    Examples:
         >>> ExplanationSmoothness(weight=0.5, radius=0.2)
         ExplanationSmoothness(name='smoothness', weight=0.5)
     """
@@ -323,7 +323,7 @@ class LocalLipschitzPenalty(ExplanationSmoothness):
     A preset of `ExplanationSmoothness`: `lipschitz` is always True, one ascent step by default
     (taken on the softplus surrogate), weight 0.01 by default.
 
-    Example:
+    Examples:
         >>> LocalLipschitzPenalty().options.lipschitz, LocalLipschitzPenalty().weight
         (True, 0.01)
     """

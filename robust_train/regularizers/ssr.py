@@ -56,7 +56,7 @@ def ssr_eigenvalue(
         logits: the clean forward, when the caller already ran it.
         generator: RNG of the starting vector (CPU generator).
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(4, 3))
         >>> x = torch.rand(2, 1, 2, 2)
         >>> lam = ssr_eigenvalue(net, x, n_iterations=50)
@@ -95,7 +95,7 @@ def ssr_eigenvalue(
 class SmoothedGeometry(PenaltyTerm):
     """SSR (Wang et al. 2020): weight * lambda_max of the Gauss-Newton input Hessian of the CE.
 
-    Example:
+    Examples:
         >>> SmoothedGeometry(weight=0.3, n_iterations=5)
         SmoothedGeometry(name='ssr', weight=0.3)
     """

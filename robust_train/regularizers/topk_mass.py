@@ -118,7 +118,7 @@ def topk_mass(
     Returns:
         Values in [0, 1] with a graph through the perturbed map (not through x').
 
-    Example:
+    Examples:
         >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3),
         ...                           torch.nn.Softplus(), torch.nn.Linear(3, 2))
         >>> x, y = torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 0, 1])
@@ -164,7 +164,7 @@ class TopKMassPenalty(PenaltyTerm):
         weight, name, seed: as every `PenaltyTerm`.
         **options: the fields of `TopKMassOptions`.
 
-    Example:
+    Examples:
         >>> TopKMassPenalty(weight=3.0, explainer="grad_cam").options.k
         100
     """

@@ -5,6 +5,8 @@ The rule `robust-train fit` follows (documented in the README, CLI section):
 - Each fit writes into a run folder of its own, `<checkpoint_root>/<experiment>/version_<N>/`
   (N one more than the highest existing), so a re-run never mixes with or overwrites an earlier
   one; `<checkpoint_root>/<experiment>/latest` points to the newest run that saved a checkpoint.
+  The folder is claimed with an exclusive `mkdir` (`claim_run_folder`: N, else N+1, ...), so fits
+  started at the same moment get a folder each.
 - `last.ckpt` holds the end of the latest finished epoch (weights, optimizer, loops and callback
   states: what resuming needs). It is rewritten at the end of every training epoch, after that
   epoch's validation and robustness monitors, so an interrupt (Ctrl+C, SIGTERM, SIGKILL) leaves the
@@ -28,6 +30,7 @@ an uninterrupted one and ends with the same weights.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -44,7 +47,15 @@ from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities import rank_zero_info
 
-__all__ = ["RunCheckpoint", "latest_run_folder", "new_run_folder", "rng_states", "set_rng_states"]
+__all__ = [
+    "RunCheckpoint",
+    "claim_run_folder",
+    "latest_run_folder",
+    "new_run_folder",
+    "release_run_folder",
+    "rng_states",
+    "set_rng_states",
+]
 
 VERSION = re.compile(r"^version_(\d+)$")
 LATEST = "latest"
@@ -59,7 +70,7 @@ def _versions(experiment_dir: Path) -> list[int]:
 def new_run_folder(experiment_dir: str | os.PathLike[str]) -> Path:
     """The next free `version_<N>` folder under `experiment_dir` (not created).
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> root = Path(tempfile.mkdtemp())
         >>> new_run_folder(root).name
@@ -73,10 +84,59 @@ def new_run_folder(experiment_dir: str | os.PathLike[str]) -> Path:
     return folder / f"version_{found[-1] + 1 if found else 0}"
 
 
+def claim_run_folder(experiment_dir: str | os.PathLike[str]) -> tuple[Path, list[Path]]:
+    """Create the next free `version_<N>` folder under `experiment_dir` and return it with the
+    folders this call created (deepest first: the run folder, then the experiment folder and its
+    parents if they were missing).
+
+    `os.mkdir` is exclusive: of several processes that try the same N at the same moment exactly
+    one succeeds, the others go on to N+1, so each gets a folder of its own.
+
+    Examples:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> folder, created = claim_run_folder(root / "exp")
+        >>> folder.name, [p.name for p in created]
+        ('version_0', ['version_0', 'exp'])
+        >>> claim_run_folder(root / "exp")[0].name
+        'version_1'
+    """
+    experiment = Path(experiment_dir)
+    created = _missing_folders(experiment)
+    experiment.mkdir(parents=True, exist_ok=True)
+    version = new_run_folder(experiment)
+    number = int(VERSION.match(version.name).group(1))  # type: ignore[union-attr]
+    while True:
+        folder = experiment / f"version_{number}"
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            number += 1
+            continue
+        except FileNotFoundError:  # another fit removed the (then empty) experiment folder
+            experiment.mkdir(parents=True, exist_ok=True)
+            continue
+        return folder, [folder, *created]
+
+
+def release_run_folder(folder: str | os.PathLike[str], created: Sequence[Path]) -> bool:
+    """Remove a claimed run folder that holds no checkpoint (nothing, or only config.yaml), then
+    the `created` folders above it that are empty; True if the run folder was removed.
+
+    Examples:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> folder, created = claim_run_folder(root / "exp")
+        >>> release_run_folder(folder, created), sorted(root.iterdir())
+        (True, [])
+    """
+    return _remove_if_no_checkpoint(Path(folder), created)
+
+
 def latest_run_folder(experiment_dir: str | os.PathLike[str]) -> Path | None:
     """The run folder `latest` points to (else the highest version holding a checkpoint), or None.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> root = Path(tempfile.mkdtemp())
         >>> latest_run_folder(root) is None
@@ -120,7 +180,7 @@ class RunCheckpoint(ModelCheckpoint):
     `enable_version_counter=False` (each run has a folder of its own), all configurable as
     `--checkpoint.<name>`.
 
-    Example:
+    Examples:
         >>> callback = RunCheckpoint(monitor="val/acc", mode="max", save_last=True)
         >>> callback.save_last, callback.monitor
         (True, 'val/acc')
@@ -134,6 +194,11 @@ class RunCheckpoint(ModelCheckpoint):
         # the folders up to dirpath that do not exist yet (deepest first): a failed or empty fit
         # removes them again when nothing is left in them
         self._created_dirs = _missing_folders(Path(self.dirpath)) if self.dirpath else []
+
+    def claimed(self, created: Sequence[Path]) -> None:
+        """Say that `dirpath` was claimed for this fit (`claim_run_folder`) and which folders
+        that created: a failed or empty fit removes them again."""
+        self._created_dirs = list(created)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
@@ -246,7 +311,8 @@ def _remove_if_no_checkpoint(folder: Path, created: Sequence[Path] = ()) -> bool
     shutil.rmtree(folder, ignore_errors=True)
     for parent in dict.fromkeys([folder.parent, *created]):
         if parent != folder and parent.is_dir() and not any(parent.iterdir()):
-            parent.rmdir()
+            with contextlib.suppress(OSError):  # another fit may have just used it
+                parent.rmdir()
     return True
 
 
@@ -263,7 +329,7 @@ def rng_states(module: torch.nn.Module | None = None) -> dict[str, Any]:
     """Global RNG states and those of the module's own CPU generators, as tensors and plain
     Python values (so checkpoints still load with `torch.load(weights_only=True)`).
 
-    Example:
+    Examples:
         >>> state = rng_states()
         >>> a = torch.rand(1); set_rng_states(state); bool(torch.equal(a, torch.rand(1)))
         True

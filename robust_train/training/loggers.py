@@ -23,6 +23,7 @@ the offline run and uploads the checkpoint files with `wandb sync`.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from collections.abc import Callable, Mapping
@@ -31,6 +32,8 @@ from typing import Any
 
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities import rank_zero_only, rank_zero_warn
+
+from robust_train.core.files import write_text
 
 
 class SafeWandbLogger(WandbLogger):
@@ -42,7 +45,7 @@ class SafeWandbLogger(WandbLogger):
         offline: None = offline unless the environment says WANDB_MODE=online.
         **kwargs: passed to WandbLogger / wandb.init.
 
-    Example:
+    Examples:
         >>> logger = SafeWandbLogger(save_dir="runs", name="demo")
         >>> logger.is_offline
         True
@@ -64,7 +67,7 @@ class SafeWandbLogger(WandbLogger):
         self._created_dirs = [
             d for d in (os.path.join(save_dir, "wandb"), save_dir) if not os.path.isdir(d)
         ]
-        os.makedirs(save_dir, exist_ok=True)
+        self._run_root = save_dir  # created when the run starts: a fit that fails first leaves none
         log_model = kwargs.pop("log_model", False)
         # WandbLogger refuses log_model offline, yet W&B records artifacts offline and uploads
         # them with `wandb sync`: set it after the check.
@@ -102,7 +105,13 @@ class SafeWandbLogger(WandbLogger):
     def experiment(self) -> Any:
         if self.failed is not None:
             return None
-        return self._guard("starting the run", lambda: WandbLogger.experiment.fget(self))  # type: ignore[attr-defined]
+
+        def start() -> Any:
+            if self._experiment is None:
+                os.makedirs(self._run_root, exist_ok=True)
+            return WandbLogger.experiment.fget(self)  # type: ignore[attr-defined]
+
+        return self._guard("starting the run", start)
 
     @rank_zero_only
     def log_hyperparams(self, params: Any) -> None:
@@ -149,7 +158,7 @@ class SafeWandbLogger(WandbLogger):
         def write() -> None:
             run = self.experiment
             if run is not None and getattr(run, "dir", None):
-                (Path(run.dir) / name).write_text(text)
+                write_text(Path(run.dir) / name, text, overwrite=True)
 
         self._guard("save_file", write)
 
@@ -216,6 +225,16 @@ def _flatten(prefix: str, value: Any, out: dict[str, float]) -> None:
         out[prefix] = float(value)
 
 
+def _run_folder_exists(run_id: str, save_dir: str, offline: bool) -> bool:
+    """Offline: a folder of run `run_id` under `<save_dir>/wandb`; online: `save_dir` exists."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", run_id) or not os.path.isdir(save_dir):
+        return False
+    if not offline:
+        return True
+    runs = Path(save_dir) / "wandb"
+    return runs.is_dir() and any(p.is_dir() for p in runs.glob(f"*-{run_id}*"))
+
+
 def record_evaluation(
     wandb_run: Mapping[str, Any] | None, result: Mapping[str, Any], prefix: str = "eval"
 ) -> str | None:
@@ -229,9 +248,11 @@ def record_evaluation(
 
     Returns:
         The run id written to, or None when there was no run to write to or W&B failed (a warning
-        says why; the evaluation itself is unaffected).
+        says why; the evaluation itself is unaffected). The folder a checkpoint records is never
+        created: offline, the run's own folder must be found under `<save_dir>/wandb`; online,
+        `save_dir` must exist. Otherwise a note says the numbers are in the results only.
 
-    Example:
+    Examples:
         >>> record_evaluation(None, {"accuracy": 0.9}) is None
         True
     """
@@ -239,12 +260,18 @@ def record_evaluation(
         return None
     numbers: dict[str, float] = {}
     _flatten(prefix, result, numbers)
+    offline = os.environ.get("WANDB_MODE", "offline").lower() != "online"
+    save_dir = str(wandb_run.get("save_dir") or "runs")
+    if not _run_folder_exists(str(wandb_run["id"]), save_dir, offline):
+        print(
+            f"note: W&B run {wandb_run['id']!r} is not under {save_dir!r} here; the numbers are "
+            "not added to it (they are in the results)",
+            file=sys.stderr,
+        )
+        return None
     try:
         import wandb
 
-        offline = os.environ.get("WANDB_MODE", "offline").lower() != "online"
-        save_dir = wandb_run.get("save_dir") or "runs"
-        os.makedirs(save_dir, exist_ok=True)
         run = wandb.init(
             id=wandb_run["id"],
             project=wandb_run.get("project"),

@@ -75,7 +75,7 @@ class RobustClassifier(pl.LightningModule):
         lr_scheduler_interval: "epoch" steps `lr_scheduler` after every epoch, "step" after every
             optimisation step (e.g. `CosineAnnealingLR` with `T_max` = the fit's total steps).
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
         >>> RobustClassifier(net).num_classes
         10
@@ -156,7 +156,7 @@ class RobustClassifier(pl.LightningModule):
         to its parser when a fit resumes). `on_fit_start` sends them to every logger
         (`log_hyperparams`), and checkpoints store them under `checkpoint["robust_train"]`.
 
-        Example:
+        Examples:
             >>> net = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
             >>> RobustClassifier(net).run_config()
             {'model_class': 'Sequential', 'penalty_terms': []}

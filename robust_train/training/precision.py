@@ -38,7 +38,7 @@ def needs_double_backprop(term: nn.Module) -> bool:
     """Whether the term differentiates through an input gradient (create_graph=True): what the
     term declares (`PenaltyTerm.double_backprop`, required).
 
-    Example:
+    Examples:
         >>> from robust_train.regularizers import Curvature, InputGradientNorm
         >>> needs_double_backprop(InputGradientNorm()), needs_double_backprop(Curvature())
         (True, False)
@@ -51,7 +51,7 @@ def needs_full_precision(term: nn.Module) -> bool:
     """Whether the term is a finite difference that must be computed in float32: what the term
     declares (`PenaltyTerm.full_precision`, default False).
 
-    Example:
+    Examples:
         >>> from robust_train.regularizers import Curvature, ExplanationSmoothness
         >>> needs_full_precision(Curvature()), needs_full_precision(ExplanationSmoothness())
         (True, False)
@@ -68,7 +68,7 @@ def penalty_value(
     forward in float32 (the shared low-precision `logits` would carry rounding errors larger than
     the differences it measures); every other term reuses `logits`.
 
-    Example:
+    Examples:
         >>> from robust_train.regularizers import Curvature
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(4, 3), nn.Softplus(), nn.Linear(3, 2))
         >>> x, y = torch.rand(2, 1, 2, 2), torch.tensor([0, 1])

@@ -13,7 +13,7 @@ from robust_train.core.resources import shipped_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 PAIR = [str(shipped_checkpoint(f"digits_{name}")) for name in ("baseline", "robust")]
-FAST = ["--n-images", "3", "--n-samples", "60", "--sigma", "0.1", "--attack-steps", "2"]
+FAST = ["--n-images", "3", "--noise-samples", "60", "--sigma", "0.1", "--attack-steps", "2"]
 FAST += ["--attack-samples", "2", "--random-points", "1", "--attack-radii", "0.1", "--no-progress"]
 
 
@@ -47,12 +47,12 @@ def test_certify_two_checkpoints_writes_results_summary_and_plot(tmp_path, capsy
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--sigma", "0"], "`sigma` must be > 0, got 0.0"),
-        (["--sigma", "1.5"], "`sigma` must be <= 1"),
-        (["--alpha", "2"], "`alpha` must lie strictly between 0 and 1"),
-        (["--radii", "-1"], "`radii` must be >= 0, got -1.0"),
-        (["--attack-radii", "0"], "`attack_radii` must be > 0"),
-        (["--explainer", "nope"], "Unknown `explainer` 'nope'"),
+        (["--sigma", "0"], "`--sigma` must be > 0, got 0.0"),
+        (["--sigma", "1.5"], "`--sigma` must be <= 1"),
+        (["--alpha", "2"], "`--alpha` must lie strictly between 0 and 1"),
+        (["--radii", "-1"], "`--radii` must be >= 0, got -1.0"),
+        (["--attack-radii", "0"], "`--attack-radii` must be > 0"),
+        (["--explainer", "nope"], "Unknown `--explainer` 'nope'"),
         (["--n-images", "0"], "`--n-images` must be > 0, got 0"),
         (["--names", "a"], "`--names` ['a'] must be 2 distinct names"),
     ],

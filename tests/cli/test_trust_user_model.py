@@ -1,7 +1,8 @@
 """A user's own model class through the real console script: `fit` with
 `class_path: usernet.TinyNet` (no RecordsConfig) records its class path and init args, so
-`evaluate` rebuilds it; a class path that cannot be imported and offline pretrained weights are
-user errors (exit 2, one line), not internal errors."""
+`evaluate --trust-class-path` rebuilds it (a recorded module outside the installed packages is
+imported only with that opt-in); a class path that cannot be imported and offline pretrained
+weights are user errors (exit 2, one line), not internal errors."""
 
 from __future__ import annotations
 
@@ -80,9 +81,14 @@ def test_fit_records_a_user_model_and_evaluate_rebuilds_it(tmp_path: Path, run_c
         "init_args": {"hidden": 6, "num_classes": 10},
     }
     out = tmp_path / "eval"
+    # usernet.py is on PYTHONPATH but not an installed package: refused without the opt-in
+    refused = run_cli("evaluate", "--ckpt", str(last), "--out", str(out), *TINY_EVAL, cwd=work,
+                      env=env)  # fmt: skip
+    _error_line(refused, "usernet.TinyNet", "outside the installed packages", "--trust-class-path")
     evaluate = run_cli(
-        "evaluate", "--ckpt", str(last), "--out", str(out), *TINY_EVAL, cwd=work, env=env
-    )
+        "evaluate", "--ckpt", str(last), "--out", str(out), *TINY_EVAL, "--trust-class-path",
+        cwd=work, env=env,
+    )  # fmt: skip
     assert evaluate.returncode == 0, evaluate.stderr[-3000:]
     assert "split_accuracy" in (out / "results.json").read_text()
 
@@ -91,10 +97,11 @@ def test_fit_records_a_user_model_and_evaluate_rebuilds_it(tmp_path: Path, run_c
     _error_line(
         elsewhere, "usernet.TinyNet", "No module named 'usernet'", "PYTHONPATH", "last.ckpt"
     )
-    # ... and the working directory is searched, as `python -m` would (no PYTHONPATH entry).
+    # ... and with the opt-in the working directory is searched, as `python -m` would.
     in_cwd = run_cli(
-        "evaluate", "--ckpt", str(last), "--out", str(tmp_path / "e2"), *TINY_EVAL, cwd=user
-    )
+        "evaluate", "--ckpt", str(last), "--out", str(tmp_path / "e2"), *TINY_EVAL,
+        "--trust-class-path", cwd=user,
+    )  # fmt: skip
     assert in_cwd.returncode == 0, in_cwd.stderr[-3000:]
 
 

@@ -132,7 +132,7 @@ T = TypeVar("T", bound=type[FragilityObjective])
 def register_objective(name: str) -> Callable[[T], T]:
     """Class decorator: register a `FragilityObjective` subclass under `name`.
 
-    Example:
+    Examples:
         >>> @register_objective("doc_example")
         ... class DocExample(FragilityObjective):
         ...     def ascent_value(self, maps, rows):
@@ -147,7 +147,7 @@ def register_objective(name: str) -> Callable[[T], T]:
 def get_objective(name: object) -> type[FragilityObjective]:
     """The objective class registered as `name`; the error lists the registered names.
 
-    Example:
+    Examples:
         >>> get_objective("topk").needs_gradient, get_objective("random_sign").needs_gradient
         (True, False)
     """

@@ -21,7 +21,7 @@ class MassCenter(FragilityObjective):
     coincides with the clean one (distance ~ 0, where the distance has a zero gradient), the
     projection of the shift on a random unit vector, drawn at each restart, is ascended instead.
 
-    Example:
+    Examples:
         >>> clean = torch.rand(2, 4, 4)
         >>> objective = MassCenter(clean, k=4, measure_k=4)
         >>> objective.start_restart(0, torch.manual_seed(0))

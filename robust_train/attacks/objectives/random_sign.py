@@ -29,7 +29,7 @@ class RandomSign(FragilityObjective):
     (even a detaching one) can be measured. The random walk of `n_steps` small sign steps is
     `random_walk`.
 
-    Example:
+    Examples:
         >>> from robust_train.attacks.options import AttackOptions
         >>> o = RandomSign.schedule(AttackOptions(epsilon=0.3, noise_draws=4).resolved(8, 8))
         >>> o.n_restarts, o.n_steps, o.step_size

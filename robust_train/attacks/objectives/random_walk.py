@@ -19,7 +19,7 @@ class RandomWalk(FragilityObjective):
     a * sqrt(n)): this is weaker than noise of the budget itself, which is `random_sign`. It
     shows how far small random moves, of the attack's step and count, move the map.
 
-    Example:
+    Examples:
         >>> clean = torch.rand(2, 3, 3)
         >>> d = RandomWalk(clean, k=2, measure_k=2).direction(torch.zeros(2, 1, 3, 3),
         ...                                                   torch.manual_seed(0))

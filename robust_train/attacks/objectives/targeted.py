@@ -16,7 +16,7 @@ class Targeted(FragilityObjective):
     Ghorbani, Abid & Zou (AAAI 2019), "targeted attack" (their T is a region the attacker picks;
     `robust_train.attacks.defaults.target_region` gives the suite's default, the top-left quarter).
 
-    Example:
+    Examples:
         >>> clean = torch.ones(1, 2, 2)
         >>> region = torch.tensor([[[True, False], [False, False]]])
         >>> Targeted(clean, k=1, measure_k=1, region=region).ascent_value(clean, slice(0, 1))

@@ -15,7 +15,7 @@ class TopK(FragilityObjective):
     Ghorbani, Abid & Zou (AAAI 2019), "top-k attack"; iterates are ranked by lower top-k
     intersection, ties by lower Spearman correlation (the base score).
 
-    Example:
+    Examples:
         >>> import torch
         >>> clean = torch.arange(4.0).view(1, 2, 2)
         >>> TopK(clean, k=1, measure_k=1).ascent_value(clean, slice(0, 1))

@@ -136,7 +136,7 @@ P = TypeVar("P", bound=type[EvaluationPart])
 def register_part(name: str) -> Callable[[P], P]:
     """Class decorator: register an `EvaluationPart` subclass under `name`.
 
-    Example:
+    Examples:
         >>> @register_part("doc_part")
         ... class DocPart(EvaluationPart):
         ...     def keys(self):
@@ -151,7 +151,7 @@ def register_part(name: str) -> Callable[[P], P]:
 def get_part(name: object) -> type[EvaluationPart]:
     """The part class registered as `name`; the error lists the registered names.
 
-    Example:
+    Examples:
         >>> get_part("lipschitz").name
         'lipschitz'
     """

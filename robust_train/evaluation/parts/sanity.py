@@ -76,7 +76,7 @@ def randomized_copy(model: nn.Module, *, seed: int) -> nn.Module:
     Raises:
         ValueError: no module of `model` has `reset_parameters` (nothing to randomise).
 
-    Example:
+    Examples:
         >>> net = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
         >>> twin = randomized_copy(net, seed=0)
         >>> torch.equal(twin[0].weight, net[0].weight), torch.equal(

@@ -54,7 +54,7 @@ def constant_fill(
 def gaussian_blur(images: Tensor, sigma: float) -> Tensor:
     """Separable Gaussian blur with replicated borders (kernel radius ceil(3 sigma)).
 
-    Example:
+    Examples:
         >>> x = torch.zeros(1, 1, 7, 7); x[0, 0, 3, 3] = 1.0
         >>> y = gaussian_blur(x, 1.0)
         >>> round(float(y.sum()), 4), bool(y[0, 0, 3, 3] < 1)
@@ -100,7 +100,7 @@ def linear_imputation(
     Returns:
         (R, C, H, W): `images` with the missing pixels replaced by the imputed values.
 
-    Example:
+    Examples:
         >>> x = torch.tensor([[[[0.0, 9.0, 1.0]]]])
         >>> m = torch.tensor([[[[False, True, False]]]])
         >>> linear_imputation(x, m, torch.zeros(1, 1, 1, 1)).tolist()

@@ -14,7 +14,7 @@ __all__ = ["RemovalMasks", "removal_masks", "forward_chunks", "scores_of", "unit
 def unit_importance(maps: Tensor, patch_size: int) -> Tensor:
     """Importance per removal unit (B, N): pixels, or sums over square patches (row-major).
 
-    Example:
+    Examples:
         >>> unit_importance(torch.arange(16.0).view(1, 4, 4), 2).tolist()
         [[10.0, 18.0, 42.0, 50.0]]
     """
@@ -63,7 +63,7 @@ class RemovalMasks:
 def removal_masks(maps: Tensor, patch_size: int, n_steps: int, include_end: bool) -> RemovalMasks:
     """Stable orders of the units of each map and the number removed at each step.
 
-    Example:
+    Examples:
         >>> m = removal_masks(torch.tensor([[[0.1, 0.9], [0.5, 0.5]]]), 1, 2, True)
         >>> m.ranks.tolist(), m.counts.tolist()
         ([[[3, 0, 1, 2], [0, 3, 1, 2]]], [0, 2, 4])

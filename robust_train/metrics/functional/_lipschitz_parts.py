@@ -79,7 +79,7 @@ def sample_perturbations(
     search="random")` draws exactly these points, in this order, whatever its
     `internal_batch_size`; tests and peers (Quantus, Captum) can therefore be fed the same points.
 
-    Example:
+    Examples:
         >>> x = torch.full((2, 1, 4, 4), 0.5)
         >>> p = sample_perturbations(x, 3, radius=0.1, seed=0)
         >>> p.shape, bool(((p - x).abs() <= 0.1).all())

@@ -39,7 +39,7 @@ def interval_from_moments(
 ) -> MeanInterval:
     """The interval from n, sum and sum of squares (what a torchmetrics state can hold).
 
-    Example:
+    Examples:
         >>> v = torch.tensor([1.0, 2.0, 3.0])
         >>> ci = interval_from_moments(3, v.sum(), (v**2).sum(), method="normal")
         >>> [round(float(t), 3) for t in ci]
@@ -66,7 +66,7 @@ def mean_confidence_interval(
 ) -> MeanInterval:
     """Mean of `values` (N,) with a `level` confidence interval ("t" or "normal"), as float64.
 
-    Example:
+    Examples:
         >>> ci = mean_confidence_interval(torch.tensor([0.1, 0.3, 0.2, 0.4]))
         >>> round(float(ci.mean), 4), bool(ci.low < ci.mean < ci.high)
         (0.25, True)

@@ -49,7 +49,7 @@ FAITHFULNESS_SCORES = ("logit", "probability")
 def default_subset_size(height: int, width: int) -> int:
     """|S| when none is given: one eighth of the pixels (98 of 28x28 MNIST, 8 of 8x8 digits).
 
-    Example:
+    Examples:
         >>> default_subset_size(28, 28)
         98
     """
@@ -95,7 +95,7 @@ def faithfulness_correlation(
     Returns:
         (B,) correlations in [-1, 1], NaN where either side is constant over the runs; detached.
 
-    Example:
+    Examples:
         >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
         >>> x, y = torch.rand(2, 1, 4, 4), torch.tensor([0, 2])
         >>> w = model[1].weight[y].view(2, 4, 4)  # a linear model's exact attribution
@@ -135,7 +135,7 @@ def pearson_rows(a: Tensor, b: Tensor) -> Tensor:
     """Pearson correlation of each row of `a` with the same row of `b` (B,); NaN for a constant
     row (as scipy.stats.pearsonr).
 
-    Example:
+    Examples:
         >>> pearson_rows(torch.tensor([[1.0, 2.0, 3.0], [1.0, 1.0, 1.0]]),
         ...              torch.tensor([[2.0, 4.0, 7.0], [0.0, 1.0, 2.0]])).tolist()[1]
         nan

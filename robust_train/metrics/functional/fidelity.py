@@ -103,7 +103,7 @@ def fidelity_curves(
     Returns:
         FidelityCurves(fractions (S,), mif (B, S), lif (B, S)), detached.
 
-    Example:
+    Examples:
         >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
         >>> x = torch.rand(2, 1, 4, 4)
         >>> curves = fidelity_curves(model, x, importance=torch.rand(2, 4, 4), n_steps=4)
@@ -204,7 +204,7 @@ def _perturbed_scores(
 def fidelity_estimate(curves: FidelityCurves) -> Tensor:
     """AUC_LIF - AUC_MIF per image (B,), trapezoid rule over the fraction axis (Brocki & Chung).
 
-    Example:
+    Examples:
         >>> f = torch.tensor([0.0, 0.5, 1.0])
         >>> fidelity_estimate(FidelityCurves(f, torch.tensor([[1.0, 0.0, 0.0]]),
         ...                                   torch.tensor([[1.0, 1.0, 0.0]]))).tolist()

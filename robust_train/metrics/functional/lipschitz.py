@@ -108,7 +108,7 @@ def local_lipschitz_estimate(
     Returns:
         Tensor (B,), detached, non-negative.
 
-    Example:
+    Examples:
         >>> from robust_train.explain import saliency
         >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
         >>> x = torch.rand(2, 1, 4, 4)
@@ -153,7 +153,7 @@ def lipschitz_ratios(
     `perturbed` is (N, B, C, H, W), e.g. from `sample_perturbations`, or N dataset neighbours of
     each image for the paper's "discrete" variant. Settings as in `local_lipschitz_estimate`.
 
-    Example:
+    Examples:
         >>> from robust_train.explain import input_x_gradient
         >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 2))
         >>> x = torch.full((1, 1, 2, 2), 0.5)

@@ -1,0 +1,276 @@
+"""Every file the package writes goes through here: checked first, written whole or not at all.
+
+`write_text`, `write_bytes`, `write_json` and `write_with` (for writers that take a path or a
+stream: `torch.save`, `Figure.savefig`) write to a hidden temporary file in the destination's own
+folder and then rename it over the destination (`os.replace`, atomic on one file system), so a
+reader, or a process killed mid-write, never sees a truncated file: the destination is the old
+file, the new one, or absent. The rules, checked before anything is written (and again before the
+rename):
+
+- a destination that is a symlink is refused, naming it and where it points: nothing is ever
+  written through a link (not even with `overwrite=True`);
+- an existing destination is refused unless `overwrite=True` (without it the new file is put in
+  place with `os.link`, which fails if the name was taken meanwhile);
+- a destination that is a folder, or whose folder is a file, is refused.
+
+`check_output` and `check_output_folder` run the same checks on their own, so a command can refuse
+a bad `--out` before any work. Errors are `OutputError` (a FileExistsError: the console script
+prints one line, exit code 2) naming the flag when one is given. A write killed by SIGKILL can
+leave its temporary file (`.NAME.<pid>.<random>.partial...`) beside the destination; the next
+write of that destination removes those whose process is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = [
+    "OutputError",
+    "check_output",
+    "check_output_folder",
+    "partial_files",
+    "write_bytes",
+    "write_json",
+    "write_text",
+    "write_with",
+]
+
+PARTIAL = ".partial"
+
+
+class OutputError(FileExistsError):
+    """A destination that must not be written: a symlink, an existing file without `overwrite`,
+    a folder where a file goes (a user error: one line, exit code 2)."""
+
+    user_error = True
+
+
+def _name(path: Path, flag: str | None) -> str:
+    return f"`{flag}` {str(path)!r}" if flag else repr(str(path))
+
+
+def check_output_folder(folder: str | os.PathLike[str], flag: str | None = None) -> Path:
+    """Refuse an output folder that is a file, sits below a file, or cannot be written to; the
+    folder itself need not exist (it is created when the first file is written).
+
+    Examples:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> check_output_folder(root / "new" / "out") == root / "new" / "out"
+        True
+        >>> _ = (root / "f").write_text("x")
+        >>> check_output_folder(root / "f", "--out")
+        Traceback (most recent call last):
+        ...
+        robust_train.core.files.OutputError: `--out` '...f' is a file, not a folder; ...
+    """
+    folder = Path(folder)
+    hint = f"; pick another {flag}" if flag else ""
+    for candidate in (folder, *folder.parents):
+        if candidate.is_dir():
+            if not os.access(candidate, os.W_OK | os.X_OK):
+                raise OutputError(
+                    f"{_name(folder, flag)}: {str(candidate)!r} is not writable{hint}"
+                )
+            return folder
+        if candidate.exists() or candidate.is_symlink():
+            what = "is a file, not a folder" if candidate == folder else (
+                f"lies below {str(candidate)!r}, which is not a folder"
+            )  # fmt: skip
+            raise OutputError(f"{_name(folder, flag)} {what}{hint}")
+    return folder
+
+
+def check_output(
+    path: str | os.PathLike[str], *, overwrite: bool = False, flag: str | None = None
+) -> Path:
+    """Refuse a destination file that is a symlink (always), a folder, or exists (unless
+    `overwrite`); its folder is checked with `check_output_folder`.
+
+    Examples:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> check_output(root / "a.json").name
+        'a.json'
+        >>> (root / "link.json").symlink_to(root / "a.json")
+        >>> check_output(root / "link.json", overwrite=True)
+        Traceback (most recent call last):
+        ...
+        robust_train.core.files.OutputError: '...link.json' is a symlink (to '...a.json'); ...
+    """
+    path = Path(path)
+    check_output_folder(path.parent, flag)
+    if path.is_symlink():
+        raise OutputError(
+            f"{_name(path, flag)} is a symlink (to {os.readlink(path)!r}); files are never "
+            "written through a link: remove it or write elsewhere"
+        )
+    if path.is_dir():
+        raise OutputError(f"{_name(path, flag)} is a folder, not a file")
+    if path.exists() and not overwrite:
+        raise _exists(path, flag)
+    return path
+
+
+def _exists(path: Path, flag: str | None) -> OutputError:
+    how = "pass --overwrite to replace it" if flag else "overwrite=True replaces it"
+    return OutputError(f"{_name(path, flag)} exists; {how}")
+
+
+def partial_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The temporary files writes of `path` left beside it (a write killed mid-way).
+
+    Examples:
+        >>> import tempfile
+        >>> partial_files(Path(tempfile.mkdtemp()) / "results.json")
+        []
+    """
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    return sorted(path.parent.glob(f".{path.name}.*{PARTIAL}*"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, another user's
+        return True
+    return True
+
+
+def _remove_stale(path: Path) -> None:
+    for stale in partial_files(path):
+        pid = stale.name[len(path.name) + 2 :].split(".", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            with contextlib.suppress(OSError):
+                stale.unlink()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _place(tmp: Path, path: Path, overwrite: bool, flag: str | None) -> None:
+    """Put the finished `tmp` at `path` (checked again: a link or file may have appeared)."""
+    check_output(path, overwrite=overwrite, flag=flag)
+    if overwrite:
+        os.replace(tmp, path)  # replaces a name, never writes through a link
+        return
+    try:
+        os.link(tmp, path)  # fails if `path` was created meanwhile: nothing is clobbered
+    except FileExistsError:
+        raise _exists(path, flag) from None
+    except OSError:  # no hard links on this file system
+        os.replace(tmp, path)
+    else:
+        tmp.unlink()
+
+
+def write_with(
+    path: str | os.PathLike[str],
+    writer: Callable[[Path], Any],
+    *,
+    overwrite: bool = False,
+    flag: str | None = None,
+) -> Path | None:
+    """Call `writer(tmp)` to write a temporary file beside `path` (same suffix, so writers that
+    pick a format by suffix, such as `Figure.savefig`, work), then put it in place atomically.
+
+    Args:
+        path: the destination.
+        writer: writes the whole file to the path it is given; returning None (or False) means
+            it had nothing to write: nothing is put in place.
+        overwrite: replace an existing destination (never a symlink).
+        flag: the command-line flag that named the destination, for errors.
+
+    Returns:
+        `path`, or None when `writer` wrote nothing.
+
+    Raises:
+        OutputError: see `check_output`; nothing was written.
+
+    Examples:
+        >>> import tempfile
+        >>> dst = Path(tempfile.mkdtemp()) / "x.txt"
+        >>> _ = write_with(dst, lambda tmp: tmp.write_text("hi"))
+        >>> dst.read_text(), partial_files(dst)
+        ('hi', [])
+        >>> write_with(dst.with_name("none.txt"), lambda tmp: None) is None
+        True
+    """
+    path = check_output(path, overwrite=overwrite, flag=flag)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale(path)
+    fd, name = tempfile.mkstemp(
+        prefix=f".{path.name}.{os.getpid()}.", suffix=f"{PARTIAL}{path.suffix}", dir=path.parent
+    )
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        if writer(tmp) in (None, False):
+            return None
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        _place(tmp, path, overwrite, flag)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    return path
+
+
+def _stream_writer(fill: Callable[[IO[bytes]], Any]) -> Callable[[Path], Path]:
+    def writer(tmp: Path) -> Path:
+        with open(tmp, "wb") as handle:
+            fill(handle)
+        return tmp
+
+    return writer
+
+
+def write_bytes(
+    path: str | os.PathLike[str], data: bytes, *, overwrite: bool = False, flag: str | None = None
+) -> Path:
+    """`write_with` for bytes."""
+    written = write_with(
+        path, _stream_writer(lambda h: h.write(data)), overwrite=overwrite, flag=flag
+    )
+    assert written is not None  # the stream writer always writes
+    return written
+
+
+def write_text(
+    path: str | os.PathLike[str], text: str, *, overwrite: bool = False, flag: str | None = None
+) -> Path:
+    """`write_with` for text (UTF-8).
+
+    Examples:
+        >>> import tempfile
+        >>> dst = Path(tempfile.mkdtemp()) / "summary.md"
+        >>> _ = write_text(dst, "# one")
+        >>> write_text(dst, "# two")
+        Traceback (most recent call last):
+        ...
+        robust_train.core.files.OutputError: '...summary.md' exists; overwrite=True replaces it
+        >>> _ = write_text(dst, "# two", overwrite=True); dst.read_text()
+        '# two'
+    """
+    return write_bytes(path, text.encode("utf-8"), overwrite=overwrite, flag=flag)
+
+
+def write_json(
+    path: str | os.PathLike[str], obj: Any, *, overwrite: bool = False, flag: str | None = None
+) -> Path:
+    """`write_text` of `json.dumps(obj, indent=2)`."""
+    return write_text(path, json.dumps(obj, indent=2), overwrite=overwrite, flag=flag)

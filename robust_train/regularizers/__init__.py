@@ -7,6 +7,7 @@ new penalty is one new file; the names below are the public API."""
 from robust_train.core.registry import discover
 from robust_train.regularizers.adversarial import AdversarialTraining, adversarial_loss
 from robust_train.regularizers.base import PENALTIES, PenaltyTerm, get_penalty, register_penalty
+from robust_train.regularizers.composed import ComposedPenalty
 from robust_train.regularizers.curvature import CURVATURE_METHODS, Curvature, curvature
 from robust_train.regularizers.gradient_norm import (
     GRADIENT_NORM_METHODS,
@@ -16,6 +17,7 @@ from robust_train.regularizers.gradient_norm import (
 from robust_train.regularizers.ig_norm import IGNorm, IGSumNorm, ig_norm, ig_sum_norm
 from robust_train.regularizers.igr import IGRPenalty
 from robust_train.regularizers.lga import LocalGradientAlignment, local_gradient_alignment
+from robust_train.regularizers.multi_map import MultiMapSmoothness, multi_map_smoothness
 from robust_train.regularizers.smoothness import (
     ExplanationSmoothness,
     LocalLipschitzPenalty,
@@ -29,6 +31,7 @@ __all__ = [
     "GRADIENT_NORM_METHODS",
     "PENALTIES",
     "AdversarialTraining",
+    "ComposedPenalty",
     "Curvature",
     "ExplanationSmoothness",
     "IGNorm",
@@ -37,6 +40,7 @@ __all__ = [
     "InputGradientNorm",
     "LocalGradientAlignment",
     "LocalLipschitzPenalty",
+    "MultiMapSmoothness",
     "PenaltyTerm",
     "SmoothedGeometry",
     "TopKMassPenalty",
@@ -48,6 +52,7 @@ __all__ = [
     "ig_sum_norm",
     "input_gradient_norm",
     "local_gradient_alignment",
+    "multi_map_smoothness",
     "register_penalty",
     "ssr_eigenvalue",
     "topk_mass",

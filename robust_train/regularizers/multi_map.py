@@ -1,0 +1,329 @@
+"""One penalty over several maps: the smoothness of every map a user looks at, with shared work.
+
+penalty(x) = sum_e w_e * d(E_e(x), E_e(x')), summed over a tuple of differentiable explainers E_e
+with weights w_e, all at the SAME perturbed point x' (uniform in B_inf(x, radius), or moved by a
+few projected sign-ascent steps on the weighted sum itself), d the map distance of
+`ExplanationSmoothness` (1 - cosine by default) between importance maps. It is the explanation
+smoothness penalty of SENN / IGR / FAR (`robust_train.regularizers.smoothness`) over several maps
+at once: a model fine-tuned on one map protects that map, not the map its user acts on.
+
+Shared work: saliency, input x gradient and Grad-CAM are all read off the gradient of the target
+logit, with respect to the input and to Grad-CAM's layer. `gradient_family_maps` computes every
+one of them that is asked for from ONE forward and ONE backward (create_graph) at x, and again at
+x' (and at each ascent point), where separate terms would run one forward and backward per map.
+The other explainers (LRP, DeepLIFT, integrated gradients) have backward passes of their own and
+run once each per point. One x' serves every map, so one random draw and one ascent replace one
+per term.
+
+The ascent direction of the weighted sum is taken inside `direction_surrogates`: every ReLU of
+the model computes softplus_ascent_beta when one of the maps is piecewise constant on ReLU
+networks (saliency, input x gradient), and Grad-CAM's final ReLU its scale-free softplus
+surrogate; the penalty itself is computed on the model and the exact maps.
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(),
+    ...                     nn.Linear(4 * 8 * 8, 3))
+    >>> x, y = torch.rand(2, 1, 8, 8), torch.tensor([0, 2])
+    >>> multi_map_smoothness(net, x, y, explainers=("input_x_gradient", "grad_cam"),
+    ...                      layer="1", radius=0.1).shape
+    torch.Size([2])
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from robust_train.attacks.options import check_linf_budget
+from robust_train.core.options import build_options, takes_options
+from robust_train.core.runtime import require_grad_mode
+from robust_train.core.validation import check_choice, check_non_negative, check_positive
+from robust_train.explain import get_explainer
+from robust_train.explain._autograd import prepare_inputs, target_scores
+from robust_train.explain._clamp import clamp_positive, direction_surrogates
+from robust_train.explain._layers import capture_output, find_layer
+from robust_train.explain.grad_cam import _one_activation
+from robust_train.explain.maps import importance_map
+from robust_train.explain.registry import explainer_spec, resolve_explainer
+from robust_train.regularizers._penalty_parts import DISTANCES, map_distance, sample_in_ball
+from robust_train.regularizers.base import PenaltyTerm, register_penalty
+
+__all__ = [
+    "GRADIENT_FAMILY",
+    "MultiMapOptions",
+    "MultiMapSmoothness",
+    "gradient_family_maps",
+    "multi_map_smoothness",
+]
+
+# The maps read off one gradient of the target logit (input and Grad-CAM's layer).
+GRADIENT_FAMILY = ("saliency", "input_x_gradient", "grad_cam")
+
+
+@dataclass(frozen=True)
+class MultiMapOptions:
+    """The options of the multi-map penalty (the function and the term take them).
+
+    Attributes:
+        explainers: registered names of differentiable explainers, each at most once; those
+            in `GRADIENT_FAMILY` share one forward and backward, the others run at their
+            defaults (Grad-CAM's layer: `layer`).
+        map_weights: one non-negative weight per explainer (default 1 each), not all zero.
+        radius: L_inf radius of x' around x (pixel units of [0, 1] images, < 1).
+        distance: "cosine" (1 - cosine), "l1" (sum-normalised maps) or "l2" (max-normalised).
+        n_ascent_steps: projected sign-ascent steps from the uniform start on the weighted sum
+            (0: x' uniform in the ball). x' is detached.
+        ascent_step_size: step of the ascent (default radius / 2).
+        ascent_beta: softplus beta of the ascent's surrogates (`direction_surrogates`); None:
+            the model itself and the exact maps.
+        layer: Grad-CAM's layer (a dotted module name); None: Grad-CAM's own default.
+    """
+
+    explainers: tuple[str, ...] = ("input_x_gradient", "grad_cam")
+    map_weights: tuple[float, ...] | None = None
+    radius: float = 0.3
+    distance: str = "cosine"
+    n_ascent_steps: int = 0
+    ascent_step_size: float | None = None
+    ascent_beta: float | None = 10.0
+    layer: str | None = None
+
+    def __post_init__(self) -> None:
+        names = _as_tuple(self.explainers, "explainers")
+        object.__setattr__(self, "explainers", names)
+        if not names or len(set(names)) != len(names):
+            raise ValueError(f"`explainers` must name distinct explainers, got {list(names)}")
+        for name in names:
+            if not isinstance(name, str):
+                raise TypeError(f"`explainers` takes registered names, got {name!r}")
+            resolve_explainer(name, differentiable=True, name="explainers")
+        if self.map_weights is not None:
+            weights = tuple(float(w) for w in _as_tuple(self.map_weights, "map_weights"))
+            object.__setattr__(self, "map_weights", weights)
+            if len(weights) != len(names):
+                raise ValueError(
+                    f"`map_weights` must have one weight per explainer ({len(names)}), got "
+                    f"{list(weights)}"
+                )
+            for w in weights:
+                check_non_negative(w, "map_weights")
+            if not any(weights):
+                raise ValueError(f"`map_weights` must not be all zero, got {list(weights)}")
+        check_linf_budget(self.radius, "radius")
+        check_choice(self.distance, "distance", DISTANCES)
+        check_non_negative(self.n_ascent_steps, "n_ascent_steps", integer=True)
+        check_positive(self.step, "ascent_step_size")
+        if self.ascent_beta is not None:
+            check_positive(self.ascent_beta, "ascent_beta")
+        if self.layer is not None and not isinstance(self.layer, str):
+            raise TypeError(f"`layer` must be a module name or None, got {self.layer!r}")
+
+    @property
+    def step(self) -> float:
+        """The ascent step: `ascent_step_size`, else radius / 2."""
+        return self.radius / 2 if self.ascent_step_size is None else self.ascent_step_size
+
+    @property
+    def weights(self) -> tuple[float, ...]:
+        """One weight per explainer (1 each when `map_weights` is None)."""
+        return self.map_weights or (1.0,) * len(self.explainers)
+
+
+def _as_tuple(value: Any, name: str) -> tuple[Any, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise TypeError(f"`{name}` must be a list or tuple, got {value!r}")
+    return tuple(value)
+
+
+def gradient_family_maps(
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    names: tuple[str, ...] | list[str],
+    *,
+    layer: str | None = None,
+    create_graph: bool = False,
+) -> dict[str, Tensor]:
+    """Importance maps (B, H, W) of saliency, input x gradient and Grad-CAM (those in `names`)
+    from one forward and one backward of the target logit.
+
+    Equal to `importance_map` of `saliency`, `input_x_gradient` and `grad_cam(layer=layer)`
+    computed one by one (tests/regularizers/test_multi_map.py), at the cost of one of them.
+
+    Args:
+        model: classifier returning logits (B, num_classes); its modes are left as they are.
+        inputs: images (B, C, H, W).
+        target: class indices (B,).
+        names: a subset of `GRADIENT_FAMILY`.
+        layer: Grad-CAM's layer (None: the last `nn.Conv2d`, as `grad_cam`).
+        create_graph: keep the graph (penalties, ascents).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from robust_train.explain import importance_map, input_x_gradient
+        >>> net = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.Flatten(), nn.Linear(32, 3))
+        >>> x, y = torch.rand(2, 1, 4, 4), torch.tensor([0, 1])
+        >>> maps = gradient_family_maps(net, x, y, ["input_x_gradient", "grad_cam"])
+        >>> torch.allclose(maps["input_x_gradient"], importance_map(input_x_gradient(net, x, y)))
+        True
+    """
+    unknown = sorted(set(names) - set(GRADIENT_FAMILY))
+    if unknown:
+        raise ValueError(f"`names` must be some of {list(GRADIENT_FAMILY)}, got {unknown}")
+    require_grad_mode("gradient_family_maps")
+    cam = "grad_cam" in names
+    with torch.enable_grad():
+        x, target = prepare_inputs(inputs, target)
+        if not create_graph:
+            x = x.detach().requires_grad_(True)
+        if cam:
+            layer_name, module = find_layer(model, layer, caller="gradient_family_maps")
+            with capture_output(module, layer_name, caller="gradient_family_maps") as seen:
+                logits = model(x)
+            activation = _one_activation(seen.outputs, layer_name, module, x.shape[0])
+        else:
+            logits = model(x)
+        wrt = (x, activation) if cam else (x,)
+        grads = torch.autograd.grad(
+            target_scores(logits, target).sum(), wrt, create_graph=create_graph
+        )
+        out = {}
+        if "saliency" in names:
+            out["saliency"] = importance_map(grads[0])
+        if "input_x_gradient" in names:
+            out["input_x_gradient"] = importance_map(x * grads[0])
+        if cam:
+            weights = grads[1].mean(dim=(2, 3), keepdim=True)
+            heat = clamp_positive((weights * activation).sum(dim=1, keepdim=True))
+            heat = F.interpolate(heat, size=x.shape[-2:], mode="bilinear", align_corners=False)
+            out["grad_cam"] = importance_map(heat)
+    return out if create_graph else {k: v.detach() for k, v in out.items()}
+
+
+def _maps(
+    model: nn.Module, x: Tensor, target: Tensor, o: MultiMapOptions, create_graph: bool
+) -> dict[str, Tensor]:
+    """Every explainer's importance map at `x`, the gradient family from one backward."""
+    family = [e for e in o.explainers if e in GRADIENT_FAMILY]
+    out = (
+        gradient_family_maps(model, x, target, family, layer=o.layer, create_graph=create_graph)
+        if family
+        else {}
+    )
+    for name in o.explainers:
+        if name not in out:
+            explain = get_explainer(name)
+            out[name] = importance_map(explain(model, x, target, create_graph=create_graph))
+    return out
+
+
+def _weighted_distance(
+    clean: dict[str, Tensor], pert: dict[str, Tensor], o: MultiMapOptions
+) -> Tensor:
+    """sum_e w_e d(clean_e, pert_e), per sample (B,)."""
+    parts = [
+        w * map_distance(clean[name], pert[name], o.distance)
+        for name, w in zip(o.explainers, o.weights, strict=True)
+        if w
+    ]
+    return torch.stack(parts).sum(0)
+
+
+@takes_options(MultiMapOptions)
+def multi_map_smoothness(
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    *,
+    generator: torch.Generator | None = None,
+    **options: Any,
+) -> Tensor:
+    """Per-sample weighted sum of map distances between x and one x' for several explainers (B,).
+
+    Args:
+        model: the classifier being trained.
+        inputs: images (B, C, H, W) in [0, 1].
+        target: class indices whose maps are regularised (the labels, in training).
+        generator: RNG of the uniform start (CPU generator).
+        **options: the fields of `MultiMapOptions`.
+    """
+    o = build_options(MultiMapOptions, options, where="multi_map_smoothness")
+    value, _ = _multi_map(model, inputs, target, o, generator)
+    return value
+
+
+def _multi_map(
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    o: MultiMapOptions,
+    generator: torch.Generator | None,
+) -> tuple[Tensor, bool]:
+    """The penalty (B,) and whether the first ascent step had a zero direction everywhere."""
+    x0 = inputs.detach()
+    clean = _maps(model, x0, target, o, create_graph=True)
+    delta = sample_in_ball(x0, o.radius, 1, "linf", generator)
+    reference = {k: v.detach() for k, v in clean.items()}
+    piecewise = any(explainer_spec(e).piecewise_constant for e in o.explainers)
+    flat = False
+    for i in range(o.n_ascent_steps):
+        delta = delta.detach().requires_grad_(True)
+        with torch.enable_grad(), direction_surrogates(o.ascent_beta, piecewise):
+            pert = _maps(model, (x0 + delta).clamp(0, 1), target, o, create_graph=True)
+            (g,) = torch.autograd.grad(_weighted_distance(reference, pert, o).sum(), delta)
+        flat = flat or (i == 0 and not bool(g.any()))
+        delta = (delta + o.step * g.sign()).clamp(-o.radius, o.radius).detach()
+    pert = _maps(model, (x0 + delta).clamp(0, 1), target, o, create_graph=True)
+    return _weighted_distance(clean, pert, o), flat
+
+
+@register_penalty("multi_map")
+@takes_options(MultiMapOptions)
+class MultiMapSmoothness(PenaltyTerm):
+    """Distance between the maps of several explainers at x and at one x' (see
+    `multi_map_smoothness`): one term for every map a user looks at.
+
+    Args:
+        weight, name, seed: as every `PenaltyTerm` (and its cost options, `batch_fraction`
+            and `every_n_steps`).
+        **options: the fields of `MultiMapOptions`.
+
+    Example:
+        >>> term = MultiMapSmoothness(weight=20.0, explainers=["input_x_gradient", "grad_cam"],
+        ...                           map_weights=[1.0, 0.5], batch_fraction=0.25)
+        >>> term.options.weights, term
+        ((1.0, 0.5), MultiMapSmoothness(name='multi_map', weight=20.0, batch_fraction=0.25))
+    """
+
+    double_backprop = True  # every map is taken with create_graph=True
+    options_class = MultiMapOptions
+    test_options = {"radius": 0.1}
+
+    def __init__(
+        self, weight: float = 1.0, name: str | None = None, seed: int | None = None, **options: Any
+    ) -> None:
+        super().__init__(weight, name, seed, **options)
+        self.warned_flat = False
+
+    def penalty(
+        self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
+    ) -> Tensor:
+        value, flat = _multi_map(model, inputs, target, self.options, self.generator)
+        if flat and not self.warned_flat:
+            self.warned_flat = True
+            warnings.warn(
+                f"penalty {self.name!r}: the ascent direction is zero for the whole batch, so x' "
+                "stays at its uniform start; set `ascent_beta` (the softplus surrogate) or "
+                "n_ascent_steps=0",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return value

@@ -46,8 +46,8 @@ def test_in_python_section_runs_as_written(capsys):
     torch.set_num_threads(1)
     (block,) = python_blocks(section(README.read_text(), "In Python"))
     exec(compile(block, "README.md (In Python)", "exec"), {"__name__": "readme"})
-    kept = dict(re.findall(r"^(\S+): ([0-9.]+) of the top-100 pixels kept$", capsys.readouterr().out,
-                           flags=re.M))  # fmt: skip
+    out = capsys.readouterr().out
+    kept = dict(re.findall(r"^(\S+): ([0-9.]+) of the top-100 pixels kept$", out, flags=re.M))
     assert set(kept) == {"mnist5k_baseline", "mnist5k_robust"}, kept
     # The example's point: the robust model keeps far more of its map under the same attack.
     assert float(kept["mnist5k_robust"]) > float(kept["mnist5k_baseline"]) + 0.2, kept

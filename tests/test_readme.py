@@ -67,3 +67,19 @@ def test_python_api_penalty_gradient_reaches_the_weights():
     y = torch.randint(0, 10, (8,))
     term.penalty(net, x, y, net(x)).mean().backward()
     assert net[1].weight.grad is not None and float(net[1].weight.grad.abs().sum()) > 0
+
+
+def test_the_demo_claim_in_the_readme_is_the_range_the_demo_checks():
+    from robust_train.app.demo import MAPS, MEASURED_ACC_CHANGE, MEASURED_GAINS, MEASURED_SEEDS
+
+    text = " ".join(section(README.read_text(), "Quick start").split())
+    seeds = f"seeds {MEASURED_SEEDS[0]}-{MEASURED_SEEDS[-1]}"
+    assert seeds in text and len(MEASURED_SEEDS) == MEASURED_SEEDS[-1] - MEASURED_SEEDS[0] + 1
+    labels = {"integrated_gradients": "integrated gradients", "grad_cam": "Grad-CAM", "lrp": "LRP",
+              "deeplift": "DeepLIFT", "saliency": "saliency"}  # fmt: skip
+    for name in MAPS:
+        lo, hi = MEASURED_GAINS[name]["min"], MEASURED_GAINS[name]["max"]
+        stated = f"{lo:+.2f} to {hi:+.2f} ({labels[name]})"
+        assert stated in text, f"README's demo claim should state {stated!r}"
+    acc = MEASURED_ACC_CHANGE
+    assert f"{100 * acc['min']:+.1f} to {100 * acc['max']:+.1f} points" in text

@@ -20,7 +20,7 @@ Jobs run most important first (CV, seed-0 fits and saliency, the other seeds, th
 explainers' attacks, the full preset, faithfulness), so a run stopped by --budget-min leaves
 complete slices. Each job writes RUN_DIR/jobs/<id>.json; a restarted run skips the jobs that have
 one. At the end (or with --report RUN_DIR) benchmarks/LEADERBOARD.md and the trade-off plots are
-written. The whole run needs several 2-core sessions: `--export` writes its job results to one
+written. The whole run takes several runs of a few hours on 2 cores: `--export` writes its job results to one
 file that is committed (benchmarks/leaderboard_runs/), `--restore` puts them back into a run
 folder on another machine, which trains again only the models later jobs need.
 

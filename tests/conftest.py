@@ -164,3 +164,24 @@ def pytest_runtest_protocol(item, nextitem):
     record["slow"] = item.get_closest_marker("slow") is not None
     with open(_CPU_REPORT, "a") as out:
         out.write(json.dumps(record) + "\n")
+
+
+_LIGHTNING_LOGGERS = (
+    "pytorch_lightning",
+    "pytorch_lightning.utilities.rank_zero",
+    "lightning.pytorch",
+    "lightning_fabric",
+)
+
+
+@pytest.fixture(autouse=True)
+def _lightning_log_levels_restored():
+    """Each test starts with the Lightning loggers' levels as the run began: the benchmarks'
+    quiet helpers set them to ERROR in the process that calls them, which would hide Lightning's
+    info lines (the console script's messages among them) from the tests after them."""
+    import logging
+
+    saved = [(logging.getLogger(n), logging.getLogger(n).level) for n in _LIGHTNING_LOGGERS]
+    yield
+    for logger, level in saved:
+        logger.setLevel(level)

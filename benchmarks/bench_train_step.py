@@ -45,9 +45,9 @@ from robust_train.regularizers import (
 
 
 class _WholeBatchInputGrad(ExplanationSmoothness):
-    """The smoothness term as the module ran it before 2026-12-03: with `batch_fraction` < 1 the
-    clean forward of the whole batch still ran on inputs that require grad (an input gradient of
-    every image in the backward that no term read)."""
+    """The smoothness term with the whole batch's clean forward on inputs that require grad, even
+    with `batch_fraction` < 1 (an input gradient of every image in the backward that no term
+    reads): the cost that `RobustClassifier` saves by requiring grad only where a term reads it."""
 
     reuses_clean_forward = True  # type: ignore[assignment]
 
@@ -58,7 +58,7 @@ VARIANTS: dict[str, Callable[[], PenaltyTerm | None]] = {
     PLAIN: lambda: None,
     "smoothness (1 sample)": lambda: ExplanationSmoothness(n_samples=1, seed=0),
     "smoothness, quarter batch": lambda: ExplanationSmoothness(seed=0, batch_fraction=0.25),
-    "smoothness, quarter batch, whole-batch input grad (old)": lambda: _WholeBatchInputGrad(
+    "smoothness, quarter batch, whole-batch input grad": lambda: _WholeBatchInputGrad(
         seed=0, batch_fraction=0.25
     ),
     "lipschitz (1 ascent step)": lambda: LocalLipschitzPenalty(seed=0),

@@ -241,6 +241,58 @@ def cost(args: argparse.Namespace) -> None:
     (args.out / "cost.md").open("a").write(text + "\n\n")
 
 
+FRONT_COLUMNS = (
+    "acc", "sal/worst", "ig/worst", "gc/worst", "lrp/worst", "dl/worst", "gc/fidelity",
+    "sal/noise", "gc/noise", "lrp/noise", "sal/random", "gc/random", "gc/blank",
+)  # fmt: skip
+
+
+def front(args: argparse.Namespace) -> None:
+    """The candidates of --scores (the last line per tag) as a markdown table of FRONT_COLUMNS,
+    and the trade-off plot --png: Grad-CAM (x) against saliency (y) top-100 intersection under
+    the attacks aimed at each, colour the Grad-CAM maps' overlap with a randomised-weights
+    model's maps (higher: the map depends less on the weights), the Pareto-optimal ones joined."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows: dict[str, dict[str, float]] = {}
+    for line in Path(args.scores).read_text().splitlines():
+        record = json.loads(line)
+        rows[record["tag"]] = record["summary"]
+    head = "| candidate | " + " | ".join(FRONT_COLUMNS) + " |"
+    lines = [head, "|---" * (len(FRONT_COLUMNS) + 1) + "|"]
+    for tag, r in rows.items():
+        cells = " | ".join(f"{r.get(c, math.nan):.3f}" for c in FRONT_COLUMNS)
+        lines.append(f"| {tag} | {cells} |")
+    print("\n".join(lines))
+    gc = [rows[t]["gc/worst"] for t in rows]
+    sal = [rows[t]["sal/worst"] for t in rows]
+    point = {t: (r["gc/worst"], r["sal/worst"]) for t, r in rows.items()}
+
+    def dominated(t: str) -> bool:
+        (x, y) = point[t]
+        return any(a >= x and b >= y and (a, b) != (x, y) for a, b in point.values())
+
+    optimal = sorted((t for t in rows if not dominated(t)), key=lambda t: point[t][0])
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    points = ax.scatter(gc, sal, c=[rows[t]["gc/random"] for t in rows], cmap="viridis", s=60)
+    ax.plot([rows[t]["gc/worst"] for t in optimal], [rows[t]["sal/worst"] for t in optimal],
+            color="grey", lw=1, zorder=0, label="Pareto front")  # fmt: skip
+    for t, x, y in zip(rows, gc, sal, strict=True):
+        ax.annotate(t, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.axvline(0.50, color="tab:red", ls=":", lw=1)
+    ax.axhline(0.65, color="tab:red", ls=":", lw=1, label="targets")
+    ax.set_xlabel("Grad-CAM top-100 intersection under its attack")
+    ax.set_ylabel("saliency top-100 intersection under its attack")
+    fig.colorbar(points, label="Grad-CAM overlap with randomised-weights maps")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(args.png, dpi=120)
+    print(f"Pareto-optimal (Grad-CAM, saliency): {', '.join(optimal)} -> {args.png}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.every_map", description=__doc__)
     sub = parser.add_subparsers(dest="part", required=True)
@@ -263,12 +315,15 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--split", choices=("val", "test"), default="val")
     s.add_argument("--images", type=int, default=100)
     s.add_argument("--reference", default=str(er.BASELINE), help="model choosing the images")
-    for p in (f, s, c):
+    fr = sub.add_parser("front")
+    fr.add_argument("--scores", type=Path, required=True, help="a score run's scores.jsonl")
+    fr.add_argument("--png", type=Path, default=Path("benchmarks/every_map_front.png"))
+    for p in (f, s, c, fr):
         p.add_argument("--out", type=Path, default=Path("runs/every_map"))
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
-    {"fit": fit, "score": score, "cost": cost}[args.part](args)
+    {"fit": fit, "score": score, "cost": cost, "front": front}[args.part](args)
     return 0
 
 

@@ -20,14 +20,15 @@ Jobs run most important first (CV, seed-0 fits and saliency, the other seeds, th
 explainers' attacks, the full preset, faithfulness), so a run stopped by --budget-min leaves
 complete slices. Each job writes RUN_DIR/jobs/<id>.json; a restarted run skips the jobs that have
 one. At the end (or with --report RUN_DIR) benchmarks/LEADERBOARD.md and the trade-off plots are
-written. The whole run needs several 2-core sessions: `--export` writes its job results to one
-file that is committed (benchmarks/leaderboard_runs/), `--restore` puts them back into a run
-folder on another machine, which trains again only the models later jobs need.
+written. Every method takes tens of CPU minutes, so a whole run is split over several runs:
+`--export` writes its job results to one file that is committed (benchmarks/leaderboard_runs/),
+`--restore` puts them back into a run folder on another machine, which trains again only the
+models later jobs need.
 
-    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.leaderboard --out runs/leaderboard_v5 \
-        --restore benchmarks/leaderboard_runs/v5.jsonl
-    .venv/bin/python -m benchmarks.leaderboard --out runs/leaderboard_v5 \
-        --export benchmarks/leaderboard_runs/v5.jsonl
+    OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.leaderboard --out runs/lb6 \
+        --restore benchmarks/leaderboard_runs/v6.jsonl
+    .venv/bin/python -m benchmarks.leaderboard --out runs/lb6 \
+        --export benchmarks/leaderboard_runs/v6.jsonl
     .venv/bin/python -m benchmarks.leaderboard --quick --out /tmp/lb   # smoke run, seconds
 """
 

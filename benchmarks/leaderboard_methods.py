@@ -178,7 +178,7 @@ METHODS: dict[str, Method] = {
     ),
     "finetune_smoothness": _finetune(
         "saliency", (10.0, 20.0, 40.0, 80.0), 80.0,
-        "the earlier shipped weight 80; on a quarter of each batch, benchmarks/CHEAPER.md",
+        "weight 80 on val; on a quarter of each batch, benchmarks/CHEAPER.md",
         batch_fraction=0.25,
     ),
     "finetune_grad_cam": _finetune(

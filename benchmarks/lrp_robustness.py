@@ -5,7 +5,7 @@ the target table (test), for `robust_train.explain.lrp` (not a speed benchmark).
     OMP_NUM_THREADS=1 python -m benchmarks.lrp_robustness sweep --weights 1 3 10 30   # ~10 min
     OMP_NUM_THREADS=1 python -m benchmarks.lrp_robustness table --weight 10  # ~10 min
 
-Protocol (the issue's): the top-k attack of Ghorbani et al. (2019) on the explainer's map,
+Protocol: the top-k attack of Ghorbani et al. (2019) on the explainer's map,
 L_inf 0.3, 50 sign steps of 0.01, k = 100 (attack and reported), on the first `--images`
 correctly classified images of the split (val for the sweep, test for the table); the score is
 the mean top-100 intersection of the attacked and clean maps (higher is more robust).

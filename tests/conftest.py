@@ -106,6 +106,8 @@ def cli(monkeypatch, capsys):
     """`cli(*args, cwd=...)` -> CompletedProcess of `robust-train *args` run IN this process
     (robust_train.app.cli.main, the console script's entry point; stdout/stderr captured), for
     the fast tier: what the command prints and returns, without a subprocess's imports."""
+    import logging
+
     from robust_train.app.cli import main
 
     def run(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):
@@ -116,10 +118,19 @@ def cli(monkeypatch, capsys):
                 patch.setenv(key, value)
             patch.delenv("ROBUST_TRAIN_DEBUG", raising=False)
             capsys.readouterr()
+            # Lightning's log lines reach the console script's stderr; here its handler holds
+            # the stream of the moment it was imported, so echo them to the captured stderr.
+            echo = logging.StreamHandler(sys.stderr)
+            loggers = [logging.getLogger(n) for n in ("pytorch_lightning", "lightning_fabric")]
+            for logger in loggers:
+                logger.addHandler(echo)
             try:
                 code = main([str(a) for a in args])
             except SystemExit as stop:  # argparse's --help
                 code = stop.code if isinstance(stop.code, int) else 0
+            finally:
+                for logger in loggers:
+                    logger.removeHandler(echo)
             out = capsys.readouterr()
         return subprocess.CompletedProcess(["robust-train", *args], code, out.out, out.err)
 
@@ -153,3 +164,24 @@ def pytest_runtest_protocol(item, nextitem):
     record["slow"] = item.get_closest_marker("slow") is not None
     with open(_CPU_REPORT, "a") as out:
         out.write(json.dumps(record) + "\n")
+
+
+_LIGHTNING_LOGGERS = (
+    "pytorch_lightning",
+    "pytorch_lightning.utilities.rank_zero",
+    "lightning.pytorch",
+    "lightning_fabric",
+)
+
+
+@pytest.fixture(autouse=True)
+def _lightning_log_levels_restored():
+    """Each test starts with the Lightning loggers' levels as the run began: the benchmarks'
+    quiet helpers set them to ERROR in the process that calls them, which would hide Lightning's
+    info lines (the console script's messages among them) from the tests after them."""
+    import logging
+
+    saved = [(logging.getLogger(n), logging.getLogger(n).level) for n in _LIGHTNING_LOGGERS]
+    yield
+    for logger, level in saved:
+        logger.setLevel(level)

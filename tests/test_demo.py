@@ -71,15 +71,14 @@ def test_quick_demo_trains_natural_then_fine_tunes_it(quick_run):
     weights = [k for k in start if k.endswith((".weight", ".bias"))]
     assert len(weights) >= 4 and all(k in stored["state_dict"] for k in weights)
     assert all(not torch.equal(stored["state_dict"][k], start[k]) for k in weights)
-    # ... with the shipped recipe: the input x gradient penalty on a Softplus(2) network.
-    assert stored["robust_train"]["penalties"] == [
-        "ExplanationSmoothness(name='smoothness', weight=20.0, batch_fraction=0.25)"
-    ]
-    assert stored["robust_train"]["softplus_beta"] == 2.0
-    # Both evaluated with the demo protocol (shrunk by --quick): saliency and IG attacked.
+    # ... with the shipped recipe: one composed penalty of three terms on the ReLU network.
+    (penalty,) = stored["robust_train"]["penalties"]
+    assert penalty.startswith("ComposedPenalty(") and penalty.count("batch_fraction=") == 3
+    assert stored["robust_train"]["softplus_beta"] is None
+    # Both evaluated with the demo protocol (shrunk by --quick): every reported map attacked.
     settings = results["natural"]["settings"]
     assert settings["epsilon"] == 0.3 and settings["attacks"] == ["random_sign", "topk"]
-    assert settings["explainers"] == ["saliency", "integrated_gradients"]
+    assert settings["explainers"] == list(demo.MAPS)
     assert settings["n_samples"] == demo.QUICK_SETTINGS["n_samples"]
 
 
@@ -87,7 +86,7 @@ def test_quick_demo_trains_natural_then_fine_tunes_it(quick_run):
 def test_quick_demo_writes_the_table_report_figures_and_wandb_runs(quick_run):
     out, stdout = quick_run
     assert "| measure | natural | robust |" in stdout
-    for explainer in ("saliency", "integrated_gradients"):
+    for explainer in demo.MAPS:
         assert f"| `attack/{explainer}/topk/topk_intersection` ↑ |" in stdout
     report = (out / "report.md").read_text()
     assert "MNIST-5k" in report.splitlines()[0] and "## The claim" in report
@@ -106,13 +105,14 @@ def test_quick_demo_states_its_claim_against_the_measured_range(quick_run):
     out, stdout = quick_run
     lines = stdout.splitlines()
     claim = lines.index(next(line for line in lines if line.startswith("claim:")))
-    saliency, ig, accuracy = lines[claim + 1 : claim + 4]
-    assert saliency.startswith("  saliency gain") and ig.startswith("  integrated-gradients gain")
-    judged(saliency, demo.MEASURED_GAIN)
-    judged(ig, demo.MEASURED_IG_GAIN)
+    n = len(demo.MAPS)
+    *maps, accuracy = lines[claim + 1 : claim + 2 + n]
+    for line, (name, label) in zip(maps, demo.MAPS.items(), strict=True):
+        assert line.startswith(f"  {label} gain"), line
+        judged(line, demo.MEASURED_GAINS[name])
     judged(accuracy, demo.MEASURED_ACC_CHANGE, scale=100)
-    assert "differ from the measured ones" in lines[claim + 4], "--quick is not the measured run"
-    printed = float(saliency.split()[2].rstrip(":"))
+    assert "differ from the measured ones" in lines[claim + 2 + n], "--quick is not measured"
+    printed = float(maps[0].split()[2].rstrip(":"))
     measures = {n: r["measures"] for n, r in json.loads((out / "results.json").read_text()).items()}
     key = demo.TOPK["saliency"]
     expected = measures["robust"][key] - measures["natural"][key]
@@ -120,8 +120,9 @@ def test_quick_demo_states_its_claim_against_the_measured_range(quick_run):
 
 
 def test_verdict_says_inside_or_outside(monkeypatch):
-    monkeypatch.setattr(demo, "MEASURED_GAIN", {"mean": 0.5, "sd": 0.02, "min": 0.45, "max": 0.55})
-    monkeypatch.setattr(demo, "MEASURED_IG_GAIN", {"mean": 0.2, "min": 0.15, "max": 0.25})
+    gains = {name: {"mean": 0.5, "min": 0.45, "max": 0.55} for name in demo.MAPS}
+    gains["integrated_gradients"] = {"mean": 0.2, "min": 0.15, "max": 0.25}
+    monkeypatch.setattr(demo, "MEASURED_GAINS", gains)
     monkeypatch.setattr(demo, "MEASURED_ACC_CHANGE", {"mean": -0.01, "min": -0.02, "max": 0.0})
     lines = demo.verdict({"saliency": 0.5, "integrated_gradients": 0.3, "accuracy": -0.03})
     saliency, ig, accuracy = lines.splitlines()[1:4]
@@ -167,15 +168,17 @@ def test_demo_protocol_is_rar_at_the_demos_size():
 
     from robust_train.app.commands import settings_tag
     from robust_train.evaluation import PROTOCOLS
+    from robust_train.explain import reported_explainers
 
     rar, preset = PROTOCOLS["rar"], PROTOCOLS["demo"]
     differs = {
         f.name for f in dataclasses.fields(rar) if getattr(rar, f.name) != getattr(preset, f.name)
     }
     assert differs == {
-        "n_samples", "n_steps", "step_size", "n_restarts", "lipschitz_samples", "fidelity_steps",
-        "extra",
+        "n_samples", "explainers", "n_steps", "step_size", "n_restarts", "lipschitz_samples",
+        "fidelity_steps", "extra",
     }  # fmt: skip
+    assert preset.explainers == tuple(demo.MAPS) == tuple(reported_explainers())
     assert (preset.n_samples, preset.n_steps, preset.step_size, preset.n_restarts) == (
         100, 20, 0.03, 1,
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""One file per extension, and one key scheme (the architecture issue's acceptance tests).
+"""One file per extension, and one key scheme (the acceptance tests of the extension points).
 
 A new explainer, penalty, attack objective and evaluation part are defined HERE, in the test
 file alone, and each runs through everything that consumes it: the attack, a smoothness penalty

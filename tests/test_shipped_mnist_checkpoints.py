@@ -46,17 +46,30 @@ def test_shipped_mnist_checkpoint_loads_with_the_recorded_accuracy(name):
     assert accuracy >= 0.9
 
 
-def test_the_shipped_robust_model_is_the_softplus_network_of_its_recipe():
-    """mnist5k_robust is `configs/mnist5k_finetune_ixg_softplus.yaml` fitted: every ReLU of the
-    natural model a Softplus(2), restored as such by `load_classifier` (a ReLU network loaded
-    with these weights would be another model)."""
+def test_the_shipped_robust_model_is_its_recipe_fitted_on_the_natural_network():
+    """mnist5k_robust is `configs/mnist5k_finetune_every_map.yaml` fitted: the natural model's
+    ReLU network (LRP's rules and DeepLIFT's rescale rule assume ReLUs) with other weights, and
+    its checkpoint records the recipe's composed penalty and its three terms."""
     import yaml
 
-    recipe = yaml.safe_load(shipped_config("mnist5k_finetune_ixg_softplus").read_text())
-    beta = recipe["model"]["softplus_beta"]
+    recipe = yaml.safe_load(shipped_config("mnist5k_finetune_every_map").read_text())
+    (penalty,) = recipe["model"]["penalties"]
+    assert "softplus_beta" not in recipe["model"]
     robust = load_classifier(shipped_checkpoint("mnist5k_robust"))
     natural = load_classifier(shipped_checkpoint("mnist5k_baseline"))
-    softplus = [m for m in robust.modules() if isinstance(m, torch.nn.Softplus)]
-    assert len(softplus) == 3 and all(m.beta == beta for m in softplus)
-    assert not any(isinstance(m, torch.nn.ReLU) for m in robust.modules())
-    assert sum(isinstance(m, torch.nn.ReLU) for m in natural.modules()) == 3
+    for model in (robust, natural):
+        assert sum(isinstance(m, torch.nn.ReLU) for m in model.modules()) == 3
+        assert not any(isinstance(m, torch.nn.Softplus) for m in model.modules())
+    moved = [
+        k for k, v in natural.state_dict().items() if not torch.equal(v, robust.state_dict()[k])
+    ]
+    assert len(moved) >= 6, "the fine-tune moved the weights"
+    stored = torch.load(shipped_checkpoint("mnist5k_robust"), map_location="cpu", weights_only=True)
+    (recorded,) = stored["robust_train"]["penalties"]
+    assert (
+        recorded.startswith("ComposedPenalty(")
+        and f"weight={penalty['init_args']['weight']}" in recorded
+    )
+    for term in penalty["init_args"]["terms"]:
+        assert f"batch_fraction={term['batch_fraction']}" in recorded
+    assert stored["robust_train"]["softplus_beta"] is None

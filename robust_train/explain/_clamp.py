@@ -8,8 +8,7 @@ support lies in the clean top-k set, the mass outside the set stays 0 near the c
 the ascent has no direction, although moving the support would change the top-k set. The
 attack then underestimates fragility, and a penalty whose inner ascent is blind in the same way
 trains maps to be sparse rather than robust (gradient masking; benchmarks/NEW_EXPLAINERS.md,
-section 8: the Grad-CAM fine-tune kept 0.669 of its top-100 under the blind attack, 0.374 under
-this one).
+section 8, measures both attacks on a Grad-CAM fine-tune).
 
 Inside `smooth_map_clamps(beta)` the clamp computes s * softplus_beta(z / s) instead, with s the
 per-sample max |z| (detached: the surrogate does not depend on the map's scale): positive

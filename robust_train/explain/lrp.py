@@ -94,16 +94,12 @@ def lrp(
     (`piecewise_constant=False`), not on the softplus surrogate: the rules multiply activations
     (R_j = a_j w_jk / z_k R_k), so the map moves with x even on a ReLU network and its exact
     gradient is not zero, while a softplus surrogate changes the map it differentiates (no unit
-    is ever inactive, so relevance also flows where the model sends none). Measured on the
-    shipped natural MNIST-5k model (256 correctly classified test images, top-k attack on the
-    epsilon_plus map, L_inf 0.3, 50 steps of 0.01, k 100; benchmarks/LRP.md): mean top-100
-    intersection 0.387 with the direction on the model itself, 0.420 on softplus beta 100 and
-    0.477 on beta 10 (lower is a stronger attack). Dombrowski et al. (2019) took their attack
-    directions on softplus (beta 10 -> 100) for every explainer, LRP included; on this model the
-    ReLU network's own relevance graph gives the stronger direction. A map with at most k
-    nonzero pixels (9 of those 256 images for k = 100: z+ sends no relevance where the upper
-    units are off) gives the top-k objective an exactly zero gradient; the attack reports them
-    unmeasured.
+    is ever inactive, so relevance also flows where the model sends none). Dombrowski et al.
+    (2019) took their attack directions on softplus (beta 10 -> 100) for every explainer, LRP
+    included; on the shipped natural MNIST-5k model the ReLU network's own relevance graph gives
+    the stronger direction (benchmarks/LRP.md compares the three). A map with at most k nonzero
+    pixels (z+ sends no relevance where the upper units are off) gives the top-k objective an
+    exactly zero gradient; the attack reports such images unmeasured.
 
     Args:
         model: classifier returning logits (B, num_classes); its modes are left as they are.

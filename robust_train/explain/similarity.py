@@ -79,10 +79,10 @@ def topk_intersection(map_a: Tensor, map_b: Tensor, k: int) -> Tensor:
     Where both maps have at least k positive pixels this is Ghorbani's |top_k(a) ∩ top_k(b)| / k.
     A map cut to exactly 0 (Grad-CAM's ReLU, IG or DeepLIFT on a zero background) can have fewer:
     its zero pixels are not ranked among its most important, so they never count as agreement
-    (broken by index, two sparse maps would "share" the same top-left zero pixels: on the natural
-    MNIST-5k model that made Grad-CAM's top-100 intersection under attack 0.26 instead of 0.05,
-    benchmarks/NEW_EXPLAINERS.md section 9). Dividing by the larger set keeps identical maps at 1
-    and counts the pixels the other map newly ranks among its top as lost. Ties at the k-th
+    (broken by index, two sparse maps would "share" the same top-left zero pixels, which
+    flatters sparse maps most: benchmarks/NEW_EXPLAINERS.md section 9 measures both rules).
+    Dividing by the larger set keeps identical maps at 1 and counts the pixels the other map
+    newly ranks among its top as lost. Ties at the k-th
     positive value go to the lower index, as in `topk_mask`. Two all-zero maps have nothing to
     compare: NaN, as a rank correlation with a constant map.
 

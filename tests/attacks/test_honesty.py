@@ -156,8 +156,8 @@ def test_metric_class_counts_unmeasured_samples_apart() -> None:
 def test_a_flat_clean_point_is_left_by_a_random_step_and_then_attacked() -> None:
     """A zero-baseline IG map is zero wherever the input is zero: with no more non-zero pixels
     than k, the clean top-k set holds all the mass, the top-k value is -1 around x0 and the
-    gradient there is exactly zero. Such a sample used to be left unmeasured (73 of 200 on the
-    natural MNIST-5k model with k 200); a random step now leaves the flat point."""
+    gradient there is exactly zero. Without a way off it, such a sample stays unmeasured; a
+    random step leaves the flat point, and the attack then follows the gradient."""
     from robust_train.attacks._loop import off_flat_point  # noqa: F401  (the step it takes)
     from robust_train.explain import get_explainer
 

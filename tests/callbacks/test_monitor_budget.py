@@ -46,13 +46,17 @@ def test_budget_arithmetic():
 @pytest.mark.parametrize(
     "max_overhead, expected", [(1e-9, [0, 3]), (1e9, [0, 1, 2, 3]), (None, [0, 1, 2, 3])]
 )
-def test_cap_skips_middle_epochs_only(module, data, caplog, max_overhead, expected):
+def test_cap_skips_middle_epochs_only(module, data, caplog, monkeypatch, max_overhead, expected):
+    # The note goes through Lightning's rank-zero logger; Lightning's "pytorch_lightning" logger
+    # stops propagation to the root logger (caplog's) when it is imported before the root logger
+    # has a handler, so whether the note reaches caplog would depend on the tests run before.
+    monkeypatch.setattr(logging.getLogger("pytorch_lightning"), "propagate", True)
     monitor = LipschitzMonitor(**{**TINY, "max_overhead": max_overhead})
     with caplog.at_level(logging.INFO):
         trainer = fit(module, data, monitor, 4)
     assert monitor.evaluated_epochs == expected
-    notes = [r for r in caplog.records if "to keep its share" in r.getMessage()]
-    assert len(notes) == (1 if len(expected) < 4 else 0)
+    notes = {r.getMessage() for r in caplog.records if "to keep its share" in r.getMessage()}
+    assert len(notes) == (1 if len(expected) < 4 else 0)  # one note (a record may arrive twice)
     share = float(trainer.callback_metrics["robustness/share/lipschitz"])
     assert 0 < share < 1
     assert share == pytest.approx(monitor.budget.share)

@@ -1,7 +1,6 @@
 """The shipped MNIST recipe, as a user runs it: `robust-train fit --config
-configs/mnist5k_finetune_ixg_softplus.yaml` fine-tunes the shipped natural model into one that
-behaves like the shipped robust checkpoint (a softplus network; accuracy, predictions, robustness
-under attack)."""
+configs/mnist5k_finetune_every_map.yaml` fine-tunes the shipped natural model into one that
+behaves like the shipped robust checkpoint (accuracy, predictions, robustness under attack)."""
 
 from __future__ import annotations
 
@@ -44,7 +43,7 @@ def test_finetune_config_reproduces_the_shipped_robust_model(run_cli, tmp_path):
     done = run_cli(
         "fit",
         "--config",
-        str(ROOT / "configs" / "mnist5k_finetune_ixg_softplus.yaml"),
+        str(ROOT / "configs" / "mnist5k_finetune_every_map.yaml"),
         "--model.init_checkpoint",
         str(shipped_checkpoint("mnist5k_baseline")),
         "--trainer.logger=false",
@@ -55,7 +54,7 @@ def test_finetune_config_reproduces_the_shipped_robust_model(run_cli, tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "T_max" not in done.stderr  # the config's cosine period is the fit's length
-    (last,) = (tmp_path / "runs").glob("mnist5k_finetune_ixg_softplus/latest/last.ckpt")
+    (last,) = (tmp_path / "runs").glob("mnist5k_finetune_every_map/latest/last.ckpt")
     tuned = load_classifier(last)
     shipped = load_classifier(shipped_checkpoint("mnist5k_robust"))
     natural = load_classifier(shipped_checkpoint("mnist5k_baseline"))

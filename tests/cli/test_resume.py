@@ -74,9 +74,11 @@ def _load(path: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_killed_fit_resumes_to_the_weights_of_an_uninterrupted_fit(tmp_path: Path, run_cli):
+def test_killed_fit_resumes_to_the_weights_of_an_uninterrupted_fit(tmp_path: Path, run_cli, cli):
+    """The killed fit runs the console script in a subprocess; the uninterrupted fit and the
+    resume run its entry point in-process (they load no killer callback)."""
     (tmp_path / "killer.py").write_text(KILLER)
-    plain = _fit(run_cli, tmp_path, "whole", _override(tmp_path, "whole", kill=False))
+    plain = _fit(cli, tmp_path, "whole", _override(tmp_path, "whole", kill=False))
     assert plain.returncode == 0, plain.stderr[-2000:]
 
     killed = _fit(run_cli, tmp_path, "cut", _override(tmp_path, "cut", kill=True))
@@ -88,7 +90,7 @@ def test_killed_fit_resumes_to_the_weights_of_an_uninterrupted_fit(tmp_path: Pat
     )
 
     resumed = _fit(
-        run_cli, tmp_path, "cut", _override(tmp_path, "resume", kill=False), "--ckpt_path", "last"
+        cli, tmp_path, "cut", _override(tmp_path, "resume", kill=False), "--ckpt_path", "last"
     )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "does not accept option" not in resumed.stderr

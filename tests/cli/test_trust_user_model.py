@@ -1,4 +1,5 @@
-"""A user's own model class through the real console script: `fit` with
+"""A user's own model class through the real console script (the fit in a subprocess, the other
+commands through its entry point `robust_train.app.cli.main` in-process): `fit` with
 `class_path: usernet.TinyNet` (no RecordsConfig) records its class path and init args, so
 `evaluate --trust-class-path` rebuilds it (a recorded module outside the installed packages is
 imported only with that opt-in); a class path that cannot be imported and offline pretrained
@@ -7,6 +8,7 @@ weights are user errors (exit 2, one line), not internal errors."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,7 +64,9 @@ def _pythonpath(*folders: Path) -> str:
 
 
 @pytest.mark.slow
-def test_fit_records_a_user_model_and_evaluate_rebuilds_it(tmp_path: Path, run_cli):
+def test_fit_records_a_user_model_and_evaluate_rebuilds_it(
+    tmp_path: Path, run_cli, cli, monkeypatch
+):
     user = tmp_path / "user_code"
     user.mkdir()
     (user / "usernet.py").write_text(USER_MODULE)
@@ -81,50 +85,53 @@ def test_fit_records_a_user_model_and_evaluate_rebuilds_it(tmp_path: Path, run_c
         "init_args": {"hidden": 6, "num_classes": 10},
     }
     out = tmp_path / "eval"
+    # In-process, sys.path stands for PYTHONPATH; usernet is dropped from sys.modules after each
+    # command, so every command imports it (or fails to) afresh, as its own process would.
+    plain_path = list(sys.path)
+
+    def evaluate(*args: str, cwd: Path, on_path: tuple[Path, ...] = ()):
+        monkeypatch.setattr(sys, "path", [*map(str, on_path), *plain_path])
+        try:
+            return cli("evaluate", "--ckpt", str(last), *args, *TINY_EVAL, cwd=cwd)
+        finally:
+            monkeypatch.setattr(sys, "path", plain_path)
+            sys.modules.pop("usernet", None)
+
     # usernet.py is on PYTHONPATH but not an installed package: refused without the opt-in
-    refused = run_cli("evaluate", "--ckpt", str(last), "--out", str(out), *TINY_EVAL, cwd=work,
-                      env=env)  # fmt: skip
+    refused = evaluate("--out", str(out), cwd=work, on_path=(user,))
     _error_line(refused, "usernet.TinyNet", "outside the installed packages", "--trust-class-path")
-    evaluate = run_cli(
-        "evaluate", "--ckpt", str(last), "--out", str(out), *TINY_EVAL, "--trust-class-path",
-        cwd=work, env=env,
-    )  # fmt: skip
-    assert evaluate.returncode == 0, evaluate.stderr[-3000:]
+    trusted = evaluate("--out", str(out), "--trust-class-path", cwd=work, on_path=(user,))
+    assert trusted.returncode == 0, trusted.stderr[-3000:]
     assert "split_accuracy" in (out / "results.json").read_text()
 
     # The module is not importable from here: exit 2 and one line saying what to do.
-    elsewhere = run_cli("evaluate", "--ckpt", str(last), *TINY_EVAL, cwd=tmp_path)
+    elsewhere = evaluate(cwd=tmp_path)
     _error_line(
         elsewhere, "usernet.TinyNet", "No module named 'usernet'", "PYTHONPATH", "last.ckpt"
     )
     # ... and with the opt-in the working directory is searched, as `python -m` would.
-    in_cwd = run_cli(
-        "evaluate", "--ckpt", str(last), "--out", str(tmp_path / "e2"), *TINY_EVAL,
-        "--trust-class-path", cwd=user,
-    )  # fmt: skip
+    in_cwd = evaluate("--out", str(tmp_path / "e2"), "--trust-class-path", cwd=user)
     assert in_cwd.returncode == 0, in_cwd.stderr[-3000:]
 
 
-@pytest.mark.slow
-def test_unimportable_class_paths_are_user_errors(tmp_path: Path, run_cli):
-    fit = run_cli(*FIT, "--model.model", "nowhere_pkg.Net", cwd=tmp_path)
+def test_unimportable_class_paths_are_user_errors(tmp_path: Path, cli):
+    fit = cli(*FIT, "--model.model", "nowhere_pkg.Net", cwd=tmp_path)
     _error_line(fit, "nowhere_pkg")
     config = tmp_path / "data.yaml"
     config.write_text("data:\n  class_path: nowhere_pkg.Data\n")
-    evaluate = run_cli(
+    evaluate = cli(
         "evaluate", "--ckpt", str(shipped_checkpoint("digits_baseline")),
         "--data-config", str(config), *TINY_EVAL, "--out", str(tmp_path / "e"), cwd=tmp_path,
     )  # fmt: skip
     _error_line(evaluate, "nowhere_pkg.Data", "No module named 'nowhere_pkg'")
 
 
-@pytest.mark.slow
-def test_offline_pretrained_weights_are_a_user_error(tmp_path: Path, run_cli):
+def test_offline_pretrained_weights_are_a_user_error(tmp_path: Path, cli):
     """No cached file and no network (an unreachable proxy): the clear message, exit 2."""
     unreachable = "http://127.0.0.1:9"
     env = {"TORCH_HOME": str(tmp_path / "torch_home"), "NO_PROXY": "", "no_proxy": ""}
     env |= {"HTTPS_PROXY": unreachable, "https_proxy": unreachable}
-    result = run_cli(
+    result = cli(
         *FIT, "--model.model", "robust_train.models.TorchvisionClassifier",
         "--model.model.init_args.name", "squeezenet1_1", "--model.model.init_args.weights",
         "DEFAULT", "--model.model.init_args.num_classes", "10", cwd=tmp_path, env=env,

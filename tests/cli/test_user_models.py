@@ -2,15 +2,15 @@
 
 Through the console script: a torchvision architecture with a plain torchvision state dict on an
 image folder (an auditor's case), a user's own module found in the working directory, every
-common state-dict layout, and the refusals (a class path that is not an nn.Module is never
-called; a weights file that unpickles code never runs it; keys that do not fit are named).
+common state-dict layout; through its entry point in-process, the refusals (a class path that is
+not an nn.Module is never called; a weights file that unpickles code never runs it; keys that do
+not fit are named).
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -175,8 +175,10 @@ class _Payload:
         return (os.system, ("touch pwned.txt",))
 
 
-@pytest.mark.slow
-def test_refusals_name_the_file_or_class_and_run_nothing(tmp_path: Path, run_cli):
+def test_refusals_name_the_file_or_class_and_run_nothing(tmp_path: Path, cli, monkeypatch):
+    """In-process (the script's entry point): mynet is dropped from sys.modules after each
+    command, as if each ran in its own process."""
+    monkeypatch.setattr(sys, "path", list(sys.path))  # --model may append the working directory
     (tmp_path / "mynet.py").write_text(TINY_NET)
     (tmp_path / "evil.yaml").write_text("model:\n  class_path: mynet.NotAModule\n")
     (tmp_path / "data.yaml").write_text(
@@ -199,13 +201,12 @@ def test_refusals_name_the_file_or_class_and_run_nothing(tmp_path: Path, run_cli
             ("half.pt", "TinyNet", "body.1.weight"),
         ),
     }
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        done = {
-            name: pool.submit(run_cli, "evaluate", *argv, "--out", name, cwd=tmp_path)
-            for name, (argv, _) in cases.items()
-        }
+    done = {}
+    for name, (argv, _) in cases.items():
+        done[name] = cli("evaluate", *argv, "--out", name, cwd=tmp_path)
+        sys.modules.pop("mynet", None)
     for name, (_, fragments) in cases.items():
-        _error(done[name].result(), *fragments)
+        _error(done[name], *fragments)
         assert not (tmp_path / name).exists(), name
     assert not (tmp_path / "called.txt").exists()  # NotAModule was never instantiated
     assert not (tmp_path / "pwned.txt").exists()  # the pickled call never ran

@@ -103,8 +103,9 @@ def _fidelity(model, x, y, importance) -> float:
 @pytest.mark.parametrize("name", ["mnist5k_baseline", "mnist5k_robust"])
 def test_the_default_layer_explains_something_on_the_shipped_pair(name) -> None:
     """The correctly classified of the first 64 test images, mean fill, 20 steps (measured:
-    natural 0.379 at the default vs -0.011 at the last Conv2d, robust 0.403 vs 0.077; a random
-    map about 0.03)."""
+    natural 0.379 at the default vs -0.011 at the last Conv2d, the every-map robust model 0.653
+    vs 0.516, its Grad-CAM penalty makes every layer's map explain more; a random map about
+    0.03)."""
     from robust_train.data import MNIST5kDataModule
     from robust_train.models import load_classifier
 
@@ -122,7 +123,11 @@ def test_the_default_layer_explains_something_on_the_shipped_pair(name) -> None:
         "former": _fidelity(model, x, y, former),
         "random": _fidelity(model, x, y, random_map),
     }
-    assert fid["default"] > 0.3 and fid["default"] > fid["former"] + 0.25, fid
+    assert fid["default"] > 0.3 and fid["default"] > fid["former"], fid
     assert fid["default"] > fid["random"] + 0.25, fid
+    if name == "mnist5k_baseline":  # why the default moved: the last Conv2d explains nothing
+        assert fid["default"] > fid["former"] + 0.25, fid
     blank = lambda m: int((m.flatten(1).amax(1) == m.flatten(1).amin(1)).sum())  # noqa: E731
-    assert blank(default) <= 5 and blank(default) < blank(former), (blank(default), blank(former))
+    assert blank(default) <= 5 and blank(default) <= blank(former), (blank(default), blank(former))
+    if name == "mnist5k_baseline":
+        assert blank(default) < blank(former), (blank(default), blank(former))

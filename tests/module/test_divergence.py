@@ -1,8 +1,8 @@
 """A diverging fit: one warning, a count per epoch, a monitor that goes on.
 
-Reproduction from the issue: SGD with lr 1e6 and `on_nonfinite="skip"` warned once per batch
-(each warning advising to set the option already set) and the robustness monitor then stopped
-the fit with `ValueError: maps holds 192 non-finite value(s)`.
+The case: SGD with lr 1e6 and `on_nonfinite="skip"`. It must warn once (not once per batch, and
+not advising to set the option already set), and the robustness monitor must not stop the fit
+(no `ValueError: maps holds N non-finite value(s)`).
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def test_no_count_is_logged_when_nothing_was_skipped(tmp_path):
 
 
 def test_sgd_lr_1e6_with_the_monitor_finishes_and_logs_the_nonfinite_count(tmp_path):
-    """The issue's reproduction: the fit ends, the monitor logs a count and no robustness."""
+    """SGD at lr 1e6: the fit ends, the monitor logs a count and no robustness."""
     train, val = _loaders()
     torch.manual_seed(1)  # lr 1e6 overflows this model's logits and maps from the first epoch
     module = RobustClassifier(

@@ -92,13 +92,14 @@ def test_the_other_package_is_refused_by_lightning_and_on_lightning_checks_its_i
         rtl.on_lightning(torch.nn.Linear)
 
 
-def test_the_readme_example_for_lightning_runs_as_written():
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    match = re.search(r"^## `lightning` or `pytorch_lightning`\n(.*?)(?=^## )", readme, re.M | re.S)
-    assert match, "README has no section on the lightning package"
+def test_the_documented_example_for_lightning_runs_as_written():
+    page = Path(__file__).resolve().parents[2] / "docs" / "tutorials" / "train-a-robust-model.md"
+    match = re.search(r"^## `lightning` or `pytorch_lightning`\n(.*?)(?=^## )", page.read_text(),
+                      re.M | re.S)  # fmt: skip
+    assert match, "the training tutorial has no section on the lightning package"
     (block,) = re.findall(r"^```python\n(.*?)^```", match.group(1), flags=re.M | re.S)
-    namespace: dict[str, object] = {"__name__": "readme"}
-    exec(compile(block, "README.md (lightning)", "exec"), namespace)
+    namespace: dict[str, object] = {"__name__": "docs"}
+    exec(compile(block, "train-a-robust-model.md (lightning)", "exec"), namespace)
     trainer = namespace["trainer"]
     assert isinstance(trainer, lightning.Trainer) and trainer.global_step == 5
     assert "robustness/attack/saliency/topk/topk_intersection" in trainer.callback_metrics

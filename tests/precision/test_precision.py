@@ -159,7 +159,7 @@ def test_kinds_of_the_built_in_penalties():
         needs_input_grad = True
 
     assert (needs_double_backprop(Declared()), needs_full_precision(Declared())) == (False, True)
-    # a term that does not say what it does is refused, not guessed (it used to count as double
-    # backprop by `needs_input_grad`, and one without that flag slipped past the checks)
+    # a term that does not say what it does is refused, not guessed (guessing from
+    # `needs_input_grad` would let a term without that flag slip past the checks)
     with pytest.raises(TypeError, match="must declare `double_backprop"):
         needs_double_backprop(Undeclared())

@@ -80,7 +80,7 @@ def _record_ascent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Tensor, Tensor
 
 
 def test_without_surrogate_the_ascent_on_a_relu_model_never_moves_and_warns(monkeypatch):
-    """The bug, documented: ascent_beta=None on a ReLU model gives a zero gradient, an unchanged
+    """The limiting case: ascent_beta=None on a ReLU model gives a zero gradient, an unchanged
     delta and the value of no ascent at all, bit for bit; the function says so."""
     model, (x, y) = relu_mlp(), _batch()
     calls = _record_ascent(monkeypatch)

@@ -382,6 +382,17 @@ def cell(vals: list[float], n_seeds: int, digits: int = 3) -> str:
     return text if len(vals) == n_seeds else f"{text} ({len(vals)} of {n_seeds})"
 
 
+def _accuracy(jobs: list[dict[str, Any]], arch: str, model: str) -> list[float]:
+    """Test accuracy, one value per seed (every eval job of a seed records the same one)."""
+    by_seed: dict[Any, float] = {}
+    for j in jobs:
+        if j["arch"] == arch and j["model"] == model and j.get("kind") == "eval":
+            v = j.get("accuracy")
+            if isinstance(v, (int, float)) and math.isfinite(v):
+                by_seed.setdefault(j.get("seed"), float(v))
+    return list(by_seed.values())
+
+
 def _eval_key(jobs: list[dict[str, Any]], arch: str, model: str, ex: str, key: str) -> list:
     return _values(jobs, arch, model, key, kind="eval", explainer=ex)
 
@@ -393,7 +404,7 @@ def attack_table(jobs: list[dict[str, Any]], archs: list[str], n: int) -> list[s
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for arch in archs:
         for model in ("natural", "robust"):
-            row = [arch, model, cell(_values(jobs, arch, model, "accuracy", kind="eval"), n)]
+            row = [arch, model, cell(_accuracy(jobs, arch, model), n)]
             for ex in REPORT_MAPS:
                 for obj in ("topk", "random_sign"):
                     key = f"attack/{ex}/{obj}/topk_intersection"

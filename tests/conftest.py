@@ -122,15 +122,18 @@ def cli(monkeypatch, capsys):
             # the stream of the moment it was imported, so echo them to the captured stderr.
             echo = logging.StreamHandler(sys.stderr)
             loggers = [logging.getLogger(n) for n in ("pytorch_lightning", "lightning_fabric")]
+            levels = [logger.level for logger in loggers]
             for logger in loggers:
                 logger.addHandler(echo)
+                logger.setLevel(logging.INFO)  # as Lightning sets it in a fresh process
             try:
                 code = main([str(a) for a in args])
             except SystemExit as stop:  # argparse's --help
                 code = stop.code if isinstance(stop.code, int) else 0
             finally:
-                for logger in loggers:
+                for logger, level in zip(loggers, levels, strict=True):
                     logger.removeHandler(echo)
+                    logger.setLevel(level)
             out = capsys.readouterr()
         return subprocess.CompletedProcess(["robust-train", *args], code, out.out, out.err)
 
@@ -176,12 +179,16 @@ _LIGHTNING_LOGGERS = (
 
 @pytest.fixture(autouse=True)
 def _lightning_log_levels_restored():
-    """Each test starts with the Lightning loggers' levels as the run began: the benchmarks'
-    quiet helpers set them to ERROR in the process that calls them, which would hide Lightning's
-    info lines (the console script's messages among them) from the tests after them."""
+    """Each test starts with Lightning's loggers at INFO at most (Lightning's own level): the
+    benchmarks' quiet helpers set them to ERROR in the process that calls them (some at import
+    or in module fixtures), which would hide Lightning's info lines, the console script's
+    messages among them, from the tests after them. The levels are restored after the test."""
     import logging
 
     saved = [(logging.getLogger(n), logging.getLogger(n).level) for n in _LIGHTNING_LOGGERS]
+    for logger, level in saved:
+        if level > logging.INFO:
+            logger.setLevel(logging.INFO)
     yield
     for logger, level in saved:
         logger.setLevel(level)

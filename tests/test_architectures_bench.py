@@ -51,8 +51,10 @@ def test_cells_say_what_was_not_measured(arch):
 @pytest.mark.slow
 def test_a_quick_run_writes_every_cell_and_resumes_without_refitting(arch, tmp_path, capsys):
     out, md = tmp_path / "run", tmp_path / "ARCH.md"
-    argv = ["run", "--quick", "--recipe", "mnist5k_finetune_ixg_softplus.yaml", "--out", str(out),
-            "--archs", "mnist_cnn", "vgg_bn", "--seeds", "0", "--maps", "saliency", "grad_cam"]  # fmt: skip
+    argv = [
+        "run", "--quick", "--recipe", "mnist5k_finetune_ixg_softplus.yaml", "--out", str(out),
+        "--archs", "mnist_cnn", "vgg_bn", "--seeds", "0", "--maps", "saliency", "grad_cam",
+    ]  # fmt: skip
     assert arch.main(argv) == 0
     jobs = sorted(p.name for p in (out / "jobs").glob("*.json"))
     assert len(jobs) == 12  # 2 archs x (2 fits + 2 models x 2 maps)

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 
 from robust_train.core.validation import check_positive, check_probability
 from robust_train.models.config import RecordsConfig
-from robust_train.models.normalize import Normalize, channel_stats
+from robust_train.models.normalize import Normalize
 
 __all__ = ["MNISTConvNet"]
 
@@ -71,10 +71,7 @@ class MNISTConvNet(RecordsConfig, nn.Module):
         for width in widths:
             check_positive(width, "channels", integer=True)
         check_probability(dropout, "dropout")
-        self.normalize = Normalize(
-            channel_stats(0.0 if mean is None else mean, in_channels),
-            channel_stats(1.0 if std is None else std, in_channels),
-        )
+        self.normalize = Normalize.for_channels(mean, std, in_channels)
         c1, c2 = widths
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, c1, 5, padding=2),

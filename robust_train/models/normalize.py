@@ -60,6 +60,25 @@ class Normalize(nn.Module):
     mean: Tensor
     std: Tensor
 
+    @classmethod
+    def for_channels(
+        cls,
+        mean: float | Sequence[float] | None,
+        std: float | Sequence[float] | None,
+        in_channels: int,
+    ) -> Normalize:
+        """A model's input normalisation: `mean` / `std` broadcast to `in_channels`
+        (`channel_stats`); None: 0 / 1 (the identity).
+
+        Examples:
+            >>> Normalize.for_channels(None, 0.5, 2).std.tolist()
+            [0.5, 0.5]
+        """
+        return cls(
+            channel_stats(0.0 if mean is None else mean, in_channels),
+            channel_stats(1.0 if std is None else std, in_channels),
+        )
+
     def __init__(self, mean: float | Sequence[float], std: float | Sequence[float]):
         super().__init__()
         mean_t = torch.as_tensor(mean, dtype=torch.float32).reshape(-1)

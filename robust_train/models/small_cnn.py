@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from robust_train.core.validation import check_positive, check_probability
 from robust_train.models.config import RecordsConfig
-from robust_train.models.normalize import Normalize, channel_stats
+from robust_train.models.normalize import Normalize
 
 __all__ = ["SmallCNN"]
 
@@ -69,10 +69,7 @@ class SmallCNN(RecordsConfig, nn.Module):
         ):
             check_positive(value, name, integer=True)
         check_probability(dropout, "dropout")
-        self.normalize = Normalize(
-            channel_stats(0.0 if mean is None else mean, in_channels),
-            channel_stats(1.0 if std is None else std, in_channels),
-        )
+        self.normalize = Normalize.for_channels(mean, std, in_channels)
         n_pools = 1 + max(0, int(math.floor(math.log2(max(input_size, 8) / 8))))
         pool_after = {1, 0, 2} if n_pools >= 3 else ({1, 0} if n_pools == 2 else {1})
         layers: list[nn.Module] = []

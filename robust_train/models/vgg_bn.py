@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from robust_train.core.validation import check_positive, check_probability
 from robust_train.models.config import RecordsConfig
-from robust_train.models.normalize import Normalize, channel_stats
+from robust_train.models.normalize import Normalize
 
 __all__ = ["VGGBN"]
 
@@ -90,10 +90,7 @@ class VGGBN(RecordsConfig, nn.Module):
             check_positive(value, name, integer=True)
         widths = _check_stages(stages, input_size)
         check_probability(dropout, "dropout")
-        self.normalize = Normalize(
-            channel_stats(0.0 if mean is None else mean, in_channels),
-            channel_stats(1.0 if std is None else std, in_channels),
-        )
+        self.normalize = Normalize.for_channels(mean, std, in_channels)
         layers: list[nn.Module] = []
         cin = in_channels
         for stage in widths:

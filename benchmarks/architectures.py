@@ -299,14 +299,14 @@ class Run:
     def jobs(self) -> list[Job]:
         """Every fit first (natural, then robust, seed by seed), then the evaluations, the
         cheaper explainers' of every model first."""
-        out = []
+        out, models = [], self.args.models
         for seed in self.args.seeds:
             for arch in self.args.archs:
-                out += [Job("fit", arch, "natural", seed), Job("fit", arch, "robust", seed)]
+                out += [Job("fit", arch, m, seed) for m in models]
         for explainer in self.args.maps:
             for seed in self.args.seeds:
                 for arch in self.args.archs:
-                    out += [Job("eval", arch, m, seed, explainer) for m in ("natural", "robust")]
+                    out += [Job("eval", arch, m, seed, explainer) for m in models]
         return out
 
     def execute(self, job: Job) -> dict[str, Any]:
@@ -611,6 +611,13 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--archs", nargs="+", default=list(ARCHS), choices=list(ARCHS))
     r.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     r.add_argument("--maps", nargs="+", default=list(MAPS), choices=MAPS)
+    r.add_argument(
+        "--models",
+        nargs="+",
+        default=["natural", "robust"],
+        choices=("natural", "robust"),
+        help="which models' jobs to run (natural ones do not depend on --recipe)",
+    )
     r.add_argument("--images", type=int, default=100)
     r.add_argument("--budget-min", type=float, default=600.0)
     r.add_argument("--quick", action="store_true", help="2 batches, 1 epoch, tiny attacks")

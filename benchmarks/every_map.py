@@ -166,10 +166,11 @@ def tune(
     softplus_beta: float | None,
     seed: int = 0,
     ckpt: Path | None = None,
+    lr: float = 2e-3,
 ) -> tuple[Any, list[float], float]:
     """Fine-tune the shipped natural model with `terms` (none: cross-entropy only) as
-    `explainer_recipes.fit` does (MNIST-5k train split, batch 64, Adam 2e-3, per-step cosine to
-    0), with `seed` for the batch order; (model in eval mode, CPU s of each epoch, of the fit)."""
+    `explainer_recipes.fit` does (MNIST-5k train split, batch 64, Adam at `lr`, per-step cosine
+    to 0), with `seed` for the batch order; (model in eval mode, CPU s of each epoch, of the fit)."""
     import pytorch_lightning as pl
 
     from benchmarks.bench_utils import quiet_trainer
@@ -183,7 +184,7 @@ def tune(
     module = RobustClassifier(
         MNISTConvNet(**er.MODEL),
         terms,
-        optimizer=lambda p: torch.optim.Adam(p, lr=2e-3),
+        optimizer=lambda p: torch.optim.Adam(p, lr=lr),
         lr_scheduler=lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=steps),
         lr_scheduler_interval="step",
         init_checkpoint=str(er.BASELINE),
@@ -206,10 +207,11 @@ def fit(args: argparse.Namespace) -> None:
         suffix = f"_s{args.seed}" if args.seed else ""
         ckpt = args.out / f"{args.tag}_w{weight:g}{suffix}.ckpt"
         terms = build_terms(specs, weight, args.seed) if weight > 0 else []
-        model, _, seconds = tune(terms, args.epochs, args.softplus_beta, args.seed, ckpt)
+        model, _, seconds = tune(terms, args.epochs, args.softplus_beta, args.seed, ckpt, args.lr)
         row = {"tag": args.tag, "terms": specs, "weight": weight, "softplus_beta":
                args.softplus_beta, "seed": args.seed, "val_acc": er.accuracy(model, x, y),
-               "fit_cpu_s": seconds, "ckpt": str(ckpt)}  # fmt: skip
+               "lr": args.lr, "epochs": args.epochs, "fit_cpu_s": seconds,
+               "ckpt": str(ckpt)}  # fmt: skip
         with open(args.out / "fits.jsonl", "a") as f:
             f.write(json.dumps(row) + "\n")
         print(json.dumps(row), flush=True)
@@ -303,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--epochs", type=int, default=2)
     f.add_argument("--softplus-beta", type=float, default=None)
     f.add_argument("--seed", type=int, default=0)
+    f.add_argument("--lr", type=float, default=2e-3, help="Adam's learning rate")
     c = sub.add_parser("cost")
     c.add_argument(
         "--variant",

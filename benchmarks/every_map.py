@@ -169,8 +169,9 @@ def tune(
     lr: float = 2e-3,
 ) -> tuple[Any, list[float], float]:
     """Fine-tune the shipped natural model with `terms` (none: cross-entropy only) as
-    `explainer_recipes.fit` does (MNIST-5k train split, batch 64, Adam at `lr`, per-step cosine
-    to 0), with `seed` for the batch order; (model in eval mode, CPU s of each epoch, of the fit)."""
+    `explainer_recipes.fit` does (MNIST-5k train split, batch 64, Adam at `lr`, per-step
+    cosine to 0), with `seed` for the batch order; (model in eval mode, CPU s of each epoch, of
+    the fit)."""
     import pytorch_lightning as pl
 
     from benchmarks.bench_utils import quiet_trainer

@@ -58,6 +58,11 @@ ARCHS: dict[str, dict[str, Any]] = {
     },
     "vgg_bn": {"class_path": "robust_train.models.VGGBN", "init_args": {}},
 }
+# Grad-CAM's layer where its default says nothing: the small-input ResNet-18's last block
+# (`backbone.layer4`) is 2 x 2 on 28 x 28 images (a top-100 set of the upsampled map is a choice
+# among four cells); `backbone.layer2` is 7 x 7, the side of the other two architectures' default
+# layers. The recipe's Grad-CAM term and the evaluation both take it.
+GRAD_CAM_LAYERS: dict[str, str] = {"resnet18": "backbone.layer2"}
 MAPS = ("saliency", "grad_cam", "deeplift", "lrp", "integrated_gradients")  # cheapest first
 NATURAL_CONFIG = "mnist5k_baseline.yaml"
 MARKER = "<!-- written by hand below this line; kept when `report` rewrites the tables -->"
@@ -113,26 +118,31 @@ def read_recipe(path: str, epochs: int | None = None) -> Recipe:
     )
 
 
-def adapt_layers(spec: Any, modules: set[str], dropped: list[str]) -> Any:
+def adapt_layers(spec: Any, modules: set[str], dropped: list[str], layer: str | None = None) -> Any:
     """`spec` (a penalty's init_args, nested) with every `layer` option that names no module of
-    the architecture (`modules`) removed, so the explainer takes its default layer there; the
-    removed names go to `dropped`."""
+    the architecture (`modules`) replaced by `layer` (the architecture's Grad-CAM layer,
+    `GRAD_CAM_LAYERS`) or, without one, removed, so the explainer takes its default layer there;
+    the replaced or removed names go to `dropped`."""
     if isinstance(spec, Mapping):
         out = {}
         for key, value in spec.items():
             if key == "layer" and isinstance(value, str) and value not in modules:
                 dropped.append(value)
+                if layer is not None:
+                    out[key] = layer
                 continue
-            out[key] = adapt_layers(value, modules, dropped)
+            out[key] = adapt_layers(value, modules, dropped, layer)
         return out
     if isinstance(spec, list):
-        return [adapt_layers(v, modules, dropped) for v in spec]
+        return [adapt_layers(v, modules, dropped, layer) for v in spec]
     return spec
 
 
-def build_penalties(recipe: Recipe, model: Any, seed: int) -> tuple[list[Any], list[str]]:
+def build_penalties(
+    recipe: Recipe, model: Any, seed: int, layer: str | None = None
+) -> tuple[list[Any], list[str]]:
     """The recipe's penalty terms for `model` (its seed replaced by the job's), and the layer
-    names that had to be dropped (`adapt_layers`)."""
+    names that had to be replaced by `layer` or dropped (`adapt_layers`)."""
     from robust_train.models.config import resolve_class
     from robust_train.regularizers import PenaltyTerm
 
@@ -140,7 +150,7 @@ def build_penalties(recipe: Recipe, model: Any, seed: int) -> tuple[list[Any], l
     terms, dropped = [], []
     for spec in recipe.penalties:
         cls = resolve_class(spec["class_path"], PenaltyTerm, f"a penalty of {recipe.source}")
-        args = adapt_layers(copy.deepcopy(spec.get("init_args", {})), modules, dropped)
+        args = adapt_layers(copy.deepcopy(spec.get("init_args", {})), modules, dropped, layer)
         if "seed" in args:
             args["seed"] = seed
         terms.append(cls(**args))
@@ -169,7 +179,7 @@ def fit(
     torch.set_num_threads(1)
     pl.seed_everything(seed, workers=True, verbose=False)
     model = build_arch(arch)
-    terms, dropped = build_penalties(recipe, model, seed)
+    terms, dropped = build_penalties(recipe, model, seed, GRAD_CAM_LAYERS.get(arch))
     batches = limit or math.ceil(3500 / recipe.batch_size)
     steps = recipe.epochs * batches
     scheduler = None
@@ -201,36 +211,44 @@ def fit(
     }
 
 
-def layer_info(model: Any) -> dict[str, Any]:
-    """Grad-CAM's default layer on `model` and the side of its output for a 28x28 image."""
+def layer_info(model: Any, layer: str | None = None) -> dict[str, Any]:
+    """Grad-CAM's layer on `model` (`layer`, or its default) and the side of its output for a
+    28x28 image."""
     import torch
 
     from robust_train.explain._layers import capture_output, find_layer
 
-    name, module = find_layer(model, None, caller="grad_cam")
+    name, module = find_layer(model, layer, caller="grad_cam")
     with torch.no_grad(), capture_output(module, name, caller="grad_cam") as seen:
         model(torch.zeros(1, 1, 28, 28))
     return {"grad_cam_layer": name, "grad_cam_side": list(seen.outputs[0].shape[-2:])}
 
 
-def evaluate(ckpt: str, explainer: str, n_images: int, plan: Any) -> dict[str, Any]:
+def evaluate(
+    ckpt: str, explainer: str, n_images: int, plan: Any, layer: str | None = None
+) -> dict[str, Any]:
     """Accuracy on the test split and, on its first `n_images` correctly classified images, the
-    leaderboard's test attacks and noise on `explainer`'s maps, with their fidelity."""
+    leaderboard's test attacks and noise on `explainer`'s maps, with their fidelity; Grad-CAM at
+    `layer` (None: its default layer)."""
     from benchmarks.leaderboard import _measures, attack_settings, test_split
     from robust_train.core.runtime import predict
+    from robust_train.explain import get_explainer
     from robust_train.models import load_classifier
 
     model = load_classifier(ckpt)
     x, y = test_split()
     correct = (predict(model, x, 256) == y).nonzero().squeeze(1)
     keep = correct[:n_images]
-    settings = attack_settings(plan, (explainer,), "test", len(keep))
+    chosen: Any = explainer
+    if explainer == "grad_cam" and layer is not None:
+        chosen = get_explainer("grad_cam", layer=layer)
+    settings = attack_settings(plan, (chosen,), "test", len(keep))
     settings = dataclasses.replace(
         settings, parts=(*settings.parts, "fidelity"), fidelity_steps=plan.fidelity_steps
     )
     out: dict[str, Any] = {"accuracy": float(len(correct) / len(y)), "n_images": len(keep)}
     out.update(_measures(model, x[keep], y[keep], settings))
-    out.update(layer_info(model))
+    out.update(layer_info(model, layer))
     return out
 
 
@@ -279,6 +297,9 @@ class Run:
     def settings(self, job: Job) -> dict[str, Any]:
         """What a stored result must have been made with to be reused."""
         out: dict[str, Any] = {"arch": ARCHS[job.arch], "quick": self.args.quick}
+        penalised = job.kind == "fit" and job.model == "robust"
+        if job.arch in GRAD_CAM_LAYERS and (penalised or job.explainer == "grad_cam"):
+            out["grad_cam_layer"] = GRAD_CAM_LAYERS[job.arch]
         out["natural"] = self.recipes["natural"].record()
         if job.model == "robust":
             out["robust"] = self.recipes["robust"].record()
@@ -324,7 +345,8 @@ class Run:
         if fitted is None or not Path(fitted["ckpt"]).is_file():
             raise RuntimeError(f"{job.id}: the model has not been trained")
         assert job.explainer is not None
-        return evaluate(fitted["ckpt"], job.explainer, self.images, self.plan)
+        layer = GRAD_CAM_LAYERS.get(job.arch)
+        return evaluate(fitted["ckpt"], job.explainer, self.images, self.plan, layer)
 
     def run(self) -> int:
         """Run every job that has no stored result; stop starting jobs after --budget-min."""

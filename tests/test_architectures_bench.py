@@ -31,6 +31,20 @@ def test_layer_options_the_architecture_lacks_are_dropped(arch):
     out = arch.adapt_layers(spec, {"layer4", "fc"}, dropped)
     assert out == {"weight": 2.0, "terms": [{"layer": "layer4"}, {"k": 3}]}
     assert dropped == ["features.4"]
+    dropped = []
+    out = arch.adapt_layers(spec, {"layer2", "layer4", "fc"}, dropped, "layer2")
+    assert out == {"weight": 2.0, "layer": "layer2", "terms": [{"layer": "layer4"}, {"k": 3}]}
+    assert dropped == ["features.4"]
+
+
+def test_resnet_grad_cam_layer_is_seven_by_seven(arch):
+    """The small-input ResNet's default Grad-CAM layer is 2 x 2 on MNIST; the benchmark's layer
+    for it exists and has the other architectures' 7 x 7 side."""
+    model = arch.build_arch("resnet18")
+    assert arch.layer_info(model)["grad_cam_side"] == [2, 2]
+    info = arch.layer_info(model, arch.GRAD_CAM_LAYERS["resnet18"])
+    assert info == {"grad_cam_layer": "backbone.layer2", "grad_cam_side": [7, 7]}
+    assert arch.layer_info(arch.build_arch("mnist_cnn"))["grad_cam_side"] == [7, 7]
 
 
 def test_penalties_are_built_with_the_jobs_seed(arch):

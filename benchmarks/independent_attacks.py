@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import copy
 import datetime
+import hashlib
 import json
 import math
 import os
@@ -727,6 +728,16 @@ def load_models(pairs: Sequence[tuple[str, str]]) -> dict[str, nn.Module]:
     return models
 
 
+def weights_fingerprint(model: nn.Module) -> str:
+    """The first 12 hex digits of the SHA-256 of the model's state dict (names, shapes and
+    float32 bytes in key order): which weights a record measured."""
+    digest = hashlib.sha256()
+    for key, value in model.state_dict().items():
+        digest.update(f"{key}:{tuple(value.shape)}".encode())
+        digest.update(value.detach().float().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:12]
+
+
 def load_test_split() -> tuple[Tensor, Tensor]:
     from robust_train.data import MNIST5kDataModule
 
@@ -799,6 +810,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--eps", type=float, default=0.3)
     parser.add_argument("--alpha", type=float, default=0.01)
     parser.add_argument(
+        "--attack-k", type=int, default=200, help="size of the attacked set B (reported k: 100)"
+    )
+    parser.add_argument(
         "--beta",
         type=float,
         default=10.0,
@@ -830,6 +844,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     settings = Settings(
         eps=args.eps,
         alpha=args.alpha,
+        k_attack=args.attack_k,
         steps=args.steps,
         restarts=args.restarts,
         noise_draws=args.noise_draws,
@@ -854,6 +869,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         f"torch {torch.__version__}, {args.threads} thread(s)",
         "settings": {k: v for k, v in vars(settings).items() if k != "extra"},
         "models": dict(pairs),
+        "weights_sha256": {label: weights_fingerprint(m) for label, m in models.items()},
         "test_indices": idx.tolist(),
     }
     out = Path(args.out)

@@ -785,7 +785,7 @@ def markdown_table(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -836,7 +836,58 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         action="store_true",
         help="a smoke run: 4 images, 5 steps, 1 restart, 2 noise draws",
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _run_model(
+    label: str,
+    model: torch.nn.Module,
+    checkpoint: str,
+    data: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    args: argparse.Namespace,
+    settings: Settings,
+    stream: Any,
+) -> list[dict[str, Any]]:
+    """Run the reference checks and every explainer's attack on one model; write each line."""
+    x_all, y_all, idx = data
+    n_fast = args.images
+    n_slow = args.images_slow if args.images_slow is not None else n_fast
+    xc, yc = x_all[idx[: args.check_images]], y_all[idx[: args.check_images]]
+    checks = reference_checks(model, xc, yc, settings)
+    print(f"## {label}: max |difference| at {len(xc)} clean points")
+    for key, value in checks.items():
+        print(f"  {key}: {value:.3g}")
+    stream.write(json.dumps({"kind": "checks", "model": label, **checks}) + "\n")
+    with torch.no_grad():
+        agree = float(
+            (softplus_copy(model, settings.beta)(x_all[idx]).argmax(1) == y_all[idx]).float().mean()
+        )
+    print(f"  softplus({settings.beta:g}) copy's accuracy on the attacked images: {agree}")
+    records = []
+    for name in args.explainers:
+        slow = name == "ig" or name.startswith("lrp_")
+        sel = idx[: n_slow if slow else n_fast]
+        record = {
+            "kind": "result",
+            "model": label,
+            "checkpoint": checkpoint,
+            **run_one(model, name, x_all[sel], y_all[sel], settings),
+        }
+        records.append(record)
+        stream.write(json.dumps(record) + "\n")
+        stream.flush()
+        a, nz = record["attack"]["topk"], record["noise"]["topk"]
+        print(
+            f"  {name}: attack {a['mean']:.3f}, noise {nz['mean']:.3f}, "
+            f"could not move {record['n_could_not_move']}, "
+            f"{record['cpu_seconds']:.0f} CPU s",
+            flush=True,
+        )
+    return records
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    args = _parser().parse_args(argv)
     if args.quick:
         args.images, args.images_slow, args.steps, args.restarts = 4, 4, 5, 1
         args.noise_draws, args.ig_points, args.check_images = 2, 4, 4
@@ -878,38 +929,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     with out.open("a") as stream:
         stream.write(json.dumps(header) + "\n")
         for label, model in models.items():
-            xc, yc = x_all[idx[: args.check_images]], y_all[idx[: args.check_images]]
-            checks = reference_checks(model, xc, yc, settings)
-            print(f"## {label}: max |difference| at {len(xc)} clean points")
-            for key, value in checks.items():
-                print(f"  {key}: {value:.3g}")
-            stream.write(json.dumps({"kind": "checks", "model": label, **checks}) + "\n")
-            with torch.no_grad():
-                agree = float(
-                    (softplus_copy(model, settings.beta)(x_all[idx]).argmax(1) == y_all[idx])
-                    .float()
-                    .mean()
-                )
-            print(f"  softplus({settings.beta:g}) copy's accuracy on the attacked images: {agree}")
-            for name in args.explainers:
-                slow = name == "ig" or name.startswith("lrp_")
-                sel = idx[: n_slow if slow else n_fast]
-                record = {
-                    "kind": "result",
-                    "model": label,
-                    "checkpoint": dict(pairs)[label],
-                    **run_one(model, name, x_all[sel], y_all[sel], settings),
-                }
-                records.append(record)
-                stream.write(json.dumps(record) + "\n")
-                stream.flush()
-                a, nz = record["attack"]["topk"], record["noise"]["topk"]
-                print(
-                    f"  {name}: attack {a['mean']:.3f}, noise {nz['mean']:.3f}, "
-                    f"could not move {record['n_could_not_move']}, "
-                    f"{record['cpu_seconds']:.0f} CPU s",
-                    flush=True,
-                )
+            data = (x_all, y_all, idx)
+            records += _run_model(label, model, dict(pairs)[label], data, args, settings, stream)
     order = {name: i for i, name in enumerate(EXPLAINERS)}
     records.sort(key=lambda r: (order[r["explainer"]], list(models).index(r["model"])))
     print()

@@ -101,6 +101,26 @@ def shared_artifact(
     return folder
 
 
+@pytest.fixture(scope="session")
+def _warm_server():
+    from warm_console import WarmConsole
+
+    server = WarmConsole()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def warm_console(request):
+    """The warm console script of this test process (tests/warm_console.py): `robust-train`
+    commands in processes of their own, forked from an interpreter that imported the package's
+    commands once (started by the first test that asks). Slow tier only: it starts a Python
+    process, and the fast tier calls `robust_train.app.cli.main` in-process instead."""
+    if request.node.get_closest_marker("slow") is None:
+        raise AssertionError(f"{request.node.nodeid} uses warm_console but is not marked slow")
+    return request.getfixturevalue("_warm_server")
+
+
 @pytest.fixture
 def cli(monkeypatch, capsys):
     """`cli(*args, cwd=...)` -> CompletedProcess of `robust-train *args` run IN this process
@@ -145,21 +165,23 @@ _CPU_REPORT = os.environ.get("ROBUST_TRAIN_TEST_CPU_REPORT")
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """With ROBUST_TRAIN_TEST_CPU_REPORT=FILE, append each test's CPU seconds (this process and
-    the subprocesses it waited for) to FILE as JSON lines: what sizes the tiers, whatever else
-    shares the machine."""
+    """With ROBUST_TRAIN_TEST_CPU_REPORT=FILE, append each test's CPU seconds (this process, the
+    subprocesses it waited for, its warm console's commands) to FILE as JSON lines: what sizes
+    the tiers, whatever else shares the machine."""
     if not _CPU_REPORT:
         yield
         return
     import resource
     import time
 
+    from warm_console import cpu_seconds
+
     def cpu() -> float:
         own, kids = (
             resource.getrusage(resource.RUSAGE_SELF),
             resource.getrusage(resource.RUSAGE_CHILDREN),
         )
-        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime + cpu_seconds()
 
     start, wall = cpu(), time.perf_counter()
     yield

@@ -74,14 +74,15 @@ def _load(path: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_killed_fit_resumes_to_the_weights_of_an_uninterrupted_fit(tmp_path: Path, run_cli, cli):
-    """The killed fit runs the console script in a subprocess; the uninterrupted fit and the
-    resume run its entry point in-process (they load no killer callback)."""
+def test_killed_fit_resumes_to_the_weights_of_an_uninterrupted_fit(tmp_path: Path, warm_cli, cli):
+    """The killed fit runs in a process of the warm console (its own process, killed by its own
+    SIGKILL; the console script's signal handling is the next test's); the uninterrupted fit and
+    the resume run its entry point in-process (they load no killer callback)."""
     (tmp_path / "killer.py").write_text(KILLER)
     plain = _fit(cli, tmp_path, "whole", _override(tmp_path, "whole", kill=False))
     assert plain.returncode == 0, plain.stderr[-2000:]
 
-    killed = _fit(run_cli, tmp_path, "cut", _override(tmp_path, "cut", kill=True))
+    killed = _fit(warm_cli, tmp_path, "cut", _override(tmp_path, "cut", kill=True))
     assert killed.returncode == -9, killed.stderr[-2000:]
     folder = tmp_path / "cut" / "digits_smoothness"
     cut = _load(folder / "latest" / "last.ckpt")

@@ -1,0 +1,201 @@
+"""`robust-train` in a process of its own without paying its imports each time: the client side of
+`warm_console_server.py` (a fresh interpreter that imported torch, Lightning, W&B and the
+package's commands once, and forks one process per command).
+
+What a test sees is what a console-script subprocess gives it: a process of its own (its pid,
+killable by any signal, its exit code or -SIGNAL), its own stdout and stderr, working folder,
+environment (PYTHONPATH included) and argv, started from a clean interpreter rather than from the
+test process. What it does not exercise is the console script's start-up (the `robust-train` file
+and the imports themselves): tests of that keep a real subprocess.
+
+- `WarmConsole.start(argv, cwd=..., env=...)` -> `WarmProcess` (Popen-like: pid, poll, wait,
+  send_signal, kill, communicate, returncode);
+- `WarmConsole.run(...)` -> `subprocess.CompletedProcess` (as `subprocess.run(...,
+  capture_output=True, text=True)`);
+- `WarmConsole.shim(folder)` writes `folder/robust-train`, a stand-in for the console script on
+  PATH (for shell scripts: the docs' code blocks) that runs its command in the warm server with
+  its own stdin, stdout, stderr, folder and environment, and exits with its exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SERVER = Path(__file__).with_name("warm_console_server.py")
+SCRIPT = Path(sys.executable).parent / "robust-train"
+HEADER = struct.Struct("!Q")
+_RUNNING: list[WarmConsole] = []
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this test process's running warm servers and their finished commands:
+    `getrusage(RUSAGE_CHILDREN)` counts them only once the server has ended and been waited for
+    (then they leave this sum), for the suite's CPU report (tests/conftest.py)."""
+    return sum(server.cpu_seconds() for server in _RUNNING)
+
+
+def _send(path: str, argv: list[str], cwd: Path | str, env: dict[str, str], fds) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(path)
+    body = json.dumps({"argv": argv, "cwd": os.path.abspath(cwd), "env": env}).encode()
+    socket.send_fds(sock, [HEADER.pack(len(body))], list(fds))
+    sock.sendall(body)
+    return sock
+
+
+def _line(sock: socket.socket, buffer: bytearray, timeout: float | None) -> str | None:
+    """The next reply line, or None when `timeout` passes first."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while b"\n" not in buffer:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready, _, _ = select.select([sock], [], [], left)
+        if not ready:
+            return None
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise ConnectionError("the warm console server went away")
+        buffer += chunk
+    line, _, rest = bytes(buffer).partition(b"\n")
+    buffer[:] = rest
+    return line.decode()
+
+
+def _text(data: bytes) -> str:
+    """As Popen's text mode decodes a captured stream (universal newlines)."""
+    return data.decode().replace("\r\n", "\n").replace("\r", "\n")
+
+
+class WarmProcess:
+    """One command of the warm server, with the interface of `subprocess.Popen` that the tests
+    use; stdout and stderr go to temporary files, read by `communicate` (and `stderr_so_far`)."""
+
+    def __init__(self, path: str, argv: list[str], cwd: Path | str, env: dict[str, str]):
+        self.args = argv
+        self.returncode: int | None = None
+        self._out = tempfile.TemporaryFile()
+        self._err = tempfile.TemporaryFile()
+        self._buffer = bytearray()
+        self._sock = _send(path, argv, cwd, env, [0, self._out.fileno(), self._err.fileno()])
+        line = _line(self._sock, self._buffer, timeout=60)
+        if line is None or not line.startswith("pid "):
+            raise RuntimeError(f"the warm console server did not start {argv!r}: {line!r}")
+        self.pid = int(line.split()[1])
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            line = _line(self._sock, self._buffer, timeout=0)
+            if line is not None:
+                self._exited(line)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            line = _line(self._sock, self._buffer, timeout)
+            if line is None:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            self._exited(line)
+        return self.returncode
+
+    def _exited(self, line: str) -> None:
+        self.returncode = int(line.split()[1])
+        self._sock.close()
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def _read(self, file) -> str:
+        file.seek(0)
+        return _text(file.read())
+
+    def stderr_so_far(self) -> str:
+        return self._read(self._err)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        out, err = self._read(self._out), self._read(self._err)
+        self._out.close()
+        self._err.close()
+        return out, err
+
+
+class WarmConsole:
+    """The warm server of one test process (started by `start_server`, stopped by `close`)."""
+
+    def __init__(self) -> None:
+        self._folder = tempfile.mkdtemp(prefix="rt-warm-")  # short: a socket path is <= 107 bytes
+        self.path = os.path.join(self._folder, "socket")
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OMP_NUM_THREADS")}
+        self._server = subprocess.Popen(
+            [sys.executable, str(SERVER), self.path], env=env, cwd=self._folder,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        ready = self._server.stdout.readline() if self._server.stdout else ""
+        if ready.strip() != "ready":
+            self.close()
+            raise RuntimeError("the warm console server did not start (see the test's stderr)")
+        _RUNNING.append(self)
+
+    def start(self, argv: list[str], *, cwd: Path | str, env: dict[str, str]) -> WarmProcess:
+        """`argv` as the console script's sys.argv (argv[0]: the script's path)."""
+        return WarmProcess(self.path, [str(a) for a in argv], cwd, env)
+
+    def run(
+        self, argv: list[str], *, cwd: Path | str, env: dict[str, str], timeout: float = 300
+    ) -> subprocess.CompletedProcess[str]:
+        process = self.start(argv, cwd=cwd, env=env)
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            raise
+        return subprocess.CompletedProcess(process.args, process.returncode or 0, out, err)
+
+    def shim(self, folder: Path) -> Path:
+        """`folder/robust-train`: the console script's stand-in (see the module docstring)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        shim = folder / "robust-train"
+        shim.write_text(
+            f"#!{sys.executable} -IS\n"
+            "import sys\n"
+            f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+            "from warm_console_client import main\n"
+            f"sys.exit(main({self.path!r}, {str(SCRIPT)!r}, sys.argv[1:]))\n"
+        )
+        shim.chmod(0o755)
+        return shim
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds of the server (its imports) and of its finished commands."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect(self.path)
+            body = json.dumps({"query": "cpu"}).encode()
+            socket.send_fds(sock, [HEADER.pack(len(body))], [])
+            sock.sendall(body)
+            return float(_line(sock, bytearray(), timeout=60) or 0.0)
+
+    def close(self) -> None:
+        if self in _RUNNING:
+            _RUNNING.remove(self)
+        if self._server.poll() is None:
+            self._server.terminate()
+            self._server.wait(timeout=30)
+        if self._server.stdout:
+            self._server.stdout.close()
+        for name in os.listdir(self._folder):
+            os.unlink(os.path.join(self._folder, name))
+        os.rmdir(self._folder)

@@ -1,7 +1,8 @@
 """Unreadable images: the error names the file, during training too (also from a DataLoader
 worker); `verify` refuses the folder before any training, `skip_unreadable` drops the files with
-a printed count, and `robust-train check-data --config ...` lists them (the console script in a
-subprocess, and its entry point `robust_train.app.cli.main` in-process)."""
+a printed count, and `robust-train check-data --config ...` lists them (in a process of its own,
+the warm console's, tests/warm_console.py, and through the console script's entry point
+`robust_train.app.cli.main` in-process; tests/app runs the script itself)."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def test_verify_refuses_and_skip_unreadable_drops_with_a_count(folder, capsys):
 
 
 @pytest.mark.slow
-def test_check_data_and_fit_through_the_console_script(folder, run_cli, cli):
+def test_check_data_and_fit_through_the_console_script(folder, warm_cli, cli):
     root, bad = folder
     (root / "cfg.yaml").write_text(CONFIG)
     skip = ["--data.init_args.skip_unreadable", "true"]
@@ -79,8 +80,8 @@ def test_check_data_and_fit_through_the_console_script(folder, run_cli, cli):
         "fit": ["fit", "--config", "cfg.yaml"],
         "fit_skip": ["fit", "--config", "cfg.yaml", *skip, "--experiment", "skip"],
     }
-    out = {  # the console script in a subprocess once; the other cases in-process
-        k: (run_cli if k == "check" else cli)(*args, cwd=root) for k, args in cases.items()
+    out = {  # a process of its own once (the warm console's); the other cases in-process
+        k: (warm_cli if k == "check" else cli)(*args, cwd=root) for k, args in cases.items()
     }
 
     check = out["check"]

@@ -102,20 +102,22 @@ def shared_artifact(
 
 
 @pytest.fixture(scope="session")
-def _warm_server():
+def _warm_server(tmp_path_factory):
+    """The warm console server of the whole run, shared by the pytest-xdist workers."""
     from warm_console import WarmConsole
 
-    server = WarmConsole()
-    yield server
-    server.close()
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return WarmConsole.shared(root.parent, run_pid=os.getppid())  # pytest's main process
+    return WarmConsole.shared(root, run_pid=os.getpid())
 
 
 @pytest.fixture
 def warm_console(request):
-    """The warm console script of this test process (tests/warm_console.py): `robust-train`
-    commands in processes of their own, forked from an interpreter that imported the package's
-    commands once (started by the first test that asks). Slow tier only: it starts a Python
-    process, and the fast tier calls `robust_train.app.cli.main` in-process instead."""
+    """The warm console script (tests/warm_console.py): `robust-train` commands in processes of
+    their own, forked from an interpreter that imported the package's commands once (started by
+    the first test of the run that asks). Slow tier only: it starts a Python process, and the
+    fast tier calls `robust_train.app.cli.main` in-process instead."""
     if request.node.get_closest_marker("slow") is None:
         raise AssertionError(f"{request.node.nodeid} uses warm_console but is not marked slow")
     return request.getfixturevalue("_warm_server")

@@ -1,6 +1,6 @@
 """`robust-train` in a process of its own without paying its imports each time: the client side of
-`warm_console_server.py` (a fresh interpreter that imported torch, Lightning, W&B and the
-package's commands once, and forks one process per command).
+`warm_console_server.py` (a fresh interpreter that imported torch, Lightning and the package's
+commands once, and forks one process per command; one server for the whole test run).
 
 What a test sees is what a console-script subprocess gives it: a process of its own (its pid,
 killable by any signal, its exit code or -SIGNAL), its own stdout and stderr, working folder,
@@ -8,6 +8,7 @@ environment (PYTHONPATH included) and argv, started from a clean interpreter rat
 test process. What it does not exercise is the console script's start-up (the `robust-train` file
 and the imports themselves): tests of that keep a real subprocess.
 
+- `WarmConsole.shared(folder, run_pid)`: the run's server (started, or found started);
 - `WarmConsole.start(argv, cwd=..., env=...)` -> `WarmProcess` (Popen-like: pid, poll, wait,
   send_signal, kill, communicate, returncode);
 - `WarmConsole.run(...)` -> `subprocess.CompletedProcess` (as `subprocess.run(...,
@@ -35,19 +36,21 @@ SERVER = Path(__file__).with_name("warm_console_server.py")
 SCRIPT = Path(sys.executable).parent / "robust-train"
 HEADER = struct.Struct("!Q")
 _RUNNING: list[WarmConsole] = []
+_SERVERS: list[subprocess.Popen[str]] = []
 
 
 def cpu_seconds() -> float:
-    """CPU seconds of this test process's running warm servers and their finished commands:
-    `getrusage(RUSAGE_CHILDREN)` counts them only once the server has ended and been waited for
-    (then they leave this sum), for the suite's CPU report (tests/conftest.py)."""
+    """CPU seconds of this test process's finished warm commands (and of the warm server, if this
+    process started it): not its children, so `getrusage(RUSAGE_CHILDREN)` misses them; for the
+    suite's CPU report (tests/conftest.py)."""
     return sum(server.cpu_seconds() for server in _RUNNING)
 
 
 def _send(path: str, argv: list[str], cwd: Path | str, env: dict[str, str], fds) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(path)
-    body = json.dumps({"argv": argv, "cwd": os.path.abspath(cwd), "env": env}).encode()
+    request = {"argv": argv, "cwd": os.path.abspath(cwd), "env": env, "owner": os.getpid()}
+    body = json.dumps(request).encode()
     socket.send_fds(sock, [HEADER.pack(len(body))], list(fds))
     sock.sendall(body)
     return sock
@@ -133,21 +136,43 @@ class WarmProcess:
 
 
 class WarmConsole:
-    """The warm server of one test process (started by `start_server`, stopped by `close`)."""
+    """A client of the warm server that serves the whole test run (every pytest-xdist worker):
+    `WarmConsole.shared(folder, run_pid)` starts it, or finds it started by another worker; it
+    ends when the process `run_pid` (pytest's main process) does. Each client counts the CPU
+    time of its own commands (and the starting client the server's imports)."""
 
-    def __init__(self) -> None:
-        self._folder = tempfile.mkdtemp(prefix="rt-warm-")  # short: a socket path is <= 107 bytes
-        self.path = os.path.join(self._folder, "socket")
+    def __init__(self, path: str) -> None:
+        self.path = path
+        _RUNNING.append(self)
+
+    @classmethod
+    def shared(cls, folder: Path, run_pid: int) -> WarmConsole:
+        from filelock import FileLock
+
+        record = folder / "warm-console.json"
+        with FileLock(str(record) + ".lock"):
+            if not record.is_file():
+                record.write_text(json.dumps({"socket": cls._start_server(run_pid)}))
+            return cls(json.loads(record.read_text())["socket"])
+
+    @staticmethod
+    def _start_server(run_pid: int) -> str:
+        # a short path: a socket's is at most 107 bytes (the server removes the folder at its end)
+        path = os.path.join(tempfile.mkdtemp(prefix="rt-warm-"), "socket")
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "OMP_NUM_THREADS")}
-        self._server = subprocess.Popen(
-            [sys.executable, str(SERVER), self.path], env=env, cwd=self._folder,
+        server = subprocess.Popen(
+            [sys.executable, str(SERVER), path, str(run_pid)], env=env, cwd=os.path.dirname(path),
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
-        ready = self._server.stdout.readline() if self._server.stdout else ""
+        assert server.stdout is not None
+        ready = server.stdout.readline()
+        server.stdout.close()
         if ready.strip() != "ready":
-            self.close()
+            server.kill()
+            server.wait()
             raise RuntimeError("the warm console server did not start (see the test's stderr)")
-        _RUNNING.append(self)
+        _SERVERS.append(server)  # it outlives this process if other workers still use it
+        return path
 
     def start(self, argv: list[str], *, cwd: Path | str, env: dict[str, str]) -> WarmProcess:
         """`argv` as the console script's sys.argv (argv[0]: the script's path)."""
@@ -174,28 +199,17 @@ class WarmConsole:
             "import sys\n"
             f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
             "from warm_console_client import main\n"
-            f"sys.exit(main({self.path!r}, {str(SCRIPT)!r}, sys.argv[1:]))\n"
+            f"sys.exit(main({self.path!r}, {str(SCRIPT)!r}, sys.argv[1:], {os.getpid()}))\n"
         )
         shim.chmod(0o755)
         return shim
 
     def cpu_seconds(self) -> float:
-        """CPU seconds of the server (its imports) and of its finished commands."""
+        """CPU seconds of this test process's finished commands (and, if this process started
+        the server, of the server itself: its imports)."""
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.connect(self.path)
-            body = json.dumps({"query": "cpu"}).encode()
+            body = json.dumps({"query": "cpu", "owner": os.getpid()}).encode()
             socket.send_fds(sock, [HEADER.pack(len(body))], [])
             sock.sendall(body)
             return float(_line(sock, bytearray(), timeout=60) or 0.0)
-
-    def close(self) -> None:
-        if self in _RUNNING:
-            _RUNNING.remove(self)
-        if self._server.poll() is None:
-            self._server.terminate()
-            self._server.wait(timeout=30)
-        if self._server.stdout:
-            self._server.stdout.close()
-        for name in os.listdir(self._folder):
-            os.unlink(os.path.join(self._folder, name))
-        os.rmdir(self._folder)

@@ -12,10 +12,11 @@ import socket
 import struct
 
 
-def main(path: str, script: str, args: list[str]) -> int:
+def main(path: str, script: str, args: list[str], owner: int) -> int:
+    """`owner`: the test process whose command this is (its CPU time is counted there)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(path)
-    request = {"argv": [script, *args], "cwd": os.getcwd(), "env": dict(os.environ)}
+    request = {"argv": [script, *args], "cwd": os.getcwd(), "env": dict(os.environ), "owner": owner}
     body = json.dumps(request).encode()
     socket.send_fds(sock, [struct.pack("!Q", len(body))], [0, 1, 2])
     sock.sendall(body)

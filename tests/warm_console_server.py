@@ -1,14 +1,16 @@
 """A warm `robust-train`: a fresh interpreter that has imported the console script's heavy modules
 (torch, Lightning, the package's commands) once, then forks a process per command.
 
-    python tests/warm_console_server.py SOCKET
+    python tests/warm_console_server.py SOCKET RUN_PID
 
 Run by `tests/warm_console.py` (never imported by the tests): each connection on the UNIX socket
 SOCKET sends the stdin, stdout and stderr file descriptors of the command (SCM_RIGHTS) and a JSON
-request {argv, cwd, env}. The server forks the command process, replies `pid N`, waits for it
-and replies `exit CODE` (Popen's returncode: -SIGNAL when a signal killed it); a client that goes
-away takes its command with it (SIGKILL). A request {"query": "cpu"} is answered with the CPU
-seconds of the server and of the commands it has waited for.
+request {argv, cwd, env, owner}. The server forks the command process, replies `pid N`, waits for
+it and replies `exit CODE` (Popen's returncode: -SIGNAL when a signal killed it); a client that
+goes away takes its command with it (SIGKILL). A request {"query": "cpu", "owner": PID} is
+answered with the CPU seconds of the finished commands of that owner (a test process), plus the
+server's own if that process started it. The server serves every test process of the run and
+ends (removing SOCKET and its folder) when the process RUN_PID does.
 
 The command process is this interpreter as the console script would be after its imports: the
 request's stdio on fds 0-2, its working folder, its environment (os.environ replaced, PYTHONPATH
@@ -57,7 +59,10 @@ def _warm_up() -> int:
 def _read_request(conn: socket.socket) -> tuple[dict, list[int]]:
     head, fds, _, _ = socket.recv_fds(conn, HEADER.size, 3)
     while len(head) < HEADER.size:
-        head += conn.recv(HEADER.size - len(head))
+        chunk = conn.recv(HEADER.size - len(head))
+        if not chunk:
+            raise ConnectionError("request cut short")
+        head += chunk
     (size,) = HEADER.unpack(head)
     body = b""
     while len(body) < size:
@@ -82,38 +87,50 @@ def _start(conn: socket.socket, request: dict, fds: list[int]) -> int:
     return child
 
 
-def _cpu_seconds() -> float:
-    """This server's CPU seconds and those of the commands it has waited for."""
+def _cpu_seconds(owner: int, spent: dict[int, float], starter: int) -> float:
+    """CPU seconds of `owner`'s finished commands, and the server's own if `owner` started it."""
     own = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    mine = own.ru_utime + own.ru_stime if owner == starter else 0.0
+    return spent.get(owner, 0.0) + mine
 
 
-def serve(path: str) -> dict:
-    """Accept commands until the test process that started the server goes away; returns (only
-    in a command process) that command's request. A command's exit is waited for (its CPU time
-    counted) before its client is told."""
-    parent = os.getppid()
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def serve(path: str, run_pid: int) -> dict:
+    """Accept commands until the process `run_pid` ends; returns (only in a command process) that
+    command's request. A command's exit is waited for (its CPU time counted) before its client is
+    told."""
+    starter = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
-    listener.listen(16)
+    listener.listen(64)
     # The imports' objects live as long as a command does: out of the garbage collector's sight,
     # a command's collections (and its exit) do not walk them, nor copy their memory pages.
     gc.freeze()
     print("ready", flush=True)
-    running: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, client)
-    while os.getppid() == parent:
-        clients = {conn.fileno(): pidfd for pidfd, (_, conn) in running.items()}
+    running: dict[int, tuple[int, socket.socket, int]] = {}  # pidfd -> (pid, client, owner)
+    spent: dict[int, float] = {}  # owner -> CPU seconds of its finished commands
+    while _alive(run_pid):
+        clients = {conn.fileno(): pidfd for pidfd, (_, conn, _) in running.items()}
         ready, _, _ = select.select([listener, *running, *clients], [], [], 1.0)
         for fd in sorted(ready, key=lambda fd: fd in running):  # clients first
             if fd in clients and clients[fd] in running:
-                pid, conn = running[clients[fd]]
+                pid, conn, _ = running[clients[fd]]
                 if not conn.recv(1):  # the client went away: stop its command
                     os.kill(pid, signal.SIGKILL)
             elif fd in running:
-                pid, conn = running.pop(fd)
+                pid, conn, owner = running.pop(fd)
                 os.close(fd)
-                _, status = os.waitpid(pid, 0)
+                _, status, usage = os.wait4(pid, 0)
+                spent[owner] = spent.get(owner, 0.0) + usage.ru_utime + usage.ru_stime
                 try:
                     conn.sendall(f"exit {os.waitstatus_to_exitcode(status)}\n".encode())
                 except OSError:
@@ -128,19 +145,21 @@ def serve(path: str) -> dict:
             conn.close()
             continue
         if request.get("query") == "cpu":
-            conn.sendall(f"{_cpu_seconds()}\n".encode())
+            conn.sendall(f"{_cpu_seconds(request['owner'], spent, starter)}\n".encode())
             conn.close()
             continue
         pid = _start(conn, request, fds)
         if pid == 0:
             listener.close()
             conn.close()
-            for pidfd, (_, other) in running.items():
+            for pidfd, (_, other, _) in running.items():
                 os.close(pidfd)
                 other.close()
             return request
         conn.sendall(f"pid {pid}\n".encode())
-        running[os.pidfd_open(pid)] = (pid, conn)
+        running[os.pidfd_open(pid)] = (pid, conn, int(request.get("owner", 0)))
+    os.unlink(path)
+    os.rmdir(os.path.dirname(path))
     os._exit(0)
 
 
@@ -163,7 +182,7 @@ def become(request: dict, default_threads: int) -> None:
 
 def main() -> None:
     default_threads = _warm_up()
-    request = serve(sys.argv[1])
+    request = serve(sys.argv[1], int(sys.argv[2]))
     become(request, default_threads)
     from robust_train.app.cli import main as console_main
 

@@ -42,11 +42,23 @@ def _restore_determinism():
 
 
 @pytest.fixture(scope="session")
-def trained_digits():
-    """(model, x_test, y_test): a TinyCNN trained a few seconds on digits, shared by the session."""
-    from helpers import train_digits_cnn
+def trained_digits(tmp_path_factory):
+    """(model, x_test, y_test): a TinyCNN trained a few seconds on digits, shared by the session:
+    trained once per run (`shared_artifact`), each test process rebuilding the same model (its
+    weights and the .grad its last step left, in eval mode) from the saved copy."""
+    from helpers import TinyCNN, train_digits_cnn
 
-    return train_digits_cnn()
+    def build(folder: Path) -> None:
+        model, x, y = train_digits_cnn()
+        grads = {name: p.grad for name, p in model.named_parameters()}
+        torch.save({"state": model.state_dict(), "grads": grads, "x": x, "y": y}, folder / "m.pt")
+
+    saved = torch.load(shared_artifact(tmp_path_factory, "trained-digits", build) / "m.pt")
+    model = TinyCNN(seed=0)  # what train_digits_cnn builds
+    model.load_state_dict(saved["state"])
+    for name, p in model.named_parameters():
+        p.grad = saved["grads"][name]
+    return model.eval(), saved["x"], saved["y"]
 
 
 PYTHON_BIN = Path(sys.executable).parent

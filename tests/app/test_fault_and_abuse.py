@@ -1,9 +1,10 @@
 """Fault and abuse, as a user (or an attacker) meets them: `robust-train` in processes of its own,
 several at once, killed with SIGKILL at several points of `fit`, `evaluate` and `export`, and
-handed crafted files. Each test runs the real console script in a subprocess at least once; its
-other processes are the warm console's (tests/warm_console.py: the same command in a process of
-its own, without the script's seconds of imports), and where a case needs no process of its own,
-the script's entry point `robust_train.app.cli.main` runs in-process. What must hold:
+handed crafted files. The real console script runs in a subprocess beside concurrent fits, as
+the fit killed mid-training and for the recorded module; the other processes are the warm
+console's (tests/warm_console.py: the same command in a process of its own, killable like any,
+without the script's seconds of imports), and where a case needs no process of its own, the
+script's entry point `robust_train.app.cli.main` runs in-process. What must hold:
 
 - fits started at the same moment with the same experiment get a run folder each (default W&B
   logger, offline), and `--trainer.limit_train_batches 1` is one batch;
@@ -139,7 +140,8 @@ def test_a_fit_killed_at_several_points_leaves_only_whole_checkpoints(tmp_path: 
 
 
 def test_an_export_killed_mid_write_leaves_no_truncated_copy(tmp_path: Path, warm_console):
-    """The killed export is a warm process; the rerun, the console script."""
+    """The killed export and its rerun are warm processes (test_a_fit_killed_... kills the
+    console script itself)."""
     src = save_fit_checkpoint(
         tmp_path / "big.ckpt", optimizer_states=[{"big": torch.zeros(40_000_000)}]
     )
@@ -152,7 +154,9 @@ def test_an_export_killed_mid_write_leaves_no_truncated_copy(tmp_path: Path, war
     assert started
     _kill(export)
     assert not dst.exists() or "state_dict" in _loads(dst)  # absent, or whole: never truncated
-    again = run_console("export", str(src), str(dst), "--overwrite", cwd=tmp_path)
+    again = warm_console_run(
+        warm_console, "export", str(src), str(dst), "--overwrite", cwd=tmp_path
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert _loads(dst)["state_dict"]["model.padding"].shape == (40_000_000,)
     assert not list(tmp_path.glob(".small.ckpt.*"))  # the killed write's partial is gone
@@ -162,8 +166,8 @@ def test_an_export_killed_mid_write_leaves_no_truncated_copy(tmp_path: Path, war
 def test_an_evaluate_killed_at_several_points_leaves_whole_files_or_none(
     tmp_path: Path, warm_console
 ):
-    """Killed (warm processes) once it says it is evaluating, and once its first output file is
-    there; then the console script runs it to the end."""
+    """Killed once it says it is evaluating, and once its first output file is there; then run
+    to the end (warm processes; test_a_fit_killed_... kills the console script itself)."""
     ckpt = save_fit_checkpoint(tmp_path / "model.ckpt")
     out = tmp_path / "out"
     args = ["evaluate", "--ckpt", str(ckpt), "--out", str(out), "--n-samples", "24"]
@@ -182,7 +186,7 @@ def test_an_evaluate_killed_at_several_points_leaves_whole_files_or_none(
             assert result["subset"]["n_images"] == 24, name
         if (out / "summary.md").exists():
             assert (out / "summary.md").read_text().endswith("\n"), name
-    done = run_console(*args, cwd=tmp_path)
+    done = warm_console_run(warm_console, *args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == ["results.json", "summary.md"]
 
@@ -251,7 +255,10 @@ def test_crafted_inputs_run_nothing_and_change_nothing(tmp_path: Path, cli, warm
     assert downloads.is_file()
 
 
-def test_an_image_folder_with_an_empty_class_is_reported_before_training(tmp_path: Path, cli):
+def test_an_image_folder_with_an_empty_class_is_reported_before_training(
+    tmp_path: Path, cli, warm_console
+):
+    """check-data in a warm process, the fit in-process."""
     image_folder(tmp_path / "images", {"cat": 6, "dog": 6, "emu": 6})
     (tmp_path / "images" / "train" / "yak").mkdir()
     (tmp_path / "cfg.yaml").write_text(
@@ -261,7 +268,7 @@ def test_an_image_folder_with_an_empty_class_is_reported_before_training(tmp_pat
         "  init_args: {root: images, image_size: 8, grayscale: true, batch_size: 4,\n"
         "              val_fraction: 0.25}\n"
     )
-    check = run_console("check-data", "--config", "cfg.yaml", cwd=tmp_path)
+    check = warm_console_run(warm_console, "check-data", "--config", "cfg.yaml", cwd=tmp_path)
     fit = cli("fit", "--config", "cfg.yaml", *ONE_BATCH, cwd=tmp_path)  # in-process
     error_line(check, "['yak']", "hold no image")
     error_line(fit, "['yak']")

@@ -113,11 +113,14 @@ def test_killed_fit_resumes_to_the_weights_of_an_uninterrupted_fit(tmp_path: Pat
 @pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
 def test_interrupt_during_an_epoch_leaves_the_last_finished_epoch(
-    tmp_path: Path, run_cli, sig: str, code: int
+    tmp_path: Path, run_cli, warm_cli, sig: str, code: int
 ):
+    """SIGTERM stops the console script in a subprocess; SIGINT a process of the warm console
+    (the same handling, in the package, without the script's seconds of imports)."""
     (tmp_path / "killer.py").write_text(KILLER)
+    runner = run_cli if sig == "SIGTERM" else warm_cli
     stopped = _fit(
-        run_cli, tmp_path, "ckpt", _override(tmp_path, "stop", kill=True, sig=sig, epochs=3)
+        runner, tmp_path, "ckpt", _override(tmp_path, "stop", kill=True, sig=sig, epochs=3)
     )
     assert stopped.returncode == code, stopped.stderr[-2000:]
     last = tmp_path / "ckpt" / "digits_smoothness" / "latest" / "last.ckpt"

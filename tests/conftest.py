@@ -175,41 +175,42 @@ def cli(monkeypatch, capsys):
 
 
 # Seconds that the longest test modules took in one run of the full suite (the CPU report below,
-# summed per module; the quiet 2-core machine). pytest-xdist hands out whole modules
+# summed per module, plus the longest waits). pytest-xdist hands out whole modules
 # (`--dist loadscope`) in collection order: these go first, longest first, and the many short
 # ones fill in at the end, so that no worker is left with a long module while the other idles
 # (the Makefile's `--no-loadscope-reorder` keeps this order; xdist would otherwise put modules
 # with many tests first). A module missing here runs after them, in collection order; stale
 # numbers only cost time, never a result.
 MODULE_SECONDS = {
-    "tests/test_wheel.py": 72,
-    "tests/app/test_fault_and_abuse.py": 71,
-    "tests/docs/test_docs_code.py": 59,
-    "tests/test_leaderboard.py": 44,
-    "tests/cli/test_configs.py": 40,
-    "tests/cli/test_mnist_recipe.py": 33,
-    "tests/regularizers/test_ig_warmup.py": 31,
-    "tests/cli/test_resume.py": 27,
+    "tests/docs/test_docs_code.py": 55,
+    "tests/test_leaderboard.py": 50,
+    "tests/app/test_fault_and_abuse.py": 49,
+    "tests/test_wheel.py": 42,
+    "tests/cli/test_configs.py": 38,
+    "tests/cli/test_mnist_recipe.py": 35,
+    "tests/regularizers/test_ig_warmup.py": 32,
     "tests/test_shipped_checkpoints.py": 24,
-    "tests/test_demo.py": 19,
-    "tests/test_benchmarks_smoke.py": 18,
-    "tests/cli/test_failures_clean.py": 17,
+    "tests/distributed/test_ddp.py": 18,  # 10 of CPU, and rank 0 waits for rank 1's imports
     "tests/regularizers/test_cheaper.py": 17,
-    "tests/explain/test_lrp.py": 16,
+    "tests/explain/test_lrp.py": 17,
+    "tests/cli/test_resume.py": 17,
+    "tests/test_benchmarks_smoke.py": 16,
+    "tests/cli/test_failures_clean.py": 16,
+    "tests/test_demo.py": 15,
     "tests/cli/test_user_models.py": 15,
-    "tests/test_architecture.py": 12,
-    "tests/docs/test_site.py": 12,
-    "tests/distributed/test_ddp.py": 11,
-    "tests/cli/test_offline_wandb_view.py": 11,
-    "tests/test_architectures_bench.py": 9,
-    "tests/cli/test_evaluate_commands.py": 9,
-    "tests/cli/test_option_typos.py": 8,
-    "tests/models/test_torchvision_model.py": 8,
-    "tests/cli/test_model_data_fit.py": 7,
-    "tests/explain/test_deeplift.py": 6,
-    "tests/test_explainer_recipes.py": 5,
-    "tests/cli/test_trust_user_model.py": 5,
-    "tests/cli/test_errors.py": 5,
+    "tests/cli/test_offline_wandb_view.py": 13,  # with the wait for W&B's service
+    "tests/docs/test_site.py": 13,
+    "tests/test_architecture.py": 13,
+    "tests/test_architectures_bench.py": 10,
+    "tests/models/test_torchvision_model.py": 10,
+    "tests/cli/test_evaluate_commands.py": 7,
+    "tests/explain/test_deeplift.py": 7,
+    "tests/cli/test_errors.py": 6,
+    "tests/attacks/test_fragility.py": 6,
+    "tests/test_explainer_recipes.py": 6,
+    "tests/explain/test_grad_cam.py": 5,
+    "tests/models/test_resnet_cifar.py": 5,
+    "tests/models/test_small_cnn.py": 5,
 }
 
 

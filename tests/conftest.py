@@ -246,6 +246,8 @@ def pytest_runtest_protocol(item, nextitem):
     yield
     record = {"test": item.nodeid, "cpu_s": cpu() - start, "wall_s": time.perf_counter() - wall}
     record["slow"] = item.get_closest_marker("slow") is not None
+    record["worker"] = os.environ.get("PYTEST_XDIST_WORKER", "")  # when and where: the schedule
+    record["end"] = time.time()
     with open(_CPU_REPORT, "a") as out:
         out.write(json.dumps(record) + "\n")
 

@@ -93,6 +93,9 @@ class WarmProcess:
         if line is None or not line.startswith("pid "):
             raise RuntimeError(f"the warm console server did not start {argv!r}: {line!r}")
         self.pid = int(line.split()[1])
+        # Signals go through a pidfd: once the server has reaped the process, its pid may be
+        # another process's (a Popen's child stays a zombie until its parent waits for it).
+        self._pidfd = os.pidfd_open(self.pid)
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -112,10 +115,11 @@ class WarmProcess:
     def _exited(self, line: str) -> None:
         self.returncode = int(line.split()[1])
         self._sock.close()
+        os.close(self._pidfd)
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:
-            os.kill(self.pid, sig)
+            signal.pidfd_send_signal(self._pidfd, sig)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)

@@ -20,6 +20,7 @@ and the imports themselves): tests of that keep a real subprocess.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -85,8 +86,9 @@ class WarmProcess:
     def __init__(self, path: str, argv: list[str], cwd: Path | str, env: dict[str, str]):
         self.args = argv
         self.returncode: int | None = None
-        self._out = tempfile.TemporaryFile()
-        self._err = tempfile.TemporaryFile()
+        # Appending: the command writes at the end whatever offset `stderr_so_far` reads from.
+        self._out = tempfile.TemporaryFile(mode="a+b")
+        self._err = tempfile.TemporaryFile(mode="a+b")
         self._buffer = bytearray()
         self._sock = _send(path, argv, cwd, env, [0, self._out.fileno(), self._err.fileno()])
         line = _line(self._sock, self._buffer, timeout=60)
@@ -95,7 +97,10 @@ class WarmProcess:
         self.pid = int(line.split()[1])
         # Signals go through a pidfd: once the server has reaped the process, its pid may be
         # another process's (a Popen's child stays a zombie until its parent waits for it).
-        self._pidfd = os.pidfd_open(self.pid)
+        try:
+            self._pidfd: int | None = os.pidfd_open(self.pid)
+        except ProcessLookupError:
+            self._pidfd = None  # it has ended already: `exit` is on its way
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -115,11 +120,13 @@ class WarmProcess:
     def _exited(self, line: str) -> None:
         self.returncode = int(line.split()[1])
         self._sock.close()
-        os.close(self._pidfd)
+        if self._pidfd is not None:
+            os.close(self._pidfd)
 
     def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            signal.pidfd_send_signal(self._pidfd, sig)
+        if self.poll() is None and self._pidfd is not None:
+            with contextlib.suppress(ProcessLookupError):  # ended, its exit not read yet
+                signal.pidfd_send_signal(self._pidfd, sig)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)

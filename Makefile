@@ -16,12 +16,16 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/robust-train demo
 
-# Both tiers use every core (pytest-xdist); each worker runs torch on one thread.
+# Both tiers use every core (pytest-xdist); each worker runs torch on one thread. Whole modules
+# go to a worker, the longest first (tests/conftest.py's MODULE_SECONDS; xdist's own reorder, by
+# number of tests, would leave long one-test modules for the end).
+XDIST := -n auto --dist loadscope --no-loadscope-reorder
+
 test: $(STAMP)
-	$(BIN)/pytest -q -n auto --dist loadscope
+	$(BIN)/pytest -q $(XDIST)
 
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -n auto --dist loadscope -m "not slow"
+	$(BIN)/pytest -q $(XDIST) -m "not slow"
 
 # The documentation site (mkdocs-material + mkdocstrings), warnings as errors, into site/.
 docs: $(STAMP)

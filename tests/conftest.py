@@ -42,11 +42,23 @@ def _restore_determinism():
 
 
 @pytest.fixture(scope="session")
-def trained_digits():
-    """(model, x_test, y_test): a TinyCNN trained a few seconds on digits, shared by the session."""
-    from helpers import train_digits_cnn
+def trained_digits(tmp_path_factory):
+    """(model, x_test, y_test): a TinyCNN trained a few seconds on digits, shared by the session:
+    trained once per run (`shared_artifact`), each test process rebuilding the same model (its
+    weights and the .grad its last step left, in eval mode) from the saved copy."""
+    from helpers import TinyCNN, train_digits_cnn
 
-    return train_digits_cnn()
+    def build(folder: Path) -> None:
+        model, x, y = train_digits_cnn()
+        grads = {name: p.grad for name, p in model.named_parameters()}
+        torch.save({"state": model.state_dict(), "grads": grads, "x": x, "y": y}, folder / "m.pt")
+
+    saved = torch.load(shared_artifact(tmp_path_factory, "trained-digits", build) / "m.pt")
+    model = TinyCNN(seed=0)  # what train_digits_cnn builds
+    model.load_state_dict(saved["state"])
+    for name, p in model.named_parameters():
+        p.grad = saved["grads"][name]
+    return model.eval(), saved["x"], saved["y"]
 
 
 PYTHON_BIN = Path(sys.executable).parent
@@ -101,6 +113,28 @@ def shared_artifact(
     return folder
 
 
+@pytest.fixture(scope="session")
+def _warm_server(tmp_path_factory):
+    """The warm console server of the whole run, shared by the pytest-xdist workers."""
+    from warm_console import WarmConsole
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return WarmConsole.shared(root.parent, run_pid=os.getppid())  # pytest's main process
+    return WarmConsole.shared(root, run_pid=os.getpid())
+
+
+@pytest.fixture
+def warm_console(request):
+    """The warm console script (tests/warm_console.py): `robust-train` commands in processes of
+    their own, forked from an interpreter that imported the package's commands once (started by
+    the first test of the run that asks). Slow tier only: it starts a Python process, and the
+    fast tier calls `robust_train.app.cli.main` in-process instead."""
+    if request.node.get_closest_marker("slow") is None:
+        raise AssertionError(f"{request.node.nodeid} uses warm_console but is not marked slow")
+    return request.getfixturevalue("_warm_server")
+
+
 @pytest.fixture
 def cli(monkeypatch, capsys):
     """`cli(*args, cwd=...)` -> CompletedProcess of `robust-train *args` run IN this process
@@ -140,31 +174,80 @@ def cli(monkeypatch, capsys):
     return run
 
 
+# Seconds that the longest test modules took in one run of the full suite (the CPU report below,
+# summed per module, plus the longest waits). pytest-xdist hands out whole modules
+# (`--dist loadscope`) in collection order: these go first, longest first, and the many short
+# ones fill in at the end, so that no worker is left with a long module while the other idles
+# (the Makefile's `--no-loadscope-reorder` keeps this order; xdist would otherwise put modules
+# with many tests first). A module missing here runs after them, in collection order; stale
+# numbers only cost time, never a result.
+MODULE_SECONDS = {
+    "tests/docs/test_docs_code.py": 55,
+    "tests/test_leaderboard.py": 50,
+    "tests/app/test_fault_and_abuse.py": 49,
+    "tests/test_wheel.py": 42,
+    "tests/cli/test_configs.py": 38,
+    "tests/cli/test_mnist_recipe.py": 35,
+    "tests/regularizers/test_ig_warmup.py": 32,
+    "tests/test_shipped_checkpoints.py": 24,
+    "tests/distributed/test_ddp.py": 18,  # 10 of CPU, and rank 0 waits for rank 1's imports
+    "tests/regularizers/test_cheaper.py": 17,
+    "tests/explain/test_lrp.py": 17,
+    "tests/cli/test_resume.py": 17,
+    "tests/test_benchmarks_smoke.py": 16,
+    "tests/cli/test_failures_clean.py": 16,
+    "tests/test_demo.py": 15,
+    "tests/cli/test_user_models.py": 15,
+    "tests/cli/test_offline_wandb_view.py": 13,  # with the wait for W&B's service
+    "tests/docs/test_site.py": 13,
+    "tests/test_architecture.py": 13,
+    "tests/test_architectures_bench.py": 10,
+    "tests/models/test_torchvision_model.py": 10,
+    "tests/cli/test_evaluate_commands.py": 7,
+    "tests/explain/test_deeplift.py": 7,
+    "tests/cli/test_errors.py": 6,
+    "tests/attacks/test_fragility.py": 6,
+    "tests/test_explainer_recipes.py": 6,
+    "tests/explain/test_grad_cam.py": 5,
+    "tests/models/test_resnet_cifar.py": 5,
+    "tests/models/test_small_cnn.py": 5,
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """The longest modules first (MODULE_SECONDS), each module's tests in their own order."""
+    items.sort(key=lambda item: -MODULE_SECONDS.get(item.nodeid.partition("::")[0], 0))
+
+
 _CPU_REPORT = os.environ.get("ROBUST_TRAIN_TEST_CPU_REPORT")
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """With ROBUST_TRAIN_TEST_CPU_REPORT=FILE, append each test's CPU seconds (this process and
-    the subprocesses it waited for) to FILE as JSON lines: what sizes the tiers, whatever else
-    shares the machine."""
+    """With ROBUST_TRAIN_TEST_CPU_REPORT=FILE, append each test's CPU seconds (this process, the
+    subprocesses it waited for, its warm console's commands) to FILE as JSON lines: what sizes
+    the tiers, whatever else shares the machine."""
     if not _CPU_REPORT:
         yield
         return
     import resource
     import time
 
+    from warm_console import cpu_seconds
+
     def cpu() -> float:
         own, kids = (
             resource.getrusage(resource.RUSAGE_SELF),
             resource.getrusage(resource.RUSAGE_CHILDREN),
         )
-        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime + cpu_seconds()
 
     start, wall = cpu(), time.perf_counter()
     yield
     record = {"test": item.nodeid, "cpu_s": cpu() - start, "wall_s": time.perf_counter() - wall}
     record["slow"] = item.get_closest_marker("slow") is not None
+    record["worker"] = os.environ.get("PYTEST_XDIST_WORKER", "")  # when and where: the schedule
+    record["end"] = time.time()
     with open(_CPU_REPORT, "a") as out:
         out.write(json.dumps(record) + "\n")
 

@@ -155,10 +155,19 @@ def test_lower_layers_never_import_higher_ones() -> None:
 
 @pytest.mark.slow
 def test_every_module_imports_alone_in_a_fresh_interpreter() -> None:
-    """Each module first, alone (the package's modules are dropped from sys.modules between)."""
+    """Each module first, alone (the package's modules are dropped from sys.modules between).
+    Each source file is compiled once and its code object reused by every re-import (without
+    bytecode files, PYTHONDONTWRITEBYTECODE, each import would compile it again): the modules
+    still run anew each time."""
     names = [n for n in sorted(modules(), key=layer) if not n.endswith("__main__")]
     code = (
-        "import importlib, sys\n"
+        "import importlib, importlib._bootstrap_external as external, sys\n"
+        "compiled, compile_source = {}, external.SourceLoader.source_to_code\n"
+        "def source_to_code(self, data, path, *, _optimize=-1):\n"
+        "    if (path, data) not in compiled:\n"
+        "        compiled[path, data] = compile_source(self, data, path, _optimize=_optimize)\n"
+        "    return compiled[path, data]\n"
+        "external.SourceLoader.source_to_code = source_to_code\n"
         f"for name in {names!r}:\n"
         "    for loaded in [m for m in sys.modules if m.startswith('robust_train')]:\n"
         "        del sys.modules[loaded]\n"

@@ -1,4 +1,6 @@
-"""`robust-train demo` on MNIST-5k: the console script end to end (`--quick`), claim, flags."""
+"""`robust-train demo` on MNIST-5k: the command end to end (`--quick`, in a process of the warm
+console, tests/warm_console.py: its own process, without the console script's seconds of imports;
+tests/test_wheel.py runs it through the installed console script), claim, flags."""
 
 from __future__ import annotations
 
@@ -19,14 +21,12 @@ SCRIPT = Path(sys.executable).parent / "robust-train"
 TOPK_KEY = "robustness/attack/saliency/topk/topk_intersection"
 
 
-def robust_train(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """The real console script in a subprocess, one torch thread, W&B left at its default."""
+def robust_train(warm, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The command in a process of the warm console `warm`, one torch thread, W&B left at its
+    default."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_SILENT": "true"}
     env.pop("WANDB_MODE", None)
-    command = [str(SCRIPT)] if SCRIPT.is_file() else [sys.executable, "-m", "robust_train.app.cli"]
-    return subprocess.run(
-        [*command, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-    )
+    return warm.run([str(SCRIPT), *args], cwd=cwd, env=env, timeout=600)
 
 
 def judged(line: str, measured: dict[str, float], scale: float = 1.0) -> None:
@@ -44,9 +44,10 @@ def judged(line: str, measured: dict[str, float], scale: float = 1.0) -> None:
 
 
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory):
+def quick_run(tmp_path_factory, _warm_server):
     out = tmp_path_factory.mktemp("demo")
     proc = robust_train(
+        _warm_server,
         "demo", "--quick", "--seed", "1", "--out", str(out / "run"),
         "--trainer.enable_progress_bar=false", cwd=out,
     )  # fmt: skip

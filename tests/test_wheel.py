@@ -43,22 +43,44 @@ DEMO_QUICK = [
     "run",
     "--trainer.enable_progress_bar=false",
 ]
-PRINT_EVERY_CONFIG = """
-import contextlib, io, json, yaml
+# One process of the fresh venv for three tests (each `robust-train` process pays seconds of
+# imports): the entry point of the installed console script, `robust_train.app.cli.main`, prints
+# every shipped config, evaluates a shipped checkpoint by name and fine-tunes a shipped config,
+# each in its own folder; stdout, stderr and exit code of each as JSON. (The console script
+# itself runs from the venv in test_assets_... and test_quick_demo_....)
+WHEEL_COMMANDS = """
+import contextlib, io, json, os, sys, yaml
 from robust_train.app.cli import main
 from robust_train.core.resources import list_shipped
-seen = {}
-for name in list_shipped("configs"):
-    text = io.StringIO()
-    with contextlib.redirect_stdout(text):
+
+
+def run(argv, cwd):
+    os.chdir(cwd)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            code = main(["fit", "--config", name, "--print_config"])
+            code = main(argv)
         except SystemExit as stop:
             code = stop.code or 0
-    parsed = yaml.safe_load(text.getvalue()) if code == 0 else {}
+    return {"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+
+work, evaluate, fit = sys.argv[1:4]
+seen = {}
+for name in list_shipped("configs"):
+    done = run(["fit", "--config", name, "--print_config"], work)
+    parsed = yaml.safe_load(done["stdout"]) if done["code"] == 0 else {}
     init = (parsed.get("model") or {}).get("init_checkpoint")
-    seen[name] = [code, parsed.get("experiment"), init]
-print(json.dumps(seen))
+    seen[name] = [done["code"], parsed.get("experiment"), init]
+results = {"configs": seen}
+results["evaluate"] = run(
+    ["evaluate", "--ckpt", "mnist5k_robust", "--n-samples", "8", "--n-steps", "2",
+     "--ig-steps", "3", "--no-wandb", "--no-progress"], evaluate)
+results["fit"] = run(
+    ["fit", "--config", "configs/finetune_digits_checkpoint.yaml", "--trainer.max_epochs=1",
+     "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
+     "--trainer.logger=false", "--trainer.enable_progress_bar=false"], fit)
+print(json.dumps(results))
 """
 
 
@@ -108,11 +130,13 @@ def _borrowed_site_folders() -> list[str]:
 
 @pytest.fixture(scope="module")
 def fresh(dist, tmp_path_factory) -> dict[str, Path]:
-    """A fresh venv with the wheel installed (`pip install --no-deps`), and an empty folder."""
+    """A fresh venv with the wheel installed (`pip install --no-deps`), and an empty folder. The
+    venv is made without its own pip (installing one costs seconds): the borrowed folders hold
+    this interpreter's pip, which installs into the venv that runs it."""
     root = tmp_path_factory.mktemp("fresh")
     venv, work = root / "venv", root / "work"
     work.mkdir()
-    _ok(_run(sys.executable, "-m", "venv", venv, cwd=root))
+    _ok(_run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=root))
     python = venv / "bin" / "python"
     purelib = _ok(_run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
                        cwd=work)).strip()  # fmt: skip
@@ -187,24 +211,39 @@ def test_quick_demo_runs_from_an_empty_folder(fresh):
     assert "claim:" in out
 
 
-def test_evaluate_a_shipped_checkpoint_by_name(fresh):
+@pytest.fixture(scope="module")
+def commands(fresh) -> dict:
+    """WHEEL_COMMANDS run by the fresh venv's interpreter (the installed package) from the empty
+    folder; the fine-tune's folder holds a decoy at the config's relative init_checkpoint path."""
+    work = fresh["work"]
+    (work / "fit" / "checkpoints").mkdir(parents=True)
+    (work / "fit" / "checkpoints" / "digits_baseline.ckpt").write_bytes(b"not a checkpoint")
+    (work / "evaluate").mkdir()
+    folders = [work, work / "evaluate", work / "fit"]
+    return json.loads(_ok(_run(fresh["python"], "-c", WHEEL_COMMANDS, *folders, cwd=work)))
+
+
+def _done(result: dict) -> str:
+    assert result["code"] == 0, f"{result['stdout'][-2000:]}\n{result['stderr'][-4000:]}"
+    return result["stdout"]
+
+
+def test_evaluate_a_shipped_checkpoint_by_name(fresh, commands):
     work = fresh["work"] / "evaluate"
-    work.mkdir()
-    proc = _run("robust-train", "evaluate", "--ckpt", "mnist5k_robust", "--n-samples", "8",
-                "--n-steps", "2", "--ig-steps", "3", "--no-wandb", "--no-progress",
-                cwd=work, venv=fresh["venv"])  # fmt: skip
-    _ok(proc)
-    assert "`--ckpt` 'mnist5k_robust': using the shipped checkpoint" in proc.stderr
+    _done(commands["evaluate"])
+    assert (
+        "`--ckpt` 'mnist5k_robust': using the shipped checkpoint" in commands["evaluate"]["stderr"]
+    )
     (results,) = (work / "runs" / "eval" / "mnist5k_robust").glob("*/results.json")
     stored = json.loads(results.read_text())["mnist5k_robust"]
     assert Path(stored["checkpoint_path"]).is_relative_to(fresh["venv"].resolve())
     assert stored["measures"]["split_accuracy"] > 0.9
 
 
-def test_every_shipped_config_parses_and_the_readme_names_only_shipped_ones(fresh):
+def test_every_shipped_config_parses_and_the_readme_names_only_shipped_ones(fresh, commands):
     named = set(re.findall(r"configs/[\w.-]+\.yaml", (REPO / "README.md").read_text()))
     assert named and named <= set(list_shipped("configs")), named - set(list_shipped("configs"))
-    seen = json.loads(_ok(_run(fresh["python"], "-c", PRINT_EVERY_CONFIG, cwd=fresh["work"])))
+    seen = commands["configs"]
     assert sorted(seen) == list_shipped("configs")
     for name, (code, experiment, init) in seen.items():
         assert code == 0 and experiment, name
@@ -212,15 +251,10 @@ def test_every_shipped_config_parses_and_the_readme_names_only_shipped_ones(fres
             assert Path(init).is_file() and Path(init).is_relative_to(fresh["venv"].resolve())
 
 
-def test_a_shipped_finetune_fits_from_the_wheel_with_the_shipped_checkpoint(fresh):
+def test_a_shipped_finetune_fits_from_the_wheel_with_the_shipped_checkpoint(fresh, commands):
     """A file at the config's relative init_checkpoint path in the working folder is not read."""
     work = fresh["work"] / "fit"
-    (work / "checkpoints").mkdir(parents=True)
-    (work / "checkpoints" / "digits_baseline.ckpt").write_bytes(b"not a checkpoint")
-    _ok(_run("robust-train", "fit", "--config", "configs/finetune_digits_checkpoint.yaml",
-             "--trainer.max_epochs=1", "--trainer.limit_train_batches=2",
-             "--trainer.limit_val_batches=1", "--trainer.logger=false",
-             "--trainer.enable_progress_bar=false", cwd=work, venv=fresh["venv"]))  # fmt: skip
+    _done(commands["fit"])
     (last,) = (work / "checkpoints").glob("*/latest/last.ckpt")
     stored = torch.load(last, map_location="cpu", weights_only=True)
     init = Path(stored["hyper_parameters"]["init_checkpoint"])

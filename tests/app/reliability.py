@@ -1,7 +1,8 @@
 """Shared pieces of the reliability tests (tests/app): checkpoints in the layout `robust-train fit`
 writes (built by hand in a fraction of a second), image folders, crafted modules, and the console
 script in a subprocess (the script next to `sys.executable`, so the tests run against whichever
-install runs them)."""
+install runs them) or in a process of the warm console (tests/warm_console.py: the same command
+in a process of its own, without the script's seconds of imports), with the same environment."""
 
 from __future__ import annotations
 
@@ -104,6 +105,19 @@ def console_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     for name in ("ROBUST_TRAIN_DEBUG", "WANDB_MODE", "PYTHONPATH"):
         env.pop(name, None)
     return env
+
+
+def warm_start(warm: Any, *args: str, cwd: Path, env: dict[str, str] | None = None) -> Any:
+    """`robust-train *args` in `cwd` in a process of the warm console `warm` (the fixture
+    `warm_console`), with run_console's environment: a `WarmProcess` (Popen's interface)."""
+    return warm.start([str(SCRIPT), *args], cwd=cwd, env=console_env(env))
+
+
+def warm_console_run(
+    warm: Any, *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """`run_console` in a process of the warm console `warm`."""
+    return warm.run([str(SCRIPT), *args], cwd=cwd, env=console_env(env), timeout=timeout)
 
 
 def run_console(

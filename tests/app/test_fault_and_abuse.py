@@ -1,7 +1,10 @@
-"""Fault and abuse, as a user (or an attacker) meets them: the real `robust-train` console script
-in subprocesses, several at once, killed with SIGKILL at several points of `fit`, `evaluate` and
-`export`, and handed crafted files (where a case needs no process of its own, the script's entry
-point `robust_train.app.cli.main` in-process). What must hold:
+"""Fault and abuse, as a user (or an attacker) meets them: `robust-train` in processes of its own,
+several at once, killed with SIGKILL at several points of `fit`, `evaluate` and `export`, and
+handed crafted files. The real console script runs in a subprocess beside concurrent fits, as
+the fit killed mid-training and for the recorded module; the other processes are the warm
+console's (tests/warm_console.py: the same command in a process of its own, killable like any,
+without the script's seconds of imports), and where a case needs no process of its own, the
+script's entry point `robust_train.app.cli.main` runs in-process. What must hold:
 
 - fits started at the same moment with the same experiment get a run folder each (default W&B
   logger, offline), and `--trainer.limit_train_batches 1` is one batch;
@@ -21,6 +24,7 @@ import os
 import signal
 import subprocess
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -36,6 +40,8 @@ from reliability import (
     image_folder,
     run_console,
     save_fit_checkpoint,
+    warm_console_run,
+    warm_start,
 )
 
 from robust_train.models import SmallCNN
@@ -64,7 +70,8 @@ def _wait_for(condition, timeout: float = 240.0, every: float = 0.005) -> bool:
     return False
 
 
-def _kill(process: subprocess.Popen[str]) -> None:
+def _kill(process) -> None:
+    """SIGKILL a console-script subprocess or a warm console process."""
     process.send_signal(signal.SIGKILL)
     process.communicate(timeout=60)
     assert process.returncode == -signal.SIGKILL
@@ -74,9 +81,13 @@ def _loads(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def test_fits_started_at_the_same_moment_get_a_run_folder_each(tmp_path: Path):
+def test_fits_started_at_the_same_moment_get_a_run_folder_each(tmp_path: Path, warm_console):
+    """Two warm processes start within milliseconds of each other, the console script beside
+    them."""
     n = 3
-    processes = [_start("fit", *DIGITS, *ONE_BATCH, cwd=tmp_path) for _ in range(n)]
+    fit = ["fit", *DIGITS, *ONE_BATCH]
+    processes = [_start(*fit, cwd=tmp_path)]
+    processes += [warm_start(warm_console, *fit, cwd=tmp_path) for _ in range(n - 1)]
     results = [p.communicate(timeout=600) for p in processes]
     for process, (_, err) in zip(processes, results, strict=True):
         assert process.returncode == 0, err[-3000:]
@@ -99,14 +110,14 @@ def test_fits_started_at_the_same_moment_get_a_run_folder_each(tmp_path: Path):
     assert len(list((tmp_path / "runs" / "wandb").glob("offline-run-*"))) == n
 
 
-def test_a_fit_killed_at_several_points_leaves_only_whole_checkpoints(tmp_path: Path):
-    """SIGKILL right after the run folder is claimed, then mid-training after the first
-    last.ckpt: every checkpoint on disk loads, a new fit claims a new folder, and `--ckpt_path
-    last` resumes the killed run to the end."""
+def test_a_fit_killed_at_several_points_leaves_only_whole_checkpoints(tmp_path: Path, warm_console):
+    """SIGKILL right after the run folder is claimed (a warm process), then mid-training after
+    the first last.ckpt (the console script): every checkpoint on disk loads, a new fit claims a
+    new folder, and `--ckpt_path last` resumes the killed run to the end (a warm process)."""
     args = [*DIGITS, *QUIET, "--trainer.callbacks=[]", "--trainer.logger=false"]
     args += ["--trainer.max_epochs=3", "--trainer.limit_val_batches=2"]
     experiment = tmp_path / "checkpoints" / "digits_baseline"
-    early = _start("fit", *args, cwd=tmp_path)
+    early = warm_start(warm_console, "fit", *args, cwd=tmp_path)
     assert _wait_for(lambda: (experiment / "version_0").is_dir())
     _kill(early)
     assert not list(experiment.rglob("*.ckpt"))
@@ -120,13 +131,17 @@ def test_a_fit_killed_at_several_points_leaves_only_whole_checkpoints(tmp_path: 
     for path in saved:
         assert "state_dict" in _loads(path)
     assert not [p for p in run.iterdir() if ".partial" in p.name or p.name.startswith(".")]
-    resumed = run_console("fit", *args, "--ckpt_path", "last", cwd=tmp_path, timeout=600)
+    resumed = warm_console_run(
+        warm_console, "fit", *args, "--ckpt_path", "last", cwd=tmp_path, timeout=600
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _loads(run / "last.ckpt")["epoch"] == 2
     assert os.readlink(experiment / "latest") == "version_1"
 
 
-def test_an_export_killed_mid_write_leaves_no_truncated_copy(tmp_path: Path):
+def test_an_export_killed_mid_write_leaves_no_truncated_copy(tmp_path: Path, warm_console):
+    """The killed export and its rerun are warm processes (test_a_fit_killed_... kills the
+    console script itself)."""
     src = save_fit_checkpoint(
         tmp_path / "big.ckpt", optimizer_states=[{"big": torch.zeros(40_000_000)}]
     )
@@ -134,30 +149,36 @@ def test_an_export_killed_mid_write_leaves_no_truncated_copy(tmp_path: Path):
     content["state_dict"]["model.padding"] = torch.zeros(40_000_000)  # kept by the export
     torch.save(content, src)
     dst = tmp_path / "small.ckpt"
-    export = _start("export", str(src), str(dst), cwd=tmp_path)
+    export = warm_start(warm_console, "export", str(src), str(dst), cwd=tmp_path)
     started = _wait_for(lambda: dst.exists() or any(tmp_path.glob(".small.ckpt.*")), every=0.001)
     assert started
     _kill(export)
     assert not dst.exists() or "state_dict" in _loads(dst)  # absent, or whole: never truncated
-    again = run_console("export", str(src), str(dst), "--overwrite", cwd=tmp_path)
+    again = warm_console_run(
+        warm_console, "export", str(src), str(dst), "--overwrite", cwd=tmp_path
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert _loads(dst)["state_dict"]["model.padding"].shape == (40_000_000,)
     assert not list(tmp_path.glob(".small.ckpt.*"))  # the killed write's partial is gone
     assert _loads(src)["optimizer_states"]  # the source is untouched
 
 
-def test_an_evaluate_killed_at_several_points_leaves_whole_files_or_none(tmp_path: Path):
+def test_an_evaluate_killed_at_several_points_leaves_whole_files_or_none(
+    tmp_path: Path, warm_console
+):
+    """Killed once it says it is evaluating, and once its first output file is there; then run
+    to the end (warm processes; test_a_fit_killed_... kills the console script itself)."""
     ckpt = save_fit_checkpoint(tmp_path / "model.ckpt")
     out = tmp_path / "out"
     args = ["evaluate", "--ckpt", str(ckpt), "--out", str(out), "--n-samples", "24"]
     args += ["--no-progress", "--no-wandb", "--explainers", "saliency", "--n-steps", "5"]
     points = {
-        "evaluating": lambda: time.sleep(4.0) is None,
-        "writing": lambda: out.is_dir() and any(out.iterdir()),
+        "evaluating": lambda process: "\nevaluating " in "\n" + process.stderr_so_far(),
+        "writing": lambda process: out.is_dir() and any(out.iterdir()),
     }
     for name, reached in points.items():
-        process = _start(*args, cwd=tmp_path)
-        assert _wait_for(reached, every=0.001), name
+        process = warm_start(warm_console, *args, cwd=tmp_path)
+        assert _wait_for(partial(reached, process), every=0.001), name
         if process.poll() is None:
             _kill(process)
         if (out / "results.json").exists():
@@ -165,12 +186,12 @@ def test_an_evaluate_killed_at_several_points_leaves_whole_files_or_none(tmp_pat
             assert result["subset"]["n_images"] == 24, name
         if (out / "summary.md").exists():
             assert (out / "summary.md").read_text().endswith("\n"), name
-    done = run_console(*args, cwd=tmp_path)
+    done = warm_console_run(warm_console, *args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == ["results.json", "summary.md"]
 
 
-def test_crafted_inputs_run_nothing_and_change_nothing(tmp_path: Path, cli):
+def test_crafted_inputs_run_nothing_and_change_nothing(tmp_path: Path, cli, warm_console):
     work = tmp_path / "work"
     work.mkdir()
     name, marker = evil_module(work)
@@ -211,13 +232,14 @@ def test_crafted_inputs_run_nothing_and_change_nothing(tmp_path: Path, cli):
         ),
     }
     before = good.read_bytes()
-    # The console script in a subprocess for the recorded module and the export; the other cases
-    # through its entry point in-process (the marker proves the module never ran in either).
+    # The console script in a subprocess for the recorded module, the export in a warm process;
+    # the other cases through its entry point in-process (the marker proves the module never ran
+    # in any).
     in_console = {"evil_evaluate"}
     results = {
         k: (run_console if k in in_console else cli)(*a, cwd=work) for k, (a, _) in cases.items()
     }
-    exported = run_console("export", "evil.ckpt", "copy.ckpt", cwd=work)
+    exported = warm_console_run(warm_console, "export", "evil.ckpt", "copy.ckpt", cwd=work)
     for case, (_, fragments) in cases.items():
         result = results[case]
         error_line(result, *fragments)
@@ -233,7 +255,10 @@ def test_crafted_inputs_run_nothing_and_change_nothing(tmp_path: Path, cli):
     assert downloads.is_file()
 
 
-def test_an_image_folder_with_an_empty_class_is_reported_before_training(tmp_path: Path, cli):
+def test_an_image_folder_with_an_empty_class_is_reported_before_training(
+    tmp_path: Path, cli, warm_console
+):
+    """check-data in a warm process, the fit in-process."""
     image_folder(tmp_path / "images", {"cat": 6, "dog": 6, "emu": 6})
     (tmp_path / "images" / "train" / "yak").mkdir()
     (tmp_path / "cfg.yaml").write_text(
@@ -243,7 +268,7 @@ def test_an_image_folder_with_an_empty_class_is_reported_before_training(tmp_pat
         "  init_args: {root: images, image_size: 8, grayscale: true, batch_size: 4,\n"
         "              val_fraction: 0.25}\n"
     )
-    check = run_console("check-data", "--config", "cfg.yaml", cwd=tmp_path)
+    check = warm_console_run(warm_console, "check-data", "--config", "cfg.yaml", cwd=tmp_path)
     fit = cli("fit", "--config", "cfg.yaml", *ONE_BATCH, cwd=tmp_path)  # in-process
     error_line(check, "['yak']", "hold no image")
     error_line(fit, "['yak']")

@@ -81,7 +81,7 @@ def _one_line(result) -> str:
 
 @pytest.mark.slow
 def test_wrong_classes_size_and_channels_are_refused_naming_both(
-    tmp_path: Path, run_cli, cli, monkeypatch
+    tmp_path: Path, warm_cli, cli, monkeypatch
 ):
     three = _fit_three_class(tmp_path / "fit")
     rgb = _rgb_checkpoint(tmp_path / "rgb.ckpt")
@@ -99,15 +99,16 @@ def test_wrong_classes_size_and_channels_are_refused_naming_both(
         "channels": (rgb, "grey.yaml", ("3 channel(s)", "gives 1x32x32")),
         "shapeless": (shipped, "shapeless.yaml", ("1x28x28", "1x12x12")),
     }
-    # The console script in a subprocess for one case; the others through its entry point
-    # in-process, with the working directory on sys.path as PYTHONPATH "." puts it there.
+    # A process of its own for one case (the warm console's, with PYTHONPATH); the others
+    # through the script's entry point in-process, with the working directory on sys.path as
+    # PYTHONPATH "." puts it there.
     monkeypatch.setattr(sys, "path", [*sys.path, str(tmp_path)])
     monkeypatch.delitem(sys.modules, "shapeless", raising=False)
     done = {}
     for name, (ckpt, data, _) in cases.items():
         args = ["evaluate", "--ckpt", str(ckpt), "--data-config", data, "--out", name]
         if name == "classes":
-            done[name] = run_cli(
+            done[name] = warm_cli(
                 *args, "--no-wandb", *FAST, cwd=tmp_path, env={"PYTHONPATH": _path()}
             )
         else:

@@ -1,9 +1,10 @@
-"""Looking at an offline W&B run without a server, with the commands the
-README gives: `wandb leet inspect --summary --json RUN` (the run's state, the latest value of
-every metric and its config), `wandb leet inspect --json RUN` (every record: the history rows a
-chart is drawn from) and `wandb sync --dry-run RUN`, on the run a real `robust-train fit` wrote
-with its default logger. The installed wandb has no `wandb sync --view`. (`wandb leet runs/wandb`,
-the interactive terminal UI, is not run here.)"""
+"""Looking at an offline W&B run without a server, with the commands the README gives:
+`wandb leet inspect --summary --json RUN` (the run's state, the latest value of every metric and
+its config), `wandb leet inspect --json RUN` (every record: the history rows a chart is drawn
+from) and `wandb sync --dry-run RUN`, on the run a real `robust-train fit` wrote with its default
+logger (in a process of the warm console, tests/warm_console.py: its own process, without the
+console script's seconds of imports). The installed wandb has no `wandb sync --view`.
+(`wandb leet runs/wandb`, the interactive terminal UI, is not run here.)"""
 
 from __future__ import annotations
 
@@ -49,8 +50,8 @@ def _finished_summary(run: Path, cwd: Path, wait_s: float = 90.0) -> dict:
 
 
 @pytest.mark.slow
-def test_leet_reads_the_offline_run_of_a_fit(tmp_path: Path, run_cli):
-    fit = run_cli(
+def test_leet_reads_the_offline_run_of_a_fit(tmp_path: Path, warm_cli):
+    fit = warm_cli(
         "fit",
         "--config",
         str(CONFIG),

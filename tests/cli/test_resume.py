@@ -74,14 +74,15 @@ def _load(path: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_killed_fit_resumes_to_the_weights_of_an_uninterrupted_fit(tmp_path: Path, run_cli, cli):
-    """The killed fit runs the console script in a subprocess; the uninterrupted fit and the
-    resume run its entry point in-process (they load no killer callback)."""
+def test_killed_fit_resumes_to_the_weights_of_an_uninterrupted_fit(tmp_path: Path, warm_cli, cli):
+    """The killed fit runs in a process of the warm console (its own process, killed by its own
+    SIGKILL; the console script's signal handling is the next test's); the uninterrupted fit and
+    the resume run its entry point in-process (they load no killer callback)."""
     (tmp_path / "killer.py").write_text(KILLER)
     plain = _fit(cli, tmp_path, "whole", _override(tmp_path, "whole", kill=False))
     assert plain.returncode == 0, plain.stderr[-2000:]
 
-    killed = _fit(run_cli, tmp_path, "cut", _override(tmp_path, "cut", kill=True))
+    killed = _fit(warm_cli, tmp_path, "cut", _override(tmp_path, "cut", kill=True))
     assert killed.returncode == -9, killed.stderr[-2000:]
     folder = tmp_path / "cut" / "digits_smoothness"
     cut = _load(folder / "latest" / "last.ckpt")
@@ -112,11 +113,14 @@ def test_killed_fit_resumes_to_the_weights_of_an_uninterrupted_fit(tmp_path: Pat
 @pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
 def test_interrupt_during_an_epoch_leaves_the_last_finished_epoch(
-    tmp_path: Path, run_cli, sig: str, code: int
+    tmp_path: Path, run_cli, warm_cli, sig: str, code: int
 ):
+    """SIGTERM stops the console script in a subprocess; SIGINT a process of the warm console
+    (the same handling, in the package, without the script's seconds of imports)."""
     (tmp_path / "killer.py").write_text(KILLER)
+    runner = run_cli if sig == "SIGTERM" else warm_cli
     stopped = _fit(
-        run_cli, tmp_path, "ckpt", _override(tmp_path, "stop", kill=True, sig=sig, epochs=3)
+        runner, tmp_path, "ckpt", _override(tmp_path, "stop", kill=True, sig=sig, epochs=3)
     )
     assert stopped.returncode == code, stopped.stderr[-2000:]
     last = tmp_path / "ckpt" / "digits_smoothness" / "latest" / "last.ckpt"

@@ -1,7 +1,8 @@
-"""Checkpoints you are handed, through the real console script (and its entry point
-`robust_train.app.cli.main` in-process): a file that
-carries a pickled call, or records a class path naming `subprocess.Popen`, runs nothing; the
-command exits with 2 and one line naming the file; `--trust-checkpoint` is the explicit opt-in."""
+"""Checkpoints you are handed, through the console script (`evaluate` in a process of its own, the
+warm console's, tests/warm_console.py; the others through its entry point
+`robust_train.app.cli.main` in-process): a file that carries a pickled call, or records a class path
+naming `subprocess.Popen`, runs nothing; the command exits with 2 and one line naming the file;
+`--trust-checkpoint` is the explicit opt-in."""
 
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def crafted(tmp_path: Path) -> dict[str, Path]:
 
 
 @pytest.mark.slow
-def test_crafted_checkpoints_run_nothing_and_exit_2(tmp_path: Path, crafted, run_cli, cli):
+def test_crafted_checkpoints_run_nothing_and_exit_2(tmp_path: Path, crafted, warm_cli, cli):
     evil = str(crafted["pickle"])
     fit_args = [
         "fit",
@@ -101,8 +102,8 @@ def test_crafted_checkpoints_run_nothing_and_exit_2(tmp_path: Path, crafted, run
         "popen_data": ["evaluate", "--ckpt", str(crafted["datamodule"]), *TINY_EVAL],
         "popen_model": ["evaluate", "--ckpt", str(crafted["model"]), *TINY_EVAL],
     }
-    out = {  # the console script in a subprocess once; the other commands in-process
-        k: (run_cli if k == "evaluate" else cli)(*args, cwd=tmp_path) for k, args in cases.items()
+    out = {  # a process of its own once (the warm console's); the other commands in-process
+        k: (warm_cli if k == "evaluate" else cli)(*args, cwd=tmp_path) for k, args in cases.items()
     }
 
     for name in ("evaluate", "compare", "export", "certify"):

@@ -1,8 +1,10 @@
 """`evaluate`/`compare --model ... --weights ...`: a model not trained here.
 
-Through the console script: a torchvision architecture with a plain torchvision state dict on an
-image folder (an auditor's case), a user's own module found in the working directory, every
-common state-dict layout; through its entry point in-process, the refusals (a class path that is
+Through the console script: a user's own module found in the working directory; in processes of
+the warm console (tests/warm_console.py: the same command in a process of its own, without the
+script's seconds of imports): a torchvision architecture with a plain torchvision state dict on
+an image folder (an auditor's case), every common state-dict layout; through its entry point
+in-process, the refusals (a class path that is
 not an nn.Module is never called; a weights file that unpickles code never runs it; keys that do
 not fit are named).
 """
@@ -82,7 +84,7 @@ def _image_folder(root: Path, counts: dict[str, int]) -> Path:
 
 @pytest.mark.slow
 def test_torchvision_architecture_with_plain_torchvision_weights_on_an_image_folder(
-    tmp_path: Path, run_cli
+    tmp_path: Path, warm_cli
 ):
     """The auditor: `--model torchvision:resnet18 --weights my.pth` (torchvision's own keys; and
     nested under "model" with DDP's "module." prefix). Heads biased to one class make the split
@@ -94,7 +96,7 @@ def test_torchvision_architecture_with_plain_torchvision_weights_on_an_image_fol
     to_dog = {**to_cat, "fc.bias": torch.tensor([0.0, 1e4])}
     torch.save({"model": {f"module.{k}": v for k, v in to_dog.items()}}, tmp_path / "to_dog.pth")
     out = tmp_path / "compare"
-    done = run_cli(
+    done = warm_cli(
         "compare", "to_cat.pth", "to_dog.pth", "--model", "torchvision:resnet18",
         "--data-config", str(data), "--out", str(out), *FAST, cwd=tmp_path,
     )  # fmt: skip
@@ -106,7 +108,7 @@ def test_torchvision_architecture_with_plain_torchvision_weights_on_an_image_fol
 
 
 @pytest.mark.slow
-def test_every_common_state_dict_layout_gives_the_checkpoint_s_numbers(tmp_path: Path, run_cli):
+def test_every_common_state_dict_layout_gives_the_checkpoint_s_numbers(tmp_path: Path, warm_cli):
     """A fit config as `--model`; weights plain, nested under "state_dict" (Lightning, "model."
     prefix), under "model" with "module." (DDP) and the shipped checkpoint itself: all give the
     shipped checkpoint's own accuracy on the MNIST-5k test split."""
@@ -121,7 +123,7 @@ def test_every_common_state_dict_layout_gives_the_checkpoint_s_numbers(tmp_path:
         torch.save(obj, tmp_path / f"{name}.pt")
     files = [f"{n}.pt" for n in layouts] + [str(shipped_checkpoint("mnist5k_baseline"))]
     out = tmp_path / "layouts"
-    done = run_cli(
+    done = warm_cli(
         "compare", *files, "--model", str(MNIST), "--data-config", str(MNIST),
         "--out", str(out), *FAST, cwd=tmp_path,
     )  # fmt: skip

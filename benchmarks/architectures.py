@@ -122,9 +122,12 @@ def adapt_layers(spec: Any, modules: set[str], dropped: list[str], layer: str | 
     """`spec` (a penalty's init_args, nested) with every `layer` option that names no module of
     the architecture (`modules`) replaced by `layer` (the architecture's Grad-CAM layer,
     `GRAD_CAM_LAYERS`) or, without one, removed, so the explainer takes its default layer there;
-    the replaced or removed names go to `dropped`."""
+    the replaced or removed names go to `dropped`. A multi-map term (`explainers`) with
+    Grad-CAM and no `layer` gets `layer`, as its Grad-CAM would otherwise take the default."""
     if isinstance(spec, Mapping):
         out = {}
+        if layer is not None and "grad_cam" in spec.get("explainers", ()) and "layer" not in spec:
+            out["layer"] = layer
         for key, value in spec.items():
             if key == "layer" and isinstance(value, str) and value not in modules:
                 dropped.append(value)

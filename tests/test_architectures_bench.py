@@ -35,6 +35,11 @@ def test_layer_options_the_architecture_lacks_are_dropped(arch):
     out = arch.adapt_layers(spec, {"layer2", "layer4", "fc"}, dropped, "layer2")
     assert out == {"weight": 2.0, "layer": "layer2", "terms": [{"layer": "layer4"}, {"k": 3}]}
     assert dropped == ["features.4"]
+    multi = {"terms": [{"explainers": ["saliency", "grad_cam"]}, {"explainers": ["saliency"]}]}
+    out = arch.adapt_layers(multi, {"layer2"}, [], "layer2")
+    assert out["terms"] == [{"layer": "layer2", "explainers": ["saliency", "grad_cam"]},
+                            {"explainers": ["saliency"]}]  # fmt: skip
+    assert arch.adapt_layers(multi, {"layer2"}, []) == multi
 
 
 def test_resnet_grad_cam_layer_is_seven_by_seven(arch):

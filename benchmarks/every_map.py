@@ -250,11 +250,44 @@ FRONT_COLUMNS = (
 )  # fmt: skip
 
 
+ROBUSTNESS = ("sal/worst", "ig/worst", "gc/worst", "lrp/worst", "dl/worst")
+FIDELITY = ("ig/fidelity", "lrp/fidelity", "dl/fidelity")
+
+
+def pareto(points: dict[str, tuple[float, float]]) -> list[str]:
+    """The tags no other point beats on both coordinates (higher is better), by the first.
+
+    Examples:
+        >>> pareto({"a": (1, 1), "b": (2, 0), "c": (0.5, 0.5)})
+        ['a', 'b']
+    """
+
+    def dominated(t: str) -> bool:
+        x, y = points[t]
+        return any(a >= x and b >= y and (a, b) != (x, y) for a, b in points.values())
+
+    return sorted((t for t in points if not dominated(t)), key=lambda t: points[t][0])
+
+
+def _front_panel(ax: Any, rows: dict[str, dict[str, float]], point: dict[str, Any]) -> Any:
+    """One scatter of `point` (tag -> (x, y)) coloured by gc/random, its Pareto front joined."""
+    xs, ys = zip(*(point[t] for t in rows), strict=True)
+    dots = ax.scatter(xs, ys, c=[rows[t]["gc/random"] for t in rows], cmap="viridis", s=60)
+    optimal = pareto(point)
+    ax.plot(*zip(*(point[t] for t in optimal), strict=True), color="grey", lw=1, zorder=0,
+            label="Pareto front")  # fmt: skip
+    for t in rows:
+        ax.annotate(t, point[t], textcoords="offset points", xytext=(4, 4), fontsize=7)
+    return dots
+
+
 def front(args: argparse.Namespace) -> None:
     """The candidates of --scores (the last line per tag) as a markdown table of FRONT_COLUMNS,
-    and the trade-off plot --png: Grad-CAM (x) against saliency (y) top-100 intersection under
-    the attacks aimed at each, colour the Grad-CAM maps' overlap with a randomised-weights
-    model's maps (higher: the map depends less on the weights), the Pareto-optimal ones joined."""
+    and the trade-off plot --png, colour the Grad-CAM maps' overlap with a randomised-weights
+    model's maps (higher: the map depends less on the weights), the Pareto-optimal ones joined:
+    left, Grad-CAM (x) against saliency (y) top-100 intersection under the attacks aimed at each;
+    right, the mean over the five maps of that intersection (x) against the mean fidelity of the
+    IG, LRP and DeepLIFT maps (y)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -270,30 +303,26 @@ def front(args: argparse.Namespace) -> None:
         cells = " | ".join(f"{r.get(c, math.nan):.3f}" for c in FRONT_COLUMNS)
         lines.append(f"| {tag} | {cells} |")
     print("\n".join(lines))
-    gc = [rows[t]["gc/worst"] for t in rows]
-    sal = [rows[t]["sal/worst"] for t in rows]
-    point = {t: (r["gc/worst"], r["sal/worst"]) for t, r in rows.items()}
-
-    def dominated(t: str) -> bool:
-        (x, y) = point[t]
-        return any(a >= x and b >= y and (a, b) != (x, y) for a, b in point.values())
-
-    optimal = sorted((t for t in rows if not dominated(t)), key=lambda t: point[t][0])
-    fig, ax = plt.subplots(figsize=(6.4, 4.8))
-    points = ax.scatter(gc, sal, c=[rows[t]["gc/random"] for t in rows], cmap="viridis", s=60)
-    ax.plot([rows[t]["gc/worst"] for t in optimal], [rows[t]["sal/worst"] for t in optimal],
-            color="grey", lw=1, zorder=0, label="Pareto front")  # fmt: skip
-    for t, x, y in zip(rows, gc, sal, strict=True):
-        ax.annotate(t, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-    ax.axvline(0.50, color="tab:red", ls=":", lw=1)
-    ax.axhline(0.65, color="tab:red", ls=":", lw=1, label="targets")
-    ax.set_xlabel("Grad-CAM top-100 intersection under its attack")
-    ax.set_ylabel("saliency top-100 intersection under its attack")
-    fig.colorbar(points, label="Grad-CAM overlap with randomised-weights maps")
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(args.png, dpi=120)
-    print(f"Pareto-optimal (Grad-CAM, saliency): {', '.join(optimal)} -> {args.png}")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    maps = {t: (r["gc/worst"], r["sal/worst"]) for t, r in rows.items()}
+    dots = _front_panel(left, rows, maps)
+    left.axvline(0.50, color="tab:red", ls=":", lw=1)
+    left.axhline(0.65, color="tab:red", ls=":", lw=1, label="targets")
+    left.set_xlabel("Grad-CAM top-100 intersection under its attack")
+    left.set_ylabel("saliency top-100 intersection under its attack")
+    mean = {t: (sum(r[c] for c in ROBUSTNESS) / len(ROBUSTNESS),
+                sum(r[c] for c in FIDELITY) / len(FIDELITY)) for t, r in rows.items()}  # fmt: skip
+    _front_panel(right, rows, mean)
+    if "natural" in rows:
+        right.axhline(mean["natural"][1], color="tab:red", ls=":", lw=1, label="natural")
+    right.set_xlabel("mean top-100 intersection of the five maps under their attacks")
+    right.set_ylabel("mean fidelity of the IG, LRP and DeepLIFT maps")
+    fig.colorbar(dots, ax=[left, right], label="Grad-CAM overlap with randomised-weights maps")
+    for ax in (left, right):
+        ax.legend(loc="lower right", fontsize=8)
+    fig.savefig(args.png, dpi=110, bbox_inches="tight")
+    print(f"Pareto-optimal (Grad-CAM, saliency): {', '.join(pareto(maps))}; "
+          f"(robustness, fidelity): {', '.join(pareto(mean))} -> {args.png}")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -104,9 +104,10 @@ def _finetune(
     )
 
 
-# The shipped every-map recipe's terms (configs/mnist5k_finetune_every_map.yaml), weights relative
-# to the composed penalty's: input x gradient smoothness and DeepLIFT top-k mass on a quarter of
-# each batch, Grad-CAM smoothness (at its default layer, one ascent step) on half of it.
+# The three-term every-map recipe's terms, weights relative to the composed penalty's: input x
+# gradient smoothness and DeepLIFT top-k mass on a quarter of each batch, Grad-CAM smoothness (at
+# its default layer, one ascent step) on half of it. The shipped recipe
+# (configs/mnist5k_finetune_every_map.yaml) is one multi-map penalty: benchmarks/EVERY_MAP.md.
 GC_WEIGHT = 1.5
 EVERY_MAP_TERMS: tuple[dict[str, Any], ...] = (
     {"penalty": "smoothness", "explainer": "input_x_gradient", "weight": 1.0, "radius": 0.3,
@@ -236,9 +237,10 @@ METHODS: dict[str, Method] = {
     ),
     "finetune_every_map": Method(
         "composed", {"terms": EVERY_MAP_TERMS}, "weight", (5.0, 10.0, 20.0, 40.0), 20.0,
-        "this project (configs/mnist5k_finetune_every_map.yaml): the seed's natural model "
-        "fine-tuned with one composed penalty, input x gradient smoothness + DeepLIFT top-k mass "
-        "+ Grad-CAM smoothness, on a ReLU network; scored in CV on Grad-CAM, its weakest map",
+        "this project: the seed's natural model fine-tuned with one composed penalty, input x "
+        "gradient smoothness + DeepLIFT top-k mass + Grad-CAM smoothness, on a ReLU network; "
+        "scored in CV on Grad-CAM, its weakest map (the shipped recipe is one multi-map penalty: "
+        "benchmarks/EVERY_MAP.md)",
         finetuned=True, target="grad_cam",
     ),
 }  # fmt: skip

@@ -72,9 +72,9 @@ def test_quick_demo_trains_natural_then_fine_tunes_it(quick_run):
     weights = [k for k in start if k.endswith((".weight", ".bias"))]
     assert len(weights) >= 4 and all(k in stored["state_dict"] for k in weights)
     assert all(not torch.equal(stored["state_dict"][k], start[k]) for k in weights)
-    # ... with the shipped recipe: one composed penalty of three terms on the ReLU network.
+    # ... with the shipped recipe: one multi-map penalty on the ReLU network.
     (penalty,) = stored["robust_train"]["penalties"]
-    assert penalty.startswith("ComposedPenalty(") and penalty.count("batch_fraction=") == 3
+    assert penalty.startswith("MultiMapSmoothness(") and "batch_fraction=0.2" in penalty
     assert stored["robust_train"]["softplus_beta"] is None
     # Both evaluated with the demo protocol (shrunk by --quick): every reported map attacked.
     settings = results["natural"]["settings"]

@@ -1,16 +1,15 @@
 """`robust-train demo` (`make demo`): the main job on real data, MNIST-5k.
 
 Trains the natural model (`configs/mnist5k_baseline.yaml`), fine-tunes it with the shipped robust
-recipe (`configs/mnist5k_finetune_every_map.yaml`: 2 epochs of one composed penalty, input x
-gradient smoothness, DeepLIFT top-k mass and Grad-CAM smoothness, on the ReLU network just
-trained; the leaderboard's `finetune_every_map` row), both with the robustness monitors on (one
-W&B offline run per model under the output folder); evaluates both with the RAR-style `demo`
-protocol (`robust_train.evaluation.PROTOCOLS["demo"]`) on every reported map (saliency,
+recipe (`configs/mnist5k_finetune_every_map.yaml`: 2 epochs of one penalty over the saliency, input
+x gradient and Grad-CAM maps, on the ReLU network just trained), both with the robustness monitors
+on (one W&B offline run per model under the output folder); evaluates both with the RAR-style
+`demo` protocol (`robust_train.evaluation.PROTOCOLS["demo"]`) on every reported map (saliency,
 integrated gradients, Grad-CAM, LRP, DeepLIFT: the top-k attack aimed at each, with each image's
 worst direction, and random-sign noise of the same budget); prints a side-by-side table and the
 claim (robust minus natural top-k intersection on each map, accuracy change) with whether each
-number falls in the range measured over seeds; writes <out>/report.md with the attack figure,
-the MIF/LIF curves and the robustness per epoch.
+number falls in the range measured over seeds; writes <out>/report.md with the attack figure, the
+MIF/LIF curves and the robustness per epoch.
 
 Checkpoint rule: both models are evaluated at the end of their last epoch (`last.ckpt`), and the
 fine-tune starts from the natural model's `last.ckpt`; the penalty's robustness grows until the
@@ -212,9 +211,10 @@ def verdict(gains: dict[str, float], comparable: bool = True) -> str:
     """
     seeds = ", ".join(str(s) for s in MEASURED_SEEDS) or "none yet"
     lines = [
-        "claim: fine-tuning the natural model with the shipped recipe (input x gradient, "
-        "Grad-CAM and DeepLIFT terms on a ReLU network) raises the top-k intersection of every "
-        "map under the top-k attack aimed at it (robust minus natural; ranges measured over "
+        "claim: fine-tuning the natural model with the shipped recipe (one penalty over the "
+        "saliency, input x gradient and Grad-CAM maps, on a ReLU network) raises the top-k "
+        "intersection of every map under the top-k attack aimed at it (robust minus natural; "
+        "ranges measured over "
         f"seeds {seeds}):"
     ]
     for name, label in MAPS.items():

@@ -445,7 +445,13 @@ def fidelity_table(jobs: list[dict[str, Any]], archs: list[str], n: int) -> list
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for arch in archs:
         for model in ("natural", "robust"):
-            layer = [j for j in jobs if j["arch"] == arch and j.get("grad_cam_layer")]
+            layer = [
+                j
+                for j in jobs
+                if j["arch"] == arch
+                and j.get("explainer") == "grad_cam"
+                and j.get("grad_cam_layer")
+            ]
             where = (
                 f"`{layer[0]['grad_cam_layer']}` ({layer[0]['grad_cam_side'][0]})" if layer else "-"
             )

@@ -459,6 +459,36 @@ class _Best:
         self.score[better] = score[better]
 
 
+def _clean_start(name: str, model: nn.Module, x0: Tensor, y: Tensor, s: Settings) -> _Best:
+    """The clean maps of correctly classified `x0`, as the starting record of an attack."""
+    maps0, logits0 = explain(name, model, x0, y, False, s)
+    if not bool((logits0.argmax(1) == y).all()):
+        raise ValueError("attack only correctly classified images")
+    return _Best(x0, importance(maps0.detach()), s.k_report)
+
+
+def _kept_result(
+    name: str, model: nn.Module, x0: Tensor, y: Tensor, best: _Best, moved: Tensor, s: Settings
+) -> AttackResult:
+    """What is reported: the kept inputs' maps and labels recomputed on the original model,
+    checked to keep the label and the budget, against the clean maps."""
+    maps1, logits1 = explain(name, model, best.x, y, False, s)
+    if not bool((logits1.argmax(1) == y).all()):
+        raise AssertionError("a kept input changed the label")
+    if (best.x - x0).abs().max() > s.eps + 1e-5 or best.x.min() < 0 or best.x.max() > 1:
+        raise AssertionError("a kept input is outside the budget or [0, 1]")
+    imp0, imp1 = best.imp0, importance(maps1.detach())
+    return AttackResult(
+        x=best.x,
+        intersection=topk_intersection(imp0, imp1, s.k_report),
+        spearman=spearman(imp0, imp1),
+        moved=moved,
+        kept_label=best.kept,
+        clean_importance=imp0,
+        label_changes=best.changes,
+    )
+
+
 def topk_attack(
     model: nn.Module,
     surrogate: nn.Module | None,
@@ -475,12 +505,8 @@ def topk_attack(
     ranked on `model`, and an iterate whose label on `model` differs from y is never kept."""
     s = settings
     direction_model = model if surrogate is None else surrogate
-    maps0, logits0 = explain(name, model, x0, y, False, s)
-    if not bool((logits0.argmax(1) == y).all()):
-        raise ValueError("attack only correctly classified images")
-    imp0 = importance(maps0.detach())
-    target = topk_mask(imp0, s.k_attack).to(imp0.dtype)
-    best = _Best(x0, imp0, s.k_report)
+    best = _clean_start(name, model, x0, y, s)
+    target = topk_mask(best.imp0, s.k_attack).to(best.imp0.dtype)
     moved = torch.zeros(x0.shape[0], dtype=torch.bool)
     lrp = name.startswith("lrp_") and surrogate is not None
     for _ in range(s.restarts):
@@ -505,22 +531,7 @@ def topk_attack(
             best.offer(x, *explain(name, model, x, y, False, s), y)
     if lrp:
         set_beta(direction_model, s.lrp_beta[0])
-    # Recompute the kept inputs' maps and labels on the original model: what is reported.
-    maps1, logits1 = explain(name, model, best.x, y, False, s)
-    if not bool((logits1.argmax(1) == y).all()):
-        raise AssertionError("a kept input changed the label")
-    if (best.x - x0).abs().max() > s.eps + 1e-5 or best.x.min() < 0 or best.x.max() > 1:
-        raise AssertionError("a kept input is outside the budget or [0, 1]")
-    imp1 = importance(maps1.detach())
-    return AttackResult(
-        x=best.x,
-        intersection=topk_intersection(imp0, imp1, s.k_report),
-        spearman=spearman(imp0, imp1),
-        moved=moved,
-        kept_label=best.kept,
-        clean_importance=imp0,
-        label_changes=best.changes,
-    )
+    return _kept_result(name, model, x0, y, best, moved, s)
 
 
 def random_sign_noise(
@@ -534,23 +545,11 @@ def random_sign_noise(
     """Random signs at the budget: x + eps * sign(N(0, 1)), clipped to [0, 1]; per image the
     lowest top-k intersection among the label-keeping draws."""
     s = settings
-    maps0, _ = explain(name, model, x0, y, False, s)
-    imp0 = importance(maps0.detach())
-    best = _Best(x0, imp0, s.k_report)
+    best = _clean_start(name, model, x0, y, s)
     for _ in range(s.noise_draws):
         x = (x0 + s.eps * torch.randn(x0.shape, generator=generator).sign()).clamp(0, 1)
         best.offer(x, *explain(name, model, x, y, False, s), y)
-    maps1, _ = explain(name, model, best.x, y, False, s)
-    imp1 = importance(maps1.detach())
-    return AttackResult(
-        x=best.x,
-        intersection=topk_intersection(imp0, imp1, s.k_report),
-        spearman=spearman(imp0, imp1),
-        moved=torch.ones(x0.shape[0], dtype=torch.bool),
-        kept_label=best.kept,
-        clean_importance=imp0,
-        label_changes=best.changes,
-    )
+    return _kept_result(name, model, x0, y, best, torch.ones(x0.shape[0], dtype=torch.bool), s)
 
 
 # --------------------------------------------------------------------------------------------

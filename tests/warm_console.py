@@ -21,6 +21,7 @@ and the imports themselves): tests of that keep a real subprocess.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import select
@@ -79,6 +80,14 @@ def _text(data: bytes) -> str:
     return data.decode().replace("\r\n", "\n").replace("\r", "\n")
 
 
+def _appending_file():
+    """An anonymous temporary file whose writes, by whichever process holds it, go to its end."""
+    file = tempfile.TemporaryFile(mode="w+b", buffering=0)
+    flags = fcntl.fcntl(file.fileno(), fcntl.F_GETFL)
+    fcntl.fcntl(file.fileno(), fcntl.F_SETFL, flags | os.O_APPEND)
+    return file
+
+
 class WarmProcess:
     """One command of the warm server, with the interface of `subprocess.Popen` that the tests
     use; stdout and stderr go to temporary files, read by `communicate` (and `stderr_so_far`)."""
@@ -86,9 +95,11 @@ class WarmProcess:
     def __init__(self, path: str, argv: list[str], cwd: Path | str, env: dict[str, str]):
         self.args = argv
         self.returncode: int | None = None
-        # Appending: the command writes at the end whatever offset `stderr_so_far` reads from.
-        self._out = tempfile.TemporaryFile(mode="a+b")
-        self._err = tempfile.TemporaryFile(mode="a+b")
+        # The command shares these files' offsets: they are read with `os.pread`, which leaves
+        # the offset alone (a seek here while the command writes would put its next write at
+        # the seek's place, over what it wrote), and opened O_APPEND besides (`open` in mode "a"
+        # of a file descriptor, as TemporaryFile does, does not set it).
+        self._out, self._err = _appending_file(), _appending_file()
         self._buffer = bytearray()
         self._sock = _send(path, argv, cwd, env, [0, self._out.fileno(), self._err.fileno()])
         line = _line(self._sock, self._buffer, timeout=60)
@@ -132,8 +143,11 @@ class WarmProcess:
         self.send_signal(signal.SIGKILL)
 
     def _read(self, file) -> str:
-        file.seek(0)
-        return _text(file.read())
+        chunks, offset = [], 0
+        while chunk := os.pread(file.fileno(), 1 << 20, offset):
+            chunks.append(chunk)
+            offset += len(chunk)
+        return _text(b"".join(chunks))
 
     def stderr_so_far(self) -> str:
         return self._read(self._err)

@@ -70,6 +70,10 @@ def _wait_for(condition, timeout: float = 240.0, every: float = 0.005) -> bool:
     return False
 
 
+def _ended_or_reached(process, reached) -> bool:
+    return process.poll() is not None or reached(process)
+
+
 def _kill(process) -> None:
     """SIGKILL a console-script subprocess or a warm console process."""
     process.send_signal(signal.SIGKILL)
@@ -178,7 +182,8 @@ def test_an_evaluate_killed_at_several_points_leaves_whole_files_or_none(
     }
     for name, reached in points.items():
         process = warm_start(warm_console, *args, cwd=tmp_path)
-        assert _wait_for(partial(reached, process), every=0.001), name
+        assert _wait_for(partial(_ended_or_reached, process, reached), every=0.001), name
+        assert reached(process), f"{name} never reached: {process.stderr_so_far()[-3000:]}"
         if process.poll() is None:
             _kill(process)
         if (out / "results.json").exists():

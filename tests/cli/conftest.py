@@ -50,6 +50,14 @@ def run_cli():
     return robust_train
 
 
+def warm_robust_train(
+    warm, *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """`robust_train(*args, ...)` in a process of the warm console `warm` (the fixture
+    `warm_console`)."""
+    return warm.run([str(SCRIPT), *args], cwd=cwd, env=_env(env), timeout=timeout)
+
+
 @pytest.fixture
 def warm_cli(warm_console):
     """`warm_cli(*args, cwd=..., env=None)`: `run_cli` in a process of the warm console."""
@@ -57,6 +65,6 @@ def warm_cli(warm_console):
     def run(
         *args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
     ) -> subprocess.CompletedProcess[str]:
-        return warm_console.run([str(SCRIPT), *args], cwd=cwd, env=_env(env), timeout=timeout)
+        return warm_robust_train(warm_console, *args, cwd=cwd, env=env, timeout=timeout)
 
     return run

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
 import os
 import shutil
 import subprocess
@@ -25,9 +26,37 @@ BROWSER_ARGS = [
 pytestmark = pytest.mark.slow
 
 
+# What the site is built from: a build older than any of these files is stale.
+SOURCES = ("docs", "benchmarks", "robust_train", "mkdocs.yml", "README.md", "CHANGELOG.md")
+STRICT_MARKER = ".strict-build"  # written by `make docs` after `mkdocs build --strict` passed
+
+
+def _newest_source() -> float:
+    newest = 0.0
+    for name in SOURCES:
+        path = ROOT / name
+        files = path.rglob("*") if path.is_dir() else [path]
+        newest = max([newest, *(f.stat().st_mtime for f in files if f.is_file())])
+    return newest
+
+
+def fresh_strict_build(folder: Path) -> bool:
+    """Whether `folder` holds a whole `make docs` build (mkdocs --strict passed, the marker it
+    writes after) whose every file is newer than every source file."""
+    marker = folder / STRICT_MARKER
+    if not (marker.is_file() and (folder / "index.html").is_file()):
+        return False
+    oldest = min(f.stat().st_mtime for f in folder.rglob("*") if f.is_file())
+    return oldest > _newest_source()
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    """`mkdocs build --strict` into a temporary folder (what `make docs` runs)."""
+    """The site as `make docs` builds it (`mkdocs build --strict`): its site/ folder when that
+    build is fresh (`fresh_strict_build`: CI runs `make docs` before the tests), else a build
+    into a temporary folder."""
+    if fresh_strict_build(ROOT / "site"):
+        return ROOT / "site"
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "DISABLE_MKDOCS_2_WARNING": "true"}
     done = subprocess.run(
@@ -62,12 +91,46 @@ def browser():
         chromium.close()
 
 
+def watch_for_problems(page, problems: list[str]) -> None:
+    """Append the page's console errors, uncaught errors, failed requests and HTTP errors to
+    `problems`. A request the next page's navigation cancels (the search worker, the favicon)
+    is aborted, not failed; any other failure is a problem."""
+    page.on("console", lambda m: m.type == "error" and problems.append(f"console: {m.text}"))
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on(
+        "requestfailed",
+        lambda r: (
+            "ERR_ABORTED" not in (r.failure or "")
+            and problems.append(f"request failed: {r.url} ({r.failure})")
+        ),
+    )
+    page.on("response", lambda r: r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"))
+
+
 def pages(site: Path) -> list[str]:
     return sorted(
         p.relative_to(site).as_posix()
         for p in site.rglob("index.html")
         if "assets" not in p.relative_to(site).parts
     )
+
+
+def test_only_a_fresh_strict_build_is_reused(tmp_path: Path) -> None:
+    build = tmp_path / "site"
+    (build / "search").mkdir(parents=True)
+    (build / "index.html").write_text("<h1>x</h1>")
+    assert not fresh_strict_build(build)  # no marker: not known to be strict
+    (build / STRICT_MARKER).touch()
+    newest = _newest_source()
+    for path in build.rglob("*"):
+        os.utime(path, (newest - 10, newest - 10))
+    assert not fresh_strict_build(build)  # older than a source file
+    for path in build.rglob("*"):
+        os.utime(path, (newest + 10, newest + 10))
+    assert fresh_strict_build(build)
+    (build / "search" / "late.json").touch()
+    os.utime(build / "search" / "late.json", (newest - 1, newest - 1))
+    assert not fresh_strict_build(build)  # one file older than a source: a partial rebuild
 
 
 def test_the_site_holds_every_section(site: Path) -> None:
@@ -85,18 +148,16 @@ def test_every_page_renders_without_console_errors_and_loads_its_images(
 ) -> None:
     problems: list[str] = []
     page = browser.new_page()
-    page.on("console", lambda m: m.type == "error" and problems.append(f"console: {m.text}"))
-    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-    # A request the next page's navigation cancels (the search worker, the favicon) is aborted,
-    # not failed; any other failure is a problem.
-    page.on(
-        "requestfailed",
-        lambda r: (
-            "ERR_ABORTED" not in (r.failure or "")
-            and problems.append(f"request failed: {r.url} ({r.failure})")
-        ),
+    # Every page starts the search worker, which indexes the whole site's search index (1 MB):
+    # here it gets the real index's config with one document, so the loop renders pages rather
+    # than rebuilding that index 40 times (test_search_... loads the real one).
+    index = json.loads((site / "search" / "search_index.json").read_text())
+    small = json.dumps({"config": index["config"], "docs": index["docs"][:1]})
+    page.route(
+        "**/search/search_index.json",
+        lambda route: route.fulfill(status=200, content_type="application/json", body=small),
     )
-    page.on("response", lambda r: r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"))
+    watch_for_problems(page, problems)
     images = 0
     for path in pages(site):
         before = len(problems)
@@ -117,7 +178,10 @@ def test_every_page_renders_without_console_errors_and_loads_its_images(
 
 
 def test_search_finds_the_api_pages(served: str, browser) -> None:
+    """With the site's real search index, without console errors."""
+    problems: list[str] = []
     page = browser.new_page()
+    watch_for_problems(page, problems)
     page.goto(f"{served}/index.html", wait_until="load")
     page.keyboard.press("/")  # Material's shortcut that focuses the search box
     page.locator("input.md-search__input").fill("fragility_attack")
@@ -126,3 +190,4 @@ def test_search_finds_the_api_pages(served: str, browser) -> None:
     links = page.eval_on_selector_all(".md-search-result__link", "els => els.map(e => e.href)")
     page.close()
     assert any("reference/api/robust_train.attacks" in link for link in links), links
+    assert problems == []

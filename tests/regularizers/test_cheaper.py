@@ -1,7 +1,7 @@
 """Cheaper penalties (`every_n_steps`, `batch_fraction` on every PenaltyTerm): the penalty really
 is skipped / computed on the fraction (calls counted, directly and in a real Lightning fit),
 every_n_steps is scaled by k, the options reach configs, and bad values fail before any work
-(one line, exit code 2, from the console script)."""
+(one line, exit code 2, from the console script in a process of the warm console)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 import yaml
-from cli.conftest import robust_train as run_cli
+from cli.conftest import warm_robust_train
 from helpers import SmoothMLP, TinyCNN, digits_tensors
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -139,11 +139,13 @@ def test_terms_that_replace_the_task_loss_refuse(cls):
 
 
 @pytest.mark.slow
-def test_console_script_reports_a_bad_value_in_one_line(tmp_path: Path):
+def test_console_script_reports_a_bad_value_in_one_line(tmp_path: Path, warm_console):
     config = yaml.safe_load((CONFIGS / "digits_smoothness.yaml").read_text())
     config["model"]["penalties"][0]["init_args"]["every_n_steps"] = 0
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(config))
-    result = run_cli("fit", "--config", str(tmp_path / "bad.yaml"), cwd=tmp_path)
+    result = warm_robust_train(
+        warm_console, "fit", "--config", str(tmp_path / "bad.yaml"), cwd=tmp_path
+    )
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]

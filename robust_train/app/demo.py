@@ -70,6 +70,9 @@ MEASURED_GAINS: dict[str, dict[str, float]] = {
     "deeplift": {"mean": 0.3276, "min": 0.2866, "max": 0.3491},
 }
 MEASURED_ACC_CHANGE = {"mean": -0.0046, "min": -0.0111, "max": 0.0011}
+# How far beyond a measured range a run on another machine still reads as agreeing with it: one
+# pixel of the 100 top-k pixels per image, and 2 of the 1,000 test images.
+MACHINE_MARGIN = {"map": 0.01, "accuracy": 0.002}
 # --quick: a smoke run of the whole pipeline in well under a minute (its numbers are no claim).
 QUICK_TRAINING = ("--trainer.limit_train_batches=6", "--trainer.limit_val_batches=2")
 QUICK_EPOCHS = (2, 1)
@@ -189,14 +192,25 @@ def gain(results: dict[str, dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def _range_line(label: str, value: float, measured: dict[str, float], scale: float = 1.0) -> str:
-    """`label value: inside/OUTSIDE lo to hi (mean m)`; no range: the value alone."""
+def _range_line(
+    label: str, value: float, measured: dict[str, float], margin: float, scale: float = 1.0
+) -> str:
+    """`label value: inside / within MARGIN of / OUTSIDE the measured range lo to hi (mean m)`;
+    no range: the value alone. The ranges were measured on one machine, and the default seed
+    is one of the seeds they span, so its values can sit at an end of a range: another CPU or
+    BLAS takes another path through training, and a value up to `margin` beyond an end says so
+    rather than OUTSIDE."""
     fmt = "{:+.1f}" if scale != 1.0 else "{:+.3f}"
     text = f"  {label} {fmt.format(scale * value)}"
     lo, hi = measured["min"], measured["max"]
     if lo != lo or value != value:  # NaN: no measured range, or nothing measured
         return text
-    where = "inside" if lo - 1e-6 <= value <= hi + 1e-6 else "OUTSIDE"  # 1e-6: float error
+    if lo - 1e-6 <= value <= hi + 1e-6:  # 1e-6: float error
+        where = "inside"
+    elif lo - margin <= value <= hi + margin:
+        where = f"within {fmt.format(scale * margin).lstrip('+')} (another machine's margin) of"
+    else:
+        where = "OUTSIDE"
     return (f"{text}: {where} the measured range {fmt.format(scale * lo)} to "
             f"{fmt.format(scale * hi)} (mean {fmt.format(scale * measured['mean'])})")  # fmt: skip
 
@@ -219,9 +233,18 @@ def verdict(gains: dict[str, float], comparable: bool = True) -> str:
     ]
     for name, label in MAPS.items():
         if name in gains:
-            lines.append(_range_line(f"{label} gain", gains[name], MEASURED_GAINS[name]))
+            gain_line = _range_line(
+                f"{label} gain", gains[name], MEASURED_GAINS[name], MACHINE_MARGIN["map"]
+            )
+            lines.append(gain_line)
     lines.append(
-        _range_line("test accuracy change (points)", gains["accuracy"], MEASURED_ACC_CHANGE, 100)
+        _range_line(
+            "test accuracy change (points)",
+            gains["accuracy"],
+            MEASURED_ACC_CHANGE,
+            MACHINE_MARGIN["accuracy"],
+            scale=100,
+        )
     )
     if not comparable:
         lines.append("  (this run's settings differ from the measured ones: the ranges are a "

@@ -233,10 +233,8 @@ def verdict(gains: dict[str, float], comparable: bool = True) -> str:
     ]
     for name, label in MAPS.items():
         if name in gains:
-            gain_line = _range_line(
-                f"{label} gain", gains[name], MEASURED_GAINS[name], MACHINE_MARGIN["map"]
-            )
-            lines.append(gain_line)
+            margin = MACHINE_MARGIN["map"]
+            lines.append(_range_line(f"{label} gain", gains[name], MEASURED_GAINS[name], margin))
     lines.append(
         _range_line(
             "test accuracy change (points)",

@@ -32,11 +32,14 @@ STRICT_MARKER = ".strict-build"  # written by `make docs` after `mkdocs build --
 
 
 def _newest_source() -> float:
+    """The newest modification time of a source file (bytecode caches, which a test run may
+    write after the build, are not sources)."""
     newest = 0.0
     for name in SOURCES:
         path = ROOT / name
         files = path.rglob("*") if path.is_dir() else [path]
-        newest = max([newest, *(f.stat().st_mtime for f in files if f.is_file())])
+        times = (f.stat().st_mtime for f in files if f.is_file() and "__pycache__" not in f.parts)
+        newest = max([newest, *times])
     return newest
 
 

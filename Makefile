@@ -34,8 +34,8 @@ docs: $(STAMP)
 	touch site/.strict-build
 
 lint: $(STAMP)
-	$(BIN)/ruff check robust_train tests benchmarks
-	$(BIN)/ruff format --check robust_train tests benchmarks
+	$(BIN)/ruff check robust_train tests benchmarks experiments
+	$(BIN)/ruff format --check robust_train tests benchmarks experiments
 	$(BIN)/mypy robust_train
 
 clean:

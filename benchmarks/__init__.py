@@ -1,7 +1,8 @@
-"""Speed, memory and robustness benchmarks of robust_train, side by side with peers.
+"""Speed and memory benchmarks of robust_train, side by side with its peers and bare loops.
 
-A package so that its scripts import each other by name (`from benchmarks import bench_utils`)
-without editing `sys.path`: run each from the repository root as a module, e.g.
-`python -m benchmarks.bench_train_step --quick` (benchmarks/README.md lists them). Not part of the
+One runner over a registry (`benchmarks.registry.BENCHMARKS`): `python -m benchmarks list`,
+`python -m benchmarks run NAME [--quick] [flags]`, which writes the record as JSON to
+runs/benchmarks/NAME.json and appends it to benchmarks/RESULTS.md (benchmarks/README.md). The
+studies (leaderboard, every-map, architectures, ...) are the experiments package. Not part of the
 installed package (pyproject.toml packages `robust_train*` only).
 """

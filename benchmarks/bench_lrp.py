@@ -12,14 +12,13 @@ round (bench_utils.time_interleaved; process CPU time, one thread):
 - penalty step: one training step of RobustClassifier with ExplanationSmoothness (radius 0.3,
   cosine, one sample) on the explainer: forward, penalty (two maps with create_graph), backward.
 
-    python -m benchmarks.bench_lrp            # ~15 min on one core (results: benchmarks/LRP.md)
+    python -m benchmarks.bench_lrp            # ~15 min on one core (results: benchmarks/RESULTS.md)
     python -m benchmarks.bench_lrp --quick    # smoke run
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -79,7 +78,6 @@ def run(label: str, model: nn.Module, x: Tensor, y: Tensor, rounds: int, device)
 
 def main(argv: Sequence[str] | None = None) -> str:
     parser = base_parser(__doc__.splitlines()[0])
-    parser.set_defaults(results=Path(__file__).resolve().parent / "LRP.md")
     args = parser.parse_args(argv)
     device = setup_torch(args)
     record = Record("bench_lrp", args, device, argv)

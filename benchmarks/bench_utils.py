@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import math
 import os
 import platform
@@ -29,33 +30,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
-def quiet_trainer(**options: Any) -> Any:
-    """A CPU `pytorch_lightning.Trainer` that only trains: no logger, checkpoints, progress bar,
-    model summary, sanity check or validation. `options` (max_epochs, limit_train_batches,
-    callbacks, ...) are added, and override these."""
-    import pytorch_lightning as pl
-
-    quiet = {
-        "accelerator": "cpu",
-        "logger": False,
-        "enable_checkpointing": False,
-        "enable_progress_bar": False,
-        "enable_model_summary": False,
-        "limit_val_batches": 0,
-        "num_sanity_val_steps": 0,
-    }
-    return pl.Trainer(**{**quiet, **options})
-
-
 def base_parser(description: str) -> argparse.ArgumentParser:
-    """Flags every benchmark has: --quick, --threads, --repeats, --device, --results, --no-write."""
+    """Flags every benchmark has: --quick, --threads, --repeats, --device, --results, --no-write,
+    --json."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, one round: a smoke run")
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
@@ -63,6 +46,9 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--results", type=Path, default=RESULTS, help="markdown file to append to")
     parser.add_argument("--no-write", action="store_true", help="print only, do not append")
+    parser.add_argument(
+        "--json", type=Path, default=None, help="also write the record as JSON to this file"
+    )
     return parser
 
 
@@ -238,7 +224,7 @@ class Record:
         self.args = args
         script = Path(sys.argv[0]).stem if argv is None else title
         words = list(sys.argv[1:] if argv is None else argv)
-        self.command = "python -m benchmarks." + " ".join([script, *map(shlex.quote, words)])
+        self.command = "python -m benchmarks run " + " ".join([script, *map(shlex.quote, words)])
         self.title = title
         self.start = datetime.datetime.now(datetime.timezone.utc)
         self.load_start = load_average()
@@ -265,6 +251,8 @@ class Record:
             "",
         ]
         text = "\n".join(head) + "\n" + "\n\n".join(self.sections) + "\n"
+        if not self.args.no_write and getattr(self.args, "json", None):
+            self.write_json(self.args.json, elapsed)
         if not self.args.no_write:
             self.args.results.parent.mkdir(parents=True, exist_ok=True)
             new = not self.args.results.exists()
@@ -279,3 +267,21 @@ class Record:
                     + text
                 )
         return text
+
+    def as_dict(self, seconds: float) -> dict[str, object]:
+        """The record as data: title, command, machine, start, load, seconds, its sections."""
+        return {
+            "title": self.title,
+            "quick": bool(self.args.quick),
+            "command": self.command,
+            "machine": self.machine,
+            "started": self.start.isoformat(timespec="seconds"),
+            "load_average": {"start": self.load_start, "end": load_average()},
+            "seconds": round(seconds, 1),
+            "sections": list(self.sections),
+        }
+
+    def write_json(self, path: Path, seconds: float) -> None:
+        """Write `as_dict` to `path` (its folder made when missing)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.as_dict(seconds), indent=1) + "\n")

@@ -4,8 +4,9 @@
   run in this process with `--help`), so the page cannot drift from the code.
 - `reference/api/<package>.md`: one page per public package, rendered by mkdocstrings from the
   docstrings (`::: robust_train.<package>`).
-- `benchmarks/*.md` and their figures: the repository's benchmark pages, copied as they are
-  (benchmarks/README.md becomes the section's index).
+- `benchmarks/*.md` and `experiments/*.md`: the repository's benchmark and experiment pages,
+  copied as they are (each README.md becomes its section's index; links to the figures in
+  docs/images/ are made relative to the site).
 """
 
 from __future__ import annotations
@@ -111,18 +112,17 @@ def write_measures_page() -> None:
         page.write("\n".join(lines) + "\n")
 
 
-def copy_benchmark_pages() -> None:
-    for source in sorted((ROOT / "benchmarks").glob("*.md")):
+def copy_pages(folder: str) -> None:
+    for source in sorted((ROOT / folder).glob("*.md")):
         name = "index.md" if source.name == "README.md" else source.name
         text = re.sub(r"\]\(README\.md", "](index.md", source.read_text())
-        with mkdocs_gen_files.open(f"benchmarks/{name}", "w") as page:
+        text = text.replace("](../docs/images/", "](../images/")
+        with mkdocs_gen_files.open(f"{folder}/{name}", "w") as page:
             page.write(text)
-    for figure in sorted((ROOT / "benchmarks").glob("*.png")):
-        with mkdocs_gen_files.open(f"benchmarks/{figure.name}", "wb") as page:
-            page.write(figure.read_bytes())
 
 
 write_cli_page()
 write_measures_page()
 write_api_pages()
-copy_benchmark_pages()
+copy_pages("benchmarks")
+copy_pages("experiments")

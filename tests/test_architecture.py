@@ -3,8 +3,9 @@
 The graph is read from the source with `ast` (every `import`, at module level or inside a
 function), so a lazy import cannot hide a cycle or an upward dependency. A fresh interpreter then
 imports every module, lowest layer first, to check that each one imports on its own. The
-benchmarks package is held to the same graph rules (no cycle), imports its scripts by package
-name rather than through `sys.path`, and both keep every function body within 60 lines.
+benchmarks and experiments packages are held to the same graph rules (no cycle; experiments may
+use the benchmarks' tools, never the reverse), import their scripts by package name rather than
+through `sys.path`, and all three keep every function body within 60 lines.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "robust_train"
 BENCHMARKS = PACKAGE.parent / "benchmarks"
+EXPERIMENTS = PACKAGE.parent / "experiments"
 MAX_BODY_LINES = 60
 
 # Layers, lowest first: a module may import its own layer's modules and any lower layer's. Every
@@ -176,21 +178,33 @@ def test_every_module_imports_alone_in_a_fresh_interpreter() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=600)
 
 
-def test_benchmarks_import_graph_has_no_cycle() -> None:
-    edges = graph(BENCHMARKS)
-    assert "benchmarks.leaderboard_report" in edges["benchmarks.leaderboard"]  # the graph sees them
-    cycle = find_cycle(edges)
-    assert cycle is None, " -> ".join(cycle or [])
+def test_script_packages_import_graphs_have_no_cycle() -> None:
+    for folder, importer, imported in (
+        (BENCHMARKS, "benchmarks.bench_eval", "benchmarks.eval_peers"),
+        (EXPERIMENTS, "experiments.leaderboard", "experiments.leaderboard_report"),
+    ):
+        edges = graph(folder)
+        assert imported in edges[importer]  # the graph sees them
+        cycle = find_cycle(edges)
+        assert cycle is None, " -> ".join(cycle or [])
 
 
-def test_benchmarks_import_each_other_as_a_package_without_editing_sys_path() -> None:
+def test_benchmarks_never_import_the_experiments() -> None:
+    known = modules(EXPERIMENTS)
+    found = {n: imports(p, known, "experiments") for n, p in modules(BENCHMARKS).items()}
+    assert {n: i for n, i in found.items() if i} == {}
+    assert imports(EXPERIMENTS / "registry.py", modules(BENCHMARKS), "benchmarks")  # it sees them
+
+
+@pytest.mark.parametrize("folder", [BENCHMARKS, EXPERIMENTS], ids=lambda f: f.name)
+def test_scripts_import_each_other_as_a_package_without_editing_sys_path(folder: Path) -> None:
     edits = []
-    for path in sorted(BENCHMARKS.glob("*.py")):
+    for path in sorted(folder.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute) and node.attr == "path":
                 if isinstance(node.value, ast.Name) and node.value.id == "sys":
                     edits.append(f"{path.name}:{node.lineno}")
-    assert edits == [], "run the scripts as `python -m benchmarks.<script>` instead"
+    assert edits == [], f"run the scripts as `python -m {folder.name} run NAME` instead"
 
 
 def body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
@@ -220,6 +234,6 @@ def test_body_lines_excludes_the_docstring() -> None:
     assert isinstance(fn, ast.FunctionDef) and body_lines(fn) == 2
 
 
-@pytest.mark.parametrize("folder", [PACKAGE, BENCHMARKS], ids=lambda f: f.name)
+@pytest.mark.parametrize("folder", [PACKAGE, BENCHMARKS, EXPERIMENTS], ids=lambda f: f.name)
 def test_no_function_body_is_over_60_lines(folder: Path) -> None:
     assert long_functions(folder) == [], "split them into small named helpers"

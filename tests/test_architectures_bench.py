@@ -1,4 +1,4 @@
-"""benchmarks/architectures.py: the recipe read from a config, layer options adapted to the
+"""experiments/architectures.py: the recipe read from a config, layer options adapted to the
 architecture, the page's cells, and a quick run end to end (resumed without refitting)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 @pytest.fixture(scope="module")
 def arch():
-    return importlib.import_module("benchmarks.architectures")
+    return importlib.import_module("experiments.architectures")
 
 
 def test_recipe_of_a_shipped_fine_tune_and_of_the_baseline(arch):

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,7 @@ def test_interleaving_alternates_the_order_and_ratios_are_per_round(bench):
 def _check_record(text: str, path: Path, title: str) -> None:
     written = path.read_text()
     assert f"## {title} (quick)" in written and text in written
-    assert "- command: `python -m benchmarks." in written and "load average" in written
+    assert "- command: `python -m benchmarks run " in written and "load average" in written
     assert "Targets:" in written and ("met (" in written or "MISSED (" in written)
 
 
@@ -113,14 +114,17 @@ def test_bench_train_step_registry_quick(bench, tmp_path):
 
 
 SCRIPTS = sorted(
-    p.stem for p in BENCHMARKS.glob("*.py") if 'if __name__ == "__main__":' in p.read_text()
+    f"{p.parent.name}.{p.stem}"
+    for folder in ("benchmarks", "experiments")
+    for p in (ROOT / folder).glob("*.py")
+    if 'if __name__ == "__main__":' in p.read_text() and p.stem != "__main__"
 )
 RUN_EACH_AS_MAIN = """
 import runpy, sys
 for name in sys.argv[1:]:
     sys.argv = [name, "--help"]
     try:
-        runpy.run_module("benchmarks." + name, run_name="__main__", alter_sys=True)
+        runpy.run_module(name, run_name="__main__", alter_sys=True)
     except SystemExit as stop:
         assert stop.code in (0, None), (name, stop.code)
     else:
@@ -131,13 +135,16 @@ for name in sys.argv[1:]:
 
 @pytest.mark.slow
 def test_every_script_runs_as_a_module_from_the_repository_root():
-    """`python -m benchmarks.<script> --help` (runpy, as -m does) from the root, with no
-    PYTHONPATH: the package imports its own modules, no script edits sys.path."""
-    assert {"bench_train_step", "bench_eval", "leaderboard", "gpu_check"} <= set(SCRIPTS)
+    """`python -m benchmarks.<script> --help` and `python -m experiments.<study> --help` (runpy,
+    as -m does) from the root, with no PYTHONPATH: the packages import their own modules, no
+    script edits sys.path."""
+    assert {"benchmarks.bench_eval", "benchmarks.gpu_check", "experiments.leaderboard"} <= set(
+        SCRIPTS
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
         [sys.executable, "-c", RUN_EACH_AS_MAIN, *SCRIPTS],
-        cwd=BENCHMARKS.parent,
+        cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
@@ -147,10 +154,10 @@ def test_every_script_runs_as_a_module_from_the_repository_root():
     assert done.stdout.count("ran ") == len(SCRIPTS)
 
 
-def test_cheaper_robustness_times_the_softplus_rows_beside_natural(bench, tmp_path):
+def test_cheaper_robustness_times_the_softplus_rows_beside_natural(tmp_path):
     """--variants picks rows by name prefix; a softplus variant trains and is measured as a
     softplus network (no ReLU left), with or without a penalty."""
-    cheaper = bench("cheaper_robustness")
+    cheaper = importlib.import_module("experiments.cheaper_robustness")
     with pytest.raises(SystemExit, match="--variants: 'nothing'"):
         cheaper.chosen(["nothing"])
     picked = [name for name, _ in cheaper.chosen(["beta_smoothing", "finetune_ixg"])]

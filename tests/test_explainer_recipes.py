@@ -1,4 +1,4 @@
-"""benchmarks/explainer_recipes.py: the summary's val rule per explainer (the rows of other
+"""experiments/explainer_recipes.py: the summary's val rule per explainer (the rows of other
 explainers left out; accuracy, measured images, all-zero maps and cost each able to exclude a
 recipe), and a --quick run of every part."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmarks import explainer_recipes
+from experiments import explainer_recipes
 
 
 def _row(tag, explainer, acc, topk, n=180, zero=0.0, fit=20.0, weight=1.0):

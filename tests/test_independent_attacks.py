@@ -1,4 +1,4 @@
-"""benchmarks/independent_attacks.py: its hand-written maps equal Captum's and Zennit's at the
+"""experiments/independent_attacks.py: its hand-written maps equal Captum's and Zennit's at the
 clean point, its attack never returns a label-changing or out-of-budget input, and its metric
 and counts behave as defined in the limiting cases (a map that cannot move, a map that is the
 input)."""
@@ -14,7 +14,7 @@ import torch
 import zennit.attribution  # noqa: F401
 from torch import nn
 
-from benchmarks import independent_attacks as ia
+from experiments import independent_attacks as ia
 
 
 class TinyNet(nn.Module):

@@ -1,4 +1,4 @@
-"""python -m benchmarks.leaderboard --quick: equal grids, CV selection that never reads the test
+"""python -m experiments.leaderboard --quick: equal grids, CV selection that never reads the test
 split, three seeds, every explainer's eval group, the full preset for the best, resume, report."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import leaderboard as lb
-from benchmarks import leaderboard_methods as methods
-from benchmarks import leaderboard_report as report
-from benchmarks.leaderboard_run import Scheduler
+from experiments import leaderboard as lb
+from experiments import leaderboard_methods as methods
+from experiments import leaderboard_report as report
+from experiments.leaderboard_run import Scheduler
 
 
 def test_every_method_gets_the_same_grid_size_spaced_around_its_paper_value():
@@ -233,7 +233,7 @@ def test_a_missing_restore_file_is_one_line(tmp_path: Path):
 
 
 def test_cost_is_the_final_fits_cpu_time_over_naturals_else_the_step_profile():
-    from benchmarks.leaderboard_plots import method_cost
+    from experiments.leaderboard_plots import method_cost
 
     plan = {"epochs": 5, "finetune_epochs": 2}
     fits = [

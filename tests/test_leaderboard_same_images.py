@@ -9,9 +9,9 @@ import math
 
 import torch
 
-from benchmarks import leaderboard as lb
-from benchmarks import leaderboard_methods as methods
-from benchmarks import leaderboard_report as report
+from experiments import leaderboard as lb
+from experiments import leaderboard_methods as methods
+from experiments import leaderboard_report as report
 
 KEY = "attack/grad_cam/topk/topk_intersection"
 

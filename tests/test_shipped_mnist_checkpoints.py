@@ -1,5 +1,5 @@
 """The shipped MNIST-5k checkpoints load with `load_classifier`, are small, carry their data
-config, and match the test accuracy that benchmarks/LEADERBOARD.md records for them."""
+config, and match the test accuracy that experiments/LEADERBOARD.md records for them."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ SHIPPED = ("mnist5k_baseline", "mnist5k_robust")
 
 def recorded_accuracy(name: str) -> float:
     """The accuracy in LEADERBOARD.md's row `| `checkpoints/<name>.ckpt` | <accuracy> | ...`."""
-    text = (ROOT / "benchmarks" / "LEADERBOARD.md").read_text()
+    text = (ROOT / "experiments" / "LEADERBOARD.md").read_text()
     match = re.search(rf"\| `checkpoints/{name}\.ckpt` \| ([0-9.]+) \|", text)
     assert match, f"LEADERBOARD.md has no accuracy row for checkpoints/{name}.ckpt"
     return float(match.group(1))

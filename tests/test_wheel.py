@@ -158,6 +158,7 @@ def test_the_wheel_carries_package_data_license_and_version(dist):
         license_text = wheel.read(f"{info}/licenses/LICENSE").decode()
     assert robust_train.__version__ == "0.2.0"
     assert {f"robust_train/assets/{name}" for name in SHIPPED} <= set(names)
+    assert "robust_train/assets/results/demo_claims.json" in names  # the demo's claim ranges
     assert "robust_train/py.typed" in names and not links
     assert not any(n.startswith(("configs/", "checkpoints/", "tests/")) for n in names)
     assert f"Version: {robust_train.__version__}\n" in metadata

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -58,18 +59,14 @@ MAPS = {
     "deeplift": "DeepLIFT",
 }
 TOPK = {name: f"attack/{name}/topk/topk_intersection" for name in MAPS}
-# Measured with `robust-train demo --seed S` (the README's quick start states them): robust minus
-# natural at last.ckpt under the demo's settings (`demo_settings()`); accuracy on the whole
-# 1,000-image test split. Ranges are rounded outwards to 4 decimals, so each seed lies inside.
-MEASURED_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
-MEASURED_GAINS: dict[str, dict[str, float]] = {
-    "saliency": {"mean": 0.5049, "min": 0.4542, "max": 0.5330},
-    "integrated_gradients": {"mean": 0.2905, "min": 0.2552, "max": 0.3217},
-    "grad_cam": {"mean": 0.4368, "min": 0.3988, "max": 0.5226},
-    "lrp": {"mean": 0.4426, "min": 0.4075, "max": 0.4846},
-    "deeplift": {"mean": 0.3276, "min": 0.2866, "max": 0.3491},
-}
-MEASURED_ACC_CHANGE = {"mean": -0.0046, "min": -0.0111, "max": 0.0011}
+# The ranges the claim is checked against: robust minus natural over seeds at the demo's default
+# settings, shipped as package data (assets/results/demo_claims.json) and written by the
+# demo_claims experiment.
+CLAIMS_FILE = assets_dir().resolve() / "results" / "demo_claims.json"
+_CLAIMS: dict[str, Any] = json.loads(CLAIMS_FILE.read_text())
+MEASURED_SEEDS: tuple[int, ...] = tuple(_CLAIMS["seeds"])
+MEASURED_GAINS: dict[str, dict[str, float]] = _CLAIMS["gains"]
+MEASURED_ACC_CHANGE: dict[str, float] = _CLAIMS["accuracy_change"]
 # How far beyond a measured range a run on another machine still reads as agreeing with it: one
 # pixel of the 100 top-k pixels per image, and 2 of the 1,000 test images.
 MACHINE_MARGIN = {"map": 0.01, "accuracy": 0.002}

@@ -14,4 +14,4 @@ def test_bench_certify_quick_writes_its_record(tmp_path) -> None:
     written = results.read_text()
     assert "## bench_certify (quick)" in written and text in written
     assert "plug-in limit" in written and "SmallCNN 64x64" in written
-    assert "- command: `python -m benchmarks.bench_certify --quick" in written
+    assert "- command: `python -m benchmarks run bench_certify --quick" in written

@@ -27,7 +27,15 @@ pytestmark = pytest.mark.slow
 
 
 # What the site is built from: a build older than any of these files is stale.
-SOURCES = ("docs", "benchmarks", "robust_train", "mkdocs.yml", "README.md", "CHANGELOG.md")
+SOURCES = (
+    "docs",
+    "benchmarks",
+    "experiments",
+    "robust_train",
+    "mkdocs.yml",
+    "README.md",
+    "CHANGELOG.md",
+)
 STRICT_MARKER = ".strict-build"  # written by `make docs` after `mkdocs build --strict` passed
 
 
@@ -141,6 +149,7 @@ def test_the_site_holds_every_section(site: Path) -> None:
     for page in (
         "index.html", "getting-started/index.html", "reference/cli/index.html",
         "reference/api/robust_train.explain/index.html", "benchmarks/index.html",
+        "experiments/index.html",
         "concepts/threat-model/index.html", "tutorials/train-a-robust-model/index.html",
     ):  # fmt: skip
         assert page in found, page

@@ -1,13 +1,13 @@
 """What DeepLIFT's docstring says of Captum: where hooked modules follow each other (a MaxPool2d
 feeding a ReLU module, a ReLU module after a ReLU module) Captum loses a rule and its
-completeness, while ours stays complete (benchmarks/deeplift_captum.py measures the sizes)."""
+completeness, while ours stays complete (experiments/deeplift_captum.py measures the sizes)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from benchmarks.deeplift_captum import LAYOUTS, compare
+from experiments.deeplift_captum import LAYOUTS, compare
 
 
 @pytest.mark.parametrize("layout", ["MaxPool2d -> ReLU", "ReLU -> ReLU", "ReLU -> MaxPool2d"])

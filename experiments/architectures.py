@@ -1,0 +1,687 @@
+"""One robustness recipe on several architectures: natural vs robust on MNIST-5k, every map.
+
+The driver of experiments/ARCHITECTURES.md. A recipe is a fine-tune config (`--recipe`, a file or
+a shipped config name): its penalties, epochs, optimizer, learning-rate schedule, batch size and
+Softplus beta are kept as they are, and only `model.model` changes (`ARCHS`): the project's
+MNISTConvNet (the architecture the recipe was chosen on), a torchvision ResNet-18 with a
+small-image stem (`robust_train.models.SmallInputResNet`) and a VGG-style network with BatchNorm
+(`robust_train.models.VGGBN`). A penalty option that names a layer the architecture does not
+have (Grad-CAM's `layer`) is dropped, so that penalty takes the explainer's default layer on the
+new architecture, the layer the evaluation measures.
+
+For each architecture and seed: a natural fit from scratch (`--natural-config`, by default the
+shipped baseline config: 6 epochs, Adam 3e-3, batch 64, on the 3,500 train images; `--natural
+-epochs` overrides the epochs) and the recipe's fine-tune from it. Both record their CPU time
+(`time.process_time` of the fit, one thread); cost x natural is (natural + fine-tune) / natural,
+the whole recipe over the natural fit it starts from. Each model is then evaluated on the test
+split by the leaderboard's protocol, through the evaluation engine
+(`experiments.leaderboard.attack_settings`, `robust_train.evaluation`): accuracy on all 1,000
+images; on the first `--images` correctly classified ones, for each reported explainer
+(saliency, IG with 10 points and a zero baseline, Grad-CAM at its default layer, LRP with the
+default composite, DeepLIFT), the top-k attack (attack k 200, reported k 100, L_inf 0.3, 50 sign
+steps of 0.015), noise of the same budget and the fidelity estimate (AUC_LIF - AUC_MIF) of the
+clean maps.
+
+Every job writes `--out`/jobs/<id>.json; a second run skips the jobs that have one made with the
+same settings (recipe, epochs, measure version, images) and runs the others again, so a stopped
+run resumes. `report` writes experiments/ARCHITECTURES.md from `--out` (the text below the
+hand-written marker is kept).
+
+    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m experiments.architectures run \\
+        --recipe configs/mnist5k_finetune_ixg_softplus.yaml --out runs/architectures
+    .venv/bin/python -m experiments.architectures report --out runs/architectures
+    .venv/bin/python -m experiments.architectures run --quick --out /tmp/arch   # smoke, minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import math
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+ARCHS: dict[str, dict[str, Any]] = {
+    "mnist_cnn": {
+        "class_path": "robust_train.models.MNISTConvNet",
+        "init_args": {"channels": [16, 32], "hidden": 128},
+    },
+    "resnet18": {
+        "class_path": "robust_train.models.SmallInputResNet",
+        "init_args": {"name": "resnet18", "num_classes": 10, "in_channels": 1, "stem": "3x3_pool"},
+    },
+    "vgg_bn": {"class_path": "robust_train.models.VGGBN", "init_args": {}},
+}
+# Grad-CAM's layer where its default says nothing: the small-input ResNet-18's last block
+# (`backbone.layer4`) is 2 x 2 on 28 x 28 images (a top-100 set of the upsampled map is a choice
+# among four cells); `backbone.layer2` is 7 x 7, the side of the other two architectures' default
+# layers. The recipe's Grad-CAM term and the evaluation both take it.
+GRAD_CAM_LAYERS: dict[str, str] = {"resnet18": "backbone.layer2"}
+MAPS = ("saliency", "grad_cam", "deeplift", "lrp", "integrated_gradients")  # cheapest first
+NATURAL_CONFIG = "mnist5k_baseline.yaml"
+MARKER = "<!-- written by hand below this line; kept when `report` rewrites the tables -->"
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """What a fit config trains with, less the model: penalties (class_path / init_args),
+    epochs, Adam's learning rate, a per-step cosine (or none), batch size, Softplus beta, and
+    whether it fine-tunes (`model.init_checkpoint` given) or trains from scratch."""
+
+    source: str
+    penalties: tuple[dict[str, Any], ...]
+    epochs: int
+    lr: float
+    cosine: bool
+    batch_size: int
+    softplus_beta: float | None
+    finetune: bool
+
+    def record(self) -> dict[str, Any]:
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+
+def read_recipe(path: str, epochs: int | None = None) -> Recipe:
+    """The `Recipe` of a fit config (a path or a shipped config name); `epochs` overrides
+    `trainer.max_epochs`. Refuses an optimizer other than Adam and a scheduler other than a
+    cosine (the benchmark rebuilds those two)."""
+    import yaml
+
+    from robust_train.core.resources import resolve_file
+
+    file = resolve_file(path, "configs", what="`--recipe`", announce=None)
+    if not Path(file).is_file():
+        raise SystemExit(f"`--recipe`/`--natural-config` {path!r}: no such file or shipped config")
+    cfg = yaml.safe_load(Path(file).read_text())
+    model, trainer = cfg.get("model", {}), cfg.get("trainer", {})
+    opt = model.get("optimizer", {"class_path": "torch.optim.Adam", "init_args": {"lr": 1e-3}})
+    sched = model.get("lr_scheduler")
+    if not str(opt.get("class_path", "")).endswith("Adam"):
+        raise SystemExit(f"{path}: the benchmark rebuilds Adam only, got {opt.get('class_path')}")
+    if sched and not str(sched.get("class_path", "")).endswith("CosineAnnealingLR"):
+        raise SystemExit(f"{path}: the benchmark rebuilds a cosine only, got {sched}")
+    return Recipe(
+        source=Path(file).name,
+        penalties=tuple(model.get("penalties") or ()),
+        epochs=int(epochs or trainer.get("max_epochs", 1)),
+        lr=float(opt.get("init_args", {}).get("lr", 1e-3)),
+        cosine=bool(sched),
+        batch_size=int(cfg.get("data", {}).get("init_args", {}).get("batch_size", 64)),
+        softplus_beta=model.get("softplus_beta"),
+        finetune=model.get("init_checkpoint") is not None,
+    )
+
+
+def adapt_layers(spec: Any, modules: set[str], dropped: list[str], layer: str | None = None) -> Any:
+    """`spec` (a penalty's init_args, nested) with every `layer` option that names no module of
+    the architecture (`modules`) replaced by `layer` (the architecture's Grad-CAM layer,
+    `GRAD_CAM_LAYERS`) or, without one, removed, so the explainer takes its default layer there;
+    the replaced or removed names go to `dropped`. A multi-map term (`explainers`) with
+    Grad-CAM and no `layer` gets `layer`, as its Grad-CAM would otherwise take the default."""
+    if isinstance(spec, Mapping):
+        out = {}
+        if layer is not None and "grad_cam" in spec.get("explainers", ()) and "layer" not in spec:
+            out["layer"] = layer
+        for key, value in spec.items():
+            if key == "layer" and isinstance(value, str) and value not in modules:
+                dropped.append(value)
+                if layer is not None:
+                    out[key] = layer
+                continue
+            out[key] = adapt_layers(value, modules, dropped, layer)
+        return out
+    if isinstance(spec, list):
+        return [adapt_layers(v, modules, dropped, layer) for v in spec]
+    return spec
+
+
+def build_penalties(
+    recipe: Recipe, model: Any, seed: int, layer: str | None = None
+) -> tuple[list[Any], list[str]]:
+    """The recipe's penalty terms for `model` (its seed replaced by the job's), and the layer
+    names that had to be replaced by `layer` or dropped (`adapt_layers`)."""
+    from robust_train.models.config import resolve_class
+    from robust_train.regularizers import PenaltyTerm
+
+    modules = {name for name, _ in model.named_modules() if name}
+    terms, dropped = [], []
+    for spec in recipe.penalties:
+        cls = resolve_class(spec["class_path"], PenaltyTerm, f"a penalty of {recipe.source}")
+        args = adapt_layers(copy.deepcopy(spec.get("init_args", {})), modules, dropped, layer)
+        if "seed" in args:
+            args["seed"] = seed
+        terms.append(cls(**args))
+    return terms, dropped
+
+
+def build_arch(arch: str) -> Any:
+    from robust_train.models import build_model
+
+    return build_model(copy.deepcopy(ARCHS[arch]))
+
+
+def fit(
+    arch: str, recipe: Recipe, seed: int, init: str | None, ckpt: Path, limit: int | None
+) -> dict[str, Any]:
+    """Train `arch` with `recipe` (from `init` when given) on MNIST-5k's train split; save
+    `ckpt`; the fit's CPU and wall seconds, its epochs' CPU seconds and accuracies."""
+    import pytorch_lightning as pl
+    import torch
+
+    from experiments.cheaper_robustness import EpochClock
+    from experiments.support import quiet_trainer
+    from robust_train import RobustClassifier
+    from robust_train.data import MNIST5kDataModule
+
+    torch.set_num_threads(1)
+    pl.seed_everything(seed, workers=True, verbose=False)
+    model = build_arch(arch)
+    terms, dropped = build_penalties(recipe, model, seed, GRAD_CAM_LAYERS.get(arch))
+    batches = limit or math.ceil(3500 / recipe.batch_size)
+    steps = recipe.epochs * batches
+    scheduler = None
+    if recipe.cosine:
+        scheduler = lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=steps)  # noqa: E731
+    module = RobustClassifier(
+        model,
+        terms,
+        optimizer=lambda p: torch.optim.Adam(p, lr=recipe.lr),
+        lr_scheduler=scheduler,
+        lr_scheduler_interval="step",
+        init_checkpoint=init,
+        softplus_beta=recipe.softplus_beta,
+    )
+    clock = EpochClock()
+    trainer = quiet_trainer(max_epochs=recipe.epochs, limit_train_batches=limit, callbacks=[clock])
+    cpu, wall = time.process_time(), time.perf_counter()
+    trainer.fit(module, datamodule=MNIST5kDataModule(batch_size=recipe.batch_size, seed=0))
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    ckpt.parent.mkdir(parents=True, exist_ok=True)
+    trainer.save_checkpoint(ckpt)
+    return {
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "epoch_cpu_s": list(clock.seconds),
+        "dropped_layers": sorted(set(dropped)),
+        "terms": [repr(t) for t in terms],
+        "ckpt": str(ckpt),
+    }
+
+
+def layer_info(model: Any, layer: str | None = None) -> dict[str, Any]:
+    """Grad-CAM's layer on `model` (`layer`, or its default) and the side of its output for a
+    28x28 image."""
+    import torch
+
+    from robust_train.explain._layers import capture_output, find_layer
+
+    name, module = find_layer(model, layer, caller="grad_cam")
+    with torch.no_grad(), capture_output(module, name, caller="grad_cam") as seen:
+        model(torch.zeros(1, 1, 28, 28))
+    return {"grad_cam_layer": name, "grad_cam_side": list(seen.outputs[0].shape[-2:])}
+
+
+def evaluate(
+    ckpt: str, explainer: str, n_images: int, plan: Any, layer: str | None = None
+) -> dict[str, Any]:
+    """Accuracy on the test split and, on its first `n_images` correctly classified images, the
+    leaderboard's test attacks and noise on `explainer`'s maps, with their fidelity; Grad-CAM at
+    `layer` (None: its default layer)."""
+    from experiments.leaderboard import _measures, attack_settings, test_split
+    from robust_train.core.runtime import predict
+    from robust_train.explain import get_explainer
+    from robust_train.models import load_classifier
+
+    model = load_classifier(ckpt)
+    x, y = test_split()
+    correct = (predict(model, x, 256) == y).nonzero().squeeze(1)
+    keep = correct[:n_images]
+    chosen: Any = explainer
+    if explainer == "grad_cam" and layer is not None:
+        chosen = get_explainer("grad_cam", layer=layer)
+    settings = attack_settings(plan, (chosen,), "test", len(keep))
+    settings = dataclasses.replace(
+        settings, parts=(*settings.parts, "fidelity"), fidelity_steps=plan.fidelity_steps
+    )
+    out: dict[str, Any] = {"accuracy": float(len(correct) / len(y)), "n_images": len(keep)}
+    out.update(_measures(model, x[keep], y[keep], settings))
+    out.update(layer_info(model, layer))
+    return out
+
+
+# ------------------------------------------------------------------------------------ jobs
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """A fit ("natural" or "robust") or an eval (one explainer of one of them) of `arch`, seed."""
+
+    __test__ = False
+
+    kind: str  # "fit" or "eval"
+    arch: str
+    model: str  # "natural" or "robust"
+    seed: int
+    explainer: str | None = None
+
+    @property
+    def id(self) -> str:
+        tail = f"_{self.explainer}" if self.explainer else ""
+        return f"{self.kind}_{self.arch}_{self.model}_s{self.seed}{tail}"
+
+
+class Run:
+    """The run folder: recipes, sizes, the job files, and the jobs in the order they run."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from experiments.leaderboard_methods import MEASURE_VERSION, Plan, quick_plan
+
+        self.args, self.out = args, Path(args.out)
+        self.plan = quick_plan() if args.quick else Plan()
+        self.limit = 2 if args.quick else None
+        epochs = 1 if args.quick else None
+        self.recipes = {
+            "natural": read_recipe(args.natural_config, epochs or args.natural_epochs),
+            "robust": read_recipe(args.recipe, epochs),
+        }
+        if self.recipes["natural"].finetune or not self.recipes["robust"].finetune:
+            raise SystemExit(
+                "`--natural-config` must train from scratch and `--recipe` fine-tune (its "
+                "model.init_checkpoint set): the robust model starts from the natural one"
+            )
+        self.images = self.plan.test_images if args.quick else args.images
+        self.measure_version = MEASURE_VERSION
+        (self.out / "jobs").mkdir(parents=True, exist_ok=True)
+
+    def settings(self, job: Job) -> dict[str, Any]:
+        """What a stored result must have been made with to be reused."""
+        out: dict[str, Any] = {"arch": ARCHS[job.arch], "quick": self.args.quick}
+        penalised = job.kind == "fit" and job.model == "robust"
+        if job.arch in GRAD_CAM_LAYERS and (penalised or job.explainer == "grad_cam"):
+            out["grad_cam_layer"] = GRAD_CAM_LAYERS[job.arch]
+        out["natural"] = self.recipes["natural"].record()
+        if job.model == "robust":
+            out["robust"] = self.recipes["robust"].record()
+        if job.kind == "eval":
+            out.update(images=self.images, measure_version=self.measure_version)
+        return json.loads(json.dumps(out))
+
+    def path(self, job: Job) -> Path:
+        return self.out / "jobs" / f"{job.id}.json"
+
+    def stored(self, job: Job) -> dict[str, Any] | None:
+        path = self.path(job)
+        if not path.is_file():
+            return None
+        result = json.loads(path.read_text())
+        return result if result.get("settings") == self.settings(job) else None
+
+    def jobs(self) -> list[Job]:
+        """Every fit first (natural, then robust, seed by seed), then the evaluations, the
+        cheaper explainers' of every model first."""
+        out, models = [], self.args.models
+        for seed in self.args.seeds:
+            for arch in self.args.archs:
+                out += [Job("fit", arch, m, seed) for m in models]
+        for explainer in self.args.maps:
+            for seed in self.args.seeds:
+                for arch in self.args.archs:
+                    out += [Job("eval", arch, m, seed, explainer) for m in models]
+        return out
+
+    def execute(self, job: Job) -> dict[str, Any]:
+        ckpt = self.out / "ckpt" / f"{job.arch}_{job.model}_s{job.seed}.ckpt"
+        if job.kind == "fit":
+            init = None
+            if job.model == "robust":
+                natural = self.stored(Job("fit", job.arch, "natural", job.seed))
+                if natural is None:
+                    raise RuntimeError(f"{job.id}: its natural model has not been trained")
+                init = natural["ckpt"]
+            recipe = self.recipes[job.model]
+            return fit(job.arch, recipe, job.seed, init, ckpt, self.limit)
+        fitted = self.stored(Job("fit", job.arch, job.model, job.seed))
+        if fitted is None or not Path(fitted["ckpt"]).is_file():
+            raise RuntimeError(f"{job.id}: the model has not been trained")
+        assert job.explainer is not None
+        layer = GRAD_CAM_LAYERS.get(job.arch)
+        return evaluate(fitted["ckpt"], job.explainer, self.images, self.plan, layer)
+
+    def run(self) -> int:
+        """Run every job that has no stored result; stop starting jobs after --budget-min."""
+        deadline, ran, failed = time.time() + 60 * self.args.budget_min, 0, 0
+        for job in self.jobs():
+            if self.stored(job) is not None:
+                continue
+            if time.time() > deadline:
+                print(f"budget spent: {job.id} and later jobs not run", flush=True)
+                break
+            start = time.perf_counter()
+            try:
+                result = self.execute(job)
+            except RuntimeError as err:
+                print(f"{job.id} skipped: {err}", flush=True)
+                failed += 1
+                continue
+            result = {**dataclasses.asdict(job), "id": job.id, **result}
+            result["job_wall_s"] = time.perf_counter() - start
+            result["settings"] = self.settings(job)
+            self.path(job).write_text(json.dumps(result, default=str))
+            ran += 1
+            print(f"{job.id} done in {result['job_wall_s']:.0f} s", flush=True)
+        print(f"{ran} jobs run, {failed} skipped", flush=True)
+        return 0
+
+
+# ---------------------------------------------------------------------------------- report
+SHORT = {"saliency": "sal", "integrated_gradients": "IG", "grad_cam": "Grad-CAM", "lrp": "LRP",
+         "deeplift": "DeepLIFT"}  # fmt: skip
+REPORT_MAPS = ("saliency", "integrated_gradients", "grad_cam", "lrp", "deeplift")
+
+
+def load_jobs(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted((out / "jobs").glob("*.json"))]
+
+
+def _values(jobs: list[dict[str, Any]], arch: str, model: str, key: str, **match: Any) -> list:
+    rows = [j for j in jobs if j["arch"] == arch and j["model"] == model]
+    rows = [j for j in rows if all(j.get(k) == v for k, v in match.items())]
+    vals = [j.get(key) for j in rows]
+    return [float(v) for v in vals if isinstance(v, (int, float)) and math.isfinite(v)]
+
+
+def cell(vals: list[float], n_seeds: int, digits: int = 3) -> str:
+    """mean ± sd over seeds ("(k of n)" when some seeds are missing; "not run" when none)."""
+    if not vals:
+        return "not run"
+    mean = sum(vals) / len(vals)
+    if len(vals) == 1:
+        text = f"{mean:.{digits}f}"
+    else:
+        sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (len(vals) - 1))
+        text = f"{mean:.{digits}f} ± {sd:.{digits}f}"
+    return text if len(vals) == n_seeds else f"{text} ({len(vals)} of {n_seeds})"
+
+
+def _accuracy(jobs: list[dict[str, Any]], arch: str, model: str) -> list[float]:
+    """Test accuracy, one value per seed (every eval job of a seed records the same one)."""
+    by_seed: dict[Any, float] = {}
+    for j in jobs:
+        if j["arch"] == arch and j["model"] == model and j.get("kind") == "eval":
+            v = j.get("accuracy")
+            if isinstance(v, (int, float)) and math.isfinite(v):
+                by_seed.setdefault(j.get("seed"), float(v))
+    return list(by_seed.values())
+
+
+def _eval_key(jobs: list[dict[str, Any]], arch: str, model: str, ex: str, key: str) -> list:
+    return _values(jobs, arch, model, key, kind="eval", explainer=ex)
+
+
+def attack_table(jobs: list[dict[str, Any]], archs: list[str], n: int) -> list[str]:
+    head = ["architecture", "model", "test acc"]
+    for ex in REPORT_MAPS:
+        head += [f"{SHORT[ex]} ∩ attack", f"{SHORT[ex]} noise"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for arch in archs:
+        for model in ("natural", "robust"):
+            row = [arch, model, cell(_accuracy(jobs, arch, model), n)]
+            for ex in REPORT_MAPS:
+                for obj in ("topk", "random_sign"):
+                    key = f"attack/{ex}/{obj}/topk_intersection"
+                    row.append(cell(_eval_key(jobs, arch, model, ex, key), n))
+            lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def fidelity_table(jobs: list[dict[str, Any]], archs: list[str], n: int) -> list[str]:
+    head = ["architecture", "model", "Grad-CAM layer (side)"]
+    head += [f"fidelity {SHORT[ex]}" for ex in REPORT_MAPS]
+    head += [f"{SHORT[ex]} unmeasured" for ex in ("grad_cam", "lrp")]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for arch in archs:
+        for model in ("natural", "robust"):
+            layer = [
+                j
+                for j in jobs
+                if j["arch"] == arch
+                and j.get("explainer") == "grad_cam"
+                and j.get("grad_cam_layer")
+            ]
+            where = (
+                f"`{layer[0]['grad_cam_layer']}` ({layer[0]['grad_cam_side'][0]})" if layer else "-"
+            )
+            row = [arch, model, where]
+            for ex in REPORT_MAPS:
+                row.append(cell(_eval_key(jobs, arch, model, ex, f"fidelity/{ex}/fidelity"), n))
+            for ex in ("grad_cam", "lrp"):
+                key = f"attack/{ex}/topk/n_unmeasured"
+                row.append(cell(_eval_key(jobs, arch, model, ex, key), n, 1))
+            lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def cost_table(jobs: list[dict[str, Any]], archs: list[str], n: int) -> list[str]:
+    lines = [
+        "| architecture | natural fit CPU s | natural epoch CPU s | fine-tune CPU s | "
+        "fine-tune epoch CPU s | cost × natural |",
+        "|---|---|---|---|---|---|",
+    ]
+    for arch in archs:
+        nat = {j["seed"]: j for j in jobs if j["arch"] == arch and j["id"].startswith("fit_")
+               and j["model"] == "natural"}  # fmt: skip
+        rob = {j["seed"]: j for j in jobs if j["arch"] == arch and j["id"].startswith("fit_")
+               and j["model"] == "robust"}  # fmt: skip
+        seeds = sorted(set(nat) & set(rob))
+        ratio = [(nat[s]["cpu_s"] + rob[s]["cpu_s"]) / nat[s]["cpu_s"] for s in seeds]
+        n_ep = [sum(nat[s]["epoch_cpu_s"]) / len(nat[s]["epoch_cpu_s"]) for s in nat]
+        r_ep = [sum(rob[s]["epoch_cpu_s"]) / len(rob[s]["epoch_cpu_s"]) for s in rob]
+        lines.append(
+            f"| {arch} | {cell([nat[s]['cpu_s'] for s in nat], n, 1)} | {cell(n_ep, n, 1)} | "
+            f"{cell([rob[s]['cpu_s'] for s in rob], n, 1)} | {cell(r_ep, n, 1)} | "
+            f"{cell(ratio, n, 2)} |"
+        )
+    return lines
+
+
+def _intro(jobs: list[dict[str, Any]], out: Path, command: str, archs: list[str]) -> list[str]:
+    """The page's opening: the command, the two recipes and the protocol."""
+    fits = [j for j in jobs if j["kind"] == "fit"]
+    rob = next((j["settings"]["robust"] for j in fits if "robust" in j["settings"]), {})
+    nat = next((j["settings"]["natural"] for j in fits), {})
+    dropped = sorted({d for j in fits for d in j.get("dropped_layers", [])})
+    ref = _values(jobs, archs[0], "natural", "attack/input_reference/topk/topk_intersection")
+    n_images = next((j.get("n_images") for j in jobs if j["kind"] == "eval"), "?")
+    cosine = " with a per-step cosine" if rob.get("cosine") else ""
+    layers = (
+        f" except the layer names {dropped}, which the new architectures lack (their "
+        "explainers take their default layer)"
+        if dropped
+        else ""
+    )
+    reference = (
+        f' "Map = input" keeps {sum(ref) / len(ref):.3f} of its top-100 under the saliency '
+        "group's attack (the leaderboard's reference)."
+        if ref
+        else ""
+    )
+    return [
+        "# One recipe, three architectures (MNIST-5k)",
+        "",
+        f"Command: `{command}`; tables: `python -m experiments.architectures report --out {out}`.",
+        "",
+        f"Natural: `{nat.get('source')}` ({nat.get('epochs')} epochs, Adam {nat.get('lr')}, "
+        f"batch {nat.get('batch_size')}, from scratch). Robust: `{rob.get('source')}` "
+        f"({rob.get('epochs')} epochs from the natural model of the same seed, Adam "
+        f"{rob.get('lr')}{cosine}, Softplus beta {rob.get('softplus_beta')}); its penalties "
+        f"unchanged{layers}.",
+        "",
+        "Mean ± sd over the seeds. Test acc: all 1,000 test images. Attack columns: the first "
+        f"{n_images} correctly classified test images of each model, the leaderboard's test "
+        "attack (attack k 200, reported k 100, L_inf 0.3, 50 sign steps of 0.015) aimed at "
+        "that explainer's maps, and noise of the same budget "
+        "(`experiments.leaderboard.attack_settings`, run by `robust_train.evaluation`). IG: 10 "
+        "points, zero baseline; Grad-CAM at its default layer; LRP: the default composite; "
+        f"DeepLIFT: zero baseline.{reference}",
+        "",
+    ]
+
+
+def report(out: Path, md: Path, command: str) -> None:
+    """Write the tables of the run folder `out` into `md`, keeping its hand-written part."""
+    jobs = load_jobs(out)
+    archs = [a for a in ARCHS if any(j["arch"] == a for j in jobs)]
+    n = max((j["seed"] for j in jobs), default=0) + 1
+    text = [
+        *_intro(jobs, out, command, archs),
+        *attack_table(jobs, archs, n),
+        "",
+        "Fidelity: AUC_LIF - AUC_MIF of the clean maps (mean fill; higher is more faithful). "
+        "Unmeasured: images of the attack with a constant clean map or no attack direction.",
+        "",
+        *fidelity_table(jobs, archs, n),
+        "",
+        "Cost: CPU seconds of the fits (one thread, `time.process_time`), natural and fine-tune "
+        "of the same seed one after the other in one process; cost × natural = (natural + "
+        "fine-tune) / natural.",
+        "",
+        *cost_table(jobs, archs, n),
+        "",
+    ]
+    old = md.read_text() if md.is_file() else ""
+    kept = old[old.index(MARKER) :] if MARKER in old else MARKER + "\n"
+    md.write_text("\n".join(text) + "\n" + kept)
+
+
+# ------------------------------------------------------------------------------ step cost
+STEM_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "mnist_cnn": ("mnist_cnn", {}),
+    "resnet18 torchvision stem": ("resnet18", {"stem": "torchvision"}),
+    "resnet18 3x3_pool stem": ("resnet18", {"stem": "3x3_pool"}),
+    "resnet18 3x3 stem": ("resnet18", {"stem": "3x3"}),
+    "vgg_bn": ("vgg_bn", {}),
+}
+
+
+def _variant_model(arch: str, overrides: dict[str, Any]) -> Any:
+    from robust_train.models import build_model
+
+    spec = copy.deepcopy(ARCHS[arch])
+    spec["init_args"].update(overrides)
+    return build_model(spec)
+
+
+def _steps(arch: str, overrides: dict[str, Any], recipe: Recipe, x: Any, y: Any) -> dict:
+    """Three calls on one batch of `arch`: a natural training step, a step of the recipe, and
+    one attack step on saliency (the gradient of the map's squared sum, double backprop)."""
+    import torch
+
+    from robust_train import RobustClassifier
+    from robust_train.explain import saliency
+
+    model = _variant_model(arch, overrides)
+    terms, _ = build_penalties(recipe, model, 0)
+    natural, robust = RobustClassifier(copy.deepcopy(model)), RobustClassifier(model, terms)
+
+    def step(module: Any) -> None:
+        module.zero_grad()
+        module.training_step((x, y), 0).backward()
+
+    def attack() -> None:
+        z = x.clone().requires_grad_(True)
+        maps = saliency(natural.model.eval(), z, y, create_graph=True)
+        torch.autograd.grad(maps.square().sum(), z)
+        natural.model.train()
+
+    return {"natural": lambda: step(natural), "robust": lambda: step(robust), "attack": attack}
+
+
+def step_cost(args: argparse.Namespace) -> None:
+    """Milliseconds per call (process CPU time, one thread, batch 64, interleaved rounds) of each
+    `STEM_VARIANTS` model's natural step, recipe step and saliency attack step; ratios to the
+    MNISTConvNet natural step."""
+    import torch
+
+    from benchmarks.bench_utils import time_interleaved
+    from experiments.leaderboard import pool_split
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    recipe = read_recipe(args.recipe)
+    x, y = (t[: args.batch] for t in pool_split())
+    calls = {}
+    for name, (arch, overrides) in STEM_VARIANTS.items():
+        for part, fn in _steps(arch, overrides, recipe, x, y).items():
+            calls[f"{name} | {part}"] = fn
+    reference = "mnist_cnn | natural"
+    timings = time_interleaved(
+        calls, reference, rounds=args.rounds, device=torch.device("cpu"), min_sample_seconds=0.5
+    )
+    lines = ["| model | natural step ms | recipe step ms | saliency attack step ms | "
+             "natural step / MNISTConvNet's |", "|---|---|---|---|---|"]  # fmt: skip
+    for name in STEM_VARIANTS:
+        t = {part: timings[f"{name} | {part}"] for part in ("natural", "robust", "attack")}
+        lines.append(
+            f"| {name} | {1000 * t['natural'].median:.0f} | {1000 * t['robust'].median:.0f} | "
+            f"{1000 * t['attack'].median:.0f} | {t['natural'].ratio:.1f} |"
+        )
+    print("\n".join(lines), flush=True)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m experiments.architectures", description=__doc__)
+    sub = p.add_subparsers(dest="part", required=True)
+    r = sub.add_parser("run", help="fit and evaluate (resumable)")
+    r.add_argument("--recipe", required=True, help="the robust fine-tune config (file or name)")
+    r.add_argument("--natural-config", default=NATURAL_CONFIG)
+    r.add_argument("--natural-epochs", type=int, default=None)
+    r.add_argument("--archs", nargs="+", default=list(ARCHS), choices=list(ARCHS))
+    r.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    r.add_argument("--maps", nargs="+", default=list(MAPS), choices=MAPS)
+    r.add_argument(
+        "--models",
+        nargs="+",
+        default=["natural", "robust"],
+        choices=("natural", "robust"),
+        help="which models' jobs to run (natural ones do not depend on --recipe)",
+    )
+    r.add_argument("--images", type=int, default=100)
+    r.add_argument("--budget-min", type=float, default=600.0)
+    r.add_argument("--quick", action="store_true", help="2 batches, 1 epoch, tiny attacks")
+    c = sub.add_parser("cost", help="step times of the stems and models, side by side")
+    c.add_argument("--recipe", required=True)
+    c.add_argument("--batch", type=int, default=64)
+    c.add_argument("--rounds", type=int, default=3)
+    rep = sub.add_parser("report", help="write the page from a run folder")
+    rep.add_argument("--md", default=str(ROOT / "experiments" / "ARCHITECTURES.md"))
+    rep.add_argument("--command", default="see the run's log")
+    for q in (r, rep):
+        q.add_argument("--out", default=str(ROOT / "runs" / "architectures"))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.part == "report":
+        report(Path(args.out), Path(args.md), args.command)
+        return 0
+    if args.part == "cost":
+        step_cost(args)
+        return 0
+    for name in ("images", "budget_min"):
+        if getattr(args, name) <= 0:
+            raise SystemExit(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
+    if args.natural_epochs is not None and args.natural_epochs < 1:
+        raise SystemExit(f"--natural-epochs must be >= 1, got {args.natural_epochs}")
+    return Run(args).run()
+
+
+if __name__ == "__main__":
+    import os
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""The registered experiments: the studies behind the pages, each `python -m experiments run NAME`.
+
+A page named here lives beside this file; `write_page` names the function that generates it from
+its results (experiments/results/) and its prose (experiments/prose/), and a page without one is
+written by hand.
+"""
+
+from __future__ import annotations
+
+from benchmarks.runner import Entry
+
+EXPERIMENTS: dict[str, Entry] = {
+    "leaderboard": Entry(
+        "experiments.leaderboard",
+        "every method, same model, same tuning grid, CV selection, three seeds, five maps",
+        page="LEADERBOARD.md",
+        write_page="experiments.leaderboard:write_page",
+    ),
+    "every_map": Entry(
+        "experiments.every_map",
+        "fit and score candidate recipes for one model robust on every reported map",
+        page="EVERY_MAP.md",
+        write_page="experiments.every_map:write_page",
+    ),
+    "demo_claims": Entry(
+        "experiments.demo_claims",
+        "the demo over seeds: the ranges its claim is checked against (package data)",
+    ),
+    "architectures": Entry(
+        "experiments.architectures",
+        "one recipe, weights unchanged, on several architectures",
+        page="ARCHITECTURES.md",
+    ),
+    "measurements": Entry(
+        "experiments.measurements",
+        "the attacks' noise baseline and directions, Grad-CAM's default layer",
+        page="MEASUREMENTS.md",
+    ),
+    "deeplift_captum": Entry(
+        "experiments.deeplift_captum",
+        "DeepLIFT against Captum's where its hooks lose the rescale rule",
+        page="MEASUREMENTS.md",
+    ),
+    "penalty_sweep": Entry(
+        "experiments.penalty_sweep",
+        "which penalty makes the digits saliency maps most robust, at what cost",
+        page="PENALTY_SWEEP.md",
+    ),
+    "sanity_checks": Entry(
+        "experiments.sanity_checks",
+        "sanity checks of the shipped pair, the map = input reference and LENS",
+        page="SANITY.md",
+    ),
+    "lrp_twins": Entry(
+        "experiments.lrp_twins", "LRP on networks written with calls", page="SANITY.md"
+    ),
+    "lrp_robustness": Entry(
+        "experiments.lrp_robustness",
+        "LRP: the attack's direction, the fine-tuning weight, targets",
+        page="LRP.md",
+    ),
+    "cheaper_robustness": Entry(
+        "experiments.cheaper_robustness",
+        "what the fine-tune recipe costs and keeps on part of each batch",
+        page="CHEAPER.md",
+    ),
+    "explainer_recipes": Entry(
+        "experiments.explainer_recipes",
+        "fine-tuning against each explainer: surrogate, sweep, summary, table",
+        page="NEW_EXPLAINERS.md",
+    ),
+    "ig_sum_norm_seeds": Entry(
+        "experiments.ig_sum_norm_seeds",
+        "IG-SUM-NORM at the paper's beta on three seeds (a section of the leaderboard's prose)",
+    ),
+    "independent_attacks": Entry(
+        "experiments.independent_attacks",
+        "an attack and explainers written apart from the package's, on the shipped models",
+        page="INDEPENDENT_ATTACKS.md",
+    ),
+    "attack_figure": Entry(
+        "experiments.attack_figure",
+        "the README's figure: one top-k attack on a natural and a robust model's saliency",
+    ),
+}

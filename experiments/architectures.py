@@ -219,7 +219,7 @@ def layer_info(model: Any, layer: str | None = None) -> dict[str, Any]:
     28x28 image."""
     import torch
 
-    from robust_train.explain._layers import capture_output, find_layer
+    from robust_train.explain.layers import capture_output, find_layer
 
     name, module = find_layer(model, layer, caller="grad_cam")
     with torch.no_grad(), capture_output(module, name, caller="grad_cam") as seen:

@@ -371,7 +371,7 @@ def penalty_layer(method: str) -> str | None:
     its default layer: the default on the leaderboard's model (`default_layer`), recorded in
     its fits' settings so that a change of the default makes them stale; None otherwise."""
     from robust_train.explain import explainer_spec
-    from robust_train.explain._layers import default_layer
+    from robust_train.explain.layers import default_layer
     from robust_train.models import MNISTConvNet
 
     m = METHODS[method]

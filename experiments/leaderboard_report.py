@@ -393,7 +393,7 @@ def _table_lines(results: dict[str, Any]) -> list[str]:
 
 
 def _grad_cam_layer() -> str:
-    from robust_train.explain._layers import default_layer
+    from robust_train.explain.layers import default_layer
     from robust_train.models import MNISTConvNet
 
     return default_layer(MNISTConvNet(**MODEL))

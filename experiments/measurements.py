@@ -172,7 +172,7 @@ def layer_table(model: Any, x: Any, y: Any) -> dict[str, Any]:
     from torch import nn
 
     from robust_train.explain import grad_cam, importance_map, saliency
-    from robust_train.explain._layers import default_layer
+    from robust_train.explain.layers import default_layer
 
     named = dict(model.named_modules())
     convs = [n for n, m in named.items() if isinstance(m, nn.Conv2d)]

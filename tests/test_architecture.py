@@ -237,3 +237,51 @@ def test_body_lines_excludes_the_docstring() -> None:
 @pytest.mark.parametrize("folder", [PACKAGE, BENCHMARKS, EXPERIMENTS], ids=lambda f: f.name)
 def test_no_function_body_is_over_60_lines(folder: Path) -> None:
     assert long_functions(folder) == [], "split them into small named helpers"
+
+
+def private_imports(path: Path, package: str) -> list[str]:
+    """The underscore names (modules, or names in a module) that `path` imports from another
+    top-level package of robust_train than its own `package`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            targets = [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            parts = target.split(".")
+            if parts[0] != "robust_train" or len(parts) < 3 or parts[1] == package:
+                continue
+            if any(p.startswith("_") and not p.startswith("__") for p in parts[1:]):
+                found.append(f"{path.name}:{node.lineno} {target}")
+    return found
+
+
+def test_private_import_finder_sees_modules_and_names(tmp_path: Path) -> None:
+    source = tmp_path / "x.py"
+    source.write_text(
+        "from robust_train.explain._clamp import a\nfrom robust_train.explain import grad_cam\n"
+        "from robust_train.explain.grad_cam import _one\nimport robust_train.data._base\n"
+        "from robust_train.regularizers._inner import b\n"
+    )
+    assert [f.split(" ")[1] for f in private_imports(source, "explain")] == [
+        "robust_train.data._base",
+        "robust_train.regularizers._inner.b",
+    ]
+    assert [f.split(" ")[1] for f in private_imports(source, "app")] == [
+        "robust_train.explain._clamp.a",
+        "robust_train.explain.grad_cam._one",
+        "robust_train.data._base",
+        "robust_train.regularizers._inner.b",
+    ]
+
+
+def test_no_module_imports_another_packages_private_module() -> None:
+    """What two packages share is public: an underscore module (or name) is its package's own."""
+    found = []
+    for name, path in modules().items():
+        parts = name.split(".")
+        found += private_imports(path, parts[1] if len(parts) > 1 else "")
+    assert found == [], "make what is shared public"

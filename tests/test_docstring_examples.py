@@ -2,7 +2,7 @@
 
 pytest's `--doctest-modules` collects only `testpaths` (tests/). Pointing it at `robust_train/`
 under `--import-mode=importlib` would import each module a second time, and a module with state
-(`robust_train.explain._clamp`'s context variable) would then exist twice. The examples run here
+(`robust_train.explain.clamp`'s context variable) would then exist twice. The examples run here
 instead, with `doctest` on the modules exactly as the package imports them.
 """
 

@@ -39,7 +39,7 @@ from torch.utils.data import DataLoader, Subset
 
 from robust_train.core.files import OutputError, check_output, write_with
 from robust_train.core.resources import resolve_file
-from robust_train.data._base import dataset_targets, stratified_order
+from robust_train.data.base import dataset_targets, stratified_order
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
 from robust_train.models.config import ClassPathNotFound, UntrustedClassPathError, resolve_class
 from robust_train.models.input_check import check_model_fits_data

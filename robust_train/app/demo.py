@@ -348,7 +348,7 @@ def _evaluate(runs: dict[str, dict[str, Any]], settings: Any, threads: int) -> d
 
 def main(argv: list[str]) -> int:
     from robust_train.app.report import summary_table, write_report
-    from robust_train.callbacks._figures import render_history, save_png
+    from robust_train.callbacks.figures import render_history, save_png
 
     args, extra = _parser().parse_known_args(argv)
     natural_args, robust_args = _runs_arguments(args, extra)

@@ -282,7 +282,7 @@ def fit_state_dict(state: dict[str, Tensor], model: nn.Module, path: str) -> dic
 def _torchvision_config(name: str, datamodule: Any, state: dict[str, Tensor] | None) -> dict:
     """TorchvisionClassifier init args: grey data repeated to RGB, as many outputs as the
     weights' head (else the data's classes), so a mismatch is reported as one."""
-    from robust_train.models._torchvision_parts import find_head
+    from robust_train.models.torchvision_parts import find_head
 
     shape = data_shape(datamodule)
     init_args: dict[str, Any] = {

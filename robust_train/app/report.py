@@ -249,10 +249,10 @@ def plot_history(
 ) -> Path | None:
     """Robustness metrics per epoch: a grid of labelled panels, one line per model.
 
-    Drawn by `robust_train.callbacks._figures.history_figure` (readable titles, higher/lower-is-
+    Drawn by `robust_train.callbacks.figures.history_figure` (readable titles, higher/lower-is-
     better y labels from the measures, whole-epoch ticks, one legend), the figure the demo writes.
     """
-    from robust_train.callbacks._figures import history_figure
+    from robust_train.callbacks.figures import history_figure
 
     plain = {name: dict(h) for name, h in histories.items()}
     keys = {

@@ -3,7 +3,7 @@
 A fragility attack ascends its objective through the explainer; where that gradient is taken
 decides how strong the attack is, and no single choice is the strongest on every image. The
 candidates, each a pair of surrogates (`robust_train.models.softplus.smooth_relus` for the
-model's ReLUs, `robust_train.explain._clamp.smooth_map_clamps` for a map's own final ReLU, as
+model's ReLUs, `robust_train.explain.clamp.smooth_map_clamps` for a map's own final ReLU, as
 Grad-CAM's; both of beta `surrogate_beta`):
 
 - "model": the model itself, with a map's own final ReLU smoothed (the declared direction of an
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from robust_train.explain._clamp import smooth_map_clamps
+from robust_train.explain.clamp import smooth_map_clamps
 from robust_train.explain.maps import importance_map
 from robust_train.explain.protocol import Explainer
 from robust_train.models.softplus import smooth_relus

@@ -26,7 +26,7 @@ from robust_train.attacks.objectives.base import FragilityObjective
 from robust_train.attacks.options import AttackOptions
 from robust_train.attacks.result import FragilityResult
 from robust_train.core.runtime import row_chunks
-from robust_train.explain._clamp import smooth_map_clamps
+from robust_train.explain.clamp import smooth_map_clamps
 from robust_train.explain.maps import importance_map
 from robust_train.explain.protocol import Explainer
 from robust_train.explain.similarity import (

@@ -21,9 +21,9 @@ from robust_train.callbacks._diverged import (
     guarded,
     warnings_once,
 )
-from robust_train.callbacks._figures import Report
 from robust_train.callbacks._logger_media import MediaWriter
 from robust_train.callbacks._subset import SPLITS, from_tensors, from_trainer, select, shard
+from robust_train.callbacks.figures import Report
 from robust_train.core.runtime import modes_restored, predict
 from robust_train.core.validation import check_choice, check_non_negative, check_positive
 

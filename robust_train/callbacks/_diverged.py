@@ -17,7 +17,7 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from robust_train.callbacks._figures import Report
+from robust_train.callbacks.figures import Report
 
 NONFINITE_KEY = "robustness/nonfinite"
 _COUNT = re.compile(r"(\d+) non-finite")

@@ -16,7 +16,7 @@ import pytorch_lightning as pl
 from pytorch_lightning.loggers import Logger, WandbLogger
 from pytorch_lightning.utilities import rank_zero_warn
 
-from robust_train.callbacks._figures import Report, render_curves, render_examples, save_png
+from robust_train.callbacks.figures import Report, render_curves, render_examples, save_png
 from robust_train.core.lightning_compat import lightning_classes
 
 

@@ -11,7 +11,7 @@ from torchmetrics.aggregation import MeanMetric
 
 from robust_train.callbacks._base import RobustnessCallback
 from robust_train.callbacks._checks import check_explainer, compute_quietly, explainer_name
-from robust_train.callbacks._figures import Report
+from robust_train.callbacks.figures import Report
 from robust_train.certify import SmoothingOptions, certify_explanations, check_radius
 from robust_train.core.runtime import check_optional_positive
 from robust_train.core.validation import check_positive

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from robust_train.callbacks._base import RobustnessCallback
 from robust_train.callbacks._checks import check_names, compute_quietly
 from robust_train.callbacks._diverged import NONFINITE_KEY, nonfinite_count
-from robust_train.callbacks._figures import Curves, Report, first_examples
+from robust_train.callbacks.figures import Curves, Report, first_examples
 from robust_train.core.options import build_options, takes_options
 from robust_train.evaluation import (
     MONITOR_DEFAULTS,

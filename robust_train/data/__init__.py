@@ -1,6 +1,6 @@
 """LightningDataModules yielding float images in [0, 1], shape (B, C, H, W), and class indices."""
 
-from robust_train.data._base import ImageDataModule, ImageTensorDataset
+from robust_train.data.base import ImageDataModule, ImageTensorDataset
 from robust_train.data.check import SplitCheck, UnreadableImageError, check_datamodule
 from robust_train.data.digits import DigitsDataModule, load_digits_tensors
 from robust_train.data.image_folder import ImageFolderDataModule

@@ -9,7 +9,7 @@ from torch import Tensor
 from torch.utils.data import TensorDataset
 
 from robust_train.core.validation import check_non_negative, check_probability
-from robust_train.data._base import GreyDigitsDataModule, as_size, resize_images
+from robust_train.data.base import GreyDigitsDataModule, as_size, resize_images
 
 __all__ = ["DigitsDataModule", "load_digits_tensors"]
 

@@ -27,7 +27,7 @@ from torchvision.datasets import ImageFolder
 from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
 
 from robust_train.core.validation import check_non_negative, check_probability
-from robust_train.data._base import ImageDataModule, as_size
+from robust_train.data.base import ImageDataModule, as_size
 from robust_train.data.check import SplitCheck, UnreadableImageError, unreadable_files
 
 __all__ = ["EmptyClassFolderError", "ImageFolderDataModule"]

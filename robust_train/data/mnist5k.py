@@ -17,7 +17,7 @@ from torch import Tensor
 from torch.utils.data import TensorDataset
 
 from robust_train.core.validation import check_non_negative
-from robust_train.data._base import GreyDigitsDataModule
+from robust_train.data.base import GreyDigitsDataModule
 
 __all__ = ["MNIST5K_SPLIT", "MNIST5kDataModule", "load_mnist5k_tensors"]
 

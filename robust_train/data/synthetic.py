@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from robust_train.core.validation import check_non_negative, check_positive, check_probability
-from robust_train.data._base import ImageDataModule, as_size
+from robust_train.data.base import ImageDataModule, as_size
 
 __all__ = ["SyntheticDataModule"]
 

@@ -16,7 +16,7 @@ import torchvision
 from torch import Tensor
 
 from robust_train.core.validation import check_non_negative, check_positive
-from robust_train.data._base import ImageDataModule, ImageTensorDataset, as_size
+from robust_train.data.base import ImageDataModule, ImageTensorDataset, as_size
 
 __all__ = ["MNISTDataModule", "FashionMNISTDataModule", "CIFAR10DataModule"]
 

@@ -33,8 +33,8 @@ from zennit.core import Composite, ParamMod, zero_wrap
 from zennit.layer import Sum
 from zennit.types import Activation, AvgPool, BatchNorm, Convolution
 
-from robust_train.models._torchvision_parts import Hardsigmoid
 from robust_train.models.normalize import Normalize
+from robust_train.models.torchvision_parts import Hardsigmoid
 
 __all__ = ["COMPOSITES", "build_composite", "call_rules", "ruled_modules"]
 

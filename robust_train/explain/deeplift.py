@@ -8,8 +8,8 @@ from torch import Tensor, nn
 
 from robust_train.core.runtime import require_grad_mode
 from robust_train.core.validation import check_choice, check_positive
-from robust_train.explain._autograd import prepare_inputs, target_scores
 from robust_train.explain._rescale import Chain, TrueForward
+from robust_train.explain.autograd import prepare_inputs, target_scores
 from robust_train.explain.integrated import _baseline
 from robust_train.explain.registry import register_explainer
 

@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from robust_train.core.runtime import require_grad_mode
-from robust_train.explain._autograd import prepare_inputs, target_scores
-from robust_train.explain._clamp import clamp_positive
-from robust_train.explain._layers import capture_output, find_layer
+from robust_train.explain.autograd import prepare_inputs, target_scores
+from robust_train.explain.clamp import clamp_positive
+from robust_train.explain.layers import capture_output, find_layer
 from robust_train.explain.registry import register_explainer
 
 __all__ = ["grad_cam"]
@@ -33,7 +33,7 @@ def grad_cam(
     With A (B, K, h, w) the output of `layer` and w_k the spatial mean of d logit_target / d A_k,
     the map is ReLU(sum_k w_k A_k) (`clamp_positive`: the exact ReLU, which the model's softplus
     surrogate `smooth_relus` leaves alone; attack directions and penalties' inner ascents take
-    it on its own scale-free softplus surrogate, `robust_train.explain._clamp`), upsampled
+    it on its own scale-free softplus surrogate, `robust_train.explain.clamp`), upsampled
     bilinearly (`align_corners=False`) to (H, W) of the input, so top-k, fidelity and Lipschitz
     consumers take it as they take a (B, 1, H, W) mask. Equals
     Captum's `LayerGradCam(model, layer).attribute(x, t, relu_attributions=relu)` followed by
@@ -50,7 +50,7 @@ def grad_cam(
     negative evidence as important too; it is never blank unless every w_k A_k cancels.
 
     The layer is looked up by name on the model given at call time; None takes the last
-    convolutional block's rectified output (`robust_train.explain._layers.default_layer`): the
+    convolutional block's rectified output (`robust_train.explain.layers.default_layer`): the
     activation after the last `nn.Conv2d`, or the pool right after that activation
     (MNISTConvNet: `features.5`, the max-pool after the second convolution's activation;
     SmallCNN: the last ReLU; a torchvision ResNet: `layer4.1`, the last block, which ends in
@@ -124,7 +124,7 @@ def grad_cam(
             x = x.detach().requires_grad_(True)
         with capture_output(module, name, caller="grad_cam") as seen:
             logits = model(x)
-        activation = _one_activation(seen.outputs, name, module, x.shape[0])
+        activation = one_activation(seen.outputs, name, module, x.shape[0])
         scores = target_scores(logits, target)
         (grads,) = torch.autograd.grad(scores.sum(), activation, create_graph=create_graph)
         weights = grads.mean(dim=(2, 3), keepdim=True)
@@ -138,7 +138,7 @@ def grad_cam(
     return cam if create_graph else cam.detach()
 
 
-def _one_activation(outputs: list[Tensor], name: str, module: nn.Module, batch: int) -> Tensor:
+def one_activation(outputs: list[Tensor], name: str, module: nn.Module, batch: int) -> Tensor:
     """The single (B, K, h, w) output the layer gave in the forward, or a clear error."""
     what = f"grad_cam: `layer` {name!r} ({type(module).__name__})"
     if len(outputs) != 1:

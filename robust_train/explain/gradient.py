@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from robust_train.explain._autograd import gradient_of_target, input_gradient, prepare_inputs
+from robust_train.explain.autograd import gradient_of_target, input_gradient, prepare_inputs
 from robust_train.explain.registry import register_explainer
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from robust_train.explain._autograd import prepare_inputs, target_scores
+from robust_train.explain.autograd import prepare_inputs, target_scores
 from robust_train.explain.registry import register_explainer
 
 __all__ = ["input_reference"]

@@ -14,7 +14,7 @@ from robust_train.core.runtime import (
     row_chunks,
 )
 from robust_train.core.validation import check_choice, check_finite, check_positive
-from robust_train.explain._autograd import input_gradient, prepare_inputs
+from robust_train.explain.autograd import input_gradient, prepare_inputs
 from robust_train.explain.registry import register_explainer
 
 INTEGRATION_METHODS = (

@@ -20,10 +20,10 @@ from torch import Tensor, nn
 
 from robust_train.core.runtime import require_grad_mode
 from robust_train.core.validation import check_choice, check_non_negative
-from robust_train.explain._autograd import prepare_inputs, target_scores
 from robust_train.explain._lrp_canonizers import canonizers_for
 from robust_train.explain._lrp_functional import FunctionalRules
 from robust_train.explain._lrp_rules import COMPOSITES, build_composite, call_rules, ruled_modules
+from robust_train.explain.autograd import prepare_inputs, target_scores
 from robust_train.explain.registry import register_explainer
 from robust_train.models.normalize import Normalize
 

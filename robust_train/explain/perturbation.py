@@ -42,9 +42,9 @@ from robust_train.core.validation import (
     check_probability,
     check_target,
 )
-from robust_train.explain._autograd import target_scores
 from robust_train.explain._masks import gaussian_blur, mask_size, shift, total_variation, upsample
 from robust_train.explain._random_draws import randint_pair, randn_like_rows
+from robust_train.explain.autograd import target_scores
 from robust_train.explain.registry import register_explainer
 
 GAMES = ("deletion", "preservation")

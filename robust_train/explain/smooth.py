@@ -23,8 +23,8 @@ from robust_train.core.runtime import (
     row_chunks,
 )
 from robust_train.core.validation import check_choice, check_non_negative, check_positive
-from robust_train.explain._autograd import prepare_inputs
 from robust_train.explain._random_draws import randn_like_rows
+from robust_train.explain.autograd import prepare_inputs
 from robust_train.explain.gradient import saliency
 from robust_train.explain.registry import register_explainer
 

@@ -83,7 +83,7 @@ class SmoothReLUs(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-class _NoSmoothing:
+class NoSmoothing:
     """What `smooth_relus(None)` yields: nothing intercepted."""
 
     beta = None
@@ -91,7 +91,7 @@ class _NoSmoothing:
 
 
 @contextmanager
-def smooth_relus(beta: float | None) -> Iterator[SmoothReLUs | _NoSmoothing]:
+def smooth_relus(beta: float | None) -> Iterator[SmoothReLUs | NoSmoothing]:
     """Inside the block every ReLU call (modules and functional) computes softplus_beta;
     `beta=None` changes nothing. Yields the mode, whose `calls` counts the intercepted calls.
 
@@ -106,7 +106,7 @@ def smooth_relus(beta: float | None) -> Iterator[SmoothReLUs | _NoSmoothing]:
         'ReLU'
     """
     if beta is None:
-        yield _NoSmoothing()
+        yield NoSmoothing()
         return
     check_positive(beta, "beta")
     global _DEPTH

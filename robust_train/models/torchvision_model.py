@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from robust_train.core.validation import check_positive
-from robust_train.models import _torchvision_parts as parts
+from robust_train.models import torchvision_parts as parts
 from robust_train.models.config import RecordsConfig
 from robust_train.models.normalize import IMAGENET_MEAN, IMAGENET_STD, Normalize, channel_stats
 from robust_train.models.pretrained import fetch_state_dict, load_state_dict_file, resolve_weights

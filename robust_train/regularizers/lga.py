@@ -31,7 +31,7 @@ from robust_train.attacks.options import check_linf_budget
 from robust_train.core.options import build_options, takes_options
 from robust_train.core.validation import check_non_negative
 from robust_train.explain import saliency
-from robust_train.explain._autograd import gradient_of_target
+from robust_train.explain.autograd import gradient_of_target
 from robust_train.regularizers._penalty_parts import sample_in_ball
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
 

@@ -46,10 +46,10 @@ from robust_train.core.options import build_options, takes_options
 from robust_train.core.runtime import require_grad_mode
 from robust_train.core.validation import check_choice, check_non_negative, check_positive
 from robust_train.explain import get_explainer
-from robust_train.explain._autograd import prepare_inputs, target_scores
-from robust_train.explain._clamp import clamp_positive, direction_surrogates
-from robust_train.explain._layers import capture_output, find_layer
-from robust_train.explain.grad_cam import _one_activation
+from robust_train.explain.autograd import prepare_inputs, target_scores
+from robust_train.explain.clamp import clamp_positive, direction_surrogates
+from robust_train.explain.grad_cam import one_activation
+from robust_train.explain.layers import capture_output, find_layer
 from robust_train.explain.maps import importance_map
 from robust_train.explain.registry import explainer_spec, resolve_explainer
 from robust_train.regularizers._penalty_parts import DISTANCES, map_distance, sample_in_ball
@@ -188,7 +188,7 @@ def gradient_family_maps(
             layer_name, module = find_layer(model, layer, caller="gradient_family_maps")
             with capture_output(module, layer_name, caller="gradient_family_maps") as seen:
                 logits = model(x)
-            activation = _one_activation(seen.outputs, layer_name, module, x.shape[0])
+            activation = one_activation(seen.outputs, layer_name, module, x.shape[0])
         else:
             logits = model(x)
         wrt = (x, activation) if cam else (x,)

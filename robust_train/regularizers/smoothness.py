@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from robust_train.attacks.options import check_linf_budget
 from robust_train.core.options import build_options, takes_options
 from robust_train.core.validation import check_choice, check_non_negative, check_positive
-from robust_train.explain._clamp import direction_surrogates
+from robust_train.explain.clamp import direction_surrogates
 from robust_train.explain.maps import importance_map
 from robust_train.explain.registry import explainer_spec, resolve_explainer
 from robust_train.models.softplus import zero_direction_cause
@@ -73,7 +73,7 @@ class SmoothnessOptions:
             when the explainer's map is piecewise constant on ReLU nets, so that the direction is
             not the exact zero of a piecewise-linear network, and a map's own final ReLU
             (Grad-CAM's) computes its scale-free softplus surrogate (`robust_train.explain.
-            _clamp`); None: neither. When the direction is zero for a whole batch, a warning
+            clamp`); None: neither. When the direction is zero for a whole batch, a warning
             names the cause.
         detach_clean: compute the clean map without create_graph, so the gradient flows through
             the perturbed map only (no double backprop through I(x); less memory).

@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from robust_train.attacks.options import check_linf_budget
 from robust_train.core.options import build_options, takes_options
 from robust_train.core.validation import check_non_negative, check_positive
-from robust_train.explain._clamp import direction_surrogates
+from robust_train.explain.clamp import direction_surrogates
 from robust_train.explain.maps import importance_map, normalize_map
 from robust_train.explain.registry import explainer_spec, resolve_explainer
 from robust_train.explain.similarity import topk_support
@@ -65,7 +65,7 @@ class TopKMassOptions:
         ascent_beta: during the ascent only, every ReLU computes softplus_ascent_beta when the
             explainer's map is piecewise constant on ReLU nets, and a map's own final ReLU
             (Grad-CAM's) its scale-free softplus surrogate for every explainer
-            (`robust_train.explain._clamp`; without it the ascent cannot move a map with fewer
+            (`robust_train.explain.clamp`; without it the ascent cannot move a map with fewer
             positive pixels than k); None: neither. The penalty itself is always computed on the
             model and the exact map.
     """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from robust_train.callbacks._figures import history_figure, history_label, render_history
+from robust_train.callbacks.figures import history_figure, history_label, render_history
 
 KEYS = (
     "robustness/attack/saliency/topk/topk_intersection",

@@ -27,7 +27,7 @@ def _folder(root: Path, counts: dict[str, int]) -> Path:
 
 @pytest.mark.parametrize("seed", [0, 1, 7])
 def test_every_prefix_of_the_order_is_stratified(seed: int):
-    from robust_train.data._base import stratified_order
+    from robust_train.data.base import stratified_order
 
     targets = torch.tensor([0] * 50 + [1] * 30 + [2] * 15 + [3] * 5)
     order = stratified_order(targets, seed)
@@ -39,7 +39,7 @@ def test_every_prefix_of_the_order_is_stratified(seed: int):
 
 
 def test_the_order_is_seeded():
-    from robust_train.data._base import stratified_order
+    from robust_train.data.base import stratified_order
 
     targets = torch.arange(40) % 4
     assert torch.equal(stratified_order(targets, 3), stratified_order(targets, 3))
@@ -47,7 +47,7 @@ def test_the_order_is_seeded():
 
 
 def test_labels_are_read_without_decoding_through_subsets(tmp_path: Path):
-    from robust_train.data._base import dataset_targets
+    from robust_train.data.base import dataset_targets
 
     data = TensorDataset(torch.zeros(5, 1, 2, 2), torch.tensor([4, 3, 2, 1, 0]))
     assert dataset_targets(Subset(Subset(data, [4, 2, 0]), [2, 0])).tolist() == [4, 0]

@@ -13,7 +13,7 @@ from helpers import TinyCNN, random_torchvision
 from torch import nn
 
 from robust_train.explain import explainer_spec, grad_cam, importance_map
-from robust_train.explain._layers import find_layer
+from robust_train.explain.layers import find_layer
 from robust_train.explain.similarity import topk_intersection
 from robust_train.models import MNISTConvNet, ResNet18CIFAR, SmallCNN, TorchvisionClassifier
 

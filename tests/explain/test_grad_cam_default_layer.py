@@ -14,7 +14,7 @@ import torchvision
 from torch import nn
 
 from robust_train.explain import grad_cam, importance_map
-from robust_train.explain._layers import find_layer
+from robust_train.explain.layers import find_layer
 from robust_train.metrics.functional import fidelity_curves, fidelity_estimate
 from robust_train.models import MNISTConvNet, ResNet18CIFAR, SmallCNN, TorchvisionClassifier
 

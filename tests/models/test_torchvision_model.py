@@ -17,9 +17,9 @@ from robust_train.models import (
     get_model,
     softplus,
 )
-from robust_train.models._torchvision_parts import adapt_first_conv, find_head
 from robust_train.models.normalize import IMAGENET_MEAN, IMAGENET_STD
 from robust_train.models.pretrained import hub_checkpoint_path, resolve_weights
+from robust_train.models.torchvision_parts import adapt_first_conv, find_head
 
 CHEAP_HEADS = [
     ("resnet18", "fc"),

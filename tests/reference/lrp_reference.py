@@ -19,8 +19,8 @@ from zennit.torchvision import ResNetCanonizer, VGGCanonizer
 from zennit.types import Convolution
 
 from robust_train.models import Normalize, TorchvisionClassifier
-from robust_train.models._torchvision_parts import Hardsigmoid
 from robust_train.models.resnet_cifar import BasicBlock
+from robust_train.models.torchvision_parts import Hardsigmoid
 
 
 def _cifar_forward(self, x):

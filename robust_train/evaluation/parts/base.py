@@ -72,7 +72,7 @@ class Curve:
 @dataclass
 class PartOutput:
     """What one part measured on a batch: per-image values (B,) by key (NaN: not measured for
-    that image), curves, and a few examples for figures (`robust_train.callbacks._figures`)."""
+    that image), curves, and a few examples for figures (`robust_train.callbacks.figures`)."""
 
     values: dict[str, Tensor] = field(default_factory=dict)
     curves: dict[str, Curve] = field(default_factory=dict)

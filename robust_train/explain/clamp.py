@@ -29,7 +29,7 @@ from contextlib import contextmanager
 import torch.nn.functional as F
 from torch import Tensor
 
-from robust_train.models.softplus import SmoothReLUs, _NoSmoothing, smooth_relus
+from robust_train.models.softplus import NoSmoothing, SmoothReLUs, smooth_relus
 
 __all__ = ["clamp_positive", "direction_surrogates", "smooth_map_clamps"]
 
@@ -71,7 +71,7 @@ def clamp_positive(z: Tensor) -> Tensor:
 @contextmanager
 def direction_surrogates(
     beta: float | None, piecewise_constant: bool
-) -> Iterator[SmoothReLUs | _NoSmoothing]:
+) -> Iterator[SmoothReLUs | NoSmoothing]:
     """The surrogates an ascent direction on a map is taken on (attacks, penalties' inner
     ascents), defined once: the model's ReLUs compute softplus_beta where the explainer's map is
     piecewise constant on ReLU nets (`robust_train.models.softplus.smooth_relus`), and a map's

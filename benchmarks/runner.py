@@ -46,7 +46,10 @@ def _parser(prog: str, pages: bool) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="every registered name with its summary")
-    run = sub.add_parser("run", help="run NAME; the flags after it go to the script")
+    # no -h of its own: `run NAME --help` is the script's help
+    run = sub.add_parser(
+        "run", help="run NAME; the flags after it go to the script", add_help=False
+    )
     run.add_argument("name")
     if pages:
         page = sub.add_parser("page", help="write NAME's page from its results and prose")

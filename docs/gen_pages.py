@@ -115,7 +115,7 @@ def write_measures_page() -> None:
 def copy_pages(folder: str) -> None:
     for source in sorted((ROOT / folder).glob("*.md")):
         name = "index.md" if source.name == "README.md" else source.name
-        text = re.sub(r"\]\(README\.md", "](index.md", source.read_text())
+        text = re.sub(r"\]\((\.\./\w+/)?README\.md", r"](\1index.md", source.read_text())
         text = text.replace("](../docs/images/", "](../images/")
         with mkdocs_gen_files.open(f"{folder}/{name}", "w") as page:
             page.write(text)

@@ -52,6 +52,22 @@ def test_interleaving_alternates_the_order_and_ratios_are_per_round(bench):
     assert ratio == expected
 
 
+def test_a_record_is_written_as_json_beside_the_markdown(bench, tmp_path):
+    import json
+
+    bu = bench("bench_utils")
+    args = bu.base_parser("x").parse_args(
+        ["--quick", "--results", str(tmp_path / "R.md"), "--json", str(tmp_path / "r" / "x.json")]
+    )
+    record = bu.Record("bench_x", args, torch.device("cpu"), ["--quick"])
+    record.add(bu.table(["a", "b"], [[1, 0.5]]))
+    text = record.finish()
+    data = json.loads((tmp_path / "r" / "x.json").read_text())
+    assert data["command"] == "python -m benchmarks run bench_x --quick" and data["quick"]
+    assert data["sections"] == ["| a | b |\n|---|---|\n| 1 | 0.5 |"] and data["sections"][0] in text
+    assert (tmp_path / "R.md").read_text().endswith(text)
+
+
 def _check_record(text: str, path: Path, title: str) -> None:
     written = path.read_text()
     assert f"## {title} (quick)" in written and text in written

@@ -45,6 +45,8 @@ def test_run_passes_the_flags_through_and_adds_the_json_file(monkeypatch) -> Non
     monkeypatch.setattr("json.main", lambda argv: seen.append(argv) or 0, raising=False)
     assert runner.main("python -m benchmarks", {"x": fake}, ["run", "x", "--quick"]) == 0
     assert seen == [["--quick", "--json", str(Path("runs/benchmarks/x.json"))]]
+    assert runner.main("python -m benchmarks", {"x": fake}, ["run", "x", "--help"]) == 0
+    assert seen[-1] == ["--help"]  # the script's help, not the runner's
     assert runner.json_flags("benchmarks", "x", ["--no-write"]) == ["--no-write"]
 
 

@@ -25,8 +25,8 @@ class Entry:
         module: dotted name of the module whose `main(argv)` runs it.
         summary: one line for `list`.
         page: the page it writes or feeds (a file beside the module), if any.
-        write_page: "module:function" that writes the page from its results and prose files;
-            None when the page is written by hand.
+        write_page: "module:function" that writes the page from its results and prose files,
+            called with `page`; None when the page is written by hand.
         json: whether `run` gives it `--json runs/<package>/NAME.json`.
     """
 
@@ -37,9 +37,9 @@ class Entry:
     json: bool = False
 
 
-def _call(target: str) -> Any:
+def _call(target: str, page: str) -> Any:
     module, function = target.split(":")
-    return getattr(importlib.import_module(module), function)()
+    return getattr(importlib.import_module(module), function)(page)
 
 
 def _parser(prog: str, pages: bool) -> argparse.ArgumentParser:
@@ -108,5 +108,5 @@ def _page(name: str, entry: Entry, module_file: Path) -> int:
         print(f"{where.relative_to(Path.cwd()) if where.is_relative_to(Path.cwd()) else where}"
               " is written by hand: it has no results file to be generated from")  # fmt: skip
         return 0
-    print(f"wrote {_call(entry.write_page)}")
+    print(f"wrote {_call(entry.write_page, entry.page)}")
     return 0

@@ -325,14 +325,6 @@ def front(args: argparse.Namespace) -> None:
           f"(robustness, fidelity): {', '.join(pareto(mean))} -> {args.png}")  # fmt: skip
 
 
-def write_page() -> Path:
-    """experiments/EVERY_MAP.md from its tables (experiments/results/every_map.json) and its prose
-    (experiments/prose/EVERY_MAP.md)."""
-    from experiments.pages import tables_page
-
-    return tables_page("EVERY_MAP.md", "every_map.json")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.every_map", description=__doc__)
     sub = parser.add_subparsers(dest="part", required=True)

@@ -461,10 +461,10 @@ def results_from_jobs(path: Path, methods: list[str], out: Path) -> dict[str, An
     return json.loads(json.dumps(results, default=str))  # as results.json holds them
 
 
-def write_page() -> Path:
+def write_page(page: str = "LEADERBOARD.md") -> Path:
     """experiments/LEADERBOARD.md and its plots (docs/images/) from the committed job results
     (experiments/results/leaderboard/page.json names the file, methods and run folder) and the
-    page's prose (experiments/prose/LEADERBOARD.md)."""
+    page's prose (experiments/prose/<page>)."""
     import tempfile
 
     from experiments.leaderboard_report import write_report
@@ -476,7 +476,7 @@ def write_page() -> Path:
             RESULTS / "leaderboard" / meta["jobs"], meta["methods"], Path(tmp)
         )
     results["out"] = meta["out"]
-    prose = read_prose(PROSE / "LEADERBOARD.md")
+    prose = read_prose(PROSE / page)
     return write_report(results, ROOT / "experiments", images=IMAGES, prose=prose)
 
 

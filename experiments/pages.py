@@ -7,8 +7,9 @@ A page `experiments/<PAGE>.md` is written from two files:
 
 The prose file is cut into named blocks by lines `<!-- prose: NAME -->` (`read_prose`), which a
 page writer places where it wants them (the leaderboard: "run", "shipped", "notes"), and a line
-`<!-- table: KEY -->` stands where the results table KEY goes (`render_tables`). A results table is
-`{"columns": [...], "align": "|---|---|", "rows": [[cell, ...], ...]}`, cells as they are printed.
+`<!-- table: KEY -->` stands where the results table KEY goes (`render_tables`; `tables_page`
+writes such a page). A results table is `{"columns": [...], "align": "|---|---|", "rows":
+[[cell, ...], ...]}`, its cells as they are printed.
 """
 
 from __future__ import annotations
@@ -59,18 +60,24 @@ def render_tables(prose: str, tables: dict[str, dict[str, Any]]) -> str:
     return TABLE_MARK.sub(table, prose)
 
 
-def tables_page(page: str, results: str) -> Path:
-    """Write `experiments/<page>` from `experiments/prose/<page>` and the tables of
-    `experiments/results/<results>` (a JSON object with a "tables" member)."""
-    data = json.loads(read_text(RESULTS / results))
+def tables_page(page: str) -> Path:
+    """Write `experiments/<page>` from its prose `experiments/prose/<page>` and the tables of
+    `experiments/results/<page stem, lower case>.json` (a JSON object with a "tables" member)."""
+    data = json.loads(read_text(RESULTS / f"{Path(page).stem.lower()}.json"))
     text = render_tables((PROSE / page).read_text(), data["tables"])
     path = HERE / page
     path.write_text(text)
     return path
 
 
-def _slug(heading: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", heading.lower()).strip("-")[:40] or "top"
+def _slug(heading: str, most: int = 32) -> str:
+    """A table's key from the heading above it: its first words, joined by "-"."""
+    words, key = re.findall(r"[a-z0-9]+", heading.lower()), ""
+    for word in words:
+        if key and len(key) + 1 + len(word) > most:
+            break
+        key = f"{key}-{word}" if key else word
+    return key or "top"
 
 
 def split_tables(page: str) -> tuple[str, dict[str, dict[str, Any]]]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from benchmarks.runner import Entry
 
+TABLES = "experiments.pages:tables_page"  # prose + the tables of results/<page>.json
+
 EXPERIMENTS: dict[str, Entry] = {
     "leaderboard": Entry(
         "experiments.leaderboard",
@@ -20,7 +22,7 @@ EXPERIMENTS: dict[str, Entry] = {
         "experiments.every_map",
         "fit and score candidate recipes for one model robust on every reported map",
         page="EVERY_MAP.md",
-        write_page="experiments.every_map:write_page",
+        write_page=TABLES,
     ),
     "demo_claims": Entry(
         "experiments.demo_claims",
@@ -35,11 +37,13 @@ EXPERIMENTS: dict[str, Entry] = {
         "experiments.measurements",
         "the attacks' noise baseline and directions, Grad-CAM's default layer",
         page="MEASUREMENTS.md",
+        write_page=TABLES,
     ),
     "deeplift_captum": Entry(
         "experiments.deeplift_captum",
         "DeepLIFT against Captum's where its hooks lose the rescale rule",
         page="MEASUREMENTS.md",
+        write_page=TABLES,
     ),
     "penalty_sweep": Entry(
         "experiments.penalty_sweep",
@@ -50,9 +54,13 @@ EXPERIMENTS: dict[str, Entry] = {
         "experiments.sanity_checks",
         "sanity checks of the shipped pair, the map = input reference and LENS",
         page="SANITY.md",
+        write_page=TABLES,
     ),
     "lrp_twins": Entry(
-        "experiments.lrp_twins", "LRP on networks written with calls", page="SANITY.md"
+        "experiments.lrp_twins",
+        "LRP on networks written with calls",
+        page="SANITY.md",
+        write_page=TABLES,
     ),
     "lrp_robustness": Entry(
         "experiments.lrp_robustness",
@@ -63,11 +71,13 @@ EXPERIMENTS: dict[str, Entry] = {
         "experiments.cheaper_robustness",
         "what the fine-tune recipe costs and keeps on part of each batch",
         page="CHEAPER.md",
+        write_page=TABLES,
     ),
     "explainer_recipes": Entry(
         "experiments.explainer_recipes",
         "fine-tuning against each explainer: surrogate, sweep, summary, table",
         page="NEW_EXPLAINERS.md",
+        write_page=TABLES,
     ),
     "ig_sum_norm_seeds": Entry(
         "experiments.ig_sum_norm_seeds",
@@ -77,6 +87,7 @@ EXPERIMENTS: dict[str, Entry] = {
         "experiments.independent_attacks",
         "an attack and explainers written apart from the package's, on the shipped models",
         page="INDEPENDENT_ATTACKS.md",
+        write_page=TABLES,
     ),
     "attack_figure": Entry(
         "experiments.attack_figure",

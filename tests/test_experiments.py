@@ -59,10 +59,22 @@ def test_prose_blocks_and_tables_are_put_back_together() -> None:
         pages.render_tables("<!-- table: other -->", tables)
 
 
-def test_the_every_map_page_is_its_prose_and_its_results(tmp_path, monkeypatch) -> None:
+TABLE_PAGES = sorted(
+    {e.page for e in EXPERIMENTS.values() if e.write_page == "experiments.pages:tables_page"}
+)
+
+
+@pytest.mark.parametrize("page", TABLE_PAGES)
+def test_a_tables_page_is_its_prose_and_its_results(page, tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(pages, "HERE", tmp_path)
-    written = pages.tables_page("EVERY_MAP.md", "every_map.json")
-    assert written.read_text() == (ROOT / "experiments" / "EVERY_MAP.md").read_text()
+    written = pages.tables_page(page)
+    assert written.read_text() == (ROOT / "experiments" / page).read_text()
+    prose = (ROOT / "experiments" / "prose" / page).read_text()
+    assert "<!-- table: " in prose and "\n|---" not in prose  # every number is in the results
+
+
+def test_the_every_map_results_hold_its_tables() -> None:
+    assert {"EVERY_MAP.md", "SANITY.md", "MEASUREMENTS.md"} <= set(TABLE_PAGES)
     results = json.loads((ROOT / "experiments" / "results" / "every_map.json").read_text())
     assert results["tables"]["test-split-three-seeds"]["rows"][0][0].startswith("test accuracy")
 

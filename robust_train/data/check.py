@@ -158,7 +158,9 @@ def summary_table(checks: Sequence[SplitCheck]) -> list[str]:
         split  class  images  formats  sizes (w x h)  values
         train  cat         3  I;16     40x30          0.000-0.062
     """
-    rows = [("split", "class", "images", "formats", "sizes (w x h)", "values")]
+    rows: list[tuple[str, ...]] = [
+        ("split", "class", "images", "formats", "sizes (w x h)", "values")
+    ]
     constant = any(t.n_constant for c in checks for t in c.classes)
     for check in checks:
         for t in check.classes:

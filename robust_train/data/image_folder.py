@@ -326,6 +326,7 @@ class ImageFolderDataModule(ImageDataModule):
                     f"empty split; add {str(self._split_dir('val'))!r} or change val_fraction"
                 )
             generator = torch.Generator().manual_seed(self.hparams["seed"])
+            held_out: Subset
             self.train_set, held_out = random_split(
                 train, [len(train) - n_val, n_val], generator=generator
             )

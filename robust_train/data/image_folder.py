@@ -33,7 +33,7 @@ from pytorch_lightning.utilities import rank_zero_only
 from torch import Tensor
 from torch.utils.data import Subset, random_split
 from torchvision.datasets import ImageFolder
-from torchvision.datasets.folder import IMG_EXTENSIONS, has_file_allowed_extension
+from torchvision.datasets.folder import has_file_allowed_extension
 
 from robust_train.core.validation import check_non_negative, check_probability
 from robust_train.data._base import ImageDataModule, as_size
@@ -44,6 +44,7 @@ from robust_train.data.check import (
     unreadable_files,
 )
 from robust_train.data.images import (
+    IMAGE_EXTENSIONS,
     RESIZE_MODES,
     ImageValueError,
     ResizeMode,
@@ -96,9 +97,13 @@ class _Prepare:
         return out.clamp(0.0, 1.0)
 
 
+def _is_image_file(path: str) -> bool:
+    return has_file_allowed_extension(path, IMAGE_EXTENSIONS)
+
+
 def _holds_an_image(folder: str) -> bool:
     for _, _, files in os.walk(folder, followlinks=True):
-        if any(has_file_allowed_extension(name, IMG_EXTENSIONS) for name in files):
+        if any(has_file_allowed_extension(name, IMAGE_EXTENSIONS) for name in files):
             return True
     return False
 
@@ -117,7 +122,9 @@ class _FixedClassesFolder(ImageFolder):
         loader: Callable[[str], Tensor],
     ):
         self._fixed = classes
-        super().__init__(root, transform=transform, loader=loader, allow_empty=True)
+        super().__init__(
+            root, transform, loader=loader, is_valid_file=_is_image_file, allow_empty=True
+        )
 
     def find_classes(self, directory: str | os.PathLike[str]) -> tuple[list[str], dict[str, int]]:
         present = sorted(e.name for e in os.scandir(directory) if e.is_dir())

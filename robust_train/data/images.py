@@ -10,6 +10,7 @@ How a file's values become [0, 1] depends on its pixel format (the Pillow mode i
 | 32-bit integer gray: I (Pillow's reading of    | 65535      | a value outside 0..65535      |
 | some 16-bit PNG and TIFF files)                |            |                               |
 | 32-bit float gray: F (float TIFF)              | 1          | a value outside [0, 1], NaN   |
+| DICOM (.dcm, with the `dicom` extra)           | 2**bits-1  | see `robust_train.data.dicom` |
 
 A 16-bit image is never squeezed into 8 bits first (Pillow's own conversion to RGB or L clips
 every value above 255, so a 12-bit scan would read as nearly all 1.0). Colour images lose their
@@ -34,11 +35,14 @@ import torch
 from PIL import Image
 from torch import Tensor
 from torch.nn import functional as F
+from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from robust_train.data._base import resize_images
 from robust_train.data.check import UnreadableImageError
+from robust_train.data.dicom import DICOM_EXTENSIONS, read_dicom
 
 __all__ = [
+    "IMAGE_EXTENSIONS",
     "RESIZE_MODES",
     "DecodedImage",
     "ImageValueError",
@@ -52,6 +56,9 @@ ResizeMode = Literal["pad", "center_crop", "stretch"]
 RESIZE_MODES: tuple[str, ...] = ("pad", "center_crop", "stretch")
 SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N")
 _SIXTEEN_BIT_MAX = 65535.0
+_LUMA = (0.299, 0.587, 0.114)  # ITU-R 601-2, as Pillow's convert("L")
+# the files an image folder reads: torchvision's image extensions and DICOM's
+IMAGE_EXTENSIONS: tuple[str, ...] = (*IMG_EXTENSIONS, *DICOM_EXTENSIONS)
 
 
 class ImageValueError(UnreadableImageError):
@@ -116,6 +123,8 @@ def decode_image(path: str | os.PathLike[str], grayscale: bool = False) -> Decod
         ('I;16', torch.Size([3, 1, 3]), [0.0, 0.0625, 1.0])
     """
     path = os.fspath(path)
+    if path.lower().endswith(DICOM_EXTENSIONS):
+        return _dicom_image(path, grayscale)
     with Image.open(path) as image:
         image.load()
         mode = image.mode
@@ -130,6 +139,21 @@ def decode_image(path: str | os.PathLike[str], grayscale: bool = False) -> Decod
     pixels = torch.from_numpy(array.copy()).float().div_(255.0)
     pixels = pixels.unsqueeze(0) if pixels.dim() == 2 else pixels.permute(2, 0, 1).contiguous()
     return DecodedImage(pixels, mode, 255.0)
+
+
+def _dicom_image(path: str, grayscale: bool) -> DecodedImage:
+    values, label, divisor = read_dicom(path)
+    pixels = torch.from_numpy(np.ascontiguousarray(values))
+    if pixels.dim() == 3:  # (H, W, 3): colour
+        pixels = pixels.permute(2, 0, 1).contiguous()
+        if grayscale:
+            luma = torch.tensor(_LUMA).view(3, 1, 1)
+            pixels = (pixels * luma).sum(0, keepdim=True).clamp_(0.0, 1.0)
+    else:
+        pixels = pixels.unsqueeze(0)
+        if not grayscale:
+            pixels = pixels.expand(3, -1, -1).contiguous()
+    return DecodedImage(pixels, label, divisor)
 
 
 def load_pixels(path: str, grayscale: bool = False) -> Tensor:

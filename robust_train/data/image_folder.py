@@ -12,7 +12,8 @@ with a printed count, and `robust-train check-data --config ...` lists them with
 (with a table of each class's image count, file formats, sizes and value range).
 
 Files are decoded by `robust_train.data.images.decode_image`: 16-bit and float images are scaled
-by the range their format holds, never clipped through 8 bits. Images are fitted to `image_size`
+by the range their format holds, never clipped through 8 bits; DICOM files (`.dcm`) are read with
+the optional `dicom` extra (`robust_train.data.dicom`). Images are fitted to `image_size`
 without distortion by default (`resize_mode="pad"`), and `train_transform` (an augmentation:
 any callable or torchvision transform taking and returning a float (C, H, W) tensor in [0, 1])
 is applied to the training images only.

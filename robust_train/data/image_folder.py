@@ -277,7 +277,12 @@ class ImageFolderDataModule(ImageDataModule):
 
     def _folder(self, split: str, augment: bool = False) -> _FixedClassesFolder:
         prepare = self._prepare(augment)
-        loader = functools.partial(load_pixels, grayscale=bool(self.hparams["grayscale"]))
+        loader = functools.partial(
+            load_pixels,
+            grayscale=bool(self.hparams["grayscale"]),
+            size=self.size,
+            resize_mode=self.hparams["resize_mode"],
+        )
         return _FixedClassesFolder(str(self._split_dir(split)), self.class_names, prepare, loader)
 
     def _splits(self) -> list[str]:

@@ -50,6 +50,7 @@ __all__ = [
     "decode_image",
     "fit_to_size",
     "load_pixels",
+    "reduction_factor",
 ]
 
 ResizeMode = Literal["pad", "center_crop", "stretch"]
@@ -99,12 +100,23 @@ def _gray_values(image: Image.Image, path: str) -> tuple[np.ndarray, float]:
     return raw.astype(np.float32), 1.0
 
 
-def decode_image(path: str | os.PathLike[str], grayscale: bool = False) -> DecodedImage:
+def decode_image(
+    path: str | os.PathLike[str],
+    grayscale: bool = False,
+    size: tuple[int, int] | None = None,
+    resize_mode: ResizeMode = "pad",
+) -> DecodedImage:
     """Read an image file as float32 (C, H, W) in [0, 1], C = 1 if `grayscale` else 3.
 
     Args:
         path: the image file.
         grayscale: one channel (colour turned gray) instead of three (gray repeated).
+        size: the (height, width) the caller will bring the image to with
+            `fit_to_size(..., size, resize_mode)`. An image at least twice as large as that
+            needs is first shrunk by an integer factor (a JPEG decoded at a reduced scale,
+            other files by box averages), staying at least as large, so large
+            files decode faster; None: the full image.
+        resize_mode: the `fit_to_size` mode that `size` is meant for.
 
     Returns:
         The pixels, the file's Pillow mode and the divisor applied (see the module's table).
@@ -126,19 +138,58 @@ def decode_image(path: str | os.PathLike[str], grayscale: bool = False) -> Decod
     if path.lower().endswith(DICOM_EXTENSIONS):
         return _dicom_image(path, grayscale)
     with Image.open(path) as image:
-        image.load()
         mode = image.mode
         if mode in (*SIXTEEN_BIT_MODES, "I", "F"):
+            image.load()
             values, divisor = _gray_values(image, path)
             pixels = torch.from_numpy(np.ascontiguousarray(values)).unsqueeze(0)
+            height, width = values.shape
+            factor = 1 if size is None else reduction_factor(height, width, size, resize_mode)
+            if factor > 1:  # box averages over the whole image, as Pillow's reduce
+                shrunk = (-(-height // factor), -(-width // factor))
+                pixels = F.adaptive_avg_pool2d(pixels.unsqueeze(0), shrunk).squeeze(0)
             if not grayscale:
                 pixels = pixels.expand(3, -1, -1).contiguous()
             return DecodedImage(pixels, mode, divisor)
-        rgb = image.convert("L" if grayscale else "RGB")
-        array = np.asarray(rgb, dtype=np.uint8)
+        array = np.asarray(_eight_bit(image, "L" if grayscale else "RGB", size, resize_mode))
     pixels = torch.from_numpy(array.copy()).float().div_(255.0)
     pixels = pixels.unsqueeze(0) if pixels.dim() == 2 else pixels.permute(2, 0, 1).contiguous()
     return DecodedImage(pixels, mode, 255.0)
+
+
+def reduction_factor(
+    height: int, width: int, size: tuple[int, int], resize_mode: ResizeMode = "pad"
+) -> int:
+    """The largest integer k such that an image (height, width) shrunk k times is still at least
+    as large as `fit_to_size(image, size, resize_mode)` scales it to (1: no shrinking).
+
+    Examples:
+        >>> reduction_factor(1000, 500, (224, 224), "pad"), reduction_factor(1000, 500, (224, 224),
+        ...     "center_crop")
+        (4, 2)
+    """
+    if resize_mode == "pad":
+        need = _scaled(height, width, min(size[0] / height, size[1] / width))
+    elif resize_mode == "center_crop":
+        need = _scaled(height, width, max(size[0] / height, size[1] / width))
+    else:
+        need = size
+    return max(1, min(height // max(need[0], 1), width // max(need[1], 1)))
+
+
+def _eight_bit(
+    image: Image.Image, mode: str, size: tuple[int, int] | None, resize_mode: ResizeMode
+) -> Image.Image:
+    """`image` converted to `mode` ("RGB" or "L"), shrunk by an integer factor toward `size`."""
+    factor = 1 if size is None else reduction_factor(image.height, image.width, size, resize_mode)
+    if factor > 1 and image.format == "JPEG":
+        image.draft(mode, (-(-image.width // factor), -(-image.height // factor)))
+    converted = image.convert(mode)
+    if size is not None:
+        factor = reduction_factor(converted.height, converted.width, size, resize_mode)
+        if factor > 1:
+            converted = converted.reduce(factor)
+    return converted
 
 
 def _dicom_image(path: str, grayscale: bool) -> DecodedImage:
@@ -156,9 +207,15 @@ def _dicom_image(path: str, grayscale: bool) -> DecodedImage:
     return DecodedImage(pixels, label, divisor)
 
 
-def load_pixels(path: str, grayscale: bool = False) -> Tensor:
-    """`decode_image(path, grayscale).pixels`: the loader of the image-folder data."""
-    return decode_image(path, grayscale).pixels
+def load_pixels(
+    path: str,
+    grayscale: bool = False,
+    size: tuple[int, int] | None = None,
+    resize_mode: ResizeMode = "pad",
+) -> Tensor:
+    """`decode_image(path, grayscale, size, resize_mode).pixels`: the loader of the image-folder
+    data (then `fit_to_size(pixels, size, resize_mode)`)."""
+    return decode_image(path, grayscale, size, resize_mode).pixels
 
 
 def _scaled(height: int, width: int, scale: float) -> tuple[int, int]:

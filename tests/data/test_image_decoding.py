@@ -16,7 +16,7 @@ from torchvision.transforms import v2
 from robust_train.app.lightning_cli import lightning_main
 from robust_train.data import ImageFolderDataModule, UnreadableImageError
 from robust_train.data.image_folder import AugmentationError
-from robust_train.data.images import ImageValueError, decode_image, fit_to_size
+from robust_train.data.images import ImageValueError, decode_image, fit_to_size, reduction_factor
 
 H, W = 6, 5
 RNG = np.random.default_rng(0)
@@ -201,3 +201,26 @@ def test_train_transform_from_yaml_and_check_data_table(tmp_path, cli, monkeypat
     photo = rows[("train", "photo", "3")]
     assert photo.split()[3] in ("L,RGB", "RGB,L") and photo.split()[-1] == "1"  # blank.png
     assert table[0].split()[-1] == "single-valued"
+
+
+def test_large_files_are_shrunk_while_decoding_to_about_the_same_pixels(tmp_path):
+    rows, cols = np.mgrid[0:96, 0:128] / np.array([96.0, 128.0])[:, None, None]
+    smooth = (rows * 0.6 + cols * 0.4).astype(np.float32)  # 96 high, 128 wide, in [0, 1)
+    files = {
+        "a.png": Image.fromarray((smooth * 255).astype(np.uint8)).convert("RGB"),
+        "b.jpg": Image.fromarray((smooth * 255).astype(np.uint8)).convert("RGB"),
+        "c.png": Image.fromarray((smooth * 65535).astype(np.uint16)),
+    }
+    for name, image in files.items():
+        image.save(tmp_path / name, quality=95) if name.endswith("jpg") else image.save(
+            tmp_path / name
+        )
+    assert reduction_factor(96, 128, (8, 8), "pad") == 16  # 128 wide into 8: 16 times smaller
+    assert reduction_factor(96, 128, (8, 8), "center_crop") == 11  # 128 / 12 < 11 columns
+    assert reduction_factor(96, 128, (8, 8), "stretch") == 12
+    for name in files:
+        for mode in ("pad", "center_crop", "stretch"):
+            shrunk = decode_image(tmp_path / name, size=(8, 8), resize_mode=mode).pixels
+            assert shrunk.shape[-1] < 128
+            full = fit_to_size(decode_image(tmp_path / name).pixels, (8, 8), mode)
+            torch.testing.assert_close(fit_to_size(shrunk, (8, 8), mode), full, rtol=0, atol=0.03)

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 import yaml
-from jsonargparse import Namespace
+from jsonargparse import ArgumentParser, Namespace
 from jsonargparse.typing import PositiveInt
 from pytorch_lightning import LightningDataModule, Trainer
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
@@ -47,7 +47,7 @@ from robust_train.app.parse_errors import describe_parse_error
 from robust_train.app.shipped_files import lightning_arguments
 from robust_train.core.files import write_text
 from robust_train.core.lightning_noise import quiet_lightning
-from robust_train.data.check import UnreadableImageError, check_datamodule
+from robust_train.data.check import UnreadableImageError, check_datamodule, summary_table
 from robust_train.models.config import record_config
 from robust_train.models.input_check import DataMismatchError, check_model_fits_data
 from robust_train.models.loading import CheckpointError, read_checkpoint
@@ -539,7 +539,14 @@ class _DataOnlyCLI(RobustCLI):
             raise TypeError(f"data.class_path {data.class_path!r} is not a LightningDataModule")
         init = data.get("init_args") or Namespace()
         kwargs = init.as_dict() if isinstance(init, Namespace) else dict(init)
-        self.datamodule = cls(**kwargs)
+        if any(isinstance(v, dict) and "class_path" in v for v in kwargs.values()):
+            # an argument given as {class_path, init_args} (a train_transform) is built as fit
+            # builds it
+            parser = ArgumentParser(exit_on_error=False)
+            parser.add_class_arguments(cls, "data")
+            self.datamodule = parser.instantiate(parser.parse_object({"data": kwargs})).data
+        else:
+            self.datamodule = cls(**kwargs)
 
     def after_instantiate_classes(self) -> None:
         pass
@@ -548,7 +555,8 @@ class _DataOnlyCLI(RobustCLI):
 def check_data_main(argv: list[str]) -> int:
     """`robust-train check-data --config CONFIG.yaml [--data.init_args.root ...]`: read every
     image (every sample) of each split of the config's data before training. Prints each split's
-    size and every file that cannot be read; exits 2 when one would stop the fit (0 when there is
+    size, every file that cannot be read and a table per split and class (images, formats,
+    sizes, value range); exits 2 when one would stop the fit (0 when there is
     none, or when the config sets `skip_unreadable: true`, which leaves them out).
     """
     quiet_lightning()
@@ -570,6 +578,8 @@ def check_data_main(argv: list[str]) -> int:
         print(f"{name} {check.split}: {check.n_items} items, {len(check.unreadable)} unreadable")
         for item, reason in check.unreadable:
             print(f"  unreadable: {item}: {reason}")
+    if any(check.classes for check in checks):
+        print("\n".join(summary_table(checks)))
     bad = sum(len(c.unreadable) for c in checks)
     total = sum(c.n_items for c in checks)
     if bad and getattr(datamodule, "hparams", {}).get("skip_unreadable"):

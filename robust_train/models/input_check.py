@@ -6,12 +6,17 @@ declares, then runs the model on ONE image of the data's shape and compares its 
 with the data's number of classes. A mismatch is a `DataMismatchError` naming both sides (the
 console script prints it as one line and exits with 2), so a 3-class model on 10-class data, or a
 28x28 model on 8x8 images, is refused before the held-out split is read or an attack runs.
+
+A model that does not state its channels is also held to its first convolution: one-channel
+images reaching a `Conv2d(3, ...)` as three channels (a three-channel normalisation broadcasts
+them) are refused rather than trained on. A model that turns gray images into RGB on purpose says
+so with its `in_channels` (a recorded init argument, or an attribute).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -23,6 +28,7 @@ __all__ = [
     "check_model_fits_data",
     "data_classes",
     "data_shape",
+    "first_conv_channels",
     "model_input",
 ]
 
@@ -101,6 +107,61 @@ def _first_image(batches: Iterable[Any] | None) -> Tensor | None:
     return None
 
 
+class _FirstConv(Exception):
+    """Stops the channel probe at the first convolution, carrying its name and in_channels."""
+
+    def __init__(self, name: str, in_channels: int) -> None:
+        super().__init__(name)
+        self.name, self.in_channels = name, in_channels
+
+
+def first_conv_channels(model: nn.Module, image: Tensor) -> tuple[str, int] | None:
+    """(name, in_channels) of the first convolution `model` runs on `image` (it stops there, so
+    this costs less than a forward); None if none runs or the model fails before one.
+
+    Examples:
+        >>> net = nn.Sequential(nn.Identity(), nn.Conv2d(3, 4, 3), nn.Conv2d(4, 2, 1))
+        >>> first_conv_channels(net, torch.zeros(1, 3, 8, 8))
+        ('1', 3)
+    """
+    names = {module: name for name, module in model.named_modules()}
+
+    def stop(module: nn.Module, _inputs: Any) -> None:
+        channels = cast(int, module.in_channels)
+        raise _FirstConv(names.get(module, type(module).__name__), channels)
+
+    convs = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+    hooks = [m.register_forward_pre_hook(stop) for m in model.modules() if isinstance(m, convs)]
+    param = next(model.parameters(), None)
+    try:
+        with torch.no_grad(), eval_mode(model):
+            model(image.to(param.device) if param is not None else image)
+    except _FirstConv as found:
+        return found.name, found.in_channels
+    except Exception:  # noqa: BLE001 - the full probe reports the model's own error
+        return None
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return None
+
+
+def _check_first_conv(model: nn.Module, image: Tensor, name: str, data: str, given: str) -> None:
+    stated = getattr(model, "in_channels", None)
+    if isinstance(stated, int) and stated == image.shape[1]:
+        return  # the model adapts the channels itself, and says so
+    found = first_conv_channels(model, image)
+    if found is None or found[1] == image.shape[1]:
+        return
+    layer, channels = found
+    raise DataMismatchError(
+        f"the model ({name}) expects {channels}-channel images (its first convolution "
+        f"{layer!r} has in_channels={channels}) but the data ({data}) gives {given} (channels x "
+        "height x width); make them agree (e.g. ImageFolderDataModule's grayscale), or give the "
+        "model an `in_channels` attribute if it converts the channels itself"
+    )
+
+
 def _probe(model: nn.Module, image: Tensor, name: str, given: str, expects: str) -> Tensor:
     param = next(model.parameters(), None)
     image = image.to(param.device) if param is not None else image
@@ -129,8 +190,9 @@ def check_model_fits_data(
         data: a name for the data in messages (default: the module's class name).
 
     Raises:
-        DataMismatchError: channels or image size differ from what the model states, the model
-            cannot run on one image of the data, or its number of outputs is not the data's
+        DataMismatchError: channels or image size differ from what the model states (or, when
+            it states no channels, from its first convolution's), the model cannot run on one
+            image of the data, or its number of outputs is not the data's
             number of classes; the message names both sides.
 
     Examples:
@@ -159,6 +221,8 @@ def check_model_fits_data(
             f"the model ({name}) expects images of {expects} but the data ({data}) gives {given} "
             "(channels x height x width)"
         )
+    if channels is None:
+        _check_first_conv(model, image, name, data, given)
     logits = _probe(model, image, name, given, expects)
     n_classes = data_classes(datamodule)
     if not isinstance(logits, Tensor):

@@ -1,20 +1,23 @@
-"""The monitor comment of configs/finetune_torchvision.yaml states what the monitor does at the
-config's image size (it said "k = 128 of 1024 pixels" at 224 x 224)."""
+"""The monitor comments of the image-folder configs (configs/finetune_torchvision.yaml,
+configs/imagefolder_resnet18_every_map.yaml) state what the monitor does at the config's image
+size (one said "k = 128 of 1024 pixels" at 224 x 224)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from robust_train.evaluation import MONITOR_DEFAULTS, EvaluationSettings
 
-CONFIG = Path(__file__).resolve().parents[2] / "configs" / "finetune_torchvision.yaml"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
-def test_finetune_torchvision_comment_matches_the_resolved_monitor_settings():
-    text = CONFIG.read_text()
+@pytest.mark.parametrize("name", ["finetune_torchvision", "imagefolder_resnet18_every_map"])
+def test_monitor_comment_matches_the_resolved_monitor_settings(name: str):
+    text = (CONFIGS / f"{name}.yaml").read_text()
     config = yaml.safe_load(text)
     size = config["data"]["init_args"]["image_size"]
     (monitor,) = [

@@ -42,7 +42,9 @@ def test_images_are_resized_tensors_in_unit_range_with_consistent_labels(root):
     x, y = next(iter(dm.test_dataloader()))
     assert x.shape == (2, 3, 8, 12) and x.dtype == torch.float32
     assert y.tolist() == [1, 1]  # "berry" keeps the index the train folder gives it
-    torch.testing.assert_close(x[0, :, 0, 0], torch.tensor([0.0, 0.0, 1.0]))
+    # 7x7 berries into 8 x 12: scaled to 8 x 8 and padded (the default), not stretched
+    torch.testing.assert_close(x[0, :, 4, 6], torch.tensor([0.0, 0.0, 1.0]))
+    torch.testing.assert_close(x[0, :, :, :2], torch.zeros(3, 8, 2))
     square = ImageFolderDataModule(root, image_size=16, batch_size=6)
     square.setup()
     train_x, train_y = next(iter(square.train_dataloader()))

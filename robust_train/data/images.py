@@ -37,7 +37,7 @@ from torch import Tensor
 from torch.nn import functional as F
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
-from robust_train.data._base import resize_images
+from robust_train.data.base import resize_images
 from robust_train.data.check import UnreadableImageError
 from robust_train.data.dicom import DICOM_EXTENSIONS, read_dicom
 

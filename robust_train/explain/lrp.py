@@ -93,11 +93,8 @@ def lrp(
     Attacks and smoothness ascents take their direction on the model itself
     (`piecewise_constant=False`), not on the softplus surrogate: the rules multiply activations
     (R_j = a_j w_jk / z_k R_k), so the map moves with x even on a ReLU network and its exact
-    gradient is not zero, while a softplus surrogate changes the map it differentiates (no unit
-    is ever inactive, so relevance also flows where the model sends none). Dombrowski et al.
-    (2019) took their attack directions on softplus (beta 10 -> 100) for every explainer, LRP
-    included; on the shipped natural MNIST-5k model the ReLU network's own relevance graph gives
-    the stronger direction (benchmarks/LRP.md compares the three). A map with at most k nonzero
+    gradient is not zero, while a softplus surrogate changes the map it differentiates (the
+    design notes compare the directions). A map with at most k nonzero
     pixels (z+ sends no relevance where the upper units are off) gives the top-k objective an
     exactly zero gradient; the attack reports such images unmeasured.
 
@@ -112,6 +109,12 @@ def lrp(
 
     Returns:
         Tensor shaped like `inputs`.
+
+    Raises:
+        RuntimeError: called under `torch.inference_mode()`.
+        ValueError: `composite` is not one of `LRP_COMPOSITES`, `epsilon` or `gamma` is
+            negative, or the model's forward applies a functional linear layer or BatchNorm to
+            an activation (the message names the call and the module to use).
 
     Examples:
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(4, 3, bias=False))

@@ -80,7 +80,7 @@ def topk_intersection(map_a: Tensor, map_b: Tensor, k: int) -> Tensor:
     A map cut to exactly 0 (Grad-CAM's ReLU, IG or DeepLIFT on a zero background) can have fewer:
     its zero pixels are not ranked among its most important, so they never count as agreement
     (broken by index, two sparse maps would "share" the same top-left zero pixels, which
-    flatters sparse maps most: benchmarks/NEW_EXPLAINERS.md section 9 measures both rules).
+    flatters sparse maps most; the design notes compare both rules).
     Dividing by the larger set keeps identical maps at 1 and counts the pixels the other map
     newly ranks among its top as lost. Ties at the k-th
     positive value go to the lower index, as in `topk_mask`. Two all-zero maps have nothing to
@@ -92,6 +92,11 @@ def topk_intersection(map_a: Tensor, map_b: Tensor, k: int) -> Tensor:
 
     Returns:
         Tensor (B,) with values in [0, 1] (NaN where both maps are all <= 0).
+
+    Raises:
+        TypeError: a map is not a tensor.
+        ValueError: the maps are not (B, H, W) of the same shape, or `k` is not an int in
+            [1, H*W].
 
     Examples:
         >>> a = torch.tensor([[[4.0, 3.0], [2.0, 1.0]]])

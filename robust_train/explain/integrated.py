@@ -58,7 +58,6 @@ def integration_rule(method: str, n_steps: int) -> tuple[np.ndarray, np.ndarray]
 @register_explainer(
     "integrated_gradients",
     settings={"ig_steps": "n_steps", "ig_baseline": "baseline"},
-    test_options={"n_steps": 4, "internal_batch_size": 5},
     reported=True,
 )
 def integrated_gradients(

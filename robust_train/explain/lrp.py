@@ -48,7 +48,7 @@ def pixel_bounds(model: nn.Module, channels: int) -> tuple[Tensor, Tensor]:
     return (0.0 - mean) / std, (1.0 - mean) / std
 
 
-@register_explainer("lrp", piecewise_constant=False, test_options={}, reported=True)
+@register_explainer("lrp", piecewise_constant=False, reported=True)
 def lrp(
     model: nn.Module,
     inputs: Tensor,

@@ -62,7 +62,6 @@ class NotDifferentiableError(ValueError):
     differentiable=False,
     piecewise_constant=False,
     settings={"seed": "seed"},
-    test_options={"n_iter": 3, "seed": 0},
 )
 def meaningful_perturbation(
     model: nn.Module,

@@ -16,7 +16,6 @@ capabilities on the spec; every caller reads them there, never a table of its ow
   input x gradient: the gradient of the target logit), which the training penalties reuse;
 - `settings`: evaluation settings its options follow (`{"ig_steps": "n_steps"}`: the evaluation's
   `ig_steps` is passed as `n_steps`), read by `bind_settings`;
-- `test_options`: cheap options for the shared contract tests (few steps, few samples);
 - `reported`: one of the maps users act on, which the leaderboard, the demo and the benchmark
   pages report a column for (`reported_explainers()`).
 """
@@ -65,7 +64,6 @@ class ExplainerSpec:
     layer: bool = False
     from_logits: FromLogits | None = None
     settings: Mapping[str, str] = field(default_factory=dict)
-    test_options: Mapping[str, Any] = field(default_factory=dict)
     reported: bool = False
 
 
@@ -80,18 +78,17 @@ def register_explainer(
     layer: bool = False,
     from_logits: FromLogits | None = None,
     settings: Mapping[str, str] | None = None,
-    test_options: Mapping[str, Any] | None = None,
     reported: bool = False,
 ) -> Callable[[F], F]:
     """Decorator: register an explainer function under `name`, with its capabilities.
 
     The function follows the `Explainer` protocol: `fn(model, inputs, target, *,
     create_graph=False, **options) -> Tensor`. The keyword arguments declare what it can do
-    (module docstring); `settings` and `test_options` must name options the function takes.
+    (module docstring); `settings` must name options the function takes.
 
     Examples:
         >>> from robust_train.explain.gradient import saliency
-        >>> @register_explainer("doc_gradient_sign", test_options={})
+        >>> @register_explainer("doc_gradient_sign")
         ... def gradient_sign(model, inputs, target, *, create_graph=False):
         ...     return saliency(model, inputs, target, create_graph=create_graph).sign()
         >>> resolve_explainer("doc_gradient_sign", differentiable=True)[1]
@@ -114,13 +111,10 @@ def register_explainer(
             layer=layer,
             from_logits=from_logits,
             settings=MappingProxyType(dict(settings or {})),
-            test_options=MappingProxyType(dict(test_options or {})),
             reported=reported,
         )
-        for what in ("settings", "test_options"):
-            options = getattr(spec, what)
-            given = options.values() if what == "settings" else options.keys()
-            _check_keywords(fn, dict.fromkeys(given), f"register_explainer({name!r}, {what}=...)")
+        given = dict.fromkeys(spec.settings.values())
+        _check_keywords(fn, given, f"register_explainer({name!r}, settings=...)")
         EXPLAINERS.add(name, spec, defined_by=fn)
         fn.__explainer_spec__ = spec  # type: ignore[attr-defined]
         return fn

@@ -34,7 +34,6 @@ NOISE_SCALES = ("relative", "absolute")
 @register_explainer(
     "smoothgrad",
     settings={"seed": "seed"},
-    test_options={"n_samples": 3, "seed": 0, "internal_batch_size": 4},
 )
 def smoothgrad(
     model: nn.Module,

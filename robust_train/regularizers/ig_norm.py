@@ -204,7 +204,6 @@ class IGNorm(PenaltyTerm):
 
     double_backprop = True
     options_class = IGOptions
-    test_options = {"n_steps": 2, "n_attack_points": 2, "n_points": 3}
 
     def __init__(
         self,

@@ -305,7 +305,6 @@ class MultiMapSmoothness(PenaltyTerm):
 
     double_backprop = True  # every map is taken with create_graph=True
     options_class = MultiMapOptions
-    test_options = {"radius": 0.1}
 
     def __init__(
         self, weight: float = 1.0, name: str | None = None, seed: int | None = None, **options: Any

@@ -170,7 +170,6 @@ class TopKMassPenalty(PenaltyTerm):
 
     double_backprop = True  # the perturbed map is taken with create_graph=True
     options_class = TopKMassOptions
-    test_options = {"k": 4, "n_ascent_steps": 1}
 
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None

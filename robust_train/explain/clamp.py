@@ -54,7 +54,13 @@ def smooth_map_clamps(beta: float | None) -> Iterator[None]:
 
 def clamp_positive(z: Tensor) -> Tensor:
     """ReLU of a batch of maps `z` (B, ...); inside `smooth_map_clamps(beta)`, s * softplus_beta(
-    z / s) with s the per-sample max |z| (detached)."""
+    z / s) with s the per-sample max |z| (detached).
+
+    Examples:
+        >>> import torch
+        >>> clamp_positive(torch.tensor([[-2.0, 3.0]])).tolist()
+        [[0.0, 3.0]]
+    """
     beta = _BETA.get()
     if beta is None:
         return z.clamp_min(0)

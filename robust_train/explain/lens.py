@@ -21,7 +21,15 @@ __all__ = ["check_window", "lens_topk_intersection"]
 
 
 def check_window(window: object) -> None:
-    """`window` must be an int >= 0 (a neighbourhood radius in pixels)."""
+    """Raise a ValueError unless `window` is an int >= 0 (a neighbourhood radius in pixels).
+
+    Examples:
+        >>> check_window(0)
+        >>> check_window(1.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: `window` must be an int >= 0 (pixels), got 1.5
+    """
     if isinstance(window, bool) or not isinstance(window, int) or window < 0:
         raise ValueError(f"`window` must be an int >= 0 (pixels), got {window!r}")
 

@@ -98,6 +98,14 @@ def integrated_gradients(
     Returns:
         Attributions shaped like `inputs`.
 
+    Raises:
+        RuntimeError: called under `torch.inference_mode()`.
+        TypeError: `baseline` is neither None, a number nor a floating point tensor, or
+            `n_steps` or `internal_batch_size` is not an int.
+        ValueError: `method` is not one of `INTEGRATION_METHODS`, `n_steps` is not positive (or
+            below 2 for "riemann_trapezoid"), `internal_batch_size` is not positive, or the
+            baseline's shape does not fit `inputs`.
+
     Examples:
         >>> import torch
         >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))

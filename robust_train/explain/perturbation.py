@@ -110,6 +110,12 @@ def meaningful_perturbation(
     Returns:
         Importance (B, 1, H, W) in [0, 1], detached; with `return_mask`, (importance, mask).
 
+    Raises:
+        NotDifferentiableError: `create_graph=True` (the map cannot keep a graph).
+        RuntimeError: called under `torch.inference_mode()`.
+        TypeError, ValueError: `inputs`, `target` or an option is malformed; the message names
+            the argument and the value.
+
     Examples:
         >>> import torch
         >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 2))

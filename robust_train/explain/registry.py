@@ -86,6 +86,11 @@ def register_explainer(
     create_graph=False, **options) -> Tensor`. The keyword arguments declare what it can do
     (module docstring); `settings` must name options the function takes.
 
+    Raises:
+        ValueError: `name` is not an identifier, or is registered already.
+        TypeError: the decorated object is not callable, or `settings` names an option the
+            function does not take.
+
     Examples:
         >>> from robust_train.explain.gradient import saliency
         >>> @register_explainer("doc_gradient_sign")
@@ -166,6 +171,9 @@ def explainer_spec(explainer: object) -> ExplainerSpec:
     unregistered callable gets the defaults, with `differentiable` read from its
     `differentiable` attribute (default True).
 
+    Raises:
+        ValueError: a name that is not registered (the message lists `EXPLAINERS`).
+
     Examples:
         >>> explainer_spec("integrated_gradients").settings["ig_steps"]
         'n_steps'
@@ -207,7 +215,11 @@ def get_explainer(name: str | Callable[..., Any], **kwargs: Any) -> Callable[...
 
     A callable is accepted in place of a name (returned as is, or bound to `kwargs`). For
     smoothgrad, an `explainer` given by name is resolved too. Keyword arguments the explainer
-    does not take raise a TypeError now rather than at the first call.
+    does not take raise a TypeError here rather than at the first call.
+
+    Raises:
+        TypeError: a keyword argument the explainer does not take.
+        ValueError: `name` is neither a registered name nor a callable.
 
     Examples:
         >>> explain = get_explainer("smoothgrad", explainer="input_x_gradient", n_samples=4)
@@ -300,6 +312,14 @@ def resolve_explainer(
         differentiable: the caller differentiates through the map (an attack direction, a
             training penalty, a gradient Lipschitz search).
         name: the caller's argument name, used in errors.
+
+    Returns:
+        The explainer callable and its name.
+
+    Raises:
+        TypeError: `explainer` is neither a name nor a callable.
+        ValueError: an unknown name, or (with `differentiable`) an explainer that cannot keep a
+            graph.
 
     Examples:
         >>> resolve_explainer("saliency", differentiable=True)[1]

@@ -78,6 +78,13 @@ def smoothgrad(
     Returns:
         The averaged explanation, shaped like the explainer's output for `inputs`.
 
+    Raises:
+        RuntimeError: called under `torch.inference_mode()`.
+        TypeError: `explainer` is not callable, or a count is not an int.
+        ValueError: `n_samples` or `internal_batch_size` is not positive, `noise_level` is
+            negative, `noise_scale` is not "relative" or "absolute", or both `generator` and
+            `seed` are given.
+
     Examples:
         >>> import torch
         >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 3))

@@ -79,7 +79,7 @@ def lrp(
     (`(x - mean) / std`), the pass rule of `nn.Softplus` or `Normalize`; `F.avg_pool2d`,
     `F.adaptive_avg_pool2d` and sums or means over non-batch dimensions (`h.mean((2, 3))`) the
     sum rule of `nn.AvgPool2d`. So a network written with calls gets the map of the same network
-    written with modules (for every composite, tested), and the relevance of a bias-free residual
+    written with modules (for every composite), and the relevance of a bias-free residual
     network still sums to 1. A functional linear layer or BatchNorm on an activation (`F.conv2d`,
     `F.linear`, `h @ weight`, `F.batch_norm`) raises a ValueError naming the call and the module
     to use. A product of two activations (a gate), a subtraction and an added bias keep the

@@ -42,6 +42,17 @@ def topk_mask(maps: Tensor, k: int) -> Tensor:
     Ties at the k-th largest value go to the pixel with the lower row-major index (a stable
     descending sort), so the choice is the same on every device; `torch.topk` leaves it unspecified.
 
+    Args:
+        maps: maps (B, H, W).
+        k: number of pixels to keep, an int in [1, H*W].
+
+    Returns:
+        Boolean tensor (B, H, W) with k True pixels per map.
+
+    Raises:
+        TypeError: `maps` is not a floating point tensor.
+        ValueError: `maps` is not (B, H, W) or holds NaN or inf, or `k` is out of range.
+
     Examples:
         >>> topk_mask(torch.tensor([[[1.0, 3.0], [3.0, 0.0]]]), 2).tolist()
         [[[False, True], [True, False]]]
@@ -148,6 +159,16 @@ def spearman_correlation(map_a: Tensor, map_b: Tensor) -> Tensor:
     Tied values get their average rank, so the result equals `scipy.stats.spearmanr` on the
     flattened maps. A constant map has no ranking: the result is NaN, as in scipy.
 
+    Args:
+        map_a, map_b: maps (B, H, W) of the same shape.
+
+    Returns:
+        Tensor (B,) in [-1, 1] (NaN where a map is constant).
+
+    Raises:
+        TypeError: a map is not a floating point tensor.
+        ValueError: the maps are not (B, H, W) of the same shape, or hold NaN or inf.
+
     Examples:
         >>> a = torch.tensor([[[1.0, 2.0], [3.0, 4.0]]])
         >>> spearman_correlation(a, a.flip(-1).flip(-2)).tolist()
@@ -211,6 +232,16 @@ def kendall_tau(map_a: Tensor, map_b: Tensor) -> Tensor:
     O(N log^2 N) per map and O(N) memory, not the O(N^2) of all pairs: 224 x 224 maps are fine.
     A constant map gives NaN, as in scipy.
 
+    Args:
+        map_a, map_b: maps (B, H, W) of the same shape.
+
+    Returns:
+        Tensor (B,) in [-1, 1] (NaN where a map is constant).
+
+    Raises:
+        TypeError: a map is not a floating point tensor.
+        ValueError: the maps are not (B, H, W) of the same shape, or hold NaN or inf.
+
     Examples:
         >>> a = torch.tensor([[[1.0, 2.0], [3.0, 4.0]]])
         >>> b = torch.tensor([[[1.0, 3.0], [2.0, 4.0]]])
@@ -237,6 +268,16 @@ def center_of_mass(maps: Tensor) -> Tensor:
     C = sum_ij I_ij (i, j) / sum_ij I_ij (Ghorbani et al. 2019), with pixel (0, 0) at the top left.
     An all-zero map has no center: both coordinates are NaN.
 
+    Args:
+        maps: non-negative maps (B, H, W).
+
+    Returns:
+        Tensor (B, 2) of (row, col), NaN for an all-zero map.
+
+    Raises:
+        TypeError: `maps` is not a floating point tensor.
+        ValueError: `maps` is not (B, H, W), or holds NaN or inf.
+
     Examples:
         >>> center_of_mass(torch.tensor([[[0.0, 1.0], [0.0, 3.0]]])).tolist()
         [[0.75, 1.0]]
@@ -255,6 +296,17 @@ def center_of_mass_shift(map_a: Tensor, map_b: Tensor) -> Tensor:
 
     Each map is normalised by its sum, so the scale of a map does not matter. Maps must be
     non-negative (importance maps); a map that is all zero has no center and gives NaN.
+
+    Args:
+        map_a, map_b: maps (B, H, W) of the same shape.
+
+    Returns:
+        Tensor (B,), in pixels (NaN where a map is all zero).
+
+    Raises:
+        TypeError: a map is not a floating point tensor.
+        ValueError: the maps are not (B, H, W) of the same shape, hold NaN or inf, or have a
+            negative value.
 
     Examples:
         >>> a = torch.zeros(1, 4, 4); a[0, 0, 0] = 1.0

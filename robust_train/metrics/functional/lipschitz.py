@@ -108,6 +108,14 @@ def local_lipschitz_estimate(
     Returns:
         Tensor (B,), detached, non-negative.
 
+    Raises:
+        RuntimeError: called under `torch.inference_mode()`.
+        TypeError: `inputs` or `target` is not a tensor of the right kind, or `explainer` is
+            neither a name nor a callable.
+        ValueError: malformed images or labels, an unknown explainer (or, for
+            `search="gradient"`, one that cannot keep a graph), or a setting out of range; the
+            message names the argument and the value.
+
     Examples:
         >>> from robust_train.explain import saliency
         >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))

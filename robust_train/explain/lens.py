@@ -60,6 +60,11 @@ def lens_topk_intersection(map_a: Tensor, map_b: Tensor, k: int, *, window: int 
     Returns:
         Tensor (B,) in [0, 1] in the dtype of `map_a` (NaN where both maps are all <= 0).
 
+    Raises:
+        TypeError: a map is not a floating point tensor.
+        ValueError: the maps are not (B, H, W) of the same shape or hold NaN or inf, `k` is not
+            an int in [1, H*W], or `window` is not an int >= 0.
+
     Examples:
         >>> a = torch.zeros(1, 5, 5)
         >>> a[0, 2, 2] = 1.0

@@ -14,11 +14,12 @@ already exists and is not counted).
 
 `--penalties registry` times every penalty of `robust_train.regularizers.PENALTIES` (the
 leaderboard configs' CPU-sized inner loops, `train_bare.SETTINGS`; a penalty without a bare
-formula at its own `test_options`) and, beside each penalty that has one, a bare implementation
-of its formula in plain torch (`train_bare.py`: no RobustClassifier, no logging; the record says
-what to add for a penalty that has none); the "vs bare" column is the library step over the bare
-step, measured side by side. Models: SmallCNN on 8x8 digits, MNISTConvNet(16, 32, 128) on 28x28
-MNIST-5k digits, SmallCNN on 32x32 synthetic grey images, ResNet18CIFAR on 32x32 RGB.
+formula at `train_bare.LIBRARY_ONLY` or its defaults) and, beside each penalty that has one, a
+bare implementation of its formula in plain torch (`train_bare.py`: no RobustClassifier, no
+logging; the record says what to add for a penalty that has none); the "vs bare" column is the
+library step over the bare step, measured side by side. Models: SmallCNN on 8x8 digits,
+MNISTConvNet(16, 32, 128) on 28x28 MNIST-5k digits, SmallCNN on 32x32 synthetic grey images,
+ResNet18CIFAR on 32x32 RGB.
 """
 
 from __future__ import annotations
@@ -203,7 +204,7 @@ def run_registry(key: str, args, device: torch.device, record: bu.Record) -> lis
         f"### every registered penalty, {label}, batch {x.shape[0]}, {rounds} round(s)\n\n"
         f"ms/step and ratios: {bu.clock_name(device)}, median over rounds; settings: "
         "train_bare.SETTINGS (the leaderboard configs' inner loops; a penalty without a bare "
-        "formula at its test_options).\n\n"
+        "formula at train_bare.LIBRARY_ONLY or its defaults).\n\n"
         + bu.table(
             ["variant", "ms/step", "vs plain", "vs bare formula", "peak MB", "memory vs plain"],
             rows,

@@ -120,7 +120,7 @@ def test_new_units_run_through_the_attack_and_a_penalty():
 
 def test_the_new_penalty_is_found_by_the_benchmarks_without_a_bare_formula():
     """benchmarks/train_bare.py discovers penalties through the registry: the new one is timed
-    at its test_options beside the others, and what a bare formula would need is named."""
+    at its defaults beside the others, and what a bare formula would need is named."""
     from benchmarks import bench_train_step, train_bare
 
     assert "squared_saliency_mean" in train_bare.missing()
@@ -195,7 +195,7 @@ def test_evaluate_and_a_monitor_name_every_measure_the_same_way():
 def _registered():
     """Register the four units (what their one file would do on import), and remove them after,
     so that the other test files see the registries as shipped."""
-    register_explainer("squared_gradient", test_options={})(squared_gradient)
+    register_explainer("squared_gradient")(squared_gradient)
     register_penalty("squared_saliency_mean")(SquaredSaliencyMean)
     register_objective("spread_out")(SpreadOut)
     register_measure(Measure("peak_share", "share of the map in its peak pixel", None))

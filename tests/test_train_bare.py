@@ -142,10 +142,9 @@ def test_every_bare_formula_is_a_registered_penalty_that_its_settings_build(trai
 
 class _CheapSaliencySquare(PenaltyTerm):
     """A penalty registered by this test alone (as a new unit's one file would), no bare formula;
-    its constructor takes no seed, and its test_options are what the benchmark uses."""
+    its constructor takes no seed, and the benchmark times it at its defaults."""
 
     double_backprop = True
-    test_options = {"scale": 2.0}
 
     def __init__(self, weight: float = 1.0, scale: float = 1.0, name: str | None = None) -> None:
         super().__init__(weight, name)
@@ -168,12 +167,12 @@ def new_penalty():
 def test_a_new_penalty_without_a_bare_formula_is_discovered_and_told_what_to_add(
     train_bare, new_penalty
 ):
-    """Registered, not known to train_bare.py: listed as missing, timed at its test_options
+    """Registered, not known to train_bare.py: listed as missing, timed at its defaults
     beside the others (no bare step), and asking for its bare step names the decorator."""
     from benchmarks import bench_train_step
 
     assert new_penalty in train_bare.missing()
-    assert train_bare.term_settings(new_penalty) == {"scale": 2.0}  # no seed: not taken
+    assert train_bare.term_settings(new_penalty) == {}  # its defaults; no seed: not taken
     with pytest.raises(train_bare.MissingBareFormula, match=r"@bare_formula\('cheap_saliency"):
         train_bare.bare_step(new_penalty, _tiny(8), *_batch(8))
     with pytest.raises(ValueError, match="Unknown `penalty` 'nope'"):

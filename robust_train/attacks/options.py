@@ -74,7 +74,7 @@ class AttackOptions:
             random signs, clipped to [0, 1]; the worst (lowest top-k intersection) label-keeping
             draw is kept. The worst of R is a low quantile of the noise's effect, so it keeps
             falling, ever more slowly, as R grows; the default R = 10 costs ten maps per image and
-            no gradient (benchmarks/MEASUREMENTS.md: how much lower R = 20 gets, at twice that).
+            no gradient.
         direction: where gradient attacks take their direction (`robust_train.attacks.
             _directions`): "all" (default) runs every candidate direction of the explainer and
             keeps, per image, the worst result (costs one attack per candidate: 1 for the

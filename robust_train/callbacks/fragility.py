@@ -19,9 +19,9 @@ class FragilityMonitor(RobustnessMonitor):
     Images the attack could not move are left out of the means and counted in `n_unmeasured`;
     with none measured the means are NaN, never a perfect score. With figures on,
     `robustness/attack/<explainer>/topk/examples` shows the first `n_images` attacked images.
-    Defaults: `robust_train.evaluation.MONITOR_DEFAULTS` (3 steps of 2 epsilon / 3: 94 % of the
-    top-k intersection drop of a 50-step attack of epsilon / 8 on 8x8 digits, at 8 % of its
-    cost).
+    Defaults: `robust_train.evaluation.MONITOR_DEFAULTS` (3 steps of 2 epsilon / 3 on 16
+    images: a cheap preset for use during training, not a substitute for the evaluation's
+    attack).
 
     Args:
         **options: the evaluation settings and the callback's schedule, subset and logging

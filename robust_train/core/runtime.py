@@ -131,11 +131,10 @@ def row_chunks(n_rows: int, size: int | None) -> Iterator[tuple[int, int]]:
 
 
 # Input elements per forward: 2**16 is 64 images of 32x32 or 83 of 28x28 on the CPU, where larger
-# batches leave the caches (benchmarks/RESULTS.md: 2112 rows of 28x28 forward 1.85x slower per
-# row than chunks of 64-256; IG double backprop on 200 rows 1.2x slower than chunks of 40); on
-# CUDA, where large batches fill the device, 2**22 (27 RGB images of 224x224, ~1 GB of ResNet-18
-# activations). Rows that keep a graph for double backprop count twice. At least MIN_CHUNK_ROWS:
-# ResNet-18 on 224x224 runs 15 % slower per row in chunks of 1 than of 2-4 on the CPU.
+# batches leave the caches; on CUDA, where large batches fill the device, 2**22 (27 RGB images of
+# 224x224, ~1 GB of ResNet-18 activations). Rows that keep a graph for double backprop count
+# twice. At least MIN_CHUNK_ROWS rows: chunks of one large image run slower per row. The design
+# notes say where these sizes come from.
 CHUNK_ELEMENTS = {"cpu": 2**16, "cuda": 2**22}
 MIN_CHUNK_ROWS = 4
 

@@ -63,7 +63,29 @@ def check_images(inputs: object, name: str = "inputs", *, check_range: bool = Tr
 def check_target(
     target: object, batch_size: int, name: str = "target", num_classes: int | None = None
 ) -> Tensor:
-    """Check class indices: an integer tensor (B,) matching the batch size."""
+    """Check class indices: an integer tensor (B,) matching the batch size.
+
+    Args:
+        target: the class indices to check.
+        batch_size: B, the batch they label.
+        name: the argument's name, for the error.
+        num_classes: when given, every index must be below it.
+
+    Returns:
+        `target` as int64.
+
+    Raises:
+        TypeError: `target` is not an integer tensor.
+        ValueError: its shape is not (batch_size,), or an index is negative or >= num_classes.
+
+    Examples:
+        >>> check_target(torch.tensor([0, 2], dtype=torch.int32), 2).dtype
+        torch.int64
+        >>> check_target(torch.tensor([0, 3]), 2, num_classes=3)
+        Traceback (most recent call last):
+        ...
+        ValueError: `target` holds class index 3 but the model has 3 classes
+    """
     if not isinstance(target, Tensor):
         raise TypeError(
             f"`{name}` must be a LongTensor of class indices (B,), got {type(target).__name__}"
@@ -87,7 +109,20 @@ def check_target(
 
 
 def check_maps(maps: object, name: str) -> Tensor:
-    """Check a batch of importance maps (B, H, W): float, non-empty, finite."""
+    """Check a batch of importance maps (B, H, W): float, non-empty, finite; return them.
+
+    Raises:
+        TypeError: `maps` is not a floating point tensor.
+        ValueError: its shape is not (B, H, W) with B >= 1, or it holds NaN or inf.
+
+    Examples:
+        >>> check_maps(torch.zeros(2, 4, 4), "maps").shape
+        torch.Size([2, 4, 4])
+        >>> check_maps(torch.zeros(2, 1, 4, 4), "maps")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: `maps` must have shape (B, H, W), got ...
+    """
     if not isinstance(maps, Tensor):
         raise TypeError(
             f"`{name}` must be a tensor of importance maps (B, H, W), got {type(maps).__name__}"
@@ -103,7 +138,15 @@ def check_maps(maps: object, name: str) -> Tensor:
 
 
 def check_same_shape(a: Tensor, b: Tensor, name_a: str, name_b: str) -> None:
-    """Raise when two tensors that must align do not."""
+    """Raise a ValueError naming both when two tensors that must align differ in shape.
+
+    Examples:
+        >>> check_same_shape(torch.zeros(2, 3), torch.ones(2, 3), "a", "b")
+        >>> check_same_shape(torch.zeros(2, 3), torch.ones(3, 2), "a", "b")
+        Traceback (most recent call last):
+        ...
+        ValueError: `a` and `b` must have the same shape, got (2, 3) and (3, 2)
+    """
     if a.shape != b.shape:
         raise ValueError(
             f"`{name_a}` and `{name_b}` must have the same shape, "
@@ -112,21 +155,61 @@ def check_same_shape(a: Tensor, b: Tensor, name_a: str, name_b: str) -> None:
 
 
 def check_positive(value: object, name: str, *, integer: bool = False) -> None:
-    """Raise unless `value` is a finite number > 0 (an int when `integer`)."""
+    """Raise unless `value` is a finite number > 0 (an int when `integer`).
+
+    Raises:
+        TypeError: `value` is not a number (a bool is not), or not an int when `integer`.
+        ValueError: it is not finite, or not > 0.
+
+    Examples:
+        >>> check_positive(0.5, "epsilon")
+        >>> check_positive(0, "n_steps", integer=True)
+        Traceback (most recent call last):
+        ...
+        ValueError: `n_steps` must be > 0, got 0
+        >>> check_positive(2.0, "n_steps", integer=True)
+        Traceback (most recent call last):
+        ...
+        TypeError: `n_steps` must be an int, got 2.0
+    """
     _check_number(value, name, integer)
     if not value > 0:  # type: ignore[operator]
         raise ValueError(f"`{name}` must be > 0, got {value!r}")
 
 
 def check_non_negative(value: object, name: str, *, integer: bool = False) -> None:
-    """Raise unless `value` is a finite number >= 0 (an int when `integer`)."""
+    """Raise unless `value` is a finite number >= 0 (an int when `integer`).
+
+    Raises:
+        TypeError: `value` is not a number (a bool is not), or not an int when `integer`.
+        ValueError: it is not finite, or negative.
+
+    Examples:
+        >>> check_non_negative(0, "weight")
+        >>> check_non_negative(-0.1, "weight")
+        Traceback (most recent call last):
+        ...
+        ValueError: `weight` must be >= 0, got -0.1
+    """
     _check_number(value, name, integer)
     if not value >= 0:  # type: ignore[operator]
         raise ValueError(f"`{name}` must be >= 0, got {value!r}")
 
 
 def check_probability(value: object, name: str) -> None:
-    """Raise unless 0 <= value <= 1."""
+    """Raise unless `value` is a number with 0 <= value <= 1.
+
+    Raises:
+        TypeError: `value` is not a number.
+        ValueError: it is not finite, or outside [0, 1].
+
+    Examples:
+        >>> check_probability(1.0, "batch_fraction")
+        >>> check_probability(1.5, "batch_fraction")
+        Traceback (most recent call last):
+        ...
+        ValueError: `batch_fraction` must lie in [0, 1], got 1.5
+    """
     _check_number(value, name, False)
     if not 0 <= value <= 1:  # type: ignore[operator]
         raise ValueError(f"`{name}` must lie in [0, 1], got {value!r}")
@@ -143,7 +226,16 @@ def _check_number(value: object, name: str, integer: bool) -> None:
 
 
 def check_choice(value: object, name: str, choices: Iterable[str]) -> str:
-    """Raise unless `value` is one of `choices`, listing them in the error."""
+    """Return `value` if it is one of `choices`; else raise a ValueError listing them.
+
+    Examples:
+        >>> check_choice("l2", "norm", ("linf", "l2"))
+        'l2'
+        >>> check_choice("l1", "norm", ("linf", "l2"))
+        Traceback (most recent call last):
+        ...
+        ValueError: Unknown `norm` 'l1'; expected one of ['linf', 'l2']
+    """
     options = list(choices)
     if value not in options:
         raise ValueError(f"Unknown `{name}` {value!r}; expected one of {options}")
@@ -151,7 +243,14 @@ def check_choice(value: object, name: str, choices: Iterable[str]) -> str:
 
 
 def check_finite(t: Tensor, name: str) -> Tensor:
-    """Raise when a tensor holds NaN or inf."""
+    """Return `t` if every value is finite; else raise a ValueError counting NaN and inf.
+
+    Examples:
+        >>> check_finite(torch.tensor([1.0, float("nan"), float("inf")]), "maps")
+        Traceback (most recent call last):
+        ...
+        ValueError: `maps` holds 2 non-finite value(s) (NaN or inf)
+    """
     if not bool(torch.isfinite(t).all()):
         n_bad = int((~torch.isfinite(t)).sum())
         raise ValueError(f"`{name}` holds {n_bad} non-finite value(s) (NaN or inf)")

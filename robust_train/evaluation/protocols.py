@@ -18,7 +18,7 @@ preset takes the first `n_samples=50` test images (their correctly classified on
 attacked) and `ig_steps=10` points.
 Each image costs 3 restarts x 100 steps of the top-k attack on saliency and on IG (every top-k
 step on IG is a double backprop through `ig_steps` points) and 10 noise draws (one map each) on
-each (`benchmarks/bench_eval.py` measures the cost per step). Override both with
+each. Override both with
 `dataclasses.replace(PROTOCOLS["rar"], n_samples=10_000, ig_steps=100)` to reproduce the paper
 exactly (a GPU job).
 
@@ -31,10 +31,16 @@ budget (L_inf 0.3), objectives (the top-k attack with attack k 200 and reported 
 random-sign noise) and correctly-classified-only rule, aimed in turn at each reported explainer
 (`robust_train.explain.reported_explainers()`: saliency, integrated gradients with a zero
 baseline, Grad-CAM at its default layer, LRP with the default composite, DeepLIFT), on the first
-`n_samples=100` test images, with 20 sign steps of 0.03 (0.6 in all, twice the budget, as the
-leaderboard's 10 x 0.075), 1 restart, integrated gradients with 10 points, the Lipschitz
-estimate with 8 samples and fidelity curves of 10 steps. Its attack is weaker than RAR's
-3 x 100 steps, so models keep more of their top pixels under it.
+`n_samples=100` test images, with 20 sign steps of 0.03 (0.6 in all, twice the budget),
+1 restart, integrated gradients with 10 points, the Lipschitz estimate with 8 samples and
+fidelity curves of 10 steps. Its attack is weaker than RAR's 3 x 100 steps, so models keep more
+of their top pixels under it.
+
+Examples:
+    >>> PROTOCOLS["rar"].epsilon, PROTOCOLS["rar"].n_steps, PROTOCOLS["demo"].n_steps
+    (0.3, 100, 20)
+    >>> dataclasses.replace(PROTOCOLS["rar"], n_samples=10_000).n_samples
+    10000
 """
 
 from __future__ import annotations

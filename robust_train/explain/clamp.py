@@ -2,22 +2,17 @@
 
 Grad-CAM is ReLU(sum_k w_k A_k): where the sum is negative the map is exactly 0, and so is its
 gradient, so an ascent on a top-k objective cannot raise a pixel outside the map's support. When
-a map has fewer positive pixels than k (most natural MNIST Grad-CAM maps at the last Conv2d,
-at k = 100), its whole
-support lies in the clean top-k set, the mass outside the set stays 0 near the clean image and
-the ascent has no direction, although moving the support would change the top-k set. The
-attack then underestimates fragility, and a penalty whose inner ascent is blind in the same way
-trains maps to be sparse rather than robust (gradient masking; benchmarks/NEW_EXPLAINERS.md,
-section 8, measures both attacks on a Grad-CAM fine-tune).
+a map has fewer positive pixels than k, its whole support lies in the clean top-k set and the
+ascent has no direction, although moving the support would change the top-k set.
 
 Inside `smooth_map_clamps(beta)` the clamp computes s * softplus_beta(z / s) instead, with s the
 per-sample max |z| (detached: the surrogate does not depend on the map's scale): positive
 everywhere, so the direction reaches every pixel, and within s * log(2) / beta of the ReLU
-(at beta 10, 7 % of the map's maximum, where z = 0). Attacks take their direction, and
-penalties their inner ascent, inside it; the map that is measured or penalised is always the
-exact ReLU. This is separate from `smooth_relus`, which replaces the model's own ReLUs for maps
-that are piecewise constant (the gradient family): a Grad-CAM map moves with the input, so its
-direction is taken on the model itself, with only this last clamp smoothed.
+(at z = 0). Attacks take their direction, and penalties their inner ascent, inside it; the map
+that is measured or penalised is always the exact ReLU. This is separate from `smooth_relus`,
+which replaces the model's own ReLUs for maps that are piecewise constant (the gradient family):
+a Grad-CAM map moves with the input, so its direction is taken on the model itself, with only
+this last clamp smoothed. The design notes say why an ascent blind to sparse maps matters.
 """
 
 from __future__ import annotations
@@ -59,7 +54,13 @@ def smooth_map_clamps(beta: float | None) -> Iterator[None]:
 
 def clamp_positive(z: Tensor) -> Tensor:
     """ReLU of a batch of maps `z` (B, ...); inside `smooth_map_clamps(beta)`, s * softplus_beta(
-    z / s) with s the per-sample max |z| (detached)."""
+    z / s) with s the per-sample max |z| (detached).
+
+    Examples:
+        >>> import torch
+        >>> clamp_positive(torch.tensor([[-2.0, 3.0]])).tolist()
+        [[0.0, 3.0]]
+    """
     beta = _BETA.get()
     if beta is None:
         return z.clamp_min(0)

@@ -43,36 +43,22 @@ def deeplift(
     overlap the shares are SUMMED. `maxpool="gradient"`: the plain max-pool gradient (the
     default of the DeepLIFT authors' library; not summation-to-delta).
 
-    Against Captum's `DeepLift(model).attribute(x, baselines=x0, target=t)` (float32 CPU,
-    tests/explain/test_deeplift.py, zero and random baselines): equal within atol 1e-5 of the
-    largest |attribution| on ReLU networks (SmallCNN with and without BN, TinyCNN,
-    ResNet18CIFAR) and on max-pool networks whose pools sit between convolutions, at 28x28 and
-    64x64. Captum applies its rules with per-module backward hooks, and a hook reads a module's
-    output gradient BEFORE the next hooked module rewrites it, so wherever two hooked modules
-    follow each other one of the two rules is lost and Captum's map is not summation-to-delta:
-    (1) a MaxPool2d directly after a ReLU module (MNISTConvNet, VGG, a max-pool TinyCNN): its
-    max-pool rule is lost, and Captum's values then equal ours with `maxpool="gradient"`;
-    (2) a MaxPool2d feeding a ReLU module; (3) hooked nonlinearities following each other
-    (`nn.ReLU` after `nn.ReLU`, `nn.Sigmoid` after `nn.ReLU`). In those three layouts the two
-    maps differ by a sizeable fraction of the largest attribution and Captum's completeness gap
-    (`return_convergence_delta`) is of the order of the logit gap, while ours stays complete to
-    float rounding (benchmarks/MEASUREMENTS.md, `benchmarks/deeplift_captum.py`). With
-    overlapping windows (ResNet's 3x3 stride-2 stem pool) Captum's `max_unpool2d` keeps one
-    window's share and loses completeness too. Ours, with the rescale rule, is complete: the
-    attributions sum to f_t(x) - f_t(x0) (to float rounding) on networks of linear layers,
-    ReLU, max-pool, BatchNorm (eval), residual sums and concatenation (torchvision ResNet-18,
-    ResNet-50, VGG-11-BN, DenseNet-121), in any order of these calls. Captum also keeps a
-    multiplier chain for the baseline rows, which can differ where a fallback routes
-    differently; ours has one chain (equal on every network above).
+    Complete with the rescale rule: the attributions sum to f_t(x) - f_t(x0) (to float
+    rounding) on networks of linear layers, ReLU, max-pool, BatchNorm (eval), residual sums and
+    concatenation (torchvision ResNet-18, ResNet-50, VGG-11-BN, DenseNet-121), in any order of
+    these calls. Equals Captum's `DeepLift(model).attribute(x, baselines=x0, target=t)` on ReLU
+    networks and on max-pool networks whose pools sit between convolutions; where Captum's
+    per-module hooks lose a rule (a MaxPool2d directly after or before a ReLU module, hooked
+    nonlinearities following each other, overlapping pool windows) Captum's map is not
+    summation-to-delta and the two differ (the design notes list the layouts).
 
-    Differentiable (Captum's is not: its hooks store detached tensors): a TRUE forward of
+    Differentiable (Captum's is not: its hooks store detached tensors): a true forward of
     [x; x0] records, per call, the pre-activations, outputs and slopes with their graph, and a
     second forward of x replaces each call by an autograd node whose backward is the rule above,
-    written with differentiable operations on those records (robust_train/explain/_rescale.py).
-    With `create_graph=True` the map keeps its graph to the input and the parameters through
-    the true forward, so its derivative is the derivative of the DeepLIFT map (tested against
-    central finite differences in float64). Cost: a forward of 2B rows, one of B rows and one
-    backward (benchmarks/NEW_EXPLAINERS.md).
+    written with differentiable operations on those records. With `create_graph=True` the map
+    keeps its graph to the input and the parameters through the true forward, so its derivative
+    is the derivative of the DeepLIFT map. Cost: a forward of 2B rows, one of B rows and one
+    backward.
 
     Which calls are rescaled: the calls themselves are intercepted (a `TorchFunctionMode`), so
     modules (`nn.ReLU(inplace=True)`, `nn.Sigmoid`, ...) and functional calls (`F.relu`,
@@ -109,6 +95,11 @@ def deeplift(
 
     Returns:
         Attributions shaped like `inputs`.
+
+    Raises:
+        RuntimeError: called under `torch.inference_mode()`, or the two forwards make
+            different calls.
+        ValueError: `eps` is not positive, or `maxpool` is not "rescale" or "gradient".
 
     Examples:
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))

@@ -31,59 +31,26 @@ def grad_cam(
     """Grad-CAM map of the target logit at a convolutional layer, upsampled to the input size.
 
     With A (B, K, h, w) the output of `layer` and w_k the spatial mean of d logit_target / d A_k,
-    the map is ReLU(sum_k w_k A_k) (`clamp_positive`: the exact ReLU, which the model's softplus
-    surrogate `smooth_relus` leaves alone; attack directions and penalties' inner ascents take
-    it on its own scale-free softplus surrogate, `robust_train.explain.clamp`), upsampled
-    bilinearly (`align_corners=False`) to (H, W) of the input, so top-k, fidelity and Lipschitz
-    consumers take it as they take a (B, 1, H, W) mask. Equals
-    Captum's `LayerGradCam(model, layer).attribute(x, t, relu_attributions=relu)` followed by
-    `LayerAttribution.interpolate(attr, (H, W), "bilinear")` (tests/explain/test_grad_cam.py:
-    float32 CPU, atol 1e-6 + rtol 1e-4 of the map's scale, on the project's CNNs and torchvision
-    models at 64x64). Unlike Captum (or pytorch-grad-cam) it keeps the graph with
-    `create_graph=True`: the map is differentiable w.r.t. the input and the parameters (double
+    the map is ReLU(sum_k w_k A_k) (`clamp_positive`: the exact ReLU; attack directions and
+    penalties' inner ascents take it on its softplus surrogate, `robust_train.explain.clamp`),
+    upsampled bilinearly (`align_corners=False`) to (H, W) of the input, so top-k, fidelity and
+    Lipschitz consumers take it as they take a (B, 1, H, W) mask. Equals Captum's
+    `LayerGradCam(model, layer).attribute(x, t, relu_attributions=relu)` followed by
+    `LayerAttribution.interpolate(attr, (H, W), "bilinear")`, to float rounding. With
+    `create_graph=True` the map is differentiable w.r.t. the input and the parameters (double
     backprop), so it can be attacked and penalised.
 
-    The map after the ReLU is the default, and the one the attacks move: it is Grad-CAM as
-    Selvaraju et al. define it (only features with a positive influence on the class) and the
-    map its users read (Captum's `relu_attributions=True`, pytorch-grad-cam). `relu=False`
-    gives the signed map sum_k w_k A_k, whose importance (`importance_map`, |.|) ranks strong
-    negative evidence as important too; it is never blank unless every w_k A_k cancels.
-
     The layer is looked up by name on the model given at call time; None takes the last
-    convolutional block's rectified output (`robust_train.explain.layers.default_layer`): the
-    activation after the last `nn.Conv2d`, or the pool right after that activation
-    (MNISTConvNet: `features.5`, the max-pool after the second convolution's activation;
-    SmallCNN: the last ReLU; a torchvision ResNet: `layer4.1`, the last block, which ends in
-    its ReLU). The last convolution's own output, before its activation, is a poor default:
-    the weighted sum of pre-activations is often negative everywhere, so the map after the
-    ReLU is blank, and where it is not its fidelity (`fidelity_estimate`) can be that of a
-    random map. Common practice is not every model's most faithful layer: where the head is a
-    linear layer over the spatial map rather than a global pool (SmallCNN), the weighted sum of
-    rectified activations is often negative everywhere, so many maps are blank; the evaluation
-    prints Grad-CAM's fidelity and share of blank maps beside its attacks, so read them and pass
-    `layer` where they are poor (benchmarks/MEASUREMENTS.md measures the shipped models). A
-    layer whose output is 1 x 1 (ResNet-18's last block below 64 px) gives a constant map: a
-    warning says so. The activation is taken by a forward hook that hands the
-    rest of the model a clone, so a downstream in-place ReLU does not overwrite it; the hook is
-    removed before returning. The layer must be called exactly once per forward.
+    convolutional block's rectified output (`robust_train.explain.layers.default_layer`). The
+    activation is taken by a forward hook that hands the rest of the model a clone (a
+    downstream in-place ReLU does not overwrite it); the hook is removed before returning. A
+    layer whose output is 1 x 1 gives a constant map, and a warning says so.
 
-    Piecewise constancy: on a ReLU network the weights w_k are piecewise constant in x, but A
-    moves with x, so the map does too and its input gradient is not zero
-    (`piecewise_constant=False`). Neither the direction on the model itself nor the one on the
-    softplus surrogate is the stronger on every image, so the attacks try both (and the exact
-    map) and keep each image's worst result (`AttackOptions.direction`, default "all").
-
-    Ties in top-k: where the ReLU cuts the map to exactly 0, an image can have fewer than k
-    positive pixels (a small positive blob upsampled from a coarse map). Its zero pixels carry
-    no importance: `topk_intersection` compares only the positive pixels of each top-k set
-    (`topk_support`; |S_a ∩ S_b| / max(|S_a|, |S_b|)), so zeros two sparse maps both hold never
-    count as agreement. Through the exact ReLU such a map gives the top-k attack no direction
-    (no importance outside the top-k set, and the clamped pixels have zero gradient); the
-    attacks therefore take their direction through the ReLU's softplus surrogate, which reaches
-    those pixels. An all-zero (blank) clean map defines no top-k set and stays not measured
-    (NaN); the evaluation reports the share of blank clean maps beside every Grad-CAM number
-    (`blank_map`), since a model can look robust by drawing blank maps. Spearman / Kendall
-    (tied pixels get their average rank) rank every pixel.
+    The map moves with x even on a ReLU network (`piecewise_constant=False`), so the attacks
+    try every candidate direction (`AttackOptions.direction`). A blank (all-zero) clean map
+    defines no top-k set and is not measured; the evaluation reports the share of blank maps
+    (`blank_map`) beside every Grad-CAM number. The design notes explain the default layer, the
+    ReLU and sparse maps.
 
     Args:
         model: classifier returning logits (B, num_classes); its train/eval mode is left as is.
@@ -97,6 +64,13 @@ def grad_cam(
 
     Returns:
         Maps (B, 1, H, W), non-negative unless `relu=False`.
+
+    Raises:
+        RuntimeError: called under `torch.inference_mode()`.
+        TypeError: `relu` is not a bool.
+        ValueError: `layer` names no module of `model`, or its output is not one (B, K, h, w)
+            activation with a graph (the module runs more than once per forward, or is not
+            convolutional).
 
     Examples:
         >>> net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.AvgPool2d(2),

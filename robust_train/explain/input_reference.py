@@ -20,7 +20,7 @@ from robust_train.explain.registry import register_explainer
 __all__ = ["input_reference"]
 
 
-@register_explainer("input_reference", piecewise_constant=False, test_options={})
+@register_explainer("input_reference", piecewise_constant=False)
 def input_reference(
     model: nn.Module, inputs: Tensor, target: Tensor, *, create_graph: bool = False
 ) -> Tensor:

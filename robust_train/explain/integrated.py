@@ -58,7 +58,6 @@ def integration_rule(method: str, n_steps: int) -> tuple[np.ndarray, np.ndarray]
 @register_explainer(
     "integrated_gradients",
     settings={"ig_steps": "n_steps", "ig_baseline": "baseline"},
-    test_options={"n_steps": 4, "internal_batch_size": 5},
     reported=True,
 )
 def integrated_gradients(
@@ -98,6 +97,14 @@ def integrated_gradients(
 
     Returns:
         Attributions shaped like `inputs`.
+
+    Raises:
+        RuntimeError: called under `torch.inference_mode()`.
+        TypeError: `baseline` is neither None, a number nor a floating point tensor, or
+            `n_steps` or `internal_batch_size` is not an int.
+        ValueError: `method` is not one of `INTEGRATION_METHODS`, `n_steps` is not positive (or
+            below 2 for "riemann_trapezoid"), `internal_batch_size` is not positive, or the
+            baseline's shape does not fit `inputs`.
 
     Examples:
         >>> import torch

@@ -21,7 +21,15 @@ __all__ = ["check_window", "lens_topk_intersection"]
 
 
 def check_window(window: object) -> None:
-    """`window` must be an int >= 0 (a neighbourhood radius in pixels)."""
+    """Raise a ValueError unless `window` is an int >= 0 (a neighbourhood radius in pixels).
+
+    Examples:
+        >>> check_window(0)
+        >>> check_window(1.5)
+        Traceback (most recent call last):
+        ...
+        ValueError: `window` must be an int >= 0 (pixels), got 1.5
+    """
     if isinstance(window, bool) or not isinstance(window, int) or window < 0:
         raise ValueError(f"`window` must be an int >= 0 (pixels), got {window!r}")
 
@@ -51,6 +59,11 @@ def lens_topk_intersection(map_a: Tensor, map_b: Tensor, k: int, *, window: int 
 
     Returns:
         Tensor (B,) in [0, 1] in the dtype of `map_a` (NaN where both maps are all <= 0).
+
+    Raises:
+        TypeError: a map is not a floating point tensor.
+        ValueError: the maps are not (B, H, W) of the same shape or hold NaN or inf, `k` is not
+            an int in [1, H*W], or `window` is not an int >= 0.
 
     Examples:
         >>> a = torch.zeros(1, 5, 5)

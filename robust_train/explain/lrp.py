@@ -48,7 +48,7 @@ def pixel_bounds(model: nn.Module, channels: int) -> tuple[Tensor, Tensor]:
     return (0.0 - mean) / std, (1.0 - mean) / std
 
 
-@register_explainer("lrp", piecewise_constant=False, test_options={}, reported=True)
+@register_explainer("lrp", piecewise_constant=False, reported=True)
 def lrp(
     model: nn.Module,
     inputs: Tensor,
@@ -79,7 +79,7 @@ def lrp(
     (`(x - mean) / std`), the pass rule of `nn.Softplus` or `Normalize`; `F.avg_pool2d`,
     `F.adaptive_avg_pool2d` and sums or means over non-batch dimensions (`h.mean((2, 3))`) the
     sum rule of `nn.AvgPool2d`. So a network written with calls gets the map of the same network
-    written with modules (for every composite, tested), and the relevance of a bias-free residual
+    written with modules (for every composite), and the relevance of a bias-free residual
     network still sums to 1. A functional linear layer or BatchNorm on an activation (`F.conv2d`,
     `F.linear`, `h @ weight`, `F.batch_norm`) raises a ValueError naming the call and the module
     to use. A product of two activations (a gate), a subtraction and an added bias keep the
@@ -93,11 +93,8 @@ def lrp(
     Attacks and smoothness ascents take their direction on the model itself
     (`piecewise_constant=False`), not on the softplus surrogate: the rules multiply activations
     (R_j = a_j w_jk / z_k R_k), so the map moves with x even on a ReLU network and its exact
-    gradient is not zero, while a softplus surrogate changes the map it differentiates (no unit
-    is ever inactive, so relevance also flows where the model sends none). Dombrowski et al.
-    (2019) took their attack directions on softplus (beta 10 -> 100) for every explainer, LRP
-    included; on the shipped natural MNIST-5k model the ReLU network's own relevance graph gives
-    the stronger direction (benchmarks/LRP.md compares the three). A map with at most k nonzero
+    gradient is not zero, while a softplus surrogate changes the map it differentiates (the
+    design notes compare the directions). A map with at most k nonzero
     pixels (z+ sends no relevance where the upper units are off) gives the top-k objective an
     exactly zero gradient; the attack reports such images unmeasured.
 
@@ -112,6 +109,12 @@ def lrp(
 
     Returns:
         Tensor shaped like `inputs`.
+
+    Raises:
+        RuntimeError: called under `torch.inference_mode()`.
+        ValueError: `composite` is not one of `LRP_COMPOSITES`, `epsilon` or `gamma` is
+            negative, or the model's forward applies a functional linear layer or BatchNorm to
+            an activation (the message names the call and the module to use).
 
     Examples:
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(4, 3, bias=False))

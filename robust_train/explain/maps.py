@@ -49,7 +49,12 @@ def normalize_map(maps: Tensor, method: str = "sum", eps: float = 1e-12) -> Tens
 
 
 def flat_importance(maps: Tensor) -> Tensor:
-    """(B, H, W) -> (B, H*W), used by rank metrics and perturbation curves."""
+    """(B, H, W) -> (B, H*W), row-major, used by rank metrics and perturbation curves.
+
+    Examples:
+        >>> flat_importance(torch.arange(8.0).view(2, 2, 2)).tolist()
+        [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0]]
+    """
     return maps.reshape(maps.shape[0], -1)
 
 

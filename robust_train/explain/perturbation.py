@@ -62,7 +62,6 @@ class NotDifferentiableError(ValueError):
     differentiable=False,
     piecewise_constant=False,
     settings={"seed": "seed"},
-    test_options={"n_iter": 3, "seed": 0},
 )
 def meaningful_perturbation(
     model: nn.Module,
@@ -110,6 +109,12 @@ def meaningful_perturbation(
 
     Returns:
         Importance (B, 1, H, W) in [0, 1], detached; with `return_mask`, (importance, mask).
+
+    Raises:
+        NotDifferentiableError: `create_graph=True` (the map cannot keep a graph).
+        RuntimeError: called under `torch.inference_mode()`.
+        TypeError, ValueError: `inputs`, `target` or an option is malformed; the message names
+            the argument and the value.
 
     Examples:
         >>> import torch

@@ -16,7 +16,6 @@ capabilities on the spec; every caller reads them there, never a table of its ow
   input x gradient: the gradient of the target logit), which the training penalties reuse;
 - `settings`: evaluation settings its options follow (`{"ig_steps": "n_steps"}`: the evaluation's
   `ig_steps` is passed as `n_steps`), read by `bind_settings`;
-- `test_options`: cheap options for the shared contract tests (few steps, few samples);
 - `reported`: one of the maps users act on, which the leaderboard, the demo and the benchmark
   pages report a column for (`reported_explainers()`).
 """
@@ -65,7 +64,6 @@ class ExplainerSpec:
     layer: bool = False
     from_logits: FromLogits | None = None
     settings: Mapping[str, str] = field(default_factory=dict)
-    test_options: Mapping[str, Any] = field(default_factory=dict)
     reported: bool = False
 
 
@@ -80,18 +78,22 @@ def register_explainer(
     layer: bool = False,
     from_logits: FromLogits | None = None,
     settings: Mapping[str, str] | None = None,
-    test_options: Mapping[str, Any] | None = None,
     reported: bool = False,
 ) -> Callable[[F], F]:
     """Decorator: register an explainer function under `name`, with its capabilities.
 
     The function follows the `Explainer` protocol: `fn(model, inputs, target, *,
     create_graph=False, **options) -> Tensor`. The keyword arguments declare what it can do
-    (module docstring); `settings` and `test_options` must name options the function takes.
+    (module docstring); `settings` must name options the function takes.
+
+    Raises:
+        ValueError: `name` is not an identifier, or is registered already.
+        TypeError: the decorated object is not callable, or `settings` names an option the
+            function does not take.
 
     Examples:
         >>> from robust_train.explain.gradient import saliency
-        >>> @register_explainer("doc_gradient_sign", test_options={})
+        >>> @register_explainer("doc_gradient_sign")
         ... def gradient_sign(model, inputs, target, *, create_graph=False):
         ...     return saliency(model, inputs, target, create_graph=create_graph).sign()
         >>> resolve_explainer("doc_gradient_sign", differentiable=True)[1]
@@ -114,13 +116,10 @@ def register_explainer(
             layer=layer,
             from_logits=from_logits,
             settings=MappingProxyType(dict(settings or {})),
-            test_options=MappingProxyType(dict(test_options or {})),
             reported=reported,
         )
-        for what in ("settings", "test_options"):
-            options = getattr(spec, what)
-            given = options.values() if what == "settings" else options.keys()
-            _check_keywords(fn, dict.fromkeys(given), f"register_explainer({name!r}, {what}=...)")
+        given = dict.fromkeys(spec.settings.values())
+        _check_keywords(fn, given, f"register_explainer({name!r}, settings=...)")
         EXPLAINERS.add(name, spec, defined_by=fn)
         fn.__explainer_spec__ = spec  # type: ignore[attr-defined]
         return fn
@@ -172,6 +171,9 @@ def explainer_spec(explainer: object) -> ExplainerSpec:
     unregistered callable gets the defaults, with `differentiable` read from its
     `differentiable` attribute (default True).
 
+    Raises:
+        ValueError: a name that is not registered (the message lists `EXPLAINERS`).
+
     Examples:
         >>> explainer_spec("integrated_gradients").settings["ig_steps"]
         'n_steps'
@@ -213,7 +215,11 @@ def get_explainer(name: str | Callable[..., Any], **kwargs: Any) -> Callable[...
 
     A callable is accepted in place of a name (returned as is, or bound to `kwargs`). For
     smoothgrad, an `explainer` given by name is resolved too. Keyword arguments the explainer
-    does not take raise a TypeError now rather than at the first call.
+    does not take raise a TypeError here rather than at the first call.
+
+    Raises:
+        TypeError: a keyword argument the explainer does not take.
+        ValueError: `name` is neither a registered name nor a callable.
 
     Examples:
         >>> explain = get_explainer("smoothgrad", explainer="input_x_gradient", n_samples=4)
@@ -306,6 +312,14 @@ def resolve_explainer(
         differentiable: the caller differentiates through the map (an attack direction, a
             training penalty, a gradient Lipschitz search).
         name: the caller's argument name, used in errors.
+
+    Returns:
+        The explainer callable and its name.
+
+    Raises:
+        TypeError: `explainer` is neither a name nor a callable.
+        ValueError: an unknown name, or (with `differentiable`) an explainer that cannot keep a
+            graph.
 
     Examples:
         >>> resolve_explainer("saliency", differentiable=True)[1]

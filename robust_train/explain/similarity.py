@@ -42,6 +42,17 @@ def topk_mask(maps: Tensor, k: int) -> Tensor:
     Ties at the k-th largest value go to the pixel with the lower row-major index (a stable
     descending sort), so the choice is the same on every device; `torch.topk` leaves it unspecified.
 
+    Args:
+        maps: maps (B, H, W).
+        k: number of pixels to keep, an int in [1, H*W].
+
+    Returns:
+        Boolean tensor (B, H, W) with k True pixels per map.
+
+    Raises:
+        TypeError: `maps` is not a floating point tensor.
+        ValueError: `maps` is not (B, H, W) or holds NaN or inf, or `k` is out of range.
+
     Examples:
         >>> topk_mask(torch.tensor([[[1.0, 3.0], [3.0, 0.0]]]), 2).tolist()
         [[[False, True], [True, False]]]
@@ -80,7 +91,7 @@ def topk_intersection(map_a: Tensor, map_b: Tensor, k: int) -> Tensor:
     A map cut to exactly 0 (Grad-CAM's ReLU, IG or DeepLIFT on a zero background) can have fewer:
     its zero pixels are not ranked among its most important, so they never count as agreement
     (broken by index, two sparse maps would "share" the same top-left zero pixels, which
-    flatters sparse maps most: benchmarks/NEW_EXPLAINERS.md section 9 measures both rules).
+    flatters sparse maps most; the design notes compare both rules).
     Dividing by the larger set keeps identical maps at 1 and counts the pixels the other map
     newly ranks among its top as lost. Ties at the k-th
     positive value go to the lower index, as in `topk_mask`. Two all-zero maps have nothing to
@@ -92,6 +103,11 @@ def topk_intersection(map_a: Tensor, map_b: Tensor, k: int) -> Tensor:
 
     Returns:
         Tensor (B,) with values in [0, 1] (NaN where both maps are all <= 0).
+
+    Raises:
+        TypeError: a map is not a tensor.
+        ValueError: the maps are not (B, H, W) of the same shape, or `k` is not an int in
+            [1, H*W].
 
     Examples:
         >>> a = torch.tensor([[[4.0, 3.0], [2.0, 1.0]]])
@@ -116,8 +132,8 @@ def shared_fraction(a: Tensor, b: Tensor) -> Tensor:
 
 def _tie_groups(ordered: Tensor) -> tuple[Tensor, Tensor]:
     """For each position of rows sorted ascending: the first and last position of its group of
-    equal values, int64 (B, N). One pass of cumulative max/min instead of two `searchsorted`
-    (which, batched over rows, cost ~10x more on the CPU)."""
+    equal values, int64 (B, N). One pass of cumulative max/min, cheaper on the CPU than two
+    `searchsorted` batched over rows."""
     n = ordered.shape[1]
     positions = torch.arange(n, device=ordered.device).expand_as(ordered)
     starts = torch.ones_like(ordered, dtype=torch.bool)
@@ -142,6 +158,16 @@ def spearman_correlation(map_a: Tensor, map_b: Tensor) -> Tensor:
 
     Tied values get their average rank, so the result equals `scipy.stats.spearmanr` on the
     flattened maps. A constant map has no ranking: the result is NaN, as in scipy.
+
+    Args:
+        map_a, map_b: maps (B, H, W) of the same shape.
+
+    Returns:
+        Tensor (B,) in [-1, 1] (NaN where a map is constant).
+
+    Raises:
+        TypeError: a map is not a floating point tensor.
+        ValueError: the maps are not (B, H, W) of the same shape, or hold NaN or inf.
 
     Examples:
         >>> a = torch.tensor([[[1.0, 2.0], [3.0, 4.0]]])
@@ -206,6 +232,16 @@ def kendall_tau(map_a: Tensor, map_b: Tensor) -> Tensor:
     O(N log^2 N) per map and O(N) memory, not the O(N^2) of all pairs: 224 x 224 maps are fine.
     A constant map gives NaN, as in scipy.
 
+    Args:
+        map_a, map_b: maps (B, H, W) of the same shape.
+
+    Returns:
+        Tensor (B,) in [-1, 1] (NaN where a map is constant).
+
+    Raises:
+        TypeError: a map is not a floating point tensor.
+        ValueError: the maps are not (B, H, W) of the same shape, or hold NaN or inf.
+
     Examples:
         >>> a = torch.tensor([[[1.0, 2.0], [3.0, 4.0]]])
         >>> b = torch.tensor([[[1.0, 3.0], [2.0, 4.0]]])
@@ -232,6 +268,16 @@ def center_of_mass(maps: Tensor) -> Tensor:
     C = sum_ij I_ij (i, j) / sum_ij I_ij (Ghorbani et al. 2019), with pixel (0, 0) at the top left.
     An all-zero map has no center: both coordinates are NaN.
 
+    Args:
+        maps: non-negative maps (B, H, W).
+
+    Returns:
+        Tensor (B, 2) of (row, col), NaN for an all-zero map.
+
+    Raises:
+        TypeError: `maps` is not a floating point tensor.
+        ValueError: `maps` is not (B, H, W), or holds NaN or inf.
+
     Examples:
         >>> center_of_mass(torch.tensor([[[0.0, 1.0], [0.0, 3.0]]])).tolist()
         [[0.75, 1.0]]
@@ -250,6 +296,17 @@ def center_of_mass_shift(map_a: Tensor, map_b: Tensor) -> Tensor:
 
     Each map is normalised by its sum, so the scale of a map does not matter. Maps must be
     non-negative (importance maps); a map that is all zero has no center and gives NaN.
+
+    Args:
+        map_a, map_b: maps (B, H, W) of the same shape.
+
+    Returns:
+        Tensor (B,), in pixels (NaN where a map is all zero).
+
+    Raises:
+        TypeError: a map is not a floating point tensor.
+        ValueError: the maps are not (B, H, W) of the same shape, hold NaN or inf, or have a
+            negative value.
 
     Examples:
         >>> a = torch.zeros(1, 4, 4); a[0, 0, 0] = 1.0

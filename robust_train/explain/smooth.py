@@ -34,7 +34,6 @@ NOISE_SCALES = ("relative", "absolute")
 @register_explainer(
     "smoothgrad",
     settings={"seed": "seed"},
-    test_options={"n_samples": 3, "seed": 0, "internal_batch_size": 4},
 )
 def smoothgrad(
     model: nn.Module,
@@ -78,6 +77,13 @@ def smoothgrad(
 
     Returns:
         The averaged explanation, shaped like the explainer's output for `inputs`.
+
+    Raises:
+        RuntimeError: called under `torch.inference_mode()`.
+        TypeError: `explainer` is not callable, or a count is not an int.
+        ValueError: `n_samples` or `internal_batch_size` is not positive, `noise_level` is
+            negative, `noise_scale` is not "relative" or "absolute", or both `generator` and
+            `seed` are given.
 
     Examples:
         >>> import torch

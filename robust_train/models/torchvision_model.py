@@ -20,7 +20,12 @@ __all__ = ["TorchvisionClassifier", "torchvision_classifier_names"]
 
 
 def torchvision_classifier_names() -> list[str]:
-    """Names accepted by `TorchvisionClassifier` (torchvision's image classification models)."""
+    """Names accepted by `TorchvisionClassifier` (torchvision's image classification models).
+
+    Examples:
+        >>> {"resnet18", "vgg11_bn"} <= set(torchvision_classifier_names())
+        True
+    """
     return sorted(torchvision.models.list_models(module=torchvision.models))
 
 

@@ -87,7 +87,6 @@ class AdversarialTraining(PenaltyTerm):
     replaces_task_loss = True
     double_backprop = False
     options_class = PGDOptions
-    test_options = {"n_steps": 2, "step_size": 0.1}
 
     def __init__(
         self, weight: float = 1.0, name: str | None = None, seed: int | None = None, **options: Any

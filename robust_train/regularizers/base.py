@@ -53,8 +53,6 @@ class PenaltyTerm(nn.Module):
     - `options_class` (optional): the dataclass of the term's options (defined once, shared with
       its function); `**options` given to the constructor are checked into `self.options`, over
       the class's `preset` defaults.
-    - `test_options`: cheap arguments for the shared tests and benchmarks (few steps), for a
-      term whose defaults are expensive; the tests read them here, no table elsewhere.
 
     Cheaper: every term (every subclass, whatever its own signature) also takes two keyword
     arguments, checked before the subclass's own construction:
@@ -98,7 +96,6 @@ class PenaltyTerm(nn.Module):
     full_precision: bool = False
     options_class: ClassVar[type | None] = None
     preset: ClassVar[dict[str, Any]] = {}
-    test_options: ClassVar[dict[str, Any]] = {}
 
     def __init__(
         self, weight: float = 1.0, name: str | None = None, seed: int | None = None, **options: Any

@@ -95,8 +95,6 @@ class ComposedPenalty(PenaltyTerm):
         torch.Size([4])
     """
 
-    test_options = {"terms": [{"penalty": "gradnorm"}, {"penalty": "curvature"}]}
-
     def __init__(
         self,
         weight: float = 1.0,

@@ -39,8 +39,6 @@ class IGRPenalty(ExplanationSmoothness):
         ('cosine', integrated_gradients(n_steps=8))
     """
 
-    test_options = {"n_ascent_steps": 1, "n_ig_steps": 4}
-
     def __init__(
         self,
         weight: float = 1.0,

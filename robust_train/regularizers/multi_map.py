@@ -155,7 +155,7 @@ def gradient_family_maps(
     from one forward and one backward of the target logit.
 
     Equal to `importance_map` of `saliency`, `input_x_gradient` and `grad_cam(layer=layer)`
-    computed one by one (tests/regularizers/test_multi_map.py), at the cost of one of them.
+    computed one by one, at the cost of one of them.
 
     Args:
         model: classifier returning logits (B, num_classes); its modes are left as they are.
@@ -305,7 +305,6 @@ class MultiMapSmoothness(PenaltyTerm):
 
     double_backprop = True  # every map is taken with create_graph=True
     options_class = MultiMapOptions
-    test_options = {"radius": 0.1}
 
     def __init__(
         self, weight: float = 1.0, name: str | None = None, seed: int | None = None, **options: Any

@@ -102,7 +102,6 @@ class SmoothedGeometry(PenaltyTerm):
 
     needs_input_grad = True
     double_backprop = True
-    test_options = {"n_iterations": 3}
 
     def __init__(
         self,

@@ -14,11 +14,10 @@ dense maps that are close in distance but reorder their top-k set.
 
 B keeps only positive clean pixels: where a map has fewer than k positive pixels (Grad-CAM's
 ReLU), the attack's top-k set is filled with zero pixels by index (top-left first), which say
-nothing about the image. An all-zero clean map defines no set; its penalty is 0. Caution
-(benchmarks/NEW_EXPLAINERS.md): on Grad-CAM a large weight with a weak inner ascent (one step)
-is met by shrinking the maps, many to all-zero, which the gradient attack cannot move, so its
-mean over measured images rises while fewer images are measured; report the measured count and
-the share of all-zero maps beside it.
+nothing about the image. An all-zero clean map defines no set; its penalty is 0. Caution: on
+Grad-CAM a large weight with a weak inner ascent (one step) can be met by shrinking the maps,
+many to all-zero, which the gradient attack cannot move; report the measured count and the share
+of all-zero maps beside the attack's mean (the design notes say why).
 
 The clean map only defines the set B (a top-k selection has no gradient), so it is computed
 without a graph; the penalty differentiates through the perturbed map (create_graph=True,
@@ -171,7 +170,6 @@ class TopKMassPenalty(PenaltyTerm):
 
     double_backprop = True  # the perturbed map is taken with create_graph=True
     options_class = TopKMassOptions
-    test_options = {"k": 4, "n_ascent_steps": 1}
 
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None

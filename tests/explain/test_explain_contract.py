@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from cheap_options import explainer_options
 from helpers import SmoothMLP, TinyCNN
 
 from robust_train.explain import (
@@ -20,9 +21,9 @@ MODEL_FREE = ("input_reference",)  # the reference "map = input": no parameter g
 
 
 def _explainer(name, **extra):
-    """The explainer with the cheap options it declares for tests (`ExplainerSpec.test_options`,
-    set in its `@register_explainer`: a new explainer needs no table here)."""
-    return get_explainer(name, **{**explainer_spec(name).test_options, **extra})
+    """The explainer with its cheap options for tests (tests/cheap_options.py: a new explainer
+    without an entry fails with a message that says what to add)."""
+    return get_explainer(name, **{**explainer_options(name), **extra})
 
 
 def _skip_layer_explainer_without_conv(name, model):

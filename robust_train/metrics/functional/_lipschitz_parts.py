@@ -77,7 +77,7 @@ def sample_perturbations(
 
     With the same `generator` state (or `seed`) and settings, `local_lipschitz_estimate(...,
     search="random")` draws exactly these points, in this order, whatever its
-    `internal_batch_size`; tests and peers (Quantus, Captum) can therefore be fed the same points.
+    `internal_batch_size`; a peer (Quantus, Captum) can therefore be fed the same points.
 
     Examples:
         >>> x = torch.full((2, 1, 4, 4), 0.5)

@@ -95,6 +95,12 @@ def faithfulness_correlation(
     Returns:
         (B,) correlations in [-1, 1], NaN where either side is constant over the runs; detached.
 
+    Raises:
+        TypeError: `inputs`, `attributions`, `target` or `subsets` is not a tensor of the right
+            kind.
+        ValueError: malformed images, attributions, labels or subsets, or a setting out of range
+            (the message names the argument and the value).
+
     Examples:
         >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
         >>> x, y = torch.rand(2, 1, 4, 4), torch.tensor([0, 2])

@@ -103,6 +103,11 @@ def fidelity_curves(
     Returns:
         FidelityCurves(fractions (S,), mif (B, S), lif (B, S)), detached.
 
+    Raises:
+        TypeError: `inputs`, `importance` or `target` is not a tensor of the right kind.
+        ValueError: malformed images, maps or labels, or a setting out of range (the message
+            names the argument and the value).
+
     Examples:
         >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3))
         >>> x = torch.rand(2, 1, 4, 4)

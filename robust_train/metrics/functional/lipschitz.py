@@ -9,7 +9,7 @@ What is compared: the explainer output (B, C, H, W), flattened, unless `map="imp
 the per-pixel importance `sum_c |E_c|`); `normalize_maps` rescales each flattened explanation
 before the difference. The denominator is always ||x - x'||_2 (as in the paper).
 
-Peers, and how to reproduce them (tests/metrics/test_lipschitz_peers.py checks both):
+Peers, and how to reproduce them:
 - Quantus `LocalLipschitzEstimate` (defaults: 200 samples x' = x + N(0, 0.1^2), no clamping,
   explanations divided by their max absolute value, L2 norms on both sides) equals
   `sampling="gaussian", radius=0.1, clamp=False, normalize_maps="max"` up to its 1e-10 guard.
@@ -107,6 +107,14 @@ def local_lipschitz_estimate(
 
     Returns:
         Tensor (B,), detached, non-negative.
+
+    Raises:
+        RuntimeError: called under `torch.inference_mode()`.
+        TypeError: `inputs` or `target` is not a tensor of the right kind, or `explainer` is
+            neither a name nor a callable.
+        ValueError: malformed images or labels, an unknown explainer (or, for
+            `search="gradient"`, one that cannot keep a graph), or a setting out of range; the
+            message names the argument and the value.
 
     Examples:
         >>> from robust_train.explain import saliency

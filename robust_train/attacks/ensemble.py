@@ -89,7 +89,11 @@ class MemberCost:
         gradient_steps: gradient steps per image (directions x restarts x steps; 0 for the
             search).
         maps: maps of the original model per image (one per step or query).
-        worst_on: images whose final value this member gave.
+        worst_on: images whose final value this member gave (the first member to reach an
+            image's final primary score gets it; the search only where it lowered that score).
+        mean_score: the mean over measured images of the member's own primary score (the
+            objective's ranking: for "topk" the top-k intersection at `measure_k`; for the search
+            the ensemble's final one), NaN when none was measured.
     """
 
     name: str
@@ -98,6 +102,7 @@ class MemberCost:
     gradient_steps: int
     maps: int
     worst_on: int = 0
+    mean_score: float = float("nan")
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -320,9 +325,10 @@ def _combine(
         better = ok & FragilityObjective.better(score, best)
         best_x[better], best_map[better] = result.adversarial[better], result.attacked_map[better]
         best = (torch.where(better, score[0], best[0]), torch.where(better, score[1], best[1]))
-        worst[better] = i
         measured, improved = measured | ok, improved | result.improved
         changes = changes + result.n_label_changes
+    for i in reversed(range(len(runs))):  # the first member that reached the final score
+        worst[scores[i] <= best[0]] = i
     joined = dataclasses.replace(
         first, adversarial=best_x, attacked_map=best_map, improved=improved,
         n_label_changes=changes, n_restarts=sum(r.n_restarts for _, r, _ in runs),
@@ -330,7 +336,7 @@ def _combine(
     )  # fmt: skip
     ensemble = EnsembleResult(
         result=_with_metrics(joined, measured, objective),
-        members=[_member_cost(m, r, s) for m, r, s in runs],
+        members=[_member_cost(m, r, s, sc) for (m, r, s), sc in zip(runs, scores, strict=True)],
         member_scores=torch.stack(scores),
         worst=worst,
     )
@@ -344,7 +350,14 @@ def _region(region: Tensor | None, first: FragilityResult) -> Tensor | None:
     return region.expand(len(first), *region.shape[-2:]).to(first.clean_map.device)
 
 
-def _member_cost(member: Member, result: FragilityResult, seconds: float) -> MemberCost:
+def _mean(score: Tensor, measured: Tensor | None) -> float:
+    keep = torch.isfinite(score) & (measured if measured is not None else True)
+    return float(score[keep].float().mean()) if bool(keep.any()) else float("nan")
+
+
+def _member_cost(
+    member: Member, result: FragilityResult, seconds: float, score: Tensor
+) -> MemberCost:
     n_dirs = max(1, len(result.directions))
     steps = n_dirs * result.n_restarts * result.n_steps
     beta = "exact" if member.surrogate_beta is None else f"softplus beta {member.surrogate_beta:g}"
@@ -353,7 +366,9 @@ def _member_cost(member: Member, result: FragilityResult, seconds: float) -> Mem
         f"{result.n_restarts} restarts (1 from the image, {result.n_restarts - 1} random) x "
         f"{result.n_steps} steps of {result.step_size:.3g}"
     )
-    return MemberCost(member.name, detail, seconds, steps, steps)
+    return MemberCost(
+        member.name, detail, seconds, steps, steps, mean_score=_mean(score, result.measured)
+    )
 
 
 def _with_metrics(
@@ -411,9 +426,11 @@ def _refine(
     # An image whose clean map is constant has no ranking to search; only a varying one counts.
     flat = res.clean_map.flatten(1)
     gained = found.improved & (flat.amax(1) > flat.amin(1))
-    out.worst[gained] = len(out.members)
+    out.worst[gained & (found.score[0] < best[0])] = len(out.members)
     detail = f"random search in squares of the L_inf ball from the best point, {queries} queries"
-    out.members.append(MemberCost(SEARCH, detail, time.perf_counter() - start, 0, queries))
+    cost = MemberCost(SEARCH, detail, time.perf_counter() - start, 0, queries)
+    cost.mean_score = _mean(found.score[0], res.measured | gained)
+    out.members.append(cost)
     merged = dataclasses.replace(
         res, adversarial=found.points, attacked_map=found.maps, improved=res.improved | gained
     )

@@ -403,8 +403,10 @@ def attack_cost_lines(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
                 f"{m['name']} {_score(m.get('mean_score'))} (worst on {m['worst_on']})"
                 for m in cost.get("members", [])
             )
+            cpu = cost.get("cpu_seconds_per_image")
+            cpu_text = f", {cpu:.2f} CPU s" if isinstance(cpu, (int, float)) else ""
             lines.append(
-                f"- {name}, `{attack}`: {cost['seconds_per_image']:.2f} s per image "
+                f"- {name}, `{attack}`: {cost['seconds_per_image']:.2f} s per image{cpu_text} "
                 f"({cost['images']} images, {cost['seconds']:.0f} s); "
                 f"{cost['gradient_steps_per_image']} gradient steps and "
                 f"{cost['maps_per_image']} maps per image; members (mean score, images where "

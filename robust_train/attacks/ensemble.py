@@ -90,7 +90,8 @@ class MemberCost:
             search).
         maps: maps of the original model per image (one per step or query).
         worst_on: images whose final value this member gave (the first member to reach an
-            image's final primary score gets it; the search only where it lowered that score).
+            image's final primary score gets it; the search where it lowered that score, or
+            where no gradient member could move the image and it did).
         mean_score: the mean over measured images of the member's own primary score (the
             objective's ranking: for "topk" the top-k intersection at `measure_k`; for the search
             the ensemble's final one), NaN when none was measured.
@@ -114,15 +115,18 @@ class EnsembleResult:
     """The ensemble's outcome: `result` (the worst per image over every member, a
     `FragilityResult` whose metrics compare the clean map with that worst map), `members` (each
     member's cost and count of images where it was the worst, the search last), `member_scores`
-    (M, B) each member's primary score per image before the search, and `worst` (B,) the index
-    into `members` of the member that gave each image's final value."""
+    (M, B) each gradient member's primary score per image (the objective's ranking, lower is
+    worse for the explanation) and `member_ties` (M, B) its secondary score, before the search,
+    and `worst` (B,) the index into `members` of the member that gave each image's final value."""
 
     result: FragilityResult
     members: list[MemberCost]
     member_scores: Tensor
     worst: Tensor
+    member_ties: Tensor | None = None
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    cpu_seconds: float = 0.0
 
     def cost(self) -> dict[str, Any]:
         """JSON-ready statement of the members and the cost, per image and in all."""
@@ -131,6 +135,8 @@ class EnsembleResult:
             "members": [m.as_dict() for m in self.members],
             "seconds": self.seconds,
             "seconds_per_image": self.seconds / n,
+            "cpu_seconds": self.cpu_seconds,
+            "cpu_seconds_per_image": self.cpu_seconds / n,
             "gradient_steps_per_image": sum(m.gradient_steps for m in self.members),
             "maps_per_image": sum(m.maps for m in self.members),
             "images": len(self.result),
@@ -229,7 +235,7 @@ def ensemble_attack(
         objective_cls, base, betas, size=inputs.shape[-2] * inputs.shape[-1],
         beta_matters=beta_matters,
     )  # fmt: skip
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     runs = [
         _run_member(model, inputs, target, explainer, objective, target_region, seed + i, base, m,
                     progress)  # fmt: skip
@@ -237,7 +243,7 @@ def ensemble_attack(
     ]
     out, bound, best = _combine(objective_cls, base, runs, target_region)
     _refine(out, bound, best, model, explain, inputs, target, base, seed, search_queries)
-    out.seconds = time.perf_counter() - start
+    out.seconds, out.cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     _warn_unmeasured(out)
     return out
 
@@ -317,10 +323,11 @@ def _combine(
     worst = torch.zeros(len(first), dtype=torch.long, device=best_x.device)
     measured = torch.zeros(len(first), dtype=torch.bool, device=best_x.device)
     improved, changes = measured.clone(), torch.zeros_like(first.n_label_changes)
-    scores = []
-    for i, (_, result, _) in enumerate(runs):
+    scores, ties = [], []
+    for _, result, _ in runs:
         score = objective.score(result.attacked_map)
         scores.append(score[0])
+        ties.append(score[1])
         ok = result.measured if result.measured is not None else torch.ones_like(measured)
         better = ok & FragilityObjective.better(score, best)
         best_x[better], best_map[better] = result.adversarial[better], result.attacked_map[better]
@@ -339,6 +346,7 @@ def _combine(
         members=[_member_cost(m, r, s, sc) for (m, r, s), sc in zip(runs, scores, strict=True)],
         member_scores=torch.stack(scores),
         worst=worst,
+        member_ties=torch.stack(ties),
     )
     ensemble.notes.append(f"objective {objective_cls.name}; scored at k={base.measure_k}")
     return ensemble, objective, best
@@ -426,7 +434,7 @@ def _refine(
     # An image whose clean map is constant has no ranking to search; only a varying one counts.
     flat = res.clean_map.flatten(1)
     gained = found.improved & (flat.amax(1) > flat.amin(1))
-    out.worst[gained & (found.score[0] < best[0])] = len(out.members)
+    out.worst[gained & ((found.score[0] < best[0]) | ~res.measured)] = len(out.members)
     detail = f"random search in squares of the L_inf ball from the best point, {queries} queries"
     cost = MemberCost(SEARCH, detail, time.perf_counter() - start, 0, queries)
     cost.mean_score = _mean(found.score[0], res.measured | gained)

@@ -237,8 +237,9 @@ def ensemble_attack(
     )  # fmt: skip
     start, cpu = time.perf_counter(), time.process_time()
     runs = [
-        _run_member(model, inputs, target, explainer, objective, target_region, seed + i, base, m,
-                    progress)  # fmt: skip
+        _run_member(
+            model, inputs, target, explainer, objective, target_region, seed + i, base, m, progress
+        )  # fmt: skip
         for i, m in enumerate(members)
     ]
     out, bound, best = _combine(objective_cls, base, runs, target_region)
@@ -485,7 +486,7 @@ def _single(
     draws = result.n_restarts * result.n_steps
     cost = MemberCost(objective, f"{draws} draws", seconds, 0, draws, len(result))
     worst = torch.zeros(len(result), dtype=torch.long, device=inputs.device)
-    return EnsembleResult(result, [cost], result.topk_intersection[None], worst, seconds)
+    return EnsembleResult(result, [cost], result.topk_intersection[None], worst, seconds=seconds)
 
 
 def single_attack_cost(result: FragilityResult, seconds: float) -> dict[str, Any]:

@@ -36,9 +36,7 @@ def run():
     y = net(x).argmax(1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # one flat image: tested below
-        out = ensemble_attack(
-            net, x, y, betas=BETAS, search_queries=20, options=OPTIONS, seed=0
-        )
+        out = ensemble_attack(net, x, y, betas=BETAS, search_queries=20, options=OPTIONS, seed=0)
     return net, x, y, out
 
 

@@ -15,7 +15,12 @@ from robust_train.evaluation.parts import CertifiedPart
 from robust_train.evaluation.settings import EvaluationSettings
 
 CHEAP = dict(
-    parts=("certified",), certify_samples=200, certify_sigma=0.25, certify_attack_steps=4, k=8
+    ensemble=False,
+    parts=("certified",),
+    certify_samples=200,
+    certify_sigma=0.25,
+    certify_attack_steps=4,
+    k=8,
 )
 KEYS = [
     "certified/saliency/certified_overlap",

@@ -124,6 +124,7 @@ def test_part_values_equal_a_direct_computation_and_are_reported():
     model, x = TinyCNN(num_classes=3, seed=1).eval(), torch.rand(6, 1, 8, 8)
     y = model(x).argmax(1)
     settings = EvaluationSettings(
+        ensemble=False,
         parts=("sanity",), explainers=("saliency", "input_x_gradient"), n_samples=6,
         measure_k=10, seed=5,
     )  # fmt: skip

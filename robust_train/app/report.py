@@ -28,6 +28,7 @@ __all__ = [
     "attack_cost_lines",
     "chance_and_cost_markdown",
     "chance_table",
+    "sanity_table",
     "how_to_read",
     "same_images",
     "plot_examples",
@@ -419,9 +420,39 @@ def _score(value: Any) -> str:
     return "-" if not isinstance(value, (int, float)) or value != value else f"{value:.3f}"
 
 
+def sanity_table(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """The sanity checks' curves (`sanity/<explainer>/cascade` and `.../independent`), one row
+    per model, explainer, curve and line, one column per point (layers randomised from the top;
+    the layer randomised alone). Empty without sanity curves.
+
+    Examples:
+        >>> c = {"xs": [0.0, 1.0], "xname": "x", "topk": [1.0, 0.25]}
+        >>> print(sanity_table({"m": {"curves": {"sanity/saliency/cascade": c}}}).splitlines()[2])
+        | m | saliency | cascade | topk | 1.000 | 0.250 |
+    """
+    rows, width = [], 0
+    for name, result in results.items():
+        for key, curve in (result.get("curves") or {}).items():
+            parts = key.split("/")
+            if parts[0] != "sanity" or len(parts) != 3:
+                continue
+            for line, values in curve.items():
+                if line in ("xs", "xname") or not values:
+                    continue
+                cells = [f"{v:.3f}" for v in values]
+                width = max(width, len(cells))
+                rows.append(f"| {name} | {parts[1]} | {parts[2]} | {line} | " + " | ".join(cells))
+    if not rows:
+        return ""
+    head = "| model | explainer | randomisation | similarity | " + " | ".join(
+        f"{i}" for i in range(width)
+    )
+    return "\n".join([head + " |", "|---" * (4 + width) + "|", *(r + " |" for r in rows)])
+
+
 def chance_and_cost_markdown(results: Mapping[str, Mapping[str, Any]]) -> str:
-    """The chance-level table and the attacks' members and cost, as markdown sections (empty
-    when the results have neither)."""
+    """The chance-level table, the attacks' members and cost and the sanity checks' curves, as
+    markdown sections (empty when the results have none of them)."""
     parts = []
     table = chance_table(results)
     if table:
@@ -438,4 +469,17 @@ def chance_and_cost_markdown(results: Mapping[str, Mapping[str, Any]]) -> str:
     cost = attack_cost_lines(results)
     if cost:
         parts += ["## Attacks: members and cost", "", *cost, ""]
+    sanity = sanity_table(results)
+    if sanity:
+        parts += [
+            "## Sanity checks (Adebayo et al. 2018)",
+            "",
+            "Similarity of each map to the map of the model with its layers re-initialised: "
+            "`cascade` column i = the top i layers randomised (0: none), `independent` column "
+            "i = only the i-th layer from the top (column 0 is the top layer); lower means the "
+            "map depends more on the learned weights. Images whose map is constant are left out.",
+            "",
+            sanity,
+            "",
+        ]
     return "\n".join(parts)

@@ -14,7 +14,8 @@ intersection at `measure_k`, ties by the lowest Spearman correlation):
   third value), for objectives whose ascent uses the clean top-k set
   (`FragilityObjective.uses_attack_k`);
 - "beta<b>": the softplus surrogate at each other beta of `betas`, at `k = measure_k` (only
-  where the model makes ReLU calls, so that the beta changes the direction);
+  where the surrogate changes the map, so that the beta changes the direction: not on a model
+  without ReLU calls, nor for a map that ignores the model);
 - every member runs `max(n_restarts, 2)` restarts: the first from the image, the others from
   uniform random points of the ball;
 - "search": a gradient-free random search of `search_queries` queries started from each image's
@@ -36,7 +37,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from robust_train.attacks._directions import directions
 from robust_train.attacks.fragility import fragility_attack
 from robust_train.attacks.objectives import FragilityObjective, get_objective
 from robust_train.attacks.objectives.base import Score
@@ -45,14 +45,16 @@ from robust_train.attacks.random_search import random_search
 from robust_train.attacks.result import FragilityResult
 from robust_train.core.runtime import eval_mode
 from robust_train.core.validation import check_non_negative, check_positive
+from robust_train.explain.maps import importance_map
 from robust_train.explain.protocol import Explainer
-from robust_train.explain.registry import explainer_spec, resolve_explainer
+from robust_train.explain.registry import resolve_explainer
 from robust_train.explain.similarity import (
     center_of_mass_shift,
     kendall_tau,
     spearman_correlation,
     topk_intersection,
 )
+from robust_train.models.softplus import smooth_relus
 
 __all__ = [
     "DEFAULT_BETAS",
@@ -260,22 +262,18 @@ def _check_betas(betas: Sequence[float]) -> tuple[float, ...]:
 def _beta_matters(
     explain: Explainer, model: nn.Module, inputs: Tensor, target: Tensor, options: AttackOptions
 ) -> bool:
-    """Whether the surrogate beta changes the direction: some direction run smooths the
-    model's ReLUs (a model without ReLU calls, or a map that ignores the model, has none)."""
+    """Whether the surrogate beta changes anything: the map of the first image differs under
+    the softplus surrogate of the model's ReLUs (a model without ReLU calls, or a map that
+    ignores the model, such as "map = input", gives the same map at every beta)."""
     beta = options.surrogate_beta
     if beta is None or options.direction not in ("all", "declared", "surrogate"):
         return False
+    x, t = inputs[:1], target[:1]
     with torch.enable_grad():
-        run = directions(
-            "all",
-            beta,
-            piecewise_constant=explainer_spec(explain).piecewise_constant,
-            explain=explain,
-            model=model,
-            inputs=inputs,
-            target=target,
-        )
-    return any(d.relu_beta is not None for d in run)
+        exact = importance_map(explain(model, x, t, create_graph=False)).detach()
+        with smooth_relus(beta):
+            smoothed = importance_map(explain(model, x, t, create_graph=False)).detach()
+    return not torch.equal(torch.nan_to_num(exact), torch.nan_to_num(smoothed))
 
 
 def _run_member(

@@ -117,6 +117,14 @@ def test_plan_leaves_out_members_that_cannot_differ():
     assert [m.k for m in topk] == [600, 784]
 
 
+def test_no_beta_members_where_the_surrogate_changes_nothing():
+    net = _net()
+    x = torch.rand(3, 1, 8, 8, generator=torch.Generator().manual_seed(3))
+    y = net(x).argmax(1)
+    out = ensemble_attack(net, x, y, explainer="input_reference", options=OPTIONS, search_queries=2)
+    assert [m.name for m in out.members] == ["k8", "k16", "search"]
+
+
 def test_bad_arguments_are_named():
     net = _net()
     x = torch.rand(2, 1, 8, 8)

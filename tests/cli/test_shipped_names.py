@@ -18,9 +18,9 @@ from robust_train.core.resources import assets_dir, shipped_checkpoint, shipped_
 from robust_train.models.loading import CheckpointError
 
 QUIET = ["--trainer.logger=false", "--trainer.enable_progress_bar=false"]
-TINY_EVAL = ["--n-samples", "4", "--no-ensemble", "--n-steps", "1", "--ig-steps", "2",
-             "--explainers", "saliency", "--attacks", "topk", "--parts", "fragility",
-             "--no-progress", "--no-wandb"]  # fmt: skip
+TINY_EVAL = ["--n-samples", "4", "--n-steps", "1", "--ig-steps", "2", "--explainers",
+             "saliency", "--attacks", "topk", "--parts", "fragility", "--no-progress",
+             "--no-wandb", "--no-ensemble"]  # fmt: skip
 
 
 @pytest.fixture

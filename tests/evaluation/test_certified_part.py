@@ -15,12 +15,7 @@ from robust_train.evaluation.parts import CertifiedPart
 from robust_train.evaluation.settings import EvaluationSettings
 
 CHEAP = dict(
-    ensemble=False,
-    parts=("certified",),
-    certify_samples=200,
-    certify_sigma=0.25,
-    certify_attack_steps=4,
-    k=8,
+    parts=("certified",), certify_samples=200, certify_sigma=0.25, certify_attack_steps=4, k=8
 )
 KEYS = [
     "certified/saliency/certified_overlap",

@@ -42,7 +42,7 @@ protocol, so both run ONE attack per objective (`ensemble=False`).
 equal to the scored set (k 100) and twice it (k 200), the softplus surrogate at betas 1, 3, 10
 and 30, the exact gradient where the map has one (Grad-CAM's "model" and "exact" directions),
 3 restarts per member (the first from the image, two from random points of the ball) of 40 sign
-steps of 0.015, then a random search of 200 queries from the best point. Every number of the
+steps of 0.015, then a random search of 1,000 queries from the best point. Every number of the
 demo's maps under the strongest attack the package has; its cost is reported beside it.
 
 "fast": the defaults of `EvaluationSettings` with one attack per objective (`ensemble=False`):
@@ -97,7 +97,7 @@ ENSEMBLE = dataclasses.replace(
     n_restarts=3,
     ensemble=True,
     ensemble_betas=(1.0, 3.0, 10.0, 30.0),
-    search_queries=200,
+    search_queries=1000,
     extra={"protocol": "ensemble"},
 )
 

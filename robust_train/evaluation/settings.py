@@ -114,7 +114,7 @@ class EvaluationSettings(AttackOptions):
         default=DEFAULT_BETAS, metadata={"help": "softplus betas of the ensemble's members"}
     )
     search_queries: int = field(
-        default=100, metadata={"help": "queries of the ensemble's random search (0: none)"}
+        default=1000, metadata={"help": "queries of the ensemble's random search (0: none)"}
     )
     lipschitz_radius: float | None = field(
         default=None, metadata={"help": "L_inf radius of the Lipschitz estimate (default epsilon)"}

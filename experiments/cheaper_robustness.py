@@ -138,6 +138,7 @@ def measure(model: torch.nn.Module, test: tuple[torch.Tensor, torch.Tensor], n: 
         n_steps=50,
         k=200,
         measure_k=100,
+        ensemble=False,  # the page's protocol: one attack (see its prose)
     )
     result = evaluate_classifier(model, x, y, settings, progress=False)
     return {

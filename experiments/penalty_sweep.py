@@ -64,6 +64,7 @@ def run(name: str, config: str, extra: list[str], epochs: int, out: Path) -> dic
         explainers=("saliency",),
         lipschitz_samples=16,
         fidelity_steps=10,
+        ensemble=False,  # the page's protocol: one attack (see its prose)
     )
     r = evaluate_classifier(model, x, y, settings, progress=False)
     return {

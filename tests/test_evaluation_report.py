@@ -13,6 +13,7 @@ from robust_train.evaluation import EvaluationSettings, evaluate_classifier
 from robust_train.evaluation.engine import Evaluation, summarize
 
 FAST = EvaluationSettings(
+    ensemble=False,
     n_samples=48,
     n_steps=15,
     lipschitz_samples=4,
@@ -65,6 +66,7 @@ def test_model_mode_is_restored(trained_digits):
             x,
             y,
             EvaluationSettings(
+                ensemble=False,
                 n_samples=4,
                 n_steps=2,
                 lipschitz_samples=2,

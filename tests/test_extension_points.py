@@ -90,6 +90,7 @@ def _data(n: int = 24, seed: int = 0) -> tuple[Tensor, Tensor]:
 
 
 SETTINGS = dict(
+    ensemble=False,
     parts=("fragility", "lipschitz", "fidelity", "peak"),
     explainers=("saliency", "squared_gradient"),
     attacks=("topk", "spread_out"),

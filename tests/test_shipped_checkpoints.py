@@ -51,7 +51,9 @@ def test_export_keeps_what_loading_needs(tmp_path):
 @pytest.mark.slow
 def test_finetuning_the_baseline_with_the_penalty_makes_maps_robust(tmp_path):
     torch.set_num_threads(1)
-    settings = EvaluationSettings(n_samples=200, attacks=("topk",), parts=("fragility",))
+    settings = EvaluationSettings(
+        n_samples=200, attacks=("topk",), parts=("fragility",), ensemble=False
+    )
     topk = "attack/saliency/topk/topk_intersection"
     base, data = load_checkpoint(shipped_checkpoint("digits_baseline"))
     x, y, acc_before = heldout_tensors(data, 200, model=base)

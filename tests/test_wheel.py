@@ -74,7 +74,7 @@ for name in list_shipped("configs"):
     seen[name] = [done["code"], parsed.get("experiment"), init]
 results = {"configs": seen}
 results["evaluate"] = run(
-    ["evaluate", "--ckpt", "mnist5k_robust", "--n-samples", "8", "--n-steps", "2",
+    ["evaluate", "--ckpt", "mnist5k_robust", "--n-samples", "8", "--no-ensemble", "--n-steps", "2",
      "--ig-steps", "3", "--no-wandb", "--no-progress"], evaluate)
 results["fit"] = run(
     ["fit", "--config", "configs/finetune_digits_checkpoint.yaml", "--trainer.max_epochs=1",

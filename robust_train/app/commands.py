@@ -168,7 +168,7 @@ def _check_out(
 
 def evaluation_summary_markdown(name: str, result: dict[str, Any], table: str) -> str:
     """summary.md: the table, where it came from, the settings and how to read each measure."""
-    from robust_train.app.report import how_to_read
+    from robust_train.app.report import chance_and_cost_markdown, how_to_read
 
     measures = result.get("measures", {})
     lines = [
@@ -176,6 +176,7 @@ def evaluation_summary_markdown(name: str, result: dict[str, Any], table: str) -
         "",
         table,
         "",
+        chance_and_cost_markdown({Path(name).stem: result}),
         (
             f"Model: `{result['model']}` with weights `{result.get('weights') or 'none given'}`; "
             if result.get("model")
@@ -262,7 +263,7 @@ def _source_result(args: Any, source: ModelSource, settings: EvaluationSettings)
 
 
 def evaluate_main(argv: list[str]) -> int:
-    from robust_train.app.report import summary_table, to_json
+    from robust_train.app.report import chance_and_cost_markdown, summary_table, to_json
 
     parser = CommandParser(
         prog="robust-train evaluate", description="Robustness evaluation of one checkpoint."
@@ -305,6 +306,7 @@ def evaluate_main(argv: list[str]) -> int:
     write_text(out / "summary.md", summary, overwrite=replace, flag="--out")
     _record(read[0] if read else None, result, args.no_wandb)
     print(table)
+    print(chance_and_cost_markdown({name: result}))
     print(
         f"\nevaluated in {result['evaluation_seconds']:.1f} s; wrote {out / 'results.json'} and "
         f"{out / 'summary.md'}"
@@ -313,7 +315,12 @@ def evaluate_main(argv: list[str]) -> int:
 
 
 def compare_main(argv: list[str]) -> int:
-    from robust_train.app.report import REPORT_FILES, summary_table, write_report
+    from robust_train.app.report import (
+        REPORT_FILES,
+        chance_and_cost_markdown,
+        summary_table,
+        write_report,
+    )
 
     parser = CommandParser(
         prog="robust-train compare",
@@ -355,6 +362,7 @@ def compare_main(argv: list[str]) -> int:
     histories = {n: c.recorded.get("history") or {} for n, c in zip(names, read, strict=False)}
     path = write_report(results, args.out, histories=histories, overwrite=replace)
     print(summary_table(results))
+    print(chance_and_cost_markdown(results))
     print(f"\nreport: {path}")
     return 0
 

@@ -25,6 +25,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 __all__ = [
     "REPORT_FILES",
+    "attack_cost_lines",
+    "chance_and_cost_markdown",
+    "chance_table",
+    "sanity_table",
     "how_to_read",
     "same_images",
     "plot_examples",
@@ -313,6 +317,9 @@ def write_report(
             "lined up); counts and the share of blank maps are each model's own.",
             "",
         ]
+    extra = chance_and_cost_markdown(results)
+    if extra:
+        parts += [extra]
     settings = next(iter(results.values())).get("settings", {})
     if settings:
         parts += ["Settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()), ""]
@@ -328,3 +335,151 @@ def write_report(
     path = out / "report.md"
     write_text(path, "\n".join(parts), overwrite=overwrite, flag=flag)
     return path
+
+
+def chance_table(results: Mapping[str, Mapping[str, Any]], objective: str = "topk") -> str:
+    """Each explainer's top-k and LENS intersections under the `objective` attack beside their
+    chance levels: a random map (`fragility/<e>/random_topk`, `random_lens`), the explanation
+    "map = input" under the same attack, and the share of images where the map is above it
+    (`beats_input`). Empty when no result has the attack's top-k rows.
+
+    Examples:
+        >>> m = {"attack/saliency/topk/topk_intersection": 0.6,
+        ...      "fragility/saliency/random_topk": 0.13,
+        ...      "attack/input_reference/topk/topk_intersection": 0.62,
+        ...      "attack/saliency/topk/beats_input": 0.4}
+        >>> print(chance_table({"robust": {"measures": m}}).splitlines()[2])
+        | saliency | robust | 0.600 | 0.130 | 0.620 | 40% | - | - | - |
+    """
+    lines = [
+        "| explainer | model | top-k ∩ | random map | map = input | share above map = input "
+        "| LENS | random map | map = input |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    start = len(lines)
+    for key in row_keys(results):
+        parts = key.split("/")
+        if parts[0] != "attack" or parts[2:] != [objective, "topk_intersection"]:
+            continue
+        explainer = parts[1]
+        if explainer == "input_reference":
+            continue
+        for name, result in results.items():
+            m = _measures(result)
+            if m.get(key) is None:
+                continue
+            ref = f"attack/input_reference/{objective}"
+            beats = m.get(f"attack/{explainer}/{objective}/beats_input")
+            cells = [
+                _cell(result, key),
+                _cell(result, f"fragility/{explainer}/random_topk"),
+                _cell(result, f"{ref}/topk_intersection"),
+                "-" if beats is None or beats != beats else f"{beats:.0%}",
+                _cell(result, f"attack/{explainer}/{objective}/lens_topk"),
+                _cell(result, f"fragility/{explainer}/random_lens"),
+                _cell(result, f"{ref}/lens_topk"),
+            ]
+            lines.append(f"| {explainer} | {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) if len(lines) > start else ""
+
+
+def attack_cost_lines(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One markdown bullet per model and attacked explainer/objective: what the attack ran
+    (its members: each one's mean score and the images where it gave the worst result) and
+    what it cost (seconds per image, gradient steps and maps per image). Empty without the
+    `attack_cost` notes.
+
+    Examples:
+        >>> cost = {"members": [{"name": "k100", "worst_on": 3, "mean_score": 0.5},
+        ...                     {"name": "search", "worst_on": 1, "mean_score": 0.4}],
+        ...         "seconds": 8.0, "seconds_per_image": 2.0, "gradient_steps_per_image": 120,
+        ...         "maps_per_image": 320, "images": 4}
+        >>> attack_cost_lines({"m": {"attack_cost": {"saliency/topk": cost}}})[0][:60]
+        '- m, `saliency/topk`: 2.00 s per image (4 images, 8 s); 120 '
+    """
+    lines = []
+    for name, result in results.items():
+        for attack, cost in (result.get("attack_cost") or {}).items():
+            members = ", ".join(
+                f"{m['name']} {_score(m.get('mean_score'))} (worst on {m['worst_on']})"
+                for m in cost.get("members", [])
+            )
+            cpu = cost.get("cpu_seconds_per_image")
+            cpu_text = f", {cpu:.2f} CPU s" if isinstance(cpu, (int, float)) else ""
+            lines.append(
+                f"- {name}, `{attack}`: {cost['seconds_per_image']:.2f} s per image{cpu_text} "
+                f"({cost['images']} images, {cost['seconds']:.0f} s); "
+                f"{cost['gradient_steps_per_image']} gradient steps and "
+                f"{cost['maps_per_image']} maps per image; members (mean score, images where "
+                f"it was the worst): {members}"
+            )
+    return lines
+
+
+def _score(value: Any) -> str:
+    return "-" if not isinstance(value, (int, float)) or value != value else f"{value:.3f}"
+
+
+def sanity_table(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """The sanity checks' curves (`sanity/<explainer>/cascade` and `.../independent`), one row
+    per model, explainer, curve and line, one column per point (layers randomised from the top;
+    the layer randomised alone). Empty without sanity curves.
+
+    Examples:
+        >>> c = {"xs": [0.0, 1.0], "xname": "x", "topk": [1.0, 0.25]}
+        >>> print(sanity_table({"m": {"curves": {"sanity/saliency/cascade": c}}}).splitlines()[2])
+        | m | saliency | cascade | topk | 1.000 | 0.250 |
+    """
+    rows, width = [], 0
+    for name, result in results.items():
+        for key, curve in (result.get("curves") or {}).items():
+            parts = key.split("/")
+            if parts[0] != "sanity" or len(parts) != 3:
+                continue
+            for line, values in curve.items():
+                if line in ("xs", "xname") or not values:
+                    continue
+                cells = [f"{v:.3f}" for v in values]
+                width = max(width, len(cells))
+                rows.append(f"| {name} | {parts[1]} | {parts[2]} | {line} | " + " | ".join(cells))
+    if not rows:
+        return ""
+    head = "| model | explainer | randomisation | similarity | " + " | ".join(
+        f"{i}" for i in range(width)
+    )
+    return "\n".join([head + " |", "|---" * (4 + width) + "|", *(r + " |" for r in rows)])
+
+
+def chance_and_cost_markdown(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """The chance-level table, the attacks' members and cost and the sanity checks' curves, as
+    markdown sections (empty when the results have none of them)."""
+    parts = []
+    table = chance_table(results)
+    if table:
+        parts += [
+            "## Chance levels",
+            "",
+            "Each top-k and LENS intersection beside what a random map scores (the clean map "
+            "against a uniformly random one) and what the explanation 'map = input' keeps under "
+            "the same attack, with the share of images where the map keeps more than it.",
+            "",
+            table,
+            "",
+        ]
+    cost = attack_cost_lines(results)
+    if cost:
+        parts += ["## Attacks: members and cost", "", *cost, ""]
+    sanity = sanity_table(results)
+    if sanity:
+        parts += [
+            "## Sanity checks (Adebayo et al. 2018)",
+            "",
+            "Similarity of each map to the map of the model with its layers re-initialised: "
+            "`cascade` column i = the top i layers randomised (0: none), `independent` column "
+            "i = only the i-th layer from the top (column 0 is the top layer); lower means the "
+            "map depends more on the learned weights. Images whose map is constant are left out.",
+            "",
+            sanity,
+            "",
+        ]
+    return "\n".join(parts)

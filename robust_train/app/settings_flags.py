@@ -88,8 +88,11 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
         "--protocol",
         choices=sorted(PROTOCOLS),
         default=None,
-        help="a preset (rar: Chen et al. 2019, the RAR/ART protocol; demo: RAR at the demo's "
-        "size, 100 images, 20 steps); flags given beside it override its fields",
+        help="a preset (default: the settings' defaults, every gradient attack run as the attack "
+        "ensemble; ensemble: the demo's maps and budget under the ensemble; fast: the defaults "
+        "with one attack per objective; rar: Chen et al. 2019, the RAR/ART protocol; demo: RAR "
+        "at the demo's size, 100 images, 20 steps, one attack); flags given beside it override "
+        "its fields",
     )
     parser.add_argument(
         "--data-config",

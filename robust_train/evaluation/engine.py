@@ -25,6 +25,7 @@ from robust_train.core.validation import check_images, check_target
 from robust_train.evaluation.measures import measure_of
 from robust_train.evaluation.parts import Curve, EvaluationPart, get_part
 from robust_train.evaluation.parts.base import AttackExamples
+from robust_train.evaluation.parts.input_reference import beats_reference
 from robust_train.evaluation.settings import EvaluationSettings
 from robust_train.metrics.keyed import KeyedMean
 
@@ -41,6 +42,7 @@ class Evaluation:
         curves: curve key -> per-image curves.
         examples: a few attacked images for figures.
         seconds: part name -> wall seconds.
+        notes: topic -> JSON-ready notes of the parts (e.g. "attack_cost").
     """
 
     settings: EvaluationSettings
@@ -48,6 +50,7 @@ class Evaluation:
     curves: dict[str, Curve] = field(default_factory=dict)
     examples: dict[str, AttackExamples] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    notes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def build_parts(settings: EvaluationSettings, height: int, width: int) -> list[EvaluationPart]:
@@ -106,8 +109,11 @@ def run_parts(
             evaluation.values.update(out.values)
             evaluation.curves.update(out.curves)
             evaluation.examples.update(out.examples)
+            for topic, notes in out.notes.items():
+                evaluation.notes.setdefault(topic, {}).update(notes)
             bar.update()
         bar.close()
+    evaluation.values.update(beats_reference(evaluation.values))
     return evaluation
 
 
@@ -118,7 +124,8 @@ def summarize(evaluation: Evaluation) -> dict[str, Any]:
     `Measure.reduce`), `intervals` (key -> [low, high], 95% over images, for means), `counts`
     (key -> images measured), `per_image` (key -> the value of every evaluated image, NaN where
     not measured: tables that put models side by side compare them on the same images),
-    `curves` (key -> {"xs", "xname", line -> mean curve}), `seconds` (part -> s), `settings`;
+    `curves` (key -> {"xs", "xname", line -> mean curve}), `seconds` (part -> s), the parts'
+    notes by topic (`attack_cost`: each attack's ensemble members and cost), `settings`;
     `n_images`; `_examples` (figures' tensors, not JSON).
 
     Examples:
@@ -143,6 +150,7 @@ def summarize(evaluation: Evaluation) -> dict[str, Any]:
         else 0,
         "curves": {key: _mean_curve(c) for key, c in evaluation.curves.items()},
         "seconds": dict(evaluation.seconds),
+        **{topic: dict(notes) for topic, notes in evaluation.notes.items()},
         "settings": {
             k: list(v) if isinstance(v, tuple) else v
             for k, v in dataclasses.asdict(evaluation.settings).items()

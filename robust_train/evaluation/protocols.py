@@ -34,7 +34,20 @@ baseline, Grad-CAM at its default layer, LRP with the default composite, DeepLIF
 `n_samples=100` test images, with 20 sign steps of 0.03 (0.6 in all, twice the budget),
 1 restart, integrated gradients with 10 points, the Lipschitz estimate with 8 samples and
 fidelity curves of 10 steps. Its attack is weaker than RAR's 3 x 100 steps, so models keep more
-of their top pixels under it.
+of their top pixels under it. Both reproduce a fixed protocol, so both run ONE attack per
+objective (`ensemble=False`).
+
+"ensemble": the demo's budget, maps, images and scored set under the attack ensemble
+(`robust_train.attacks.ensemble_attack`), each image keeping its worst result: the attacked set
+equal to the scored set (k 100) and twice it (k 200), the softplus surrogate at betas 1, 3, 10
+and 30, the exact gradient where the map has one (Grad-CAM's "model" and "exact" directions),
+3 restarts per member (the first from the image, two from random points of the ball) of 40 sign
+steps of 0.015, then a random search of 1,000 queries from the best point. Every number of the
+demo's maps under the strongest attack the package has; its cost is reported beside it.
+
+"fast": the defaults of `EvaluationSettings` with one attack per objective (`ensemble=False`):
+the cheap protocol, as the monitors run during training. The defaults themselves (what
+`robust-train evaluate` runs without `--protocol`) run the ensemble.
 
 Examples:
     >>> PROTOCOLS["rar"].epsilon, PROTOCOLS["rar"].n_steps, PROTOCOLS["demo"].n_steps
@@ -50,7 +63,7 @@ import dataclasses
 from robust_train.evaluation.settings import EvaluationSettings
 from robust_train.explain import reported_explainers
 
-__all__ = ["DEMO", "PROTOCOLS", "RAR"]
+__all__ = ["DEMO", "ENSEMBLE", "FAST", "PROTOCOLS", "RAR"]
 
 RAR = EvaluationSettings(
     n_samples=50,
@@ -65,6 +78,7 @@ RAR = EvaluationSettings(
     correct_only=True,
     ig_steps=10,
     ig_baseline=0.0,
+    ensemble=False,
     extra={"protocol": "rar"},
 )
 
@@ -81,4 +95,23 @@ DEMO = dataclasses.replace(
     extra={"protocol": "demo"},
 )
 
-PROTOCOLS: dict[str, EvaluationSettings] = {"rar": RAR, "demo": DEMO}
+ENSEMBLE = dataclasses.replace(
+    DEMO,
+    k=100,
+    n_steps=40,
+    step_size=0.015,
+    n_restarts=3,
+    ensemble=True,
+    ensemble_betas=(1.0, 3.0, 10.0, 30.0),
+    search_queries=1000,
+    extra={"protocol": "ensemble"},
+)
+
+FAST = EvaluationSettings(ensemble=False, extra={"protocol": "fast"})
+
+PROTOCOLS: dict[str, EvaluationSettings] = {
+    "rar": RAR,
+    "demo": DEMO,
+    "ensemble": ENSEMBLE,
+    "fast": FAST,
+}

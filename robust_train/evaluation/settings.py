@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from robust_train.attacks.ensemble import DEFAULT_BETAS
 from robust_train.attacks.objectives import OBJECTIVES, get_objective
 from robust_train.attacks.options import AttackOptions, check_linf_budget
 from robust_train.core.validation import check_choice, check_non_negative, check_positive
@@ -54,6 +55,15 @@ class EvaluationSettings(AttackOptions):
             model) with every attack, on the same images, reported as
             `attack/input_reference/<objective>/<measure>` (the "input_reference" part, added
             to `parts` by `resolved`): every attack number can be read against it.
+        ensemble: every gradient attack runs as the attack ensemble
+            (`robust_train.attacks.ensemble_attack`: the attacked set equal to the scored set and
+            twice it, the surrogate at each of `ensemble_betas`, the exact gradient where the map
+            has one, at least one random start per member, then a random search of
+            `search_queries` queries from the best point), each image keeping its worst result;
+            the members and their cost are reported (`attack_cost`). False: one attack with the
+            settings as given (the "fast" protocol; the monitors' default).
+        ensemble_betas: softplus betas of the ensemble's surrogate members.
+        search_queries: queries of the ensemble's gradient-free random search (0: none).
         lipschitz_radius: L_inf radius of the Lipschitz estimate; default epsilon.
         lipschitz_samples: explainer calls per image of the (random) Lipschitz search.
         lipschitz_search: "random" sampling in the ball or "gradient" ascent on the ratio.
@@ -92,6 +102,19 @@ class EvaluationSettings(AttackOptions):
     input_reference: bool = field(
         default=True,
         metadata={"help": "also attack the reference explanation 'map = input' with every attack"},
+    )
+    ensemble: bool = field(
+        default=True,
+        metadata={
+            "help": "run every gradient attack as the attack ensemble (several attacked sets, "
+            "surrogate betas, random starts, a random search), the worst per image kept"
+        },
+    )
+    ensemble_betas: tuple[float, ...] = field(
+        default=DEFAULT_BETAS, metadata={"help": "softplus betas of the ensemble's members"}
+    )
+    search_queries: int = field(
+        default=1000, metadata={"help": "queries of the ensemble's random search (0: none)"}
     )
     lipschitz_radius: float | None = field(
         default=None, metadata={"help": "L_inf radius of the Lipschitz estimate (default epsilon)"}
@@ -146,6 +169,8 @@ class EvaluationSettings(AttackOptions):
             check_positive(getattr(self, name), name, integer=True)
         self._check_certify()
         check_positive(self.faithfulness_runs, "faithfulness_runs", integer=True)
+        check_non_negative(self.search_queries, "search_queries", integer=True)
+        object.__setattr__(self, "ensemble_betas", _betas(self.ensemble_betas))
         if self.faithfulness_runs < 2:
             raise ValueError(f"`faithfulness_runs` must be >= 2, got {self.faithfulness_runs}")
         if self.faithfulness_subset is not None:
@@ -217,6 +242,18 @@ class EvaluationSettings(AttackOptions):
         return dataclasses.replace(self, **values, lipschitz_radius=radius, parts=parts)
 
 
+def _betas(value: object) -> tuple[float, ...]:
+    """A non-empty tuple of distinct positive (finite) betas (one number alone is accepted)."""
+    items = (value,) if isinstance(value, (int, float)) else value
+    if isinstance(items, (str, bytes)) or not isinstance(items, (tuple, list)) or not items:
+        raise ValueError(f"`ensemble_betas` must be positive numbers, got {value!r}")
+    for beta in items:
+        check_positive(beta, "ensemble_betas")
+    if len(set(items)) != len(items):
+        raise ValueError(f"`ensemble_betas` has duplicates: {list(items)}")
+    return tuple(float(b) for b in items)
+
+
 def _names(value: object, name: str) -> tuple[Any, ...]:
     """A non-empty tuple of distinct names (or callables); one name alone is accepted."""
     items = (value,) if isinstance(value, str) or callable(value) else value
@@ -234,6 +271,7 @@ def _names(value: object, name: str) -> tuple[Any, ...]:
 # of 2 * epsilon / 3; the design notes compare it with a long attack); the noise baseline draws
 # 3 times (3 maps, as many as the attack's steps).
 MONITOR_DEFAULTS: dict[str, Any] = {
+    "ensemble": False,  # one attack: the monitors' numbers track training, cheaply
     "n_samples": 16,
     "n_steps": 3,
     "noise_draws": 3,

@@ -39,7 +39,7 @@ def evaluate_classifier(
         >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3),
         ...                           torch.nn.Softplus(), torch.nn.Linear(3, 2))
         >>> s = EvaluationSettings(n_samples=4, n_steps=2, lipschitz_samples=2, fidelity_steps=4,
-        ...                        explainers=("saliency",), attacks=("topk",))
+        ...                        explainers=("saliency",), attacks=("topk",), search_queries=5)
         >>> r = evaluate_classifier(net, torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 0, 1]), s,
         ...                         progress=False)
         >>> sorted(r["measures"])[:4]  # doctest: +NORMALIZE_WHITESPACE

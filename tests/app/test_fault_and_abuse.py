@@ -176,6 +176,7 @@ def test_an_evaluate_killed_at_several_points_leaves_whole_files_or_none(
     out = tmp_path / "out"
     args = ["evaluate", "--ckpt", str(ckpt), "--out", str(out), "--n-samples", "24"]
     args += ["--no-progress", "--no-wandb", "--explainers", "saliency", "--n-steps", "5"]
+    args += ["--no-ensemble"]
     points = {
         "evaluating": lambda process: "\nevaluating " in "\n" + process.stderr_so_far(),
         "writing": lambda process: out.is_dir() and any(out.iterdir()),

@@ -125,6 +125,7 @@ def test_a_new_objective_is_one_class(spread) -> None:
     metric.update(res)
     assert int(metric.compute()["n_samples"]) == 6
     settings = EvaluationSettings(
+        ensemble=False,
         n_samples=6,
         n_steps=2,
         lipschitz_samples=2,

@@ -15,6 +15,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 FAST = [
     "--n-samples",
     "24",
+    "--no-ensemble",
     "--n-steps",
     "5",
     "--lipschitz-samples",

@@ -17,7 +17,7 @@ def test_evaluate_reports_every_measure_of_grad_cam_lrp_and_deeplift(tmp_path: P
     done = cli(
         "evaluate", "--ckpt", str(shipped_checkpoint("digits_baseline")),
         "--explainers", *EXPLAINERS,
-        "--attacks", "topk", "random_sign", "--n-samples", "8", "--n-steps", "3",
+        "--attacks", "topk", "random_sign", "--n-samples", "8", "--no-ensemble", "--n-steps", "3",
         "--lipschitz-samples", "2", "--fidelity-steps", "3", "--no-progress", "--no-wandb",
         "--out", "out", cwd=tmp_path,
     )  # fmt: skip

@@ -21,6 +21,7 @@ from robust_train.models import TorchvisionClassifier, model_config
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
 FAST = ["--n-samples", "4", "--n-steps", "2", "--explainers", "saliency", "--no-progress"]
+FAST += ["--no-ensemble"]
 THREE_CLASSES = """
 seed_everything: 0
 trainer: {max_epochs: 1, limit_train_batches: 2, limit_val_batches: 1, logger: false,

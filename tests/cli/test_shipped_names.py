@@ -20,7 +20,7 @@ from robust_train.models.loading import CheckpointError
 QUIET = ["--trainer.logger=false", "--trainer.enable_progress_bar=false"]
 TINY_EVAL = ["--n-samples", "4", "--n-steps", "1", "--ig-steps", "2", "--explainers",
              "saliency", "--attacks", "topk", "--parts", "fragility", "--no-progress",
-             "--no-wandb"]  # fmt: skip
+             "--no-wandb", "--no-ensemble"]  # fmt: skip
 
 
 @pytest.fixture

@@ -28,6 +28,7 @@ TINY_EVAL = [
     "saliency",
     "--attacks",
     "topk",
+    "--no-ensemble",
     "--n-steps",
     "1",
     "--no-progress",

@@ -47,7 +47,7 @@ FIT = [
     "--trainer.logger=false",
 ]
 TINY_EVAL = ["--n-samples", "4", "--parts", "fragility", "--explainers", "saliency"]
-TINY_EVAL += ["--attacks", "topk", "--n-steps", "1", "--no-progress", "--no-wandb"]
+TINY_EVAL += ["--attacks", "topk", "--no-ensemble", "--n-steps", "1", "--no-progress", "--no-wandb"]
 
 
 def _error_line(result, *fragments: str) -> str:

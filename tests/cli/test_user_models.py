@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MNIST = ROOT / "configs" / "mnist5k_baseline.yaml"
 FAST = ["--n-samples", "4", "--n-steps", "2", "--lipschitz-samples", "2", "--fidelity-steps"]
 FAST += ["3", "--ig-steps", "3", "--explainers", "saliency", "--attacks", "topk", "--no-progress"]
+FAST += ["--no-ensemble"]
 TINY_NET = """
 import pathlib
 from torch import nn

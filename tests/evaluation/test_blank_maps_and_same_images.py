@@ -38,6 +38,7 @@ def pair():
 
 def _settings(**kwargs):
     return EvaluationSettings(
+        ensemble=False,
         parts=("fragility",), attacks=("random_sign",), epsilon=0.3, k=100, noise_draws=2,
         fidelity_steps=5, **kwargs,
     )  # fmt: skip

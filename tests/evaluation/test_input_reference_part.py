@@ -14,6 +14,7 @@ from robust_train.evaluation import PROTOCOLS, EvaluationSettings, evaluate_clas
 from robust_train.evaluation.engine import build_parts
 
 SETTINGS = dict(
+    ensemble=False,
     parts=("fragility",), explainers=("saliency",), attacks=("random_sign", "topk"),
     n_samples=6, n_steps=2, epsilon=0.2, k=10, measure_k=8, seed=3,
 )  # fmt: skip

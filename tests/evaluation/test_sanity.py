@@ -12,6 +12,7 @@ from robust_train.callbacks import RobustnessMonitor
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
 from robust_train.evaluation.measures import MEASURES
 from robust_train.evaluation.parts.sanity import (
+    EXTRA_NAMES,
     MEASURE_NAMES,
     randomization_similarity,
     randomized_copy,
@@ -124,6 +125,7 @@ def test_part_values_equal_a_direct_computation_and_are_reported():
     model, x = TinyCNN(num_classes=3, seed=1).eval(), torch.rand(6, 1, 8, 8)
     y = model(x).argmax(1)
     settings = EvaluationSettings(
+        ensemble=False,
         parts=("sanity",), explainers=("saliency", "input_x_gradient"), n_samples=6,
         measure_k=10, seed=5,
     )  # fmt: skip
@@ -159,7 +161,8 @@ def test_a_monitor_logs_the_sanity_keys_during_a_fit(tmp_path):
         parts=["sanity"], inputs=x[:8], targets=y[:8], n_samples=8, explainers=["saliency"],
         max_overhead=None, log_images=False,
     )  # fmt: skip
-    assert monitor.keys() == tuple(f"robustness/sanity/saliency/{m}" for m in MEASURE_NAMES)
+    names = (*MEASURE_NAMES, *EXTRA_NAMES)
+    assert monitor.keys() == tuple(f"robustness/sanity/saliency/{m}" for m in names)
     trainer = pl.Trainer(
         max_epochs=1, logger=CSVLogger(tmp_path), callbacks=[monitor], accelerator="cpu",
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,

@@ -36,6 +36,7 @@ def test_a_new_explainer_is_one_function(registered) -> None:
     lip = local_lipschitz_estimate(model, x, y, explainer=registered, n_samples=2, seed=0)
     assert lip.shape == (4,) and bool((lip >= 0).all())
     settings = EvaluationSettings(
+        ensemble=False,
         n_samples=4,
         n_steps=2,
         lipschitz_samples=2,

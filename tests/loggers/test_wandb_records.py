@@ -26,6 +26,7 @@ TINY = [
 FAST_EVAL = [
     "--n-samples",
     "8",
+    "--no-ensemble",
     "--n-steps",
     "2",
     "--lipschitz-samples",

@@ -128,6 +128,7 @@ def test_the_part_through_the_engine_equals_the_function():
     x, y = x[:10], y[:10]
     model = TinyCNN().eval()
     settings = EvaluationSettings(
+        ensemble=False,
         parts=("faithfulness",), explainers=("saliency", "integrated_gradients"), n_samples=10,
         faithfulness_runs=20, faithfulness_subset=8, fidelity_perturbation="zero", ig_steps=8,
         seed=5,

@@ -178,6 +178,7 @@ def test_evaluate_and_the_monitors_report_it():
 
     net, x = _net(), torch.rand(6, 1, 8, 8)
     settings = EvaluationSettings(
+        ensemble=False,
         parts=("fragility",), explainers=("saliency",), attacks=("topk",), n_samples=6,
         n_steps=2, epsilon=0.2, correct_only=False,
     )  # fmt: skip

@@ -38,6 +38,8 @@ class FragilityObjective:
       explainer, with double backprop); False: `direction` draws it (no explainer gradient).
     - `needs_region`: it needs a bool target region (B or 1, H, W).
     - `report_metrics`: the `FragilityResult` fields the report shows for it.
+    - `uses_attack_k`: its ascent uses the clean top-k set (`k`), so attacks with different
+      attacked sets differ (`robust_train.attacks.ensemble` runs several).
     - `schedule(options)`: the restarts, steps and step size it runs with (by default the
       options as given); `start_point` says where each restart starts.
 
@@ -55,6 +57,7 @@ class FragilityObjective:
     name: ClassVar[str] = ""
     needs_gradient: ClassVar[bool] = True
     needs_region: ClassVar[bool] = False
+    uses_attack_k: ClassVar[bool] = False
     report_metrics: ClassVar[tuple[str, ...]] = (
         "topk_intersection",
         "lens_topk",

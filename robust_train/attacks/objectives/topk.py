@@ -22,6 +22,8 @@ class TopK(FragilityObjective):
         tensor([-0.5000])
     """
 
+    uses_attack_k = True
+
     def ascent_value(self, maps: Tensor, rows: slice) -> Tensor:
         weights = normalize_map(maps, "sum")
         return -(weights * self.clean_topk[rows]).flatten(1).sum(1)

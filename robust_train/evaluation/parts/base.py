@@ -72,11 +72,13 @@ class Curve:
 @dataclass
 class PartOutput:
     """What one part measured on a batch: per-image values (B,) by key (NaN: not measured for
-    that image), curves, and a few examples for figures (`robust_train.callbacks.figures`)."""
+    that image), curves, a few examples for figures (`robust_train.callbacks.figures`), and
+    JSON-ready notes by topic (e.g. "attack_cost": what each attack ran and what it cost)."""
 
     values: dict[str, Tensor] = field(default_factory=dict)
     curves: dict[str, Curve] = field(default_factory=dict)
     examples: dict[str, AttackExamples] = field(default_factory=dict)
+    notes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class EvaluationPart:

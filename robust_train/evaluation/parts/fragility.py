@@ -16,16 +16,31 @@ explainer (`ExplainerSpec.layer`: Grad-CAM, whose maps can explain nothing at a 
 `fragility/<explainer>/fidelity`, the fidelity estimate AUC_LIF - AUC_MIF (Brocki & Chung 2022;
 the settings' `fidelity_steps` and `fidelity_perturbation`) of the same clean maps, so that its
 robustness is never read without what the map explains.
+
+Chance levels beside them: `fragility/<explainer>/random_topk` and `.../random_lens`, the top-k
+and LENS intersections of the clean map with a uniformly random map (the mean of
+`CHANCE_DRAWS` draws): what an attack that scrambled the map completely would leave. (LENS's
+chance level is the share of the image within one pixel of the clean top-k set, far above
+k / (H W).) The reference "map = input" under the same attacks is the input_reference part.
+
+With `ensemble` (the default) every gradient attack is `robust_train.attacks.ensemble_attack`
+and each image keeps its worst result over the members; what each attack ran and cost (its
+members, the images where each was the worst, seconds, gradient steps and maps per image) is
+reported under the notes topic `attack_cost`, key `<explainer>/<objective>`.
 """
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
-from robust_train.attacks import fragility_attack, get_objective
+from robust_train.attacks import ensemble_attack, fragility_attack, get_objective
 from robust_train.attacks.defaults import target_region
-from robust_train.attacks.result import FragilityResult
+from robust_train.attacks.ensemble import single_attack_cost
+from robust_train.attacks.result import LENS_WINDOW, FragilityResult
 from robust_train.evaluation.measures import Measure, attack_key, part_key, register_measure
 from robust_train.evaluation.parts.base import (
     AttackExamples,
@@ -39,11 +54,30 @@ from robust_train.explain import (
     explainer_spec,
     is_differentiable,
 )
+from robust_train.explain.lens import lens_topk_intersection
+from robust_train.explain.similarity import topk_intersection
 from robust_train.metrics.functional import fidelity_curves, fidelity_estimate
 
 __all__ = ["FragilityPart"]
 
 N_EXAMPLES = 4
+CHANCE_DRAWS = 16
+COST = "attack_cost"
+
+for _name, _label, _what in (
+    ("random_topk", "top-k intersection of a random map (chance)", "top-k intersection"),
+    ("random_lens", "LENS top-k of a random map (chance)", "LENS top-k intersection"),
+):
+    register_measure(
+        Measure(
+            _name,
+            _label,
+            None,
+            meaning=f"the {_what} of the clean map with a uniformly random map: the chance "
+            "level an attack that scrambled the map completely would leave; read every "
+            f"{_what} of this explainer against it",
+        )
+    )
 
 register_measure(
     Measure(
@@ -80,6 +114,10 @@ register_measure(
 @register_part("fragility")
 class FragilityPart(EvaluationPart):
     """Every attack of the settings on every attacked explainer (see the module docstring)."""
+
+    def __init__(self, settings: Any) -> None:
+        super().__init__(settings)
+        self.costs: dict[str, Any] = {}  # "<explainer>/<objective>" -> its attack's cost
 
     def pairs(self) -> list[tuple[object, str]]:
         """(explainer, objective) pairs attacked: an objective that follows a gradient needs a
@@ -118,6 +156,7 @@ class FragilityPart(EvaluationPart):
         )
         target = labels if s.correct_only else predictions
         out = PartOutput(values={"n_attacked": attacked.float()})
+        self.costs = {}
         x, y = inputs[attacked], target[attacked]
         for explainer, attacks in self._by_explainer():
             name, clean = explainer_name(explainer), None
@@ -136,6 +175,7 @@ class FragilityPart(EvaluationPart):
                 if clean is not None:
                     full[attacked] = self._map_value(measure, model, x, y, clean).to(full.device)
                 out.values[part_key("fragility", name, measure)] = full
+        out.notes[COST] = self.costs
         return out
 
     def _map_value(
@@ -143,9 +183,12 @@ class FragilityPart(EvaluationPart):
     ) -> Tensor:
         """Per attacked image: 1.0 where its clean map is constant ("blank_map"), or the
         fidelity estimate of its clean map ("fidelity")."""
+        flat = maps.flatten(1)
         if measure == "blank_map":
-            flat = maps.flatten(1)
             return (flat.amax(1) == flat.amin(1)).float()
+        if measure in ("random_topk", "random_lens"):
+            level = random_map_level(maps, self.settings.measure_k, measure, self.settings.seed)
+            return level.masked_fill(flat.amax(1) == flat.amin(1), float("nan"))
         curves = fidelity_curves(
             model,
             x,
@@ -167,17 +210,29 @@ class FragilityPart(EvaluationPart):
         region = None
         if get_objective(attack).needs_region:
             region = target_region(*x.shape[-2:]).to(x.device)
-        return fragility_attack(
+        s, name = self.settings, f"{explainer_name(explainer)}/{attack}"
+        if s.ensemble and get_objective(attack).needs_gradient:
+            ensemble = ensemble_attack(
+                model, x, y, explainer=bind_settings(explainer, s), objective=attack,
+                target_region=region, seed=s.seed, betas=s.ensemble_betas,
+                search_queries=s.search_queries, options=s, progress=self.progress,
+            )  # fmt: skip
+            self.costs[name] = ensemble.cost()
+            return ensemble.result
+        start = time.perf_counter()
+        result = fragility_attack(
             model,
             x,
             y,
-            explainer=bind_settings(explainer, self.settings),
+            explainer=bind_settings(explainer, s),
             objective=attack,
             target_region=region,
-            seed=self.settings.seed,
+            seed=s.seed,
             progress=self.progress,
-            options=self.settings,
+            options=s,
         )
+        self.costs[name] = single_attack_cost(result, time.perf_counter() - start)
+        return result
 
 
 def _measures(attack: str) -> tuple[str, ...]:
@@ -191,7 +246,32 @@ def _measures(attack: str) -> tuple[str, ...]:
 def _map_measures(explainer: object) -> tuple[str, ...]:
     """What the part reports of an attacked explainer's clean maps: the blank share, and the
     fidelity of a layer explainer's maps."""
-    return ("blank_map", "fidelity") if explainer_spec(explainer).layer else ("blank_map",)
+    chance = ("random_topk", "random_lens")
+    if explainer_spec(explainer).layer:
+        return ("blank_map", *chance, "fidelity")
+    return ("blank_map", *chance)
+
+
+def random_map_level(maps: Tensor, k: int, measure: str, seed: int) -> Tensor:
+    """Per map (B, H, W): the mean top-k ("random_topk") or LENS ("random_lens") intersection
+    at `k` of the map with `CHANCE_DRAWS` uniformly random maps (seeded).
+
+    Examples:
+        >>> maps = torch.rand(2, 8, 8)
+        >>> level = random_map_level(maps, 8, "random_topk", 0)
+        >>> bool(((level - 8 / 64).abs() < 0.1).all())  # k / (H W) in expectation
+        True
+    """
+    generator = torch.Generator().manual_seed(seed)
+    total = torch.zeros(maps.shape[0], dtype=torch.float32)
+    for _ in range(CHANCE_DRAWS):
+        noise = torch.rand(maps.shape, generator=generator).to(maps)
+        if measure == "random_topk":
+            value = topk_intersection(maps, noise, k)
+        else:
+            value = lens_topk_intersection(maps, noise, k, window=LENS_WINDOW)
+        total += value.float().cpu()
+    return (total / CHANCE_DRAWS).to(maps.device)
 
 
 def _values(

@@ -49,7 +49,7 @@ from robust_train.core.files import (
     write_text,
     write_with,
 )
-from robust_train.core.runtime import predict
+from robust_train.core.runtime import predict, set_threads
 
 __all__ = ["certify_main", "correct_images"]
 
@@ -208,8 +208,7 @@ def certify_main(argv: list[str]) -> int:
     out = Path(args.out) if args.out else _default_out(args.ckpt)
     replace = _check_out(out, paths, args.overwrite)
     models, data = _load(args, names)
-    small = all(sum(p.numel() for p in m.parameters()) < 1_000_000 for m in models.values())
-    torch.set_num_threads(args.threads or (1 if small else torch.get_num_threads()))
+    set_threads(models.values(), args.threads or None)
     x, y, index = correct_images(models, data, args.n_images, args.split, settings.seed)
     results: dict[str, Any] = {"settings": settings.as_dict(), "split": args.split}
     results |= {"images": index, "checkpoints": dict(zip(names, args.ckpt, strict=True))}

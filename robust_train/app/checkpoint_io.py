@@ -39,7 +39,8 @@ from torch.utils.data import DataLoader, Subset
 
 from robust_train.core.files import OutputError, check_output, write_with
 from robust_train.core.resources import resolve_file
-from robust_train.data.base import dataset_targets, stratified_order
+from robust_train.core.runtime import set_threads
+from robust_train.data.base import dataset_targets, heldout_rows
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
 from robust_train.models.config import ClassPathNotFound, UntrustedClassPathError, resolve_class
 from robust_train.models.input_check import check_model_fits_data
@@ -431,7 +432,7 @@ def heldout_subset(
         labels = streamed if labels is None else labels
     if len(labels) == 0:
         raise DataSettingsError(f"the {split} split of {where} ({type(dm).__name__}) is empty")
-    index = stratified_order(labels, seed)[:n_samples].tolist()
+    index = heldout_rows(n_samples, seed, mode="stratified", targets=labels).tolist()
     batches = DataLoader(
         Subset(dataset, index),
         batch_size=getattr(loader, "batch_size", None) or 64,
@@ -467,10 +468,7 @@ def evaluate_on_split(
     """The suite on `settings.n_samples` images of a split (a seeded class-stratified subset,
     seeded with `settings.seed`), after the probe; one torch thread for small models unless
     `threads` says. `result["subset"]` says which images (`HeldOut.describe`)."""
-    if threads is not None:
-        torch.set_num_threads(threads)
-    elif sum(p.numel() for p in model.parameters()) < 1_000_000:
-        torch.set_num_threads(1)
+    set_threads(model, threads)
     held = heldout_subset(
         data, settings.n_samples, split, model=model, seed=settings.seed, where=where
     )

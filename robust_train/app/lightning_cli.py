@@ -47,6 +47,7 @@ from robust_train.app.parse_errors import describe_parse_error
 from robust_train.app.shipped_files import lightning_arguments
 from robust_train.core.files import write_text
 from robust_train.core.lightning_noise import quiet_lightning
+from robust_train.core.runtime import set_threads
 from robust_train.data.check import UnreadableImageError, check_datamodule, summary_table
 from robust_train.models.config import record_config
 from robust_train.models.input_check import DataMismatchError, check_model_fits_data
@@ -296,11 +297,7 @@ class RobustCLI(LightningCLI):
 
     def after_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
-        threads = config.get("threads")
-        if threads is None and sum(p.numel() for p in self.model.parameters()) < 1_000_000:
-            threads = 1
-        if threads is not None:
-            torch.set_num_threads(int(threads))
+        set_threads(self.model, config.get("threads"))
         # a model class without RecordsConfig: checkpoints record the config section that built it
         record_config(getattr(self.model, "model", None), (config.get("model") or {}).get("model"))
         resume = getattr(self, "resume_checkpoint", None)

@@ -282,7 +282,7 @@ def fit_state_dict(state: dict[str, Tensor], model: nn.Module, path: str) -> dic
 def _torchvision_config(name: str, datamodule: Any, state: dict[str, Tensor] | None) -> dict:
     """TorchvisionClassifier init args: grey data repeated to RGB, as many outputs as the
     weights' head (else the data's classes), so a mismatch is reported as one."""
-    from robust_train.models.torchvision_parts import find_head
+    from robust_train.models.head import find_head
 
     shape = data_shape(datamodule)
     init_args: dict[str, Any] = {
@@ -293,7 +293,7 @@ def _torchvision_config(name: str, datamodule: Any, state: dict[str, Tensor] | N
     config = {"class_path": "robust_train.models.TorchvisionClassifier", "init_args": init_args}
     if state is not None:
         probe = build_model(config, skip_pretrained=True)
-        head_name = find_head(cast(nn.Module, probe.backbone))[2]
+        head_name = find_head(cast(nn.Module, probe.backbone)).name
         head = _layout(state, probe.state_dict()).get(f"backbone.{head_name}.weight")
         if head is not None:
             init_args["num_classes"] = int(head.shape[0])

@@ -20,11 +20,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from robust_train.attacks._balls import project, step_direction
 from robust_train.attacks._directions import Direction, directions
 from robust_train.attacks.objectives.base import FragilityObjective
 from robust_train.attacks.options import AttackOptions
 from robust_train.attacks.result import FragilityResult
+from robust_train.core.balls import project, step_direction
 from robust_train.core.runtime import row_chunks
 from robust_train.explain.clamp import smooth_map_clamps
 from robust_train.explain.maps import importance_map
@@ -210,7 +210,7 @@ def take_step(
 ) -> Tensor:
     """One projected step from `x`: a sign step and the L_inf projection, or (`ctx.norm` "l2")
     an L2-normalised step and the exact projection onto the L2 ball intersected with [0, 1]
-    (`robust_train.attacks._balls.project`); records which samples had a non-zero direction.
+    (`robust_train.core.balls.project`); records which samples had a non-zero direction.
     A gradient objective follows `direction`; the others draw theirs (`objective.direction`)."""
     objective = state.objective
     if objective.needs_gradient:

@@ -42,7 +42,7 @@ def fragility_attack(
     Iterative L_inf sign steps (Ghorbani et al. 2019):
     `x_p = clip_[0,1](x_0 + clip_[-eps,eps](x_{p-1} + step_size * sign(d_p) - x_0))`, or with
     `norm="l2"` L2-normalised steps `x_{p-1} + step_size * d_p / ||d_p||_2` projected exactly onto
-    `{||x - x_0||_2 <= eps}` intersected with [0, 1] (`robust_train.attacks._balls.project`), with
+    `{||x - x_0||_2 <= eps}` intersected with [0, 1] (`robust_train.core.balls.project`), with
     d_p the gradient of the objective (a class registered in `robust_train.attacks.OBJECTIVES`),
     or random signs for an objective that needs no gradient. Where the gradient is taken is the
     attack's direction (`robust_train.attacks._directions`): on the model with a map's own final

@@ -11,9 +11,9 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from robust_train.attacks._balls import NORMS
 from robust_train.attacks._setup import check_k
 from robust_train.attacks.defaults import default_epsilon, default_k
+from robust_train.core.balls import NORMS
 from robust_train.core.runtime import check_optional_positive
 from robust_train.core.validation import check_choice, check_positive
 

@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from robust_train.core.lightning_compat import lightning_classes
 from robust_train.core.validation import check_images, check_target
+from robust_train.data.base import heldout_rows
 
 SPLITS = ("val", "test")
 
@@ -27,8 +28,7 @@ def select(inputs: Tensor, targets: Tensor, n_samples: int, seed: int) -> tuple[
     """
     if inputs.shape[0] <= n_samples:
         return inputs, targets
-    order = torch.randperm(inputs.shape[0], generator=torch.Generator().manual_seed(seed))
-    rows = order[:n_samples].sort().values
+    rows = heldout_rows(n_samples, seed, mode="random", size=inputs.shape[0])
     return inputs[rows], targets[rows]
 
 
@@ -56,8 +56,7 @@ def from_dataloader(
         size = len(dataset)
         if size == 0:
             raise ValueError(f"the {what} is empty: no held-out images to evaluate")
-        order = torch.randperm(size, generator=torch.Generator().manual_seed(seed))
-        rows = order[: min(n_samples, size)].sort().values.tolist()
+        rows = heldout_rows(n_samples, seed, mode="random", size=size).tolist()
         collate = getattr(loader, "collate_fn", None) or torch.utils.data.default_collate
         batch = collate([dataset[i] for i in rows])  # type: ignore[index]  # map-style
         inputs, targets = _split_batch(batch, what)

@@ -35,6 +35,7 @@ from robust_train.certify.certificate import ExplanationCertificate, check_radiu
 from robust_train.certify.sampling import sparsified_counts
 from robust_train.certify.soft import SoftSmoothedExplainer
 from robust_train.certify.statistics import simultaneous_bounds
+from robust_train.core.balls import random_on_sphere
 from robust_train.core.runtime import auto_chunk, check_optional_positive, eval_mode, predict
 from robust_train.core.validation import (
     check_images,
@@ -247,8 +248,7 @@ def random_search(
     gen = torch.Generator().manual_seed(seed)
     best: EmpiricalOverlap | None = None
     for point in range(n_points):
-        d = torch.randn(inputs.shape, generator=gen, dtype=inputs.dtype).to(inputs.device)
-        d = d * radius / d.flatten(1).norm(dim=1).clamp_min(1e-30).view(-1, 1, 1, 1)
+        d = random_on_sphere(inputs.shape, radius, gen, dtype=inputs.dtype, like=inputs)
         found = measure_overlap(
             model,
             inputs,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 __all__ = ["Registry", "discover", "object_path"]
@@ -74,6 +74,11 @@ class Registry(dict[str, V]):
         self[name] = value
         self._defined_by[name] = path
         return value
+
+    def add_all(self, entries: Mapping[str, V]) -> None:
+        """`add` every name -> value of `entries`, in their order."""
+        for name, value in entries.items():
+            self.add(name, value)
 
     def pop(self, name: str, *default: Any) -> Any:  # type: ignore[override]
         self._defined_by.pop(name, None)

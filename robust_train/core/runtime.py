@@ -14,12 +14,13 @@ Every explainer, attack, metric, penalty and monitor uses these helpers instead 
 - `make_generator(generator, seed, device)`: the given generator, a fresh one from `seed`, or None.
 - `predict(model, inputs, batch_size)`: predicted labels without gradients, in chunks.
 - `check_optional_positive(value, name)`: None, or a number > 0.
+- `set_threads(models, threads)`: torch's CPU threads, one for small models unless told.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -31,6 +32,7 @@ __all__ = [
     "CHUNK_ELEMENTS",
     "INFERENCE_MODE_ERROR",
     "MIN_CHUNK_ROWS",
+    "SMALL_MODEL_PARAMETERS",
     "auto_chunk",
     "check_optional_positive",
     "eval_mode",
@@ -40,6 +42,7 @@ __all__ = [
     "predict",
     "require_grad_mode",
     "row_chunks",
+    "set_threads",
 ]
 
 INFERENCE_MODE_ERROR = (
@@ -223,3 +226,37 @@ def predict(model: nn.Module, inputs: Tensor, batch_size: int | None = None) -> 
     with torch.no_grad():
         labels = [model(inputs[a:b]).argmax(1) for a, b in row_chunks(inputs.shape[0], batch_size)]
     return torch.cat(labels)
+
+
+SMALL_MODEL_PARAMETERS = 1_000_000
+
+
+def set_threads(models: nn.Module | Iterable[nn.Module], threads: int | None = None) -> int:
+    """Set torch's CPU (intra-op) threads for running `models`: `threads` when given, else one
+    thread when every model has fewer than `SMALL_MODEL_PARAMETERS` parameters (the work of a
+    small model is too fine to share out), else leave the setting as it is.
+
+    Args:
+        models: one model or several.
+        threads: the number of threads to use (> 0), or None for the rule above.
+
+    Returns:
+        The number of threads torch uses now.
+
+    Raises:
+        ValueError: `threads` is not None and not a whole number > 0.
+
+    Examples:
+        >>> before = torch.get_num_threads()
+        >>> set_threads(nn.Linear(4, 2)), set_threads(nn.Linear(4, 2), threads=2)
+        (1, 2)
+        >>> _ = torch.set_num_threads(before)
+    """
+    check_optional_positive(threads, "threads", integer=True)
+    if threads is None:
+        group = [models] if isinstance(models, nn.Module) else list(models)
+        sizes = [sum(p.numel() for p in m.parameters()) for m in group]
+        threads = 1 if all(n < SMALL_MODEL_PARAMETERS for n in sizes) else None
+    if threads is not None:
+        torch.set_num_threads(int(threads))
+    return torch.get_num_threads()

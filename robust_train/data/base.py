@@ -1,5 +1,6 @@
 """Shared parts of the DataModules: dataloaders, image tensors in [0, 1], resizing, and the
-seeded class-stratified order that held-out subsets are taken in (`stratified_order`)."""
+held-out subset selector (`heldout_rows`: a seeded random subset, or a seeded class-stratified
+one taken in `stratified_order`)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,16 @@ from torch import Tensor
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
-from robust_train.core.validation import check_non_negative, check_positive
+from robust_train.core.validation import check_choice, check_non_negative, check_positive
 
 __all__ = [
     "GreyDigitsDataModule",
     "ImageDataModule",
     "ImageTensorDataset",
     "as_size",
+    "SUBSET_MODES",
     "dataset_targets",
+    "heldout_rows",
     "resize_images",
     "stratified_order",
 ]
@@ -190,3 +193,60 @@ def stratified_order(targets: Tensor, seed: int = 0) -> Tensor:
     # ties (same fraction in several classes) go to the smaller class index, then the position
     tie = targets.double() / (float(targets.max()) + 2.0 if len(targets) else 1.0) * 1e-9
     return torch.argsort(keys + tie, stable=True)
+
+
+SUBSET_MODES = ("random", "stratified")
+
+
+def heldout_rows(
+    n_samples: int,
+    seed: int,
+    *,
+    mode: str,
+    size: int | None = None,
+    targets: Tensor | None = None,
+) -> Tensor:
+    """The rows of a held-out subset of `n_samples` items (all of them when there are fewer).
+
+    Two ways to choose, both seeded:
+
+    - "random": the first `n_samples` of a seeded permutation of the `size` rows, returned in
+      data order (the monitors' fixed images).
+    - "stratified": the first `n_samples` of `stratified_order(targets, seed)`, in that order:
+      every class in proportion to its share, and a larger `n_samples` extends a smaller one
+      (the images `evaluate`, `compare` and `certify` measure).
+
+    Args:
+        n_samples: rows wanted (>= 0).
+        seed: seed of the choice.
+        mode: "random" or "stratified".
+        size: number of rows to choose from (default: `len(targets)`).
+        targets: class labels of the rows; needed for "stratified".
+
+    Returns:
+        A LongTensor of row indices.
+
+    Raises:
+        ValueError: an unknown `mode`, "stratified" without `targets`, or neither `size` nor
+            `targets`.
+
+    Examples:
+        >>> heldout_rows(3, 0, mode="random", size=10).tolist() == sorted(
+        ...     torch.randperm(10, generator=torch.Generator().manual_seed(0))[:3].tolist())
+        True
+        >>> labels = torch.tensor([0, 0, 0, 0, 1, 1])
+        >>> torch.bincount(labels[heldout_rows(3, 0, mode="stratified", targets=labels)]).tolist()
+        [2, 1]
+    """
+    check_choice(mode, "mode", SUBSET_MODES)
+    check_non_negative(n_samples, "n_samples", integer=True)
+    if mode == "stratified":
+        if targets is None:
+            raise ValueError("`targets` are needed for a stratified subset (mode='stratified')")
+        return stratified_order(targets, seed)[:n_samples]
+    if size is None:
+        if targets is None:
+            raise ValueError("`size` or `targets` must be given to choose rows")
+        size = len(targets)
+    order = torch.randperm(size, generator=torch.Generator().manual_seed(seed))
+    return order[:n_samples].sort().values

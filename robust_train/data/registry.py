@@ -21,16 +21,17 @@ from robust_train.data.torchvision_data import (
 __all__ = ["DATAMODULES", "get_datamodule", "datamodule_config"]
 
 DATAMODULES: Registry[type[pl.LightningDataModule]] = Registry("DATAMODULES", "datamodule")
-for _name, _cls in (
-    ("digits", DigitsDataModule),
-    ("mnist", MNISTDataModule),
-    ("mnist5k", MNIST5kDataModule),
-    ("fashion_mnist", FashionMNISTDataModule),
-    ("cifar10", CIFAR10DataModule),
-    ("image_folder", ImageFolderDataModule),
-    ("synthetic", SyntheticDataModule),
-):
-    DATAMODULES.add(_name, _cls)
+DATAMODULES.add_all(
+    {
+        "digits": DigitsDataModule,
+        "mnist": MNISTDataModule,
+        "mnist5k": MNIST5kDataModule,
+        "fashion_mnist": FashionMNISTDataModule,
+        "cifar10": CIFAR10DataModule,
+        "image_folder": ImageFolderDataModule,
+        "synthetic": SyntheticDataModule,
+    }
+)
 
 
 def get_datamodule(name: str, **kwargs: Any) -> pl.LightningDataModule:
@@ -41,11 +42,7 @@ def get_datamodule(name: str, **kwargs: Any) -> pl.LightningDataModule:
         >>> get_datamodule("digits", batch_size=32).hparams.batch_size
         32
     """
-    if name not in DATAMODULES:
-        raise ValueError(
-            f"Unknown datamodule `name` {name!r}; expected one of {sorted(DATAMODULES)}"
-        )
-    return DATAMODULES[name](**kwargs)
+    return DATAMODULES.lookup(name, "datamodule")(**kwargs)
 
 
 def datamodule_config(datamodule: pl.LightningDataModule) -> dict[str, Any]:

@@ -20,14 +20,15 @@ from robust_train.models.vgg_bn import VGGBN
 __all__ = ["get_model", "MODELS"]
 
 MODELS: Registry[type[nn.Module]] = Registry("MODELS", "model")
-for _name, _cls in (
-    ("small_cnn", SmallCNN),
-    ("mnist_cnn", MNISTConvNet),
-    ("resnet18_cifar", ResNet18CIFAR),
-    ("vgg_bn", VGGBN),
-    ("resnet_small_input", SmallInputResNet),
-):
-    MODELS.add(_name, _cls)
+MODELS.add_all(
+    {
+        "small_cnn": SmallCNN,
+        "mnist_cnn": MNISTConvNet,
+        "resnet18_cifar": ResNet18CIFAR,
+        "vgg_bn": VGGBN,
+        "resnet_small_input": SmallInputResNet,
+    }
+)
 
 
 def get_model(name: str, **kwargs: Any) -> nn.Module:
@@ -44,11 +45,13 @@ def get_model(name: str, **kwargs: Any) -> nn.Module:
         >>> type(get_model("vgg_bn", hidden=16)).__name__
         'VGGBN'
     """
-    if name in MODELS:
-        return MODELS[name](**kwargs)
-    if isinstance(name, str) and name in torchvision_classifier_names():
+    if isinstance(name, str) and name not in MODELS and name in torchvision_classifier_names():
         return TorchvisionClassifier(name=name, **kwargs)
-    raise ValueError(
-        f"Unknown model `name` {name!r}; expected one of {sorted(MODELS)} or a torchvision "
-        "classifier name (robust_train.models.torchvision_classifier_names())"
-    )
+    try:
+        model_class = MODELS.lookup(name, "model")
+    except ValueError as err:
+        raise ValueError(
+            f"{err} or a torchvision classifier name "
+            "(robust_train.models.torchvision_classifier_names())"
+        ) from None
+    return model_class(**kwargs)

@@ -13,6 +13,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from robust_train.core.validation import check_positive
 from robust_train.models import torchvision_parts as parts
 from robust_train.models.config import RecordsConfig
+from robust_train.models.head import find_head
 from robust_train.models.normalize import IMAGENET_MEAN, IMAGENET_STD, Normalize, channel_stats
 from robust_train.models.pretrained import fetch_state_dict, load_state_dict_file, resolve_weights
 
@@ -143,7 +144,7 @@ def _load_backbone(backbone: nn.Module, state: dict[str, Tensor], source: str) -
     """Load a torchvision-format state dict (any head size) into `backbone`, strictly."""
     if any(k.startswith("backbone.") for k in state):  # a TorchvisionClassifier state dict
         state = {k[len("backbone.") :]: v for k, v in state.items() if k.startswith("backbone.")}
-    _, _, head = parts.find_head(backbone)
+    head = find_head(backbone).name
     head_weight = state.get(f"{head}.weight")
     if head_weight is not None and head_weight.shape[0] != parts.head_out_features(backbone):
         parts.replace_head(backbone, int(head_weight.shape[0]))

@@ -7,7 +7,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-_HEAD_ATTRS = ("fc", "classifier", "head", "heads")
+from robust_train.models.head import find_head
+
 _AUX_PREFIXES = ("aux1.", "aux2.", "AuxLogits.")
 
 
@@ -28,29 +29,6 @@ def build_kwargs(name: str, weights: Any) -> dict[str, Any]:
 def drop_aux_keys(state: dict[str, Tensor]) -> dict[str, Tensor]:
     """Remove the auxiliary heads of GoogLeNet / Inception v3 (built here without them)."""
     return {k: v for k, v in state.items() if not k.startswith(_AUX_PREFIXES)}
-
-
-def find_head(model: nn.Module) -> tuple[nn.Module, str, str]:
-    """(parent module, attribute name, qualified name) of the final classification layer.
-
-    Handles `fc` (ResNet, ResNeXt, RegNet, GoogLeNet, Inception, ShuffleNet), `classifier` as a
-    layer (DenseNet) or a Sequential ending in Linear/Conv2d (VGG, AlexNet, MobileNet,
-    EfficientNet, MNASNet, ConvNeXt, MaxViT, SqueezeNet), `head` (Swin) and `heads` (ViT).
-    """
-    for attr in _HEAD_ATTRS:
-        module = getattr(model, attr, None)
-        if isinstance(module, (nn.Linear, nn.Conv2d)):
-            return model, attr, attr
-        if isinstance(module, nn.Sequential):
-            for child_name, child in reversed(list(module.named_children())):
-                if isinstance(child, (nn.Linear, nn.Conv2d)):
-                    return module, child_name, f"{attr}.{child_name}"
-    found = {a: type(getattr(model, a)).__name__ for a in _HEAD_ATTRS if hasattr(model, a)}
-    raise ValueError(
-        f"Cannot find the classification head of {type(model).__name__}: "
-        "looked for a Linear/Conv2d "
-        f"(or a Sequential ending in one) at {list(_HEAD_ATTRS)}, found {found or 'none of them'}"
-    )
 
 
 def head_out_features(model: nn.Module) -> int:

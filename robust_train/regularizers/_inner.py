@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from robust_train.attacks.options import check_linf_budget
+from robust_train.core.balls import random_offset, step_direction
 from robust_train.core.validation import check_non_negative, check_positive
 
 
@@ -64,16 +65,20 @@ def linf_pgd(
     """
     epsilon, step_size = options.epsilon, options.step_size
     x0 = inputs.detach()
+    # The box of B_inf(x, eps) and [0, 1], kept as bounds: a point inside stays bit for bit.
     lower, upper = (x0 - epsilon).clamp(min=0.0), (x0 + epsilon).clamp(max=1.0)
     adv = x0.clone()
     if options.random_start:
-        u = torch.rand(x0.shape, generator=generator, dtype=torch.float32).to(x0)
-        adv = torch.min(torch.max(x0 + (2 * u - 1) * epsilon, lower), upper)
+        delta = random_offset(
+            x0.shape, epsilon, "linf", generator, device="cpu", dtype=torch.float32, like=x0
+        )
+        adv = torch.min(torch.max(x0 + delta, lower), upper)
     for _ in range(options.n_steps):
         adv = adv.detach().requires_grad_(True)
         with torch.enable_grad():
             (grad,) = torch.autograd.grad(objective(adv).sum(), adv)
-        adv = torch.min(torch.max(adv.detach() + step_size * grad.sign(), lower), upper)
+        moved = adv.detach() + step_size * step_direction(grad, "linf")
+        adv = torch.min(torch.max(moved, lower), upper)
     return adv.detach()
 
 

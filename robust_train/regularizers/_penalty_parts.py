@@ -6,10 +6,22 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from robust_train.core.balls import NORMS as BALLS
+from robust_train.core.balls import per_sample_norm, random_offset
 from robust_train.core.validation import check_choice
 
 DISTANCES = ("l1", "cosine", "l2")
-BALLS = ("linf", "l2")
+
+__all__ = [
+    "BALLS",
+    "DISTANCES",
+    "ce_input_gradient",
+    "expand_like",
+    "forward_logits",
+    "map_distance",
+    "per_sample_norm",
+    "sample_in_ball",
+]
 
 
 def forward_logits(model: nn.Module, inputs: Tensor, logits: Tensor | None) -> Tensor:
@@ -39,11 +51,6 @@ def ce_input_gradient(
     return ce, grad
 
 
-def per_sample_norm(t: Tensor, p: float = 2.0) -> Tensor:
-    """Norm of each sample flattened, shape (B,)."""
-    return t.flatten(1).norm(p=p, dim=1)
-
-
 def expand_like(v: Tensor, t: Tensor) -> Tensor:
     """(B,) -> (B, 1, 1, ...) for broadcasting against `t`."""
     return v.view(-1, *([1] * (t.dim() - 1)))
@@ -58,18 +65,14 @@ def sample_in_ball(
 ) -> Tensor:
     """`n_samples` uniform perturbations per input in an L_inf or L2 ball, shape (n*B, C, H, W).
 
-    Sample-major order: rows [s*B:(s+1)*B] hold sample s of every input.
+    Sample-major order: rows [s*B:(s+1)*B] hold sample s of every input. The numbers are drawn
+    on the CPU in float32 (the same points on every device), then moved to `inputs`.
     """
     check_choice(ball, "ball", BALLS)
     shape = (n_samples * inputs.shape[0], *inputs.shape[1:])
-    if ball == "linf":
-        u = torch.rand(shape, generator=generator, device="cpu", dtype=torch.float32)
-        return (2 * u - 1).to(inputs) * radius
-    g = torch.randn(shape, generator=generator, device="cpu", dtype=torch.float32).to(inputs)
-    d = g[0].numel()
-    # Uniform in the L2 ball: direction uniform on the sphere, radius ~ r * U^(1/d).
-    r = torch.rand(shape[0], generator=generator, device="cpu").to(inputs) ** (1.0 / d) * radius
-    return g / expand_like(per_sample_norm(g).clamp_min(1e-12), g) * expand_like(r, g)
+    return random_offset(
+        shape, radius, ball, generator, device="cpu", dtype=torch.float32, like=inputs
+    )
 
 
 def map_distance(map_a: Tensor, map_b: Tensor, distance: str) -> Tensor:

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from robust_train.attacks.options import check_linf_budget
+from robust_train.core.balls import project_offset, step_direction
 from robust_train.core.options import build_options, takes_options
 from robust_train.core.runtime import require_grad_mode
 from robust_train.core.validation import check_choice, check_non_negative, check_positive
@@ -280,7 +281,8 @@ def _multi_map(
             pert = _maps(model, (x0 + delta).clamp(0, 1), target, o, create_graph=True)
             (g,) = torch.autograd.grad(_weighted_distance(reference, pert, o).sum(), delta)
         flat = flat or (i == 0 and not bool(g.any()))
-        delta = (delta + o.step * g.sign()).clamp(-o.radius, o.radius).detach()
+        delta = project_offset(delta + o.step * step_direction(g, "linf"), o.radius, "linf")
+        delta = delta.detach()
     pert = _maps(model, (x0 + delta).clamp(0, 1), target, o, create_graph=True)
     return _weighted_distance(clean, pert, o), flat
 

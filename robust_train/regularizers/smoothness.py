@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from robust_train.attacks.options import check_linf_budget
+from robust_train.core.balls import project_offset, step_direction
 from robust_train.core.options import build_options, takes_options
 from robust_train.core.validation import check_choice, check_non_negative, check_positive
 from robust_train.explain.clamp import direction_surrogates
@@ -32,7 +33,6 @@ from robust_train.models.softplus import zero_direction_cause
 from robust_train.regularizers._penalty_parts import (
     BALLS,
     DISTANCES,
-    expand_like,
     map_distance,
     per_sample_norm,
     sample_in_ball,
@@ -258,12 +258,7 @@ def _ascent_step(
     with torch.enable_grad():
         pert = importance_map(explain(model, (x0 + delta).clamp(0, 1), target, create_graph=True))
         (g,) = torch.autograd.grad(map_distance(clean_map, pert, distance).sum(), delta)
-    if ball == "linf":
-        return (delta + step * g.sign()).clamp(-radius, radius).detach(), g
-    unit = g / expand_like(per_sample_norm(g).clamp_min(1e-12), g)
-    delta = delta + step * unit
-    scale = (radius / per_sample_norm(delta).clamp_min(1e-12)).clamp(max=1.0)
-    return (delta * expand_like(scale, delta)).detach(), g
+    return project_offset(delta + step * step_direction(g, ball), radius, ball).detach(), g
 
 
 @register_penalty("smoothness")

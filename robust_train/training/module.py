@@ -20,11 +20,11 @@ from robust_train.core.validation import (
     check_non_negative,
     check_positive,
 )
+from robust_train.models.head import find_head
 from robust_train.models.loading import checkpoint_safe
 from robust_train.models.softplus import softplus
 from robust_train.regularizers.base import PenaltyTerm, check_declared
 from robust_train.training.module_metadata import (
-    find_head,
     infer_num_classes,
     try_datamodule_config,
     try_model_config,
@@ -142,7 +142,7 @@ class RobustClassifier(pl.LightningModule):
         self.train_acc = MulticlassAccuracy(self.num_classes, average="micro")
         self.val_acc = MulticlassAccuracy(self.num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(self.num_classes, average="micro")
-        self._head = find_head(self.model, head) if freeze_backbone_epochs else None
+        self._head = find_head(self.model, head).module if freeze_backbone_epochs else None
         self._seconds_before = 0.0  # training time of earlier runs this one resumed from
         self._fit_start: float | None = None
         self._skipped: list[tuple[int, dict[str, float]]] = []  # this epoch's skipped steps

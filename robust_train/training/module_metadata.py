@@ -1,4 +1,4 @@
-"""Helpers of `RobustClassifier`: the head and class count of a model, and the checkpoint
+"""Helpers of `RobustClassifier`: the class count of a model, and the checkpoint
 metadata that `load_classifier` and `robust-train evaluate` rebuild the model and data from."""
 
 from __future__ import annotations
@@ -17,18 +17,6 @@ def infer_num_classes(model: nn.Module) -> int:
             "`num_classes` could not be inferred (the model has no nn.Linear); pass num_classes="
         )
     return int(linears[-1].out_features)
-
-
-def find_head(model: nn.Module, head: str | None) -> nn.Module:
-    if head is not None:
-        try:
-            return model.get_submodule(head)
-        except AttributeError as err:
-            raise ValueError(f"`head` {head!r} is not a submodule of the model") from err
-    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
-    if not linears:
-        raise ValueError("no nn.Linear head found to keep trainable; pass `head=` (attribute path)")
-    return linears[-1]
 
 
 def try_model_config(model: nn.Module) -> dict[str, Any] | None:

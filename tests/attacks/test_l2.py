@@ -8,8 +8,8 @@ import torch
 from helpers import TinyCNN
 
 from robust_train.attacks import fragility_attack
-from robust_train.attacks._balls import project, random_in_ball, step_direction
 from robust_train.attacks.objectives import get_objective
+from robust_train.core.balls import project, random_in_ball, step_direction
 
 
 def _l2(v: torch.Tensor) -> torch.Tensor:

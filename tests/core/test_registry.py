@@ -61,3 +61,11 @@ def test_discovery_registers_a_new_file_without_any_other_edit(tmp_path: Path, m
     finally:
         for name in [m for m in sys.modules if m.startswith("plugin_pkg")]:
             del sys.modules[name]
+
+
+def test_add_all_registers_in_order_and_refuses_a_clash():
+    things: Registry[int] = Registry("THINGS", "thing")
+    things.add_all({"b": 2, "a": 1})
+    assert list(things) == ["b", "a"] and things.lookup("a", "thing") == 1
+    with pytest.raises(ValueError, match="'a' is already registered"):
+        things.add_all({"c": 3, "a": 4})

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 import torch
 from torch import Tensor
 
-from robust_train.attacks._balls import random_in_ball
+from robust_train.core.balls import random_in_ball
 from robust_train.core.registry import Registry
 from robust_train.explain.maps import normalize_map
 from robust_train.explain.ranked_reference import RankedReference

@@ -10,11 +10,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from robust_train.core.balls import NORMS, project_offset, random_offset
 from robust_train.core.runtime import generator_device, make_generator
 from robust_train.core.validation import check_choice, check_images, check_positive
 from robust_train.explain.maps import importance_map
 
-NORMS = ("linf", "l2")
 SAMPLINGS = ("uniform", "gaussian")
 MAP_NORMS = ("l2", "l1", "linf")
 NORMALIZATIONS = ("none", "max", "sum")
@@ -37,28 +37,14 @@ def draw_offsets(
     dtype = inputs.dtype
     if sampling == "gaussian":
         delta = radius * torch.randn(inputs.shape, generator=generator, device=device, dtype=dtype)
-    elif norm == "linf":
-        u = torch.rand(inputs.shape, generator=generator, device=device, dtype=dtype)
-        delta = radius * (2 * u - 1)
     else:
-        direction = torch.randn(inputs.shape, generator=generator, device=device, dtype=dtype)
-        lengths = direction.flatten(1).norm(dim=1).clamp_min(_TINY)
-        dim = inputs[0].numel()
-        u = torch.rand(inputs.shape[0], generator=generator, device=device, dtype=dtype)
-        scale = radius * u ** (1.0 / dim) / lengths
-        delta = direction * scale.view(-1, 1, 1, 1)
+        delta = random_offset(inputs.shape, radius, norm, generator, device=device, dtype=dtype)
     return delta.to(inputs.device)
 
 
 def project(clean: Tensor, perturbed: Tensor, radius: float, norm: str, clamp: bool) -> Tensor:
     """Project `perturbed` onto the `norm` ball of `radius` around `clean` (then onto [0, 1])."""
-    delta = perturbed - clean
-    if norm == "linf":
-        delta = delta.clamp(-radius, radius)
-    else:
-        lengths = delta.flatten(1).norm(dim=1).clamp_min(_TINY)
-        delta = delta * (radius / lengths).clamp(max=1.0).view(-1, 1, 1, 1)
-    out = clean + delta
+    out = clean + project_offset(perturbed - clean, radius, norm)
     return out.clamp(0.0, 1.0) if clamp else out
 
 

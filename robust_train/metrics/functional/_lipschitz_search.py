@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
+from robust_train.core.balls import step_direction
 from robust_train.core.runtime import row_chunks
 from robust_train.explain.protocol import Explainer
 from robust_train.metrics.functional._lipschitz_parts import (
@@ -162,7 +163,7 @@ def _ascend(
             if last:
                 break
             grad = _gradient(value, point)
-        moved = point.detach() + step_size * _direction(grad, ball.norm)
+        moved = point.detach() + step_size * step_direction(grad, ball.norm)
         point = project(clean, moved, ball.radius, ball.norm, ball.clamp)
     return best
 
@@ -172,10 +173,3 @@ def _gradient(value: Tensor, point: Tensor) -> Tensor:
         return torch.zeros_like(point)
     (grad,) = torch.autograd.grad(value.sum(), point, allow_unused=True)
     return torch.zeros_like(point) if grad is None else torch.nan_to_num(grad)
-
-
-def _direction(grad: Tensor, norm: str) -> Tensor:
-    if norm == "linf":
-        return grad.sign()
-    lengths = grad.flatten(1).norm(dim=1).view(-1, 1, 1, 1)
-    return torch.where(lengths > 0, grad / lengths.clamp_min(1e-12), torch.zeros_like(grad))

@@ -51,6 +51,8 @@ def crown_tightener(steps: list[Step], rows_per_chunk: int = 512) -> Tighten:
     def tighten(step: Step, env: dict[str, Any]) -> Box:
         name = step.args[0]
         box: Box = env[name]
+        if not any(s.kind in ("relu", "maxpool") for s in chain[: position[name]]):
+            return box  # affine in the input: the interval bounds are already exact
         lower, upper = box.lower.clone(), box.upper.clone()
         for b in range(lower.shape[0]):
             unstable = ((lower[b] < 0) & (upper[b] > 0)).flatten().nonzero().flatten()

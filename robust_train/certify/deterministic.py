@@ -158,7 +158,9 @@ def _stable_share(steps: list[Step], env: dict[str, Any]) -> Tensor:
 
 def _product(a: Box, b: Box) -> Box:
     """Interval product of two boxes."""
-    corners = torch.stack([a.lower * b.lower, a.lower * b.upper, a.upper * b.lower, a.upper * b.upper])
+    corners = torch.stack(
+        [a.lower * b.lower, a.lower * b.upper, a.upper * b.lower, a.upper * b.upper]
+    )
     return Box(corners.amin(0), corners.amax(0))
 
 

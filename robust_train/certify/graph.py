@@ -64,13 +64,15 @@ class LinearMap:
 
 @dataclass
 class Step:
-    """One operation: its kind, the names of its tensor arguments, and what the kind needs."""
+    """One operation: its kind, the names of its arguments (steps, or plain values), what the
+    kind needs, and the module's path in the model for a layer."""
 
     name: str
     kind: str
     args: list[Any]
     linear: LinearMap | None = None
     module: nn.Module | None = None
+    path: str | None = None
     call: Callable[..., Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -120,7 +122,9 @@ def _classify(node: fx.Node, modules: dict[str, nn.Module]) -> Step:
     if node.op == "output":
         return Step(node.name, "output", args)
     if node.op == "call_module":
-        return _module_step(node.name, str(node.target), modules[str(node.target)], args)
+        step = _module_step(node.name, str(node.target), modules[str(node.target)], args)
+        step.path = str(node.target)
+        return step
     target = node.target
     kwargs = dict(node.kwargs)
     if node.op == "call_function" and target in (operator.add, torch.add) and not kwargs:
@@ -215,7 +219,17 @@ def _conv(m: nn.Conv2d) -> LinearMap:
         return m._conv_forward(z, weight, None)
 
     def transpose(g: Tensor, shape: torch.Size, weight: Tensor) -> Tensor:
-        return _vjp(lambda z: apply(z, weight), g, _rows(shape, g))
+        if m.padding_mode != "zeros" or isinstance(m.padding, str):
+            return _vjp(lambda z: apply(z, weight), g, _rows(shape, g))
+        extra = [
+            shape[2 + i]
+            - ((g.shape[2 + i] - 1) * m.stride[i] - 2 * m.padding[i]
+               + m.dilation[i] * (m.kernel_size[i] - 1) + 1)
+            for i in range(2)
+        ]  # fmt: skip
+        return F.conv_transpose2d(
+            g, weight, None, m.stride, m.padding, tuple(extra), m.groups, m.dilation
+        )
 
     return LinearMap(
         apply=lambda z: apply(z, m.weight),

@@ -84,7 +84,7 @@ def forward_bounds(steps: list[Step], box: Box, tighten: Tighten | None = None) 
 
 
 def _forward(step: Step, env: dict[str, Any]) -> Any:
-    first = env[step.args[0]] if step.args else None
+    first: Any = env[step.args[0]]
     if step.kind == "affine":
         assert step.linear is not None
         mid, rad = (first.upper + first.lower) / 2, (first.upper - first.lower) / 2
@@ -106,7 +106,8 @@ def _forward(step: Step, env: dict[str, Any]) -> Any:
     if step.kind == "value":
         value = first.lower if isinstance(first, Box) else first
         return step.call(value, *rest, **step.extra)
-    return first.map(lambda t: step.call(t, *rest, **step.extra))  # type: ignore[misc]
+    call = step.call
+    return first.map(lambda t: call(t, *rest, **step.extra))
 
 
 def gradient_bounds(steps: list[Step], env: dict[str, Any], target: Tensor) -> Box:

@@ -19,7 +19,8 @@ back-substitution for tighter pre-activation bounds), no probability involved:
 
 - `explanation_bounds` -> `MapBounds`: per-entry bounds of the map and of its importance map;
 - `certify_topk` -> `DeterministicCertificate`: the top-k overlap certified at each radius;
-- `certify_model_bounds`, `BoundSettings`: the certificate beside the L_inf attack, JSON-ready.
+- `certify_model_bounds`, `BoundSettings`: the certificate beside the L_inf attack, JSON-ready;
+- `IntervalWidthPenalty` (registered penalty ``interval_width``): training on the bounds' width.
 """
 
 from robust_train.certify.statistics import (  # isort: skip
@@ -60,16 +61,22 @@ from robust_train.certify.deterministic_run import (  # isort: skip
     BoundSettings,
     certify_model_bounds,
 )
+from robust_train.certify.width_penalty import (  # isort: skip
+    IntervalWidthPenalty,
+    interval_width,
+)
 
 __all__ = [
     "BoundSettings",
     "CertifySettings",
     "DeterministicCertificate",
+    "IntervalWidthPenalty",
     "MapBounds",
     "UnsupportedLayerError",
     "certify_model_bounds",
     "certify_topk",
     "explanation_bounds",
+    "interval_width",
     "EmpiricalOverlap",
     "ExplanationCertificate",
     "SmoothingOptions",

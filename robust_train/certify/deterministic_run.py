@@ -185,7 +185,7 @@ def bounds_summary_markdown(results: dict[str, Any]) -> str:
             ]
         lines.append("| " + " | ".join(row) + " |")
     cost = ", ".join(
-        f"{name} {max(m['seconds']['certify_per_image']):.2f} s" for name, m in models.items()
+        f"{name} {max(m['seconds']['certify_per_image']):.3g} s" for name, m in models.items()
     )
     title = (
         f"# Deterministic certificate ({first['method']}, {first['explainer']}, top-{first['k']})"

@@ -210,3 +210,22 @@ def test_no_attack_or_random_point_goes_below_the_certificate_on_the_shipped_mod
         maps = importance_map(saliency(model, points, y.repeat(9)))
         kept = (topk_mask(maps, k) & cert.reference.repeat(9, 1, 1)).flatten(1).sum(1) / k
         assert (kept.view(9, -1) >= bound.float()).all(), (method, kept, bound)
+
+
+def test_interval_logit_bounds_match_auto_lirpa_where_installed() -> None:
+    """Cross-check with auto_LiRPA (Xu et al. 2020; not a dependency, it needs an older torch):
+    the interval bounds of the logits over the same box are the same IBP."""
+    lirpa = pytest.importorskip("auto_LiRPA")
+    from auto_LiRPA.perturbations import PerturbationLpNorm
+
+    torch.manual_seed(4)
+    net = conv_net().eval()
+    x, eps = torch.rand(2, 1, 3, 3), 0.05
+    box = input_box(x, eps)
+    bounded = lirpa.BoundedModule(net, torch.zeros_like(x))
+    ptb = PerturbationLpNorm(norm=float("inf"), eps=eps, x_L=box.lower, x_U=box.upper)
+    low, high = bounded.compute_bounds(x=(lirpa.BoundedTensor(x, ptb),), method="IBP")
+    steps = trace_network(net)
+    ours = forward_bounds(steps, box)[steps[-1].name]
+    torch.testing.assert_close(ours.lower, low, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ours.upper, high, atol=1e-5, rtol=1e-5)

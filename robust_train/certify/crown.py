@@ -21,12 +21,15 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 from robust_train.certify.graph import Step, UnsupportedLayerError
 from robust_train.certify.interval import Box, Tighten, pool_geometry, pool_windows, second_largest
+from robust_train.models.normalize import Normalize
 
 __all__ = ["crown_tightener"]
+
+CHANNELWISE = (nn.BatchNorm1d, nn.BatchNorm2d, Normalize)
 
 
 def crown_tightener(steps: list[Step], rows_per_chunk: int = 512) -> Tighten:
@@ -51,8 +54,8 @@ def crown_tightener(steps: list[Step], rows_per_chunk: int = 512) -> Tighten:
     def tighten(step: Step, env: dict[str, Any]) -> Box:
         name = step.args[0]
         box: Box = env[name]
-        if not any(s.kind in ("relu", "maxpool") for s in chain[: position[name]]):
-            return box  # affine in the input: the interval bounds are already exact
+        if _exact_by_intervals(chain[: position[name] + 1]):
+            return box
         lower, upper = box.lower.clone(), box.upper.clone()
         for b in range(lower.shape[0]):
             unstable = ((lower[b] < 0) & (upper[b] > 0)).flatten().nonzero().flatten()
@@ -65,6 +68,15 @@ def crown_tightener(steps: list[Step], rows_per_chunk: int = 512) -> Tighten:
         return Box(lower, upper)
 
     return tighten
+
+
+def _exact_by_intervals(chain: list[Step]) -> bool:
+    """Whether interval bounds are already exact: no nonlinearity, and at most one affine layer
+    that mixes entries (per-channel scalings such as BatchNorm map a box onto a box)."""
+    if any(s.kind in ("relu", "maxpool") for s in chain):
+        return False
+    mixing = [s for s in chain if s.kind == "affine" and not isinstance(s.module, CHANNELWISE)]
+    return len(mixing) <= 1
 
 
 def _bounds_of(chain: list[Step], env: dict[str, Any], b: int, index: Tensor) -> tuple[Tensor, ...]:

@@ -151,9 +151,10 @@ def _stable_share(steps: list[Step], env: dict[str, Any]) -> Tensor:
             box = env[step.args[0]]
             sure = ((box.lower > 0) | (box.upper <= 0)).flatten(1)
             fixed, total = fixed + sure.sum(1).double(), total + sure.shape[1]
+    first = env[steps[0].name].lower
     if not total:
-        return torch.ones(env[steps[0].name].lower.shape[0], dtype=torch.float64)
-    return torch.as_tensor(fixed / total)
+        return torch.ones(first.shape[0], dtype=torch.float64, device=first.device)
+    return torch.as_tensor(fixed / total, device=first.device)
 
 
 def _product(a: Box, b: Box) -> Box:

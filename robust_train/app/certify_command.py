@@ -39,6 +39,11 @@ from robust_train.app.checkpoint_io import (
 from robust_train.app.commands import checkpoint_folder
 from robust_train.app.settings_flags import CommandParser, flags_in_errors
 from robust_train.app.shipped_files import file_argument
+from robust_train.certify.deterministic_run import (
+    BoundSettings,
+    bounds_summary_markdown,
+    certify_model_bounds,
+)
 from robust_train.certify.report import certificate_summary_markdown, write_plot
 from robust_train.certify.run import CertifySettings, certify_model
 from robust_train.core.files import (
@@ -58,8 +63,23 @@ def _parser() -> argparse.ArgumentParser:
     d = CertifySettings()
     p = CommandParser(
         prog="robust-train certify",
-        description="Certified lower bound (randomized smoothing) and attacked upper bound of "
-        "the top-k overlap of a smoothed explainer, against the L2 radius.",
+        description="Certified lower bound and attacked upper bound of the top-k overlap of "
+        "an explanation: randomized smoothing of the explainer against the L2 radius "
+        "(--method smoothing), or deterministic bounds on the saliency / input x gradient map "
+        "against the L_inf radius (--method interval or crown).",
+    )
+    p.add_argument(
+        "--method",
+        choices=("smoothing", "interval", "crown"),
+        default="smoothing",
+        help="smoothing (probabilistic, L2, any explainer) or deterministic bounds over an "
+        "L_inf ball: interval, or crown (tighter, slower) (smoothing)",
+    )
+    p.add_argument(
+        "--eps",
+        type=float,
+        nargs="+",
+        help="L_inf radii of --method interval/crown (default 0.005 0.01 0.02 0.05)",
     )
     ckpt = file_argument("checkpoints", "`--ckpt`")
     p.add_argument(
@@ -132,7 +152,9 @@ def correct_images(
 OUTPUTS = ("results.json", "summary.md", "certify.png")
 
 
-def _check_out(out: Path, paths: list[str], overwrite: bool) -> bool:
+def _check_out(
+    out: Path, paths: list[str], overwrite: bool, outputs: tuple[str, ...] = OUTPUTS
+) -> bool:
     """Check `--out` and its files before any work; True when they may be replaced (a re-run on
     the same checkpoints, or `--overwrite`)."""
     check_output_folder(out, "--out")
@@ -149,7 +171,7 @@ def _check_out(out: Path, paths: list[str], overwrite: bool) -> bool:
                 f"({other or 'unknown'}); pick another --out or pass --overwrite"
             )
         replace = True
-    for name in OUTPUTS:
+    for name in outputs:
         check_output(out / name, overwrite=replace, flag="--out")
     return replace
 
@@ -187,14 +209,8 @@ def _load(args: argparse.Namespace, names: list[str]) -> tuple[dict[str, nn.Modu
     return models, data
 
 
-def certify_main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
-    if args.ambiguous_n_samples is not None:
-        raise ValueError(
-            "certify counts noise draws with `--noise-samples` and images with `--n-images`; "
-            "`--n-samples` is not one of its flags"
-        )
-    settings = _settings(args)  # every setting checked before a checkpoint is read
+def _inputs(args: argparse.Namespace, outputs: tuple[str, ...]) -> tuple[list[str], Path, bool]:
+    """Check `--n-images`, `--names`, the files and `--out`: names, out, replace."""
     if args.n_images < 1:
         raise ValueError(f"`--n-images` must be > 0, got {args.n_images}")
     names = args.names or [Path(c).stem for c in args.ckpt]
@@ -206,7 +222,77 @@ def certify_main(argv: list[str]) -> int:
         check_input_file(args.data_config, "--data-config")
     paths = [str(Path(c).resolve()) for c in args.ckpt]
     out = Path(args.out) if args.out else _default_out(args.ckpt)
-    replace = _check_out(out, paths, args.overwrite)
+    return names, out, _check_out(out, paths, args.overwrite, outputs)
+
+
+BOUND_OUTPUTS = ("results.json", "summary.md")
+
+
+def _bounds_settings(args: argparse.Namespace) -> BoundSettings:
+    if args.radii is not None:
+        raise ValueError(
+            f"`--radii` are L2 radii of --method smoothing; --method {args.method} "
+            "takes L_inf radii (--eps)"
+        )
+    given: dict[str, Any] = dict(
+        method=args.method, explainer=args.explainer, k=args.k, seed=args.seed,
+        attack_steps=args.attack_steps, random_points=args.random_points,
+    )  # fmt: skip
+    if args.eps is not None:
+        given["epsilons"] = tuple(args.eps)
+    flags = {"epsilons": "--eps", "attack_steps": "--attack-steps"}
+    flags |= {"random_points": "--random-points", "explainer": "--explainer", "k": "--k"}
+    with flags_in_errors(flags):
+        return BoundSettings(**given)
+
+
+def _bounds_main(args: argparse.Namespace) -> int:
+    """`--method interval|crown`: deterministic bounds, with the L_inf attack beside them."""
+    settings = _bounds_settings(args)
+    names, out, replace = _inputs(args, BOUND_OUTPUTS)
+    models, data = _load(args, names)
+    torch.set_num_threads(args.threads or 1)
+    x, y, index = correct_images(models, data, args.n_images, args.split, settings.seed)
+    results: dict[str, Any] = {"settings": settings.as_dict(), "split": args.split}
+    results |= {"images": index, "checkpoints": dict(zip(names, args.ckpt, strict=True))}
+    results["checkpoint_paths"] = [str(Path(c).resolve()) for c in args.ckpt]
+    results["image_selection"] = (
+        f"the first {args.n_images} images of the {args.split} split's seeded class-stratified "
+        f"order (seed {settings.seed}) that every model classifies correctly"
+    )
+    results["models"] = {}
+    for name, model in models.items():
+        start = time.perf_counter()
+        results["models"][name] = certify_model_bounds(model, x, y, settings)
+        print(f"{name}: certified and attacked in {time.perf_counter() - start:.1f} s")
+    summary = bounds_summary_markdown(results)
+    write_json(out / "results.json", results, overwrite=replace, flag="--out")
+    write_text(out / "summary.md", summary, overwrite=replace, flag="--out")
+    print(summary)
+    print(
+        f"images: {results['image_selection']}\n\nwrote {out / 'results.json'} and "
+        f"{out / 'summary.md'}"
+    )
+    return 0
+
+
+def certify_main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    if args.ambiguous_n_samples is not None:
+        raise ValueError(
+            "certify counts noise draws with `--noise-samples` and images with `--n-images`; "
+            "`--n-samples` is not one of its flags"
+        )
+    if args.method != "smoothing":
+        return _bounds_main(args)
+    if args.eps is not None:
+        raise ValueError(
+            "`--eps` sets the L_inf radii of --method interval or crown; --method smoothing "
+            "takes L2 radii (--radii)"
+        )
+    settings = _settings(args)  # every setting checked before a checkpoint is read
+    names, out, replace = _inputs(args, OUTPUTS)
+    paths = [str(Path(c).resolve()) for c in args.ckpt]
     models, data = _load(args, names)
     set_threads(models.values(), args.threads or None)
     x, y, index = correct_images(models, data, args.n_images, args.split, settings.seed)

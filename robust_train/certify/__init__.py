@@ -12,6 +12,15 @@ Cohen, Rosenfeld & Kolter 2019; Salman et al. 2019), for any explainer of `robus
   L2 fragility attack (and of random points of the sphere) on the same smoothed explainer;
 - `clopper_pearson`, `simultaneous_bounds`, `overlap_radii`, `pixel_radii`, `box_overlap`: the
   statistics and the geometry, stated and tested on their own.
+
+Deterministic bounds of the saliency and input x gradient maps of a ReLU network over an L_inf
+ball (Wicker et al. 2023: interval bounds through the forward and the backward pass; CROWN-style
+back-substitution for tighter pre-activation bounds), no probability involved:
+
+- `explanation_bounds` -> `MapBounds`: per-entry bounds of the map and of its importance map;
+- `certify_topk` -> `DeterministicCertificate`: the top-k overlap certified at each radius;
+- `certify_model_bounds`, `BoundSettings`: the certificate beside the L_inf attack, JSON-ready;
+- `IntervalWidthPenalty` (registered penalty ``interval_width``): training on the bounds' width.
 """
 
 from robust_train.certify.statistics import (  # isort: skip
@@ -41,9 +50,33 @@ from robust_train.certify.attack import (  # isort: skip
     random_search,
 )
 from robust_train.certify.run import CertifySettings, certify_model  # isort: skip
+from robust_train.certify.graph import UnsupportedLayerError  # isort: skip
+from robust_train.certify.deterministic import (  # isort: skip
+    DeterministicCertificate,
+    MapBounds,
+    certify_topk,
+    explanation_bounds,
+)
+from robust_train.certify.deterministic_run import (  # isort: skip
+    BoundSettings,
+    certify_model_bounds,
+)
+from robust_train.certify.width_penalty import (  # isort: skip
+    IntervalWidthPenalty,
+    interval_width,
+)
 
 __all__ = [
+    "BoundSettings",
     "CertifySettings",
+    "DeterministicCertificate",
+    "IntervalWidthPenalty",
+    "MapBounds",
+    "UnsupportedLayerError",
+    "certify_model_bounds",
+    "certify_topk",
+    "explanation_bounds",
+    "interval_width",
     "EmpiricalOverlap",
     "ExplanationCertificate",
     "SmoothingOptions",

@@ -32,6 +32,7 @@ PENALTY_OPTIONS: dict[str, dict[str, Any]] = {
     "smoothness": {},
     "lipschitz": {},
     "igr": {"n_ascent_steps": 1, "n_ig_steps": 4},
+    "interval_width": {},
     "lga": {},
     "multi_map": {"radius": 0.1},
     "ssr": {"n_iterations": 3},

@@ -11,7 +11,7 @@ from torchmetrics.aggregation import MeanMetric
 
 from robust_train.callbacks._base import RobustnessCallback
 from robust_train.callbacks._checks import compute_quietly
-from robust_train.callbacks._figures import Report
+from robust_train.callbacks.figures import Report
 from robust_train.certify import certify_topk
 from robust_train.certify.deterministic import (
     check_bound_explainer,

@@ -29,6 +29,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from pytorch_lightning import LightningDataModule
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Subset
 
-from robust_train.core.files import OutputError, check_output, write_with
+from robust_train.core.files import OutputError, check_input, check_output, write_stream
 from robust_train.core.resources import resolve_file
 from robust_train.data._base import dataset_targets, stratified_order
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
@@ -117,17 +118,24 @@ def add_trust_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def check_input_file(path: str | Path, flag: str) -> Path:
-    """`path` if it is a file; else FileNotFoundError / IsADirectoryError naming `flag`.
+    """`path` if it is a regular file (through a symlink, too); else FileNotFoundError /
+    IsADirectoryError / OutputError naming `flag` (a FIFO or a device node is never opened: a
+    FIFO would wait for a writer forever).
 
     Examples:
         >>> check_input_file("/", "--ckpt")
         Traceback (most recent call last):
         ...
         IsADirectoryError: `--ckpt` '/' is a directory, not a file
+        >>> check_input_file("/dev/null", "--ckpt")
+        Traceback (most recent call last):
+        ...
+        robust_train.core.files.NotARegularFileError: `--ckpt` '/dev/null' is a character ...
     """
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(f"`{flag}` {str(path)!r} is a directory, not a file")
+    check_input(path, flag)
     if not path.is_file():
         raise FileNotFoundError(f"`{flag}` {str(path)!r} does not exist")
     return path
@@ -547,9 +555,10 @@ def export_checkpoint(
     `init_checkpoint` for fine-tuning; it cannot resume training. It always loads tensors-only:
     anything else (Python objects a trusted `src` held) is written as plain values or its repr.
     `dst` must not be `src` (the same file, also through a link), must not exist unless
-    `overwrite`, and is never a symlink; it is written to a temporary file and renamed, so a
-    killed export leaves no truncated file. A recorded class path outside the installed packages
-    is copied as text, not imported (unless `trust_class_path`).
+    `overwrite`, and is never a symlink, a device node or a FIFO; it is written to a temporary
+    file and renamed, so a killed export, or one that meets a full disk (`DiskFullError`),
+    leaves no truncated file. A recorded class path outside the installed packages is copied as
+    text, not imported (unless `trust_class_path`).
     """
     src, dst = check_input_file(src, "src"), Path(dst)
     if _same_file(src, dst) or dst.resolve() == src.resolve():
@@ -569,10 +578,4 @@ def export_checkpoint(
         k: checkpoint_safe(v) for k, v in ckpt["state_dict"].items() if k.startswith("model.")
     }
 
-    def save(tmp: Path) -> Path:
-        torch.save(small, tmp)
-        return tmp
-
-    written = write_with(dst, save, overwrite=overwrite, flag="dst")
-    assert written is not None
-    return written
+    return write_stream(dst, partial(torch.save, small), overwrite=overwrite, flag="dst")

@@ -52,3 +52,24 @@ def test_export_never_replaces_a_device_node_or_a_fifo(tmp_path: Path, cli):
         with pytest.raises(files.OutputError, match="not a regular file"):
             files.write_text(special, "x", overwrite=True)
     assert not files.partial_files(tmp_path / "pipe")
+
+
+def test_assets_copy_never_writes_through_a_link_or_into_a_fifo(tmp_path: Path, cli):
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me")
+    (tmp_path / "link.yaml").symlink_to(precious)
+    (tmp_path / "dangling.yaml").symlink_to(tmp_path / "created.txt")
+    fifo = _special_files(tmp_path)["fifo"]
+    name = "configs/digits_baseline.yaml"
+    cases = {
+        "link.yaml": (["--overwrite"], "is a symlink"),
+        "dangling.yaml": ([], "is a symlink"),
+        fifo.name: (["--overwrite"], "not a regular file"),
+    }
+    for dest, (flags, fragment) in cases.items():
+        error_line(cli("assets", "copy", name, dest, *flags, cwd=tmp_path), dest, fragment)
+    assert precious.read_text() == "keep me" and not (tmp_path / "created.txt").exists()
+    assert (tmp_path / "link.yaml").is_symlink() and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert cli("assets", "copy", name, "mine.yaml", cwd=tmp_path).returncode == 0
+    assert (tmp_path / "mine.yaml").read_bytes() == (CONFIGS.parent / name).read_bytes()
+    assert not [p for p in tmp_path.iterdir() if ".partial" in p.name]

@@ -388,10 +388,35 @@ def write_stream(
     return written
 
 
+class _Stream:
+    """A binary stream that remembers the first OSError a write raised: a writer that calls
+    `write` from C++ (`torch.save`) reports a failed write as its own RuntimeError."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self.handle = handle
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.handle.write(data)
+        except OSError as err:
+            self.error = self.error or err
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.handle, name)
+
+
 def _stream_writer(fill: Callable[[IO[bytes]], Any]) -> Callable[[Path], Path]:
     def writer(tmp: Path) -> Path:
         with open(tmp, "wb") as handle:
-            fill(handle)
+            stream = _Stream(handle)
+            try:
+                fill(stream)  # type: ignore[arg-type]
+            except Exception as err:
+                if stream.error is not None and stream.error is not err:
+                    raise stream.error from err
+                raise
         return tmp
 
     return writer

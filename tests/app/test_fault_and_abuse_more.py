@@ -10,9 +10,14 @@ half-written, no module outside the allow-list runs, and every refusal is one li
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import errno
 import os
+import shutil
 import stat
+import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -26,6 +31,64 @@ QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=
 ONE_BATCH = ["--trainer.max_epochs=1", "--trainer.limit_train_batches=1"]
 ONE_BATCH += ["--trainer.limit_val_batches=1", "--trainer.callbacks=[]", *QUIET]
 ONE_BATCH += ["--trainer.logger=false"]
+
+
+class _FullDisk:
+    """`open` for robust_train.core.files whose write streams fail with ENOSPC once a file passes
+    `limit` bytes: a full disk, simulated where no small file system can be mounted."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+
+    def open(self, file, mode="r", *args, **kwargs):
+        handle = builtins.open(file, mode, *args, **kwargs)
+        return _Filling(handle, self.limit) if "w" in mode else handle
+
+
+class _Filling:
+    def __init__(self, handle, limit: int):
+        self._handle, self._left = handle, limit
+
+    def write(self, data) -> int:
+        self._left -= memoryview(data).nbytes
+        if self._left < 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return self._handle.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self._handle, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handle.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A folder on a 256 KiB tmpfs (skipped where this machine does not let the test mount one),
+    unmounted afterwards."""
+    folder = tmp_path / f"small_{uuid.uuid4().hex[:6]}"
+    folder.mkdir()
+    mount = shutil.which("mount")
+    command = [mount or "mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(folder)]
+    if mount is None or subprocess.run(command, capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (the ENOSPC variant covers it)")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+def _fill(folder: Path, leave: int) -> None:
+    """Fill the file system of `folder` up to `leave` bytes."""
+    info = os.statvfs(folder)
+    (folder / "filler").write_bytes(b"\0" * max(0, info.f_bavail * info.f_frsize - leave))
+
+
+def _no_partials(folder: Path) -> None:
+    assert not [p for p in folder.rglob("*") if ".partial" in p.name], sorted(folder.rglob("*"))
 
 
 def _loads(path: Path) -> dict:
@@ -73,3 +136,27 @@ def test_assets_copy_never_writes_through_a_link_or_into_a_fifo(tmp_path: Path, 
     assert cli("assets", "copy", name, "mine.yaml", cwd=tmp_path).returncode == 0
     assert (tmp_path / "mine.yaml").read_bytes() == (CONFIGS.parent / name).read_bytes()
     assert not [p for p in tmp_path.iterdir() if ".partial" in p.name]
+
+
+@pytest.mark.slow
+def test_a_fit_on_a_full_disk_leaves_no_checkpoint_and_no_temporary_file(small_disk, cli):
+    """checkpoint_root on a 256 KiB tmpfs: config.yaml fits, a 480 KB checkpoint does not."""
+    result = cli("fit", *DIGITS, *ONE_BATCH, "--checkpoint_root", str(small_disk),
+                 cwd=small_disk.parent)  # fmt: skip
+    error_line(result, "best.ckpt", "no space left")
+    assert not list(small_disk.rglob("*.ckpt"))  # no truncated best.ckpt
+    _no_partials(small_disk)
+    assert not list(small_disk.iterdir())  # the run folder (and its config.yaml) is released
+
+
+@pytest.mark.slow
+def test_a_fit_whose_checkpoint_write_fails_with_enospc_leaves_nothing(
+    tmp_path: Path, cli, monkeypatch
+):
+    """The same full disk, simulated (runs everywhere): writes past 64 KB fail with ENOSPC."""
+    monkeypatch.setattr(files, "open", _FullDisk(64_000).open, raising=False)
+    root = tmp_path / "ckpts"
+    result = cli("fit", *DIGITS, *ONE_BATCH, "--checkpoint_root", str(root), cwd=tmp_path)
+    error_line(result, "best.ckpt", "no space left")
+    assert not list(tmp_path.rglob("*.ckpt")) and not root.exists()
+    _no_partials(tmp_path)

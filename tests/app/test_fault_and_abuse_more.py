@@ -17,12 +17,13 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
 import pytest
 import torch
-from reliability import CONFIGS, error_line, save_fit_checkpoint
+from reliability import CONFIGS, TINY_EVAL, error_line, save_fit_checkpoint
 
 from robust_train.core import files
 
@@ -160,3 +161,25 @@ def test_a_fit_whose_checkpoint_write_fails_with_enospc_leaves_nothing(
     error_line(result, "best.ckpt", "no space left")
     assert not list(tmp_path.rglob("*.ckpt")) and not root.exists()
     _no_partials(tmp_path)
+
+
+def test_a_recorded_class_path_never_imports_a_main_module_or_another_package(
+    tmp_path: Path, cli, monkeypatch
+):
+    """`PIL.__main__` prints Pillow's report at import, `certifi.__main__` parses the command
+    line: neither is imported from a handed checkpoint; the error names the path and the flag."""
+    cases = {
+        "pil.ckpt": "PIL.__main__.Image",
+        "certifi.ckpt": "certifi.__main__.where",
+        "other.ckpt": "certifi.core.where",  # installed, but not on the allow-list
+    }
+    for module in ("PIL.__main__", "certifi", "certifi.__main__", "certifi.core"):
+        monkeypatch.delitem(sys.modules, module, raising=False)
+    for name, class_path in cases.items():
+        save_fit_checkpoint(tmp_path / name, model_spec={"class_path": class_path})
+        result = cli("evaluate", "--ckpt", name, *TINY_EVAL, cwd=tmp_path)
+        error_line(result, repr(class_path), "--trust-class-path")
+        assert "Pillow" not in result.stdout and "usage:" not in result.stderr, name
+    assert not {"PIL.__main__", "certifi", "certifi.__main__"} & set(sys.modules)
+    assert not (tmp_path / "runs").exists()
+

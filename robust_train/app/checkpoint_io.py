@@ -9,10 +9,11 @@ datamodule recorded in it (or a config's `data:` section) and runs the suite;
 Checkpoints are read tensors-only; one holding other Python objects is refused unless the user
 passes `--trust-checkpoint` (`trusted=True`), and the class paths a checkpoint records are checked
 to name an `nn.Module` (model) and a `LightningDataModule` (data) before anything is built. A
-recorded class path is imported only from the installed packages (or a module already imported):
-one whose module is in the working folder, on PYTHONPATH or anywhere else is refused unless the
-user passes `--trust-class-path` (`trust_class_path=True`) or gives the model (`--model`) or the
-data (`--data-config`) themselves.
+recorded class path is imported only from a short allow-list of installed packages (a model:
+robust_train, torch, torchvision; a datamodule: robust_train's own), never from a `__main__`
+module: one whose module is in the working folder, on PYTHONPATH, in another installed package
+or anywhere else is refused unless the user passes `--trust-class-path` (`trust_class_path=True`)
+or gives the model (`--model`) or the data (`--data-config`) themselves.
 
 The datamodule a checkpoint records never downloads anything or creates a folder: `download` is
 turned off, a folder it names (`root`, `data_dir`, ...) must exist here, and when it cannot be
@@ -42,7 +43,13 @@ from robust_train.core.files import OutputError, check_input, check_output, writ
 from robust_train.core.resources import resolve_file
 from robust_train.data._base import dataset_targets, stratified_order
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
-from robust_train.models.config import ClassPathNotFound, UntrustedClassPathError, resolve_class
+from robust_train.models.config import (
+    DATA_PACKAGES,
+    RECORDED_PACKAGES,
+    ClassPathNotFound,
+    UntrustedClassPathError,
+    resolve_class,
+)
 from robust_train.models.input_check import check_model_fits_data
 from robust_train.models.loading import (
     CheckpointError,
@@ -92,8 +99,9 @@ TRUST_HELP = (
 
 CLASS_PATH_FLAG = "--trust-class-path"
 CLASS_PATH_HELP = (
-    "also import the model and data classes a checkpoint records when their module is not part "
-    "of an installed package (a .py file in the working folder or on PYTHONPATH). RISK: "
+    "also import the model and data classes a checkpoint records when their module is outside "
+    "robust_train, torch and torchvision (data: outside robust_train), such as a .py file in the "
+    "working folder or on PYTHONPATH, another installed package or a __main__ module. RISK: "
     "importing a module runs its code; use it only for checkpoints whose maker you trust "
     "(giving the model with --model or the data with --data-config needs no opt-in)"
 )
@@ -202,6 +210,7 @@ def recorded_datamodule(
         what,
         recorded=not trust_class_path,
         opt_in=CLASS_PATH_OPT_IN,
+        packages=DATA_PACKAGES,
     )
     if init_args.get("download") or "download" in inspect.signature(cls).parameters:
         init_args["download"] = False
@@ -215,7 +224,11 @@ def _check_classes(
     that does not import fails where it is built, if it is used). A module outside the installed
     packages is refused unless `trust_class_path`; with `copy_only` (export: nothing is built) it
     is left unimported and unchecked, with a note."""
-    for key, base in (("model", nn.Module), ("datamodule", LightningDataModule)):
+    kinds = (
+        ("model", nn.Module, RECORDED_PACKAGES),
+        ("datamodule", LightningDataModule, DATA_PACKAGES),
+    )
+    for key, base, packages in kinds:
         spec = meta.get(key)
         if spec is None:
             continue
@@ -225,15 +238,16 @@ def _check_classes(
         class_path = spec.get("class_path")
         try:
             resolve_class(
-                class_path, base, what, recorded=not trust_class_path, opt_in=CLASS_PATH_OPT_IN
-            )
+                class_path, base, what, recorded=not trust_class_path, opt_in=CLASS_PATH_OPT_IN,
+                packages=packages,
+            )  # fmt: skip
         except ClassPathNotFound:
             pass
         except UntrustedClassPathError:
             if not copy_only:
                 raise
             print(
-                f"note: {what} names {class_path!r}, outside the installed packages: copied "
+                f"note: {what} names {class_path!r}, outside the allowed packages: copied "
                 f"as text, not imported or checked (loading the copy asks for {CLASS_PATH_FLAG})",
                 file=sys.stderr,
             )

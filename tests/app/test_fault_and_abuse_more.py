@@ -183,3 +183,18 @@ def test_a_recorded_class_path_never_imports_a_main_module_or_another_package(
     assert not {"PIL.__main__", "certifi", "certifi.__main__"} & set(sys.modules)
     assert not (tmp_path / "runs").exists()
 
+
+def test_a_recorded_third_party_data_module_is_never_built(tmp_path: Path, cli, monkeypatch):
+    """Lightning's demo MNIST module would download into ./data: refused before its import."""
+    class_path = "pytorch_lightning.demos.mnist_datamodule.MNISTDataModule"
+    monkeypatch.delitem(sys.modules, class_path.rpartition(".")[0], raising=False)
+    (tmp_path / "mnist").mkdir()
+    data = {"class_path": class_path, "init_args": {"data_dir": str(tmp_path / "mnist")}}
+    save_fit_checkpoint(tmp_path / "demo.ckpt", datamodule=data)
+    result = cli("evaluate", "--ckpt", "demo.ckpt", *TINY_EVAL, cwd=tmp_path)
+    error_line(result, repr(class_path), "--trust-class-path")
+    exported = cli("export", "demo.ckpt", "copy.ckpt", cwd=tmp_path)  # copied as text only
+    assert exported.returncode == 0 and class_path in exported.stderr, exported.stderr
+    assert class_path.rpartition(".")[0] not in sys.modules
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.ckpt", "demo.ckpt", "mnist"]
+    assert not list((tmp_path / "mnist").iterdir())

@@ -198,3 +198,15 @@ def test_a_recorded_third_party_data_module_is_never_built(tmp_path: Path, cli, 
     assert class_path.rpartition(".")[0] not in sys.modules
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.ckpt", "demo.ckpt", "mnist"]
     assert not list((tmp_path / "mnist").iterdir())
+
+
+@pytest.mark.timeout(60)
+def test_a_config_that_is_a_fifo_or_a_device_is_refused_before_it_is_opened(tmp_path: Path, cli):
+    """A FIFO with no writer would block `open` forever (the timeout fails the test then)."""
+    for special in _special_files(tmp_path).values():
+        for command in ("fit", "check-data"):
+            result = cli(command, "--config", str(special), cwd=tmp_path)
+            error_line(result, f"`--config` {str(special)!r}", "not a regular file")
+        result = cli("fit", *DIGITS, "--ckpt_path", str(special), cwd=tmp_path)
+        error_line(result, "`--ckpt_path`", "not a regular file")
+    assert not (tmp_path / "checkpoints").exists()

@@ -41,6 +41,7 @@ from torch.utils.data import DataLoader, Subset
 
 from robust_train.core.files import OutputError, check_input, check_output, write_stream
 from robust_train.core.resources import resolve_file
+from robust_train.core.yaml_bounds import check_yaml_aliases
 from robust_train.data._base import dataset_targets, stratified_order
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
 from robust_train.models.config import (
@@ -335,12 +336,15 @@ def load_checkpoint(
 
 def data_config_from_yaml(path: str | Path, flag: str = "--data-config") -> dict[str, Any]:
     """The `data:` section of a LightningCLI config file (a shipped config by name too), read
-    with `yaml.safe_load`: tags such as `!!python/object` are refused, never run."""
+    with `yaml.safe_load`: tags such as `!!python/object` are refused, never run, and so are
+    aliases that would expand beyond a small bound (`robust_train.core.yaml_bounds`)."""
     import yaml
 
     path = check_input_file(resolve_file(path, "configs", what=f"`{flag}`"), flag)
+    text = path.read_text()
+    check_yaml_aliases(text, f"`{flag}` {str(path)!r}")
     try:
-        config = yaml.safe_load(path.read_text())
+        config = yaml.safe_load(text)
     except yaml.YAMLError as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise ValueError(f"`{flag}` {str(path)!r} is not a plain YAML config: {first}") from None

@@ -200,6 +200,51 @@ def test_a_recorded_third_party_data_module_is_never_built(tmp_path: Path, cli, 
     assert not list((tmp_path / "mnist").iterdir())
 
 
+def _billion_laughs(levels: int = 9) -> str:
+    """`levels` levels of ten aliases each: 10**levels strings once expanded, ~700 bytes here."""
+    lines = ["l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    for i in range(1, levels + 1):
+        lines.append(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]")
+    return "\n".join(lines) + "\n"
+
+
+@contextlib.contextmanager
+def _memory_cap(extra: int = 2 << 30):
+    """At most `extra` more bytes of address space meanwhile: a bomb that gets through ends as a
+    MemoryError here instead of exhausting the machine."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm") as statm:
+        used = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    resource.setrlimit(resource.RLIMIT_AS, (used + extra, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path: Path, cli):
+    (tmp_path / "lol.yaml").write_text(_billion_laughs())
+    (tmp_path / "data.yaml").write_text(
+        "data:\n  class_path: robust_train.data.DigitsDataModule\n" + _billion_laughs()
+    )
+    ckpt = save_fit_checkpoint(tmp_path / "model.ckpt")
+    cases = {
+        "fit": (["fit", "--config", "lol.yaml"], "`--config` 'lol.yaml'"),
+        "check-data": (["check-data", "-c", "lol.yaml"], "`-c` 'lol.yaml'"),
+        "evaluate": (
+            ["evaluate", "--ckpt", str(ckpt), "--data-config", "data.yaml", *TINY_EVAL],
+            "`--data-config`",
+        ),
+    }
+    with _memory_cap():
+        results = {name: cli(*args, cwd=tmp_path) for name, (args, _) in cases.items()}
+    for name, (_, fragment) in cases.items():
+        error_line(results[name], fragment, "aliases", "100000 nodes")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.yaml", "lol.yaml", "model.ckpt"]
+
+
 @pytest.mark.timeout(60)
 def test_a_config_that_is_a_fifo_or_a_device_is_refused_before_it_is_opened(tmp_path: Path, cli):
     """A FIFO with no writer would block `open` forever (the timeout fails the test then)."""

@@ -165,7 +165,7 @@ def check_recorded_import(
         spec = importlib.util.find_spec(top) if top else None  # finds the file; runs nothing
     except (ImportError, ValueError):
         spec = None
-    if spec is None and allowed:
+    if spec is None:
         return  # the import fails as "cannot import" (ClassPathNotFound); nothing runs
     places = _locations(spec) if spec is not None else []
     if allowed and top in _installed_top_level():
@@ -374,7 +374,13 @@ def resolve_class(
         raise ClassPathError(f"class_path of {what} must be a dotted path, got {class_path!r}")
     if recorded:
         check_recorded_import(class_path, what, opt_in, packages)
-        cls = _import(class_path, what)
+        try:
+            cls = _import(class_path, what)
+        except ClassPathNotFound as err:
+            raise ClassPathNotFound(
+                f"{err}; a module outside {', '.join(packages)} is imported only if you trust "
+                f"it: {opt_in}"
+            ) from None
     else:
         cls = _import_user(class_path, what)
     if not (isinstance(cls, type) and issubclass(cls, base)):

@@ -5,6 +5,11 @@ class no model can learn: it is refused (`EmptyClassFolderError`, naming the fol
 from the command line) wherever the classes are read, by `fit` before training and by
 `robust-train check-data`.
 
+Links to folders inside a split folder are never followed: one (a class folder that is a link,
+or a link inside one) is refused (`FolderLinkError`, naming it, exit code 2), since a link can
+loop (`a/l1 -> .`: the walk never ends) or put one class's images under another (`a/up -> ..`).
+Links to image files are read as files.
+
 A file that cannot be decoded is named in the error (`UnreadableImageError`, exit code 2 from the
 command line), whether it is met during training or found before it: `verify=True` reads every
 image when the fit sets up and refuses the folder if any fails, `skip_unreadable=True` drops them
@@ -30,7 +35,7 @@ from robust_train.core.validation import check_non_negative, check_probability
 from robust_train.data._base import ImageDataModule, as_size
 from robust_train.data.check import SplitCheck, UnreadableImageError, unreadable_files
 
-__all__ = ["EmptyClassFolderError", "ImageFolderDataModule"]
+__all__ = ["EmptyClassFolderError", "FolderLinkError", "ImageFolderDataModule"]
 
 
 class EmptyClassFolderError(ValueError):
@@ -39,8 +44,34 @@ class EmptyClassFolderError(ValueError):
     user_error = True
 
 
+class FolderLinkError(ValueError):
+    """A link to a folder inside an image folder's split (a user error: one line, exit code 2)."""
+
+    user_error = True
+
+
+def _refuse_folder_links(split: str | os.PathLike[str]) -> None:
+    """Refuse links to folders anywhere below `split` (the walk does not follow them).
+
+    Raises:
+        FolderLinkError: naming the first link, where it points, and how many there are.
+    """
+    links = []
+    for folder, subfolders, _ in os.walk(split):  # followlinks=False: never enters a link
+        links += [
+            os.path.join(folder, d) for d in subfolders if os.path.islink(os.path.join(folder, d))
+        ]
+    if links:
+        first = sorted(links)[0]
+        raise FolderLinkError(
+            f"{first!r} is a link to a folder ({os.readlink(first)!r}; {len(links)} such link(s) "
+            f"under {str(split)!r}): links to folders are not followed in an image folder (they "
+            "can loop or relabel images); replace it with the folder itself or remove it"
+        )
+
+
 def _holds_an_image(folder: str) -> bool:
-    for _, _, files in os.walk(folder, followlinks=True):
+    for _, _, files in os.walk(folder):
         if any(has_file_allowed_extension(name, IMG_EXTENSIONS) for name in files):
             return True
     return False
@@ -149,6 +180,7 @@ class ImageFolderDataModule(ImageDataModule):
                     f"(and optionally {str(self._split_dir('val'))!r}, "
                     f"{str(self._split_dir('test'))!r})"
                 )
+            _refuse_folder_links(train)
             classes = sorted(e.name for e in os.scandir(train) if e.is_dir())
             if not classes:
                 raise FileNotFoundError(f"{str(train)!r} has no class sub-folders")
@@ -176,6 +208,7 @@ class ImageFolderDataModule(ImageDataModule):
         if self.hparams["grayscale"]:
             steps.append(transforms.Grayscale(num_output_channels=1))
         steps.append(transforms.ToTensor())
+        _refuse_folder_links(self._split_dir(split))
         return _FixedClassesFolder(
             str(self._split_dir(split)), self.class_names, transforms.Compose(steps)
         )

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from reliability import CONFIGS, TINY_EVAL, error_line, save_fit_checkpoint
+from reliability import CONFIGS, TINY_EVAL, error_line, image_folder, save_fit_checkpoint
 
 from robust_train.core import files
 
@@ -254,4 +254,34 @@ def test_a_config_that_is_a_fifo_or_a_device_is_refused_before_it_is_opened(tmp_
             error_line(result, f"`--config` {str(special)!r}", "not a regular file")
         result = cli("fit", *DIGITS, "--ckpt_path", str(special), cwd=tmp_path)
         error_line(result, "`--ckpt_path`", "not a regular file")
+    assert not (tmp_path / "checkpoints").exists()
+
+
+IMAGES_CONFIG = (
+    "model:\n  model:\n    class_path: robust_train.models.SmallCNN\n"
+    "    init_args: {in_channels: 1, num_classes: 2, input_size: 8}\n"
+    "data:\n  class_path: robust_train.data.ImageFolderDataModule\n"
+    "  init_args: {root: ROOT, image_size: 8, grayscale: true, batch_size: 4}\n"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_links_to_folders_in_an_image_folder_are_refused_not_followed(tmp_path: Path, cli):
+    """Two self-links made check-data walk forever; `a/up -> ..` turned 12 images into 492 and
+    put class b's images under a."""
+    from robust_train.data import ImageFolderDataModule
+
+    links = {"loop": {"l1": ".", "l2": "."}, "up": {"up": ".."}}
+    for name, made in links.items():
+        root = image_folder(tmp_path / name, {"a": 6, "b": 6})
+        for link, target in made.items():
+            (root / "train" / "a" / link).symlink_to(target, target_is_directory=True)
+        (tmp_path / f"{name}.yaml").write_text(IMAGES_CONFIG.replace("ROOT", name))
+        check = cli("check-data", "--config", f"{name}.yaml", cwd=tmp_path)
+        error_line(check, f"{name}/train/a/", "link to a folder", "not followed")
+        if name == "up":  # the fit reads the classes as check-data does
+            error_line(cli("fit", "--config", f"{name}.yaml", *ONE_BATCH, cwd=tmp_path), "link")
+        with pytest.raises(ValueError, match="link to a folder"):
+            ImageFolderDataModule(root, image_size=8).setup()
     assert not (tmp_path / "checkpoints").exists()

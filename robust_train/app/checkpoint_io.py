@@ -480,6 +480,17 @@ def heldout_tensors(
     return held.images, held.labels, held.accuracy
 
 
+def _check_settings_fit(settings: EvaluationSettings, dm: Any) -> None:
+    """`settings.resolved` on the image size a datamodule states before setup (ValueError
+    naming the setting, such as `k` larger than the image); nothing when it states none."""
+    try:
+        size = tuple(getattr(dm, "image_size", None) or ())
+    except Exception:  # noqa: BLE001 - a size known only after setup: checked there
+        return
+    if len(size) == 2 and all(isinstance(n, int) and n > 0 for n in size):
+        settings.resolved(*size)
+
+
 def evaluate_on_split(
     model: nn.Module,
     data: dict[str, Any] | LightningDataModule,
@@ -492,7 +503,11 @@ def evaluate_on_split(
 ) -> dict[str, Any]:
     """The suite on `settings.n_samples` images of a split (a seeded class-stratified subset,
     seeded with `settings.seed`), after the probe; one torch thread for small models unless
-    `threads` says. `result["subset"]` says which images (`HeldOut.describe`)."""
+    `threads` says. `result["subset"]` says which images (`HeldOut.describe`). The settings that
+    depend on the image size (`k`, ...) are checked on the datamodule's `image_size` before any
+    data is loaded."""
+    data = instantiate(data, where) if isinstance(data, dict) else data
+    _check_settings_fit(settings, data)
     if threads is not None:
         torch.set_num_threads(threads)
     elif sum(p.numel() for p in model.parameters()) < 1_000_000:

@@ -285,3 +285,46 @@ def test_links_to_folders_in_an_image_folder_are_refused_not_followed(tmp_path: 
         with pytest.raises(ValueError, match="link to a folder"):
             ImageFolderDataModule(root, image_size=8).setup()
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_evaluate_checks_k_against_the_image_size_before_loading_data(
+    tmp_path: Path, cli, monkeypatch
+):
+    from robust_train.data import DigitsDataModule
+
+    def never(*args, **kwargs):
+        raise AssertionError("the data was loaded before --k was checked")
+
+    monkeypatch.setattr(DigitsDataModule, "setup", never)
+    monkeypatch.setattr(DigitsDataModule, "prepare_data", never)
+    ckpt = save_fit_checkpoint(tmp_path / "model.ckpt")
+    result = cli("evaluate", "--ckpt", str(ckpt), *TINY_EVAL, "--k", "100", cwd=tmp_path)
+    error_line(result, "`k`", "8x8", "got 100")
+    assert "evaluating" not in result.stderr and not (tmp_path / "runs").exists()
+
+
+def _full_disk_cases(tmp_path: Path, out: Path, cli) -> None:
+    """export and evaluate writing to `out` on a full disk: one line, exit 2, nothing left."""
+    ckpt = save_fit_checkpoint(tmp_path / "model.ckpt", optimizer_states=[{"m": torch.ones(9)}])
+    export = cli("export", str(ckpt), str(out / "copy.ckpt"), cwd=tmp_path)
+    error_line(export, "`dst`", "copy.ckpt", "no space left")
+    evaluate = cli("evaluate", "--ckpt", str(ckpt), "--out", str(out / "eval"), *TINY_EVAL,
+                   cwd=tmp_path)  # fmt: skip
+    error_line(evaluate, "`--out`", "results.json", "no space left")
+    assert not (out / "copy.ckpt").exists() and not (out / "eval").exists()  # no empty --out
+    _no_partials(out)
+    assert "optimizer_states" in _loads(ckpt)  # the source is untouched
+
+
+def test_export_and_evaluate_on_a_full_disk_leave_nothing(small_disk, cli):
+    _fill(small_disk, leave=0)
+    _full_disk_cases(small_disk.parent, small_disk, cli)
+    assert [p.name for p in small_disk.iterdir()] == ["filler"]
+
+
+def test_export_and_evaluate_whose_writes_fail_with_enospc_leave_nothing(
+    tmp_path: Path, cli, monkeypatch
+):
+    """The same, simulated (runs everywhere): every write fails with ENOSPC."""
+    monkeypatch.setattr(files, "open", _FullDisk(0).open, raising=False)
+    _full_disk_cases(tmp_path, tmp_path / "out", cli)

@@ -328,3 +328,32 @@ def test_export_and_evaluate_whose_writes_fail_with_enospc_leave_nothing(
     """The same, simulated (runs everywhere): every write fails with ENOSPC."""
     monkeypatch.setattr(files, "open", _FullDisk(0).open, raising=False)
     _full_disk_cases(tmp_path, tmp_path / "out", cli)
+
+
+@pytest.mark.slow
+def test_resuming_from_a_last_ckpt_swapped_for_a_symlink(tmp_path: Path, cli):
+    """A link out of the run folder (to another file, or another run's checkpoint) is refused
+    before anything is read; a link to a checkpoint in the same folder (Lightning's
+    `save_last: link`) resumes from its target, and the fit replaces the link by a file."""
+    args = [*DIGITS, *QUIET, "--trainer.callbacks=[]", "--trainer.logger=false"]
+    args += ["--trainer.limit_train_batches=1", "--trainer.limit_val_batches=1"]
+    assert cli("fit", *args, "--trainer.max_epochs=1", cwd=tmp_path).returncode == 0
+    run = tmp_path / "checkpoints" / "digits_baseline" / "version_0"
+    elsewhere = tmp_path / "elsewhere.ckpt"
+    shutil.copyfile(run / "last.ckpt", elsewhere)  # a whole checkpoint, outside the run
+    before = elsewhere.read_bytes()
+    (run / "last.ckpt").unlink()
+    (run / "last.ckpt").symlink_to(elsewhere)
+    for ckpt_path in ("last", str(run / "last.ckpt")):
+        result = cli("fit", *args, "--trainer.max_epochs=2", "--ckpt_path", ckpt_path,
+                     cwd=tmp_path)  # fmt: skip
+        error_line(result, "last.ckpt", "is a symlink to", "not a regular file in its own folder")
+    assert sorted(p.name for p in run.parent.iterdir()) == ["latest", "version_0"]
+    assert elsewhere.read_bytes() == before  # read nowhere, written never
+    (run / "last.ckpt").unlink()
+    (run / "last.ckpt").symlink_to("best.ckpt")  # inside the run folder
+    resumed = cli("fit", *args, "--trainer.max_epochs=2", "--ckpt_path", "last", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert not (run / "last.ckpt").is_symlink() and _loads(run / "last.ckpt")["epoch"] == 1
+    assert sorted(p.name for p in run.parent.iterdir()) == ["latest", "version_0"]
+    assert elsewhere.read_bytes() == before

@@ -49,6 +49,7 @@ from robust_train.app.parse_errors import describe_parse_error
 from robust_train.app.shipped_files import lightning_arguments
 from robust_train.core.files import write_text
 from robust_train.core.lightning_noise import quiet_lightning
+from robust_train.core.yaml_bounds import check_yaml_aliases
 from robust_train.data.check import UnreadableImageError, check_datamodule
 from robust_train.models.config import record_config
 from robust_train.models.input_check import DataMismatchError, check_model_fits_data
@@ -69,6 +70,7 @@ __all__ = [
     "RobustTrainer",
     "check_data_main",
     "check_resume_link",
+    "bound_yaml_values",
     "check_run_name",
     "lightning_main",
     "run_subcommand",
@@ -525,6 +527,25 @@ def _is_default_logger(logger: Any) -> bool:
     return _is_wandb_logger(logger) and str(logger.class_path).endswith("SafeWandbLogger")
 
 
+def bound_yaml_values() -> None:
+    """Make jsonargparse refuse YAML whose aliases would expand beyond the bound
+    (robust_train.core.yaml_bounds) in every value it loads: flags given as YAML and config
+    files named inside a config, as well as `--config` (checked before parsing). Idempotent."""
+    from jsonargparse import get_loader, set_loader
+
+    loader = get_loader("yaml")
+    if getattr(loader, "bounded", False):
+        return
+
+    def bounded(text: Any) -> Any:
+        if isinstance(text, str):
+            check_yaml_aliases(text, "a YAML value")
+        return loader(text)
+
+    bounded.bounded = True  # type: ignore[attr-defined]
+    set_loader("yaml", bounded, exceptions=(yaml.YAMLError,))
+
+
 def lightning_main(args: Sequence[str] | None = None, run: bool = True) -> RobustCLI:
     """Run (or, with run=False, only build) the LightningCLI for RobustClassifier.
 
@@ -533,6 +554,7 @@ def lightning_main(args: Sequence[str] | None = None, run: bool = True) -> Robus
         ['fit', 'predict', 'test', 'validate']
     """
     quiet_lightning()
+    bound_yaml_values()
     return RobustCLI(
         RobustClassifier,
         LightningDataModule,
@@ -590,6 +612,7 @@ def check_data_main(argv: list[str]) -> int:
     none, or when the config sets `skip_unreadable: true`, which leaves them out).
     """
     quiet_lightning()
+    bound_yaml_values()
     cli = _DataOnlyCLI(
         RobustClassifier,
         LightningDataModule,

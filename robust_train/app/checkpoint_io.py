@@ -9,10 +9,11 @@ datamodule recorded in it (or a config's `data:` section) and runs the suite;
 Checkpoints are read tensors-only; one holding other Python objects is refused unless the user
 passes `--trust-checkpoint` (`trusted=True`), and the class paths a checkpoint records are checked
 to name an `nn.Module` (model) and a `LightningDataModule` (data) before anything is built. A
-recorded class path is imported only from the installed packages (or a module already imported):
-one whose module is in the working folder, on PYTHONPATH or anywhere else is refused unless the
-user passes `--trust-class-path` (`trust_class_path=True`) or gives the model (`--model`) or the
-data (`--data-config`) themselves.
+recorded class path is imported only from a short allow-list of installed packages (a model:
+robust_train, torch, torchvision; a datamodule: robust_train's own), never from a `__main__`
+module: one whose module is in the working folder, on PYTHONPATH, in another installed package
+or anywhere else is refused unless the user passes `--trust-class-path` (`trust_class_path=True`)
+or gives the model (`--model`) or the data (`--data-config`) themselves.
 
 The datamodule a checkpoint records never downloads anything or creates a folder: `download` is
 turned off, a folder it names (`root`, `data_dir`, ...) must exist here, and when it cannot be
@@ -29,6 +30,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +39,19 @@ from pytorch_lightning import LightningDataModule
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Subset
 
-from robust_train.core.files import OutputError, check_output, write_with
+from robust_train.core.files import OutputError, check_input, check_output, write_stream
 from robust_train.core.resources import resolve_file
 from robust_train.core.runtime import set_threads
+from robust_train.core.yaml_bounds import check_yaml_aliases
 from robust_train.data.base import dataset_targets, heldout_rows
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
-from robust_train.models.config import ClassPathNotFound, UntrustedClassPathError, resolve_class
+from robust_train.models.config import (
+    DATA_PACKAGES,
+    RECORDED_PACKAGES,
+    ClassPathNotFound,
+    UntrustedClassPathError,
+    resolve_class,
+)
 from robust_train.models.input_check import check_model_fits_data
 from robust_train.models.loading import (
     CheckpointError,
@@ -92,8 +101,9 @@ TRUST_HELP = (
 
 CLASS_PATH_FLAG = "--trust-class-path"
 CLASS_PATH_HELP = (
-    "also import the model and data classes a checkpoint records when their module is not part "
-    "of an installed package (a .py file in the working folder or on PYTHONPATH). RISK: "
+    "also import the model and data classes a checkpoint records when their module is outside "
+    "robust_train, torch and torchvision (data: outside robust_train), such as a .py file in the "
+    "working folder or on PYTHONPATH, another installed package or a __main__ module. RISK: "
     "importing a module runs its code; use it only for checkpoints whose maker you trust "
     "(giving the model with --model or the data with --data-config needs no opt-in)"
 )
@@ -118,17 +128,24 @@ def add_trust_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def check_input_file(path: str | Path, flag: str) -> Path:
-    """`path` if it is a file; else FileNotFoundError / IsADirectoryError naming `flag`.
+    """`path` if it is a regular file (through a symlink, too); else FileNotFoundError /
+    IsADirectoryError / OutputError naming `flag` (a FIFO or a device node is never opened: a
+    FIFO would wait for a writer forever).
 
     Examples:
         >>> check_input_file("/", "--ckpt")
         Traceback (most recent call last):
         ...
         IsADirectoryError: `--ckpt` '/' is a directory, not a file
+        >>> check_input_file("/dev/null", "--ckpt")
+        Traceback (most recent call last):
+        ...
+        robust_train.core.files.NotARegularFileError: `--ckpt` '/dev/null' is a character ...
     """
     path = Path(path)
     if path.is_dir():
         raise IsADirectoryError(f"`{flag}` {str(path)!r} is a directory, not a file")
+    check_input(path, flag)
     if not path.is_file():
         raise FileNotFoundError(f"`{flag}` {str(path)!r} does not exist")
     return path
@@ -195,6 +212,7 @@ def recorded_datamodule(
         what,
         recorded=not trust_class_path,
         opt_in=CLASS_PATH_OPT_IN,
+        packages=DATA_PACKAGES,
     )
     if init_args.get("download") or "download" in inspect.signature(cls).parameters:
         init_args["download"] = False
@@ -208,7 +226,11 @@ def _check_classes(
     that does not import fails where it is built, if it is used). A module outside the installed
     packages is refused unless `trust_class_path`; with `copy_only` (export: nothing is built) it
     is left unimported and unchecked, with a note."""
-    for key, base in (("model", nn.Module), ("datamodule", LightningDataModule)):
+    kinds = (
+        ("model", nn.Module, RECORDED_PACKAGES),
+        ("datamodule", LightningDataModule, DATA_PACKAGES),
+    )
+    for key, base, packages in kinds:
         spec = meta.get(key)
         if spec is None:
             continue
@@ -218,15 +240,16 @@ def _check_classes(
         class_path = spec.get("class_path")
         try:
             resolve_class(
-                class_path, base, what, recorded=not trust_class_path, opt_in=CLASS_PATH_OPT_IN
-            )
+                class_path, base, what, recorded=not trust_class_path, opt_in=CLASS_PATH_OPT_IN,
+                packages=packages,
+            )  # fmt: skip
         except ClassPathNotFound:
             pass
         except UntrustedClassPathError:
             if not copy_only:
                 raise
             print(
-                f"note: {what} names {class_path!r}, outside the installed packages: copied "
+                f"note: {what} names {class_path!r}, outside the allowed packages: copied "
                 f"as text, not imported or checked (loading the copy asks for {CLASS_PATH_FLAG})",
                 file=sys.stderr,
             )
@@ -314,12 +337,15 @@ def load_checkpoint(
 
 def data_config_from_yaml(path: str | Path, flag: str = "--data-config") -> dict[str, Any]:
     """The `data:` section of a LightningCLI config file (a shipped config by name too), read
-    with `yaml.safe_load`: tags such as `!!python/object` are refused, never run."""
+    with `yaml.safe_load`: tags such as `!!python/object` are refused, never run, and so are
+    aliases that would expand beyond a small bound (`robust_train.core.yaml_bounds`)."""
     import yaml
 
     path = check_input_file(resolve_file(path, "configs", what=f"`{flag}`"), flag)
+    text = path.read_text()
+    check_yaml_aliases(text, f"`{flag}` {str(path)!r}")
     try:
-        config = yaml.safe_load(path.read_text())
+        config = yaml.safe_load(text)
     except yaml.YAMLError as err:
         first = (str(err).strip().splitlines() or [type(err).__name__])[0]
         raise ValueError(f"`{flag}` {str(path)!r} is not a plain YAML config: {first}") from None
@@ -455,6 +481,17 @@ def heldout_tensors(
     return held.images, held.labels, held.accuracy
 
 
+def _check_settings_fit(settings: EvaluationSettings, dm: Any) -> None:
+    """`settings.resolved` on the image size a datamodule states before setup (ValueError
+    naming the setting, such as `k` larger than the image); nothing when it states none."""
+    try:
+        size = tuple(getattr(dm, "image_size", None) or ())
+    except Exception:  # noqa: BLE001 - a size known only after setup: checked there
+        return
+    if len(size) == 2 and all(isinstance(n, int) and n > 0 for n in size):
+        settings.resolved(*size)
+
+
 def evaluate_on_split(
     model: nn.Module,
     data: dict[str, Any] | LightningDataModule,
@@ -467,7 +504,11 @@ def evaluate_on_split(
 ) -> dict[str, Any]:
     """The suite on `settings.n_samples` images of a split (a seeded class-stratified subset,
     seeded with `settings.seed`), after the probe; one torch thread for small models unless
-    `threads` says. `result["subset"]` says which images (`HeldOut.describe`)."""
+    `threads` says. `result["subset"]` says which images (`HeldOut.describe`). The settings that
+    depend on the image size (`k`, ...) are checked on the datamodule's `image_size` before any
+    data is loaded."""
+    data = instantiate(data, where) if isinstance(data, dict) else data
+    _check_settings_fit(settings, data)
     set_threads(model, threads)
     held = heldout_subset(
         data, settings.n_samples, split, model=model, seed=settings.seed, where=where
@@ -545,9 +586,10 @@ def export_checkpoint(
     `init_checkpoint` for fine-tuning; it cannot resume training. It always loads tensors-only:
     anything else (Python objects a trusted `src` held) is written as plain values or its repr.
     `dst` must not be `src` (the same file, also through a link), must not exist unless
-    `overwrite`, and is never a symlink; it is written to a temporary file and renamed, so a
-    killed export leaves no truncated file. A recorded class path outside the installed packages
-    is copied as text, not imported (unless `trust_class_path`).
+    `overwrite`, and is never a symlink, a device node or a FIFO; it is written to a temporary
+    file and renamed, so a killed export, or one that meets a full disk (`DiskFullError`),
+    leaves no truncated file. A recorded class path outside the installed packages is copied as
+    text, not imported (unless `trust_class_path`).
     """
     src, dst = check_input_file(src, "src"), Path(dst)
     if _same_file(src, dst) or dst.resolve() == src.resolve():
@@ -567,10 +609,4 @@ def export_checkpoint(
         k: checkpoint_safe(v) for k, v in ckpt["state_dict"].items() if k.startswith("model.")
     }
 
-    def save(tmp: Path) -> Path:
-        torch.save(small, tmp)
-        return tmp
-
-    written = write_with(dst, save, overwrite=overwrite, flag="dst")
-    assert written is not None
-    return written
+    return write_stream(dst, partial(torch.save, small), overwrite=overwrite, flag="dst")

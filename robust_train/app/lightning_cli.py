@@ -7,21 +7,23 @@
 
 Run folders (see robust_train.training.checkpointing): each fit writes to
 `<checkpoint_root>/<experiment>/version_<N>/` (best.ckpt, last.ckpt, config.yaml; claimed with an
-exclusive mkdir, so fits started at the same moment get a folder each, and printed at the end),
-and `<checkpoint_root>/<experiment>/latest` points to the newest. `--experiment` is a plain run
-name (one folder name: no path separator, not `..`, not absolute). `--ckpt_path last` / `best`
-name the checkpoints of that latest run; a fit resumed from a checkpoint inside a run folder
-continues in that folder (and in the same W&B run). The model is always built from the config given
-(`--config`, flags); the checkpoint supplies weights and training state and must fit that model.
-The default logger is W&B, offline, under runs/ (robust_train.training.loggers.SafeWandbLogger).
-Parse errors are one line with a "did you mean" (robust_train.app.parse_errors); options are never
-abbreviated. `--config` and `--ckpt_path` take shipped files by name too (`--config
-mnist5k_baseline`; robust_train.app.shipped_files), and the relative paths inside a shipped config
-name shipped files. `--trainer.limit_train_batches 1` is one batch and `1.0` the whole epoch, as
-Lightning means them (`RobustTrainer`). Before training, one probe forward checks the model's
-outputs against the data's classes (`robust_train.models.input_check`), and a fit that fails
-leaves nothing behind: its run folder, its W&B run and what Lightning's own loggers wrote
-(`--trainer.logger null`: lightning_logs/version_N) are removed when no checkpoint was saved.
+exclusive mkdir, so fits started at the same moment get a folder each, and printed at the end), and
+`<checkpoint_root>/<experiment>/latest` points to the newest. `--experiment` is a plain run name
+(one folder name: no path separator, not `..`, not absolute). `--ckpt_path last` / `best` name the
+checkpoints of that latest run (a `--ckpt_path` that is a symlink is read only when it points to a
+regular file in its own folder: `check_resume_link`); a fit resumed from a checkpoint inside a run
+folder continues in that folder (and in the same W&B run). The model is always built from the config
+given (`--config`, flags); the checkpoint supplies weights and training state and must fit that
+model. The default logger is W&B, offline, under runs/
+(robust_train.training.loggers.SafeWandbLogger). Parse errors are one line with a "did you mean"
+(robust_train.app.parse_errors); options are never abbreviated. `--config` and `--ckpt_path` take
+shipped files by name too (`--config mnist5k_baseline`; robust_train.app.shipped_files), and the
+relative paths inside a shipped config name shipped files. `--trainer.limit_train_batches 1` is one
+batch and `1.0` the whole epoch, as Lightning means them (`RobustTrainer`). Before training, one
+probe forward checks the model's outputs against the data's classes
+(`robust_train.models.input_check`), and a fit that fails leaves nothing behind: its run folder, its
+W&B run and what Lightning's own loggers wrote (`--trainer.logger null`: lightning_logs/version_N)
+are removed when no checkpoint was saved.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from robust_train.app.shipped_files import lightning_arguments
 from robust_train.core.files import write_text
 from robust_train.core.lightning_noise import quiet_lightning
 from robust_train.core.runtime import set_threads
+from robust_train.core.yaml_bounds import check_yaml_aliases
 from robust_train.data.check import UnreadableImageError, check_datamodule, summary_table
 from robust_train.models.config import record_config
 from robust_train.models.input_check import DataMismatchError, check_model_fits_data
@@ -67,6 +70,8 @@ __all__ = [
     "RobustCLI",
     "RobustTrainer",
     "check_data_main",
+    "check_resume_link",
+    "bound_yaml_values",
     "check_run_name",
     "lightning_main",
     "run_subcommand",
@@ -243,7 +248,7 @@ class RobustCLI(LightningCLI):
             return
         if path in KEYWORD_CHECKPOINTS and not Path(path).exists():
             path = _keyword_checkpoint(path, config)
-            config.ckpt_path = path
+        path = config.ckpt_path = check_resume_link(path)
         trusted = config.get("weights_only") is False  # Lightning's own opt-in to full unpickling
         ckpt = read_checkpoint(path, trusted=trusted, opt_in="pass --weights_only false")
         if not isinstance(ckpt, dict) or "state_dict" not in ckpt:
@@ -366,6 +371,41 @@ class RobustCLI(LightningCLI):
         print(f"robust-train: {self.subcommand} stopped by {what}; {saved}", file=sys.stderr)
 
 
+def check_resume_link(path: str, flag: str = "--ckpt_path") -> str:
+    """The file to read for `--ckpt_path`: `path` itself, or, when it is a symlink, its target,
+    if that is a regular file in the link's own folder (what Lightning's `save_last: link`
+    writes in a run folder); a link elsewhere (a `last.ckpt` swapped for a link to another
+    run's or any other file) is refused before anything is read.
+
+    Raises:
+        CheckpointError: one line naming the link and where it points.
+
+    Examples:
+        >>> import tempfile
+        >>> run = Path(tempfile.mkdtemp())
+        >>> (run / "best.ckpt").write_bytes(b"x") and (run / "last.ckpt").symlink_to("best.ckpt")
+        >>> check_resume_link(str(run / "last.ckpt")) == str(run / "best.ckpt")
+        True
+        >>> (run / "away.ckpt").symlink_to("/etc/hostname")
+        >>> check_resume_link(str(run / "away.ckpt"))
+        Traceback (most recent call last):
+        ...
+        robust_train.models.loading.CheckpointError: `--ckpt_path` '...away.ckpt' is a symlink ...
+    """
+    link = Path(path)
+    if not link.is_symlink():
+        return path
+    folder = link.parent.resolve()
+    target = Path(os.path.realpath(link))
+    if target.parent == folder and target.is_file():
+        return str(target)
+    raise CheckpointError(
+        f"`{flag}` {path!r} is a symlink to {os.readlink(link)!r}, which is not a regular file "
+        f"in its own folder {str(folder)!r}; a fit resumes only from a checkpoint file in its run "
+        "folder: pass that file itself"
+    )
+
+
 def _keyword_checkpoint(word: str, config: Any) -> str:
     experiment_dir = Path(config.checkpoint_root) / (config.get("experiment") or "default")
     folder = latest_run_folder(experiment_dir)
@@ -484,6 +524,25 @@ def _is_default_logger(logger: Any) -> bool:
     return _is_wandb_logger(logger) and str(logger.class_path).endswith("SafeWandbLogger")
 
 
+def bound_yaml_values() -> None:
+    """Make jsonargparse refuse YAML whose aliases would expand beyond the bound
+    (robust_train.core.yaml_bounds) in every value it loads: flags given as YAML and config
+    files named inside a config, as well as `--config` (checked before parsing). Idempotent."""
+    from jsonargparse import get_loader, set_loader
+
+    loader = get_loader("yaml")
+    if getattr(loader, "bounded", False):
+        return
+
+    def bounded(text: Any) -> Any:
+        if isinstance(text, str):
+            check_yaml_aliases(text, "a YAML value")
+        return loader(text)
+
+    bounded.bounded = True  # type: ignore[attr-defined]
+    set_loader("yaml", bounded, exceptions=(yaml.YAMLError,))
+
+
 def lightning_main(args: Sequence[str] | None = None, run: bool = True) -> RobustCLI:
     """Run (or, with run=False, only build) the LightningCLI for RobustClassifier.
 
@@ -492,6 +551,7 @@ def lightning_main(args: Sequence[str] | None = None, run: bool = True) -> Robus
         ['fit', 'predict', 'test', 'validate']
     """
     quiet_lightning()
+    bound_yaml_values()
     return RobustCLI(
         RobustClassifier,
         LightningDataModule,
@@ -557,6 +617,7 @@ def check_data_main(argv: list[str]) -> int:
     none, or when the config sets `skip_unreadable: true`, which leaves them out).
     """
     quiet_lightning()
+    bound_yaml_values()
     cli = _DataOnlyCLI(
         RobustClassifier,
         LightningDataModule,

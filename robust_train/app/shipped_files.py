@@ -7,17 +7,21 @@ here wins; a path that does not exist here but names a shipped file
 file, and one line on stderr says so; anything else is left for the command's own error.
 
 `lightning_arguments(argv)` does the same for the LightningCLI commands' `--config` / `-c` and
-`--ckpt_path`, and follows each shipped config with the flags that point its relative paths into
-the package (`--model.init_checkpoint=<assets>/checkpoints/mnist5k_baseline.ckpt`), so a shipped
-fine-tune starts from the shipped checkpoint whatever the working folder holds. Flags and configs
-given after it still override those values.
+`--ckpt_path` (refusing, before anything opens them, a FIFO or device node and a config whose YAML
+aliases would expand beyond a small bound), and follows each shipped config with the flags that
+point its relative paths into the package
+(`--model.init_checkpoint=<assets>/checkpoints/mnist5k_baseline.ckpt`), so a shipped fine-tune
+starts from the shipped checkpoint whatever the working folder holds. Flags and configs given
+after it still override those values.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from robust_train.core.files import check_input
 from robust_train.core.resources import resolve_file, shipped_overrides
+from robust_train.core.yaml_bounds import check_yaml_aliases
 
 __all__ = ["LIGHTNING_FILE_FLAGS", "file_argument", "lightning_arguments"]
 
@@ -41,6 +45,21 @@ def file_argument(kind: str, what: str) -> Callable[[str], str]:
         return resolve_file(value, kind, what=what)
 
     return shipped_or_local
+
+
+def _check_file(value: str, flag: str, kind: str) -> None:
+    """Refuse, before LightningCLI opens it, a `--config` or `--ckpt_path` that is a FIFO, a
+    device node or a socket (a FIFO would wait forever), and a config whose YAML aliases expand
+    beyond the bound (robust_train.core.yaml_bounds); a value that names no file is left to
+    LightningCLI (a `--config` may be YAML text)."""
+    path = check_input(value, flag)
+    if kind != "configs":
+        return
+    if path.is_file():
+        text = path.read_text(errors="replace")
+        check_yaml_aliases(text, f"`{flag}` {value!r}")
+    elif not path.exists():
+        check_yaml_aliases(value, f"`{flag}`")
 
 
 def lightning_arguments(argv: Sequence[str]) -> list[str]:
@@ -68,6 +87,7 @@ def lightning_arguments(argv: Sequence[str]) -> list[str]:
         if not equals:
             value = args[i + 1]
         resolved = resolve_file(value, kind, what=f"`{flag}`")
+        _check_file(resolved, flag, kind)
         out += [f"{flag}={resolved}"] if equals else [flag, resolved]
         if kind == "configs":
             out += [f"--{key}={path}" for key, path in shipped_overrides(resolved).items()]

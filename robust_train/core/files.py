@@ -11,7 +11,12 @@ rename):
   written through a link (not even with `overwrite=True`);
 - an existing destination is refused unless `overwrite=True` (without it the new file is put in
   place with `os.link`, which fails if the name was taken meanwhile);
-- a destination that is a folder, or whose folder is a file, is refused.
+- a destination that is a folder, or whose folder is a file, is refused;
+- a destination that exists and is not a regular file (a device node such as /dev/null, a FIFO,
+  a socket) is refused, even with `overwrite=True`: it is never replaced by a file.
+
+A write that fails (a full disk: `DiskFullError`, one line naming the destination) leaves the
+destination as it was, removes its temporary file and the folders the write created.
 
 `check_output` and `check_output_folder` run the same checks on their own, so a command can refuse
 a bad `--out` before any work. Errors are `OutputError` (a FileExistsError: the console script
@@ -23,20 +28,27 @@ write of that destination removes those whose process is gone.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 __all__ = [
+    "DiskFullError",
+    "NotARegularFileError",
     "OutputError",
+    "check_input",
     "check_output",
     "check_output_folder",
     "partial_files",
+    "special_kind",
     "write_bytes",
     "write_json",
+    "write_stream",
     "write_text",
     "write_with",
 ]
@@ -49,6 +61,73 @@ class OutputError(FileExistsError):
     a folder where a file goes (a user error: one line, exit code 2)."""
 
     user_error = True
+
+
+class DiskFullError(OSError):
+    """A write that found no space left on its file system (or over quota): a user condition,
+    one line naming the destination, exit code 2; nothing was written."""
+
+    user_error = True
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT)
+SPECIAL = {
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def special_kind(path: str | os.PathLike[str]) -> str | None:
+    """What `path` is when it exists and is neither a regular file, a folder nor a symlink (the
+    link itself is looked at, never followed): "a FIFO (named pipe)", "a character device", ...;
+    None otherwise.
+
+    Examples:
+        >>> special_kind("/dev/null")
+        'a character device'
+        >>> special_kind("/no/such/file") is None
+        True
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode):
+        return None
+    return SPECIAL.get(stat.S_IFMT(mode), "not a regular file")
+
+
+class NotARegularFileError(OSError):
+    """A file to read that is a FIFO, a device node or a socket: never opened (a FIFO would
+    wait for a writer forever, /dev/zero never ends); a user error, one line, exit code 2."""
+
+    user_error = True
+
+
+def check_input(path: str | os.PathLike[str], flag: str | None = None) -> Path:
+    """Refuse, before opening it, a file to read that exists and is not a regular file (a
+    symlink is followed: a link to a regular file is fine). A missing file or a folder is left
+    to the caller's own message.
+
+    Examples:
+        >>> check_input("/dev/zero", "--config")
+        Traceback (most recent call last):
+        ...
+        robust_train.core.files.NotARegularFileError: `--config` '/dev/zero' is a character ...
+    """
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return path
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return path
+    kind = SPECIAL.get(stat.S_IFMT(mode), "not a regular file")
+    raise NotARegularFileError(
+        f"{_name(path, flag)} is {kind}, not a regular file; it is not opened"
+    )
 
 
 def _name(path: Path, flag: str | None) -> str:
@@ -88,10 +167,15 @@ def check_output_folder(folder: str | os.PathLike[str], flag: str | None = None)
 
 
 def check_output(
-    path: str | os.PathLike[str], *, overwrite: bool = False, flag: str | None = None
+    path: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    flag: str | None = None,
+    replace_link: bool = False,
 ) -> Path:
-    """Refuse a destination file that is a symlink (always), a folder, or exists (unless
-    `overwrite`); its folder is checked with `check_output_folder`.
+    """Refuse a destination file that is a symlink (unless `replace_link`), a folder, a device
+    node, FIFO or socket (always), or exists (unless `overwrite`); its folder is checked with
+    `check_output_folder`.
 
     Examples:
         >>> import tempfile
@@ -106,6 +190,14 @@ def check_output(
     """
     path = Path(path)
     check_output_folder(path.parent, flag)
+    kind = special_kind(path)
+    if kind is not None:
+        raise OutputError(
+            f"{_name(path, flag)} is {kind}, not a regular file; it is never replaced by a "
+            "file (not even with --overwrite): write elsewhere"
+        )
+    if path.is_symlink() and replace_link and overwrite:
+        return path  # the link itself is replaced by the new file (os.replace), never followed
     if path.is_symlink():
         raise OutputError(
             f"{_name(path, flag)} is a symlink (to {os.readlink(path)!r}); files are never "
@@ -161,9 +253,11 @@ def _umask() -> int:
     return mask
 
 
-def _place(tmp: Path, path: Path, overwrite: bool, flag: str | None) -> None:
+def _place(
+    tmp: Path, path: Path, overwrite: bool, flag: str | None, replace_link: bool = False
+) -> None:
     """Put the finished `tmp` at `path` (checked again: a link or file may have appeared)."""
-    check_output(path, overwrite=overwrite, flag=flag)
+    check_output(path, overwrite=overwrite, flag=flag, replace_link=replace_link)
     if overwrite:
         os.replace(tmp, path)  # replaces a name, never writes through a link
         return
@@ -183,6 +277,7 @@ def write_with(
     *,
     overwrite: bool = False,
     flag: str | None = None,
+    replace_link: bool = False,
 ) -> Path | None:
     """Call `writer(tmp)` to write a temporary file beside `path` (same suffix, so writers that
     pick a format by suffix, such as `Figure.savefig`, work), then put it in place atomically.
@@ -191,14 +286,18 @@ def write_with(
         path: the destination.
         writer: writes the whole file to the path it is given; returning None (or False) means
             it had nothing to write: nothing is put in place.
-        overwrite: replace an existing destination (never a symlink).
+        overwrite: replace an existing destination (never a symlink, a device node or a FIFO).
         flag: the command-line flag that named the destination, for errors.
+        replace_link: with `overwrite`, a symlink at `path` is replaced by the new file (the
+            link itself: its target is never written); for folders the package owns.
 
     Returns:
         `path`, or None when `writer` wrote nothing.
 
     Raises:
         OutputError: see `check_output`; nothing was written.
+        DiskFullError: no space left (an OSError): the destination is as it was, and the
+            temporary file and the folders this call created are removed.
 
     Examples:
         >>> import tempfile
@@ -209,31 +308,115 @@ def write_with(
         >>> write_with(dst.with_name("none.txt"), lambda tmp: None) is None
         True
     """
-    path = check_output(path, overwrite=overwrite, flag=flag)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale(path)
-    fd, name = tempfile.mkstemp(
-        prefix=f".{path.name}.{os.getpid()}.", suffix=f"{PARTIAL}{path.suffix}", dir=path.parent
-    )
-    os.close(fd)
+    path = check_output(path, overwrite=overwrite, flag=flag, replace_link=replace_link)
+    created = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale(path)
+        fd, name = tempfile.mkstemp(
+            prefix=f".{path.name}.{os.getpid()}.", suffix=f"{PARTIAL}{path.suffix}",
+            dir=path.parent,
+        )  # fmt: skip
+        os.close(fd)
+    except BaseException:
+        _remove_empty(created)
+        raise
     tmp = Path(name)
+    placed = False
     try:
         if writer(tmp) in (None, False):
             return None
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~_umask())
-        _place(tmp, path, overwrite, flag)
+        _place(tmp, path, overwrite, flag, replace_link)
+        placed = True
+    except OSError as err:
+        if getattr(err, "errno", None) in FULL:
+            raise _disk_full(path, flag, err) from err
+        raise
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        if not placed:
+            _remove_empty(created)
     return path
+
+
+def _remove_empty(created: list[Path]) -> None:
+    """Remove the folders a failed write created (deepest first), if they are empty."""
+    for folder in created:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def _disk_full(path: Path, flag: str | None, err: OSError) -> DiskFullError:
+    try:
+        info = os.statvfs(path.parent)
+        free = f" ({info.f_bavail * info.f_frsize} bytes free)"
+    except (OSError, AttributeError):  # no statvfs on Windows
+        free = ""
+    reason = os.strerror(err.errno).lower() if err.errno else "no space left"
+    return DiskFullError(
+        err.errno,
+        f"cannot write {_name(path, flag)}: {reason} on its file system{free}; nothing was "
+        "written: free some space or write elsewhere",
+    )
+
+
+def write_stream(
+    path: str | os.PathLike[str],
+    fill: Callable[[IO[bytes]], Any],
+    *,
+    overwrite: bool = False,
+    flag: str | None = None,
+    replace_link: bool = False,
+) -> Path:
+    """`write_with` for writers that take an open binary stream (`torch.save(obj, stream)`): a
+    full disk then surfaces as the OSError it is (`DiskFullError`).
+
+    Examples:
+        >>> import tempfile
+        >>> dst = Path(tempfile.mkdtemp()) / "x.bin"
+        >>> write_stream(dst, lambda handle: handle.write(b"42")).read_bytes()
+        b'42'
+    """
+    written = write_with(
+        path, _stream_writer(fill), overwrite=overwrite, flag=flag, replace_link=replace_link
+    )
+    assert written is not None  # the stream writer always writes
+    return written
+
+
+class _Stream:
+    """A binary stream that remembers the first OSError a write raised: a writer that calls
+    `write` from C++ (`torch.save`) reports a failed write as its own RuntimeError."""
+
+    def __init__(self, handle: IO[bytes]) -> None:
+        self.handle = handle
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.handle.write(data)
+        except OSError as err:
+            self.error = self.error or err
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.handle, name)
 
 
 def _stream_writer(fill: Callable[[IO[bytes]], Any]) -> Callable[[Path], Path]:
     def writer(tmp: Path) -> Path:
         with open(tmp, "wb") as handle:
-            fill(handle)
+            stream = _Stream(handle)
+            try:
+                fill(stream)  # type: ignore[arg-type]
+            except Exception as err:
+                if stream.error is not None and stream.error is not err:
+                    raise stream.error from err
+                raise
         return tmp
 
     return writer
@@ -243,11 +426,7 @@ def write_bytes(
     path: str | os.PathLike[str], data: bytes, *, overwrite: bool = False, flag: str | None = None
 ) -> Path:
     """`write_with` for bytes."""
-    written = write_with(
-        path, _stream_writer(lambda h: h.write(data)), overwrite=overwrite, flag=flag
-    )
-    assert written is not None  # the stream writer always writes
-    return written
+    return write_stream(path, lambda h: h.write(data), overwrite=overwrite, flag=flag)
 
 
 def write_text(

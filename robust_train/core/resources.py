@@ -36,7 +36,6 @@ import contextlib
 import difflib
 import functools
 import os
-import shutil
 import sys
 from collections.abc import Callable, Mapping
 from importlib import resources
@@ -230,19 +229,22 @@ def copy_shipped(
 ) -> Path:
     """Copy the shipped file `name` to `dest` (a folder, or the new file's path); return the copy.
 
+    The copy is written like every file the package writes (`robust_train.core.files`): whole or
+    not at all, never through a symlink (not even a dangling one, nor with `overwrite`), never
+    over a device node or a FIFO.
+
     Raises:
         UnknownShippedFile: no such shipped file.
-        FileExistsError: the copy's path exists and `overwrite` is False.
+        FileExistsError: (`robust_train.core.files.OutputError`) the copy's path exists and
+            `overwrite` is False, or it is a symlink, a folder or not a regular file.
     """
+    from robust_train.core.files import write_bytes
+
     src = shipped_path(name)
     target = Path(dest)
     if target.is_dir() or os.fspath(dest).endswith(("/", os.sep)):
         target = target / src.name
-    if target.exists() and not overwrite:
-        raise FileExistsError(f"{str(target)!r} exists; pass overwrite=True (--overwrite)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(src, target)
-    return target
+    return write_bytes(target, src.read_bytes(), overwrite=overwrite, flag="dest")
 
 
 def shipped_overrides(config: str | os.PathLike[str]) -> dict[str, str]:

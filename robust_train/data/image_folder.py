@@ -5,6 +5,11 @@ class no model can learn: it is refused (`EmptyClassFolderError`, naming the fol
 from the command line) wherever the classes are read, by `fit` before training and by
 `robust-train check-data`.
 
+Links to folders inside a split folder are never followed: one (a class folder that is a link,
+or a link inside one) is refused (`FolderLinkError`, naming it, exit code 2), since a link can
+loop (`a/l1 -> .`: the walk never ends) or put one class's images under another (`a/up -> ..`).
+Links to image files are read as files.
+
 A file that cannot be decoded is named in the error (`UnreadableImageError`, exit code 2 from the
 command line), whether it is met during training or found before it: `verify=True` reads every
 image when the fit sets up and refuses the folder if any fails, `skip_unreadable=True` drops them
@@ -54,7 +59,7 @@ from robust_train.data.images import (
     load_pixels,
 )
 
-__all__ = ["AugmentationError", "EmptyClassFolderError", "ImageFolderDataModule"]
+__all__ = ["AugmentationError", "EmptyClassFolderError", "FolderLinkError", "ImageFolderDataModule"]
 
 
 class EmptyClassFolderError(ValueError):
@@ -66,6 +71,10 @@ class EmptyClassFolderError(ValueError):
 class AugmentationError(ValueError):
     """A `train_transform` whose output is not a float (C, H, W) tensor in [0, 1] of the data's
     shape (a user error: one line, exit code 2)."""
+
+
+class FolderLinkError(ValueError):
+    """A link to a folder inside an image folder's split (a user error: one line, exit code 2)."""
 
     user_error = True
 
@@ -102,8 +111,28 @@ def _is_image_file(path: str) -> bool:
     return has_file_allowed_extension(path, IMAGE_EXTENSIONS)
 
 
+def _refuse_folder_links(split: str | os.PathLike[str]) -> None:
+    """Refuse links to folders anywhere below `split` (the walk does not follow them).
+
+    Raises:
+        FolderLinkError: naming the first link, where it points, and how many there are.
+    """
+    links = []
+    for folder, subfolders, _ in os.walk(split):  # followlinks=False: never enters a link
+        links += [
+            os.path.join(folder, d) for d in subfolders if os.path.islink(os.path.join(folder, d))
+        ]
+    if links:
+        first = sorted(links)[0]
+        raise FolderLinkError(
+            f"{first!r} is a link to a folder ({os.readlink(first)!r}; {len(links)} such link(s) "
+            f"under {str(split)!r}): links to folders are not followed in an image folder (they "
+            "can loop or relabel images); replace it with the folder itself or remove it"
+        )
+
+
 def _holds_an_image(folder: str) -> bool:
-    for _, _, files in os.walk(folder, followlinks=True):
+    for _, _, files in os.walk(folder):
         if any(has_file_allowed_extension(name, IMAGE_EXTENSIONS) for name in files):
             return True
     return False
@@ -249,6 +278,7 @@ class ImageFolderDataModule(ImageDataModule):
                     f"(and optionally {str(self._split_dir('val'))!r}, "
                     f"{str(self._split_dir('test'))!r})"
                 )
+            _refuse_folder_links(train)
             classes = sorted(e.name for e in os.scandir(train) if e.is_dir())
             if not classes:
                 raise FileNotFoundError(f"{str(train)!r} has no class sub-folders")
@@ -277,6 +307,7 @@ class ImageFolderDataModule(ImageDataModule):
 
     def _folder(self, split: str, augment: bool = False) -> _FixedClassesFolder:
         prepare = self._prepare(augment)
+        _refuse_folder_links(self._split_dir(split))
         loader = functools.partial(
             load_pixels,
             grayscale=bool(self.hparams["grayscale"]),

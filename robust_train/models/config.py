@@ -8,12 +8,15 @@ Class paths read from a file are resolved and type-checked (`resolve_class`) bef
 them is called.
 
 A class path recorded in a file you were handed (a checkpoint) is resolved with `recorded=True`:
-importing a module runs its code, so its top-level module must be imported already or belong to
-an installed distribution (`importlib.metadata`), found outside the working folder. A module of
-the working folder, of a folder on PYTHONPATH or any other file outside the installed packages is
-refused (`UntrustedClassPathError`, naming the class path, where the module is and the opt-in)
-before it is imported, unless the caller opts in. A class path the user wrote (a config given on
-the command line, `--model`) is the user's choice: it may name a module of the working folder.
+importing a module runs its code, so its top-level package must be on a short allow-list
+(`RECORDED_PACKAGES`: robust_train, torch, torchvision; a data module: robust_train only) and
+installed outside the working folder, and no part of the path may be `__main__` or `__init__` (a
+program's entry point: `PIL.__main__` prints a report, other packages' parse the command line). A
+module of the working folder, of a folder on PYTHONPATH, of any other installed package or of the
+standard library is refused (`UntrustedClassPathError`, naming the class path, why and the
+opt-in) before it is imported, unless the caller opts in. A class path the user wrote (a config
+given on the command line, `--model`) is the user's choice: it may name a module of the working
+folder.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from typing import Any, ClassVar
 from torch import Tensor, nn
 
 __all__ = [
+    "DATA_PACKAGES",
+    "RECORDED_PACKAGES",
     "TRUST_CLASS_PATH",
     "ClassPathError",
     "ClassPathNotFound",
@@ -50,6 +55,12 @@ __all__ = [
 _FLAG = "_rt_recording_init"
 _RECORD = "_model_config"
 TRUST_CLASS_PATH = "pass trust_class_path=True"
+# The top-level packages a class path recorded in a handed checkpoint may name without opt-in
+# (models); a recorded data module may only be the package's own (`DATA_PACKAGES`).
+RECORDED_PACKAGES = ("robust_train", "torch", "torchvision")
+DATA_PACKAGES = ("robust_train",)
+# Module names whose import runs a program rather than defining classes.
+ENTRY_MODULES = ("__main__", "__init__")
 
 
 class ClassPathError(ImportError, TypeError):
@@ -101,55 +112,75 @@ def _locations(spec: Any) -> list[Path]:
     return [Path(f).resolve() for f in found]
 
 
-def check_recorded_import(class_path: str, what: str, opt_in: str = TRUST_CLASS_PATH) -> None:
-    """Refuse, before importing anything, a recorded class path whose top-level module is not
-    imported yet and is not an installed distribution's, found where installed packages live
-    (site-packages, or the project folder of an editable install).
+def _refused(class_path: str, what: str, why: str, opt_in: str) -> UntrustedClassPathError:
+    return UntrustedClassPathError(
+        f"refused class_path {class_path!r} ({what}): {why}, and importing it runs its code; "
+        f"only if you trust it, {opt_in}"
+    )
 
-    A module found anywhere else (the working folder, a folder on PYTHONPATH, a file named like an
-    installed package that shadows it) is refused, and so is a standard-library module that is
-    not imported yet: no model or data class lives there, and importing runs module code.
+
+def check_recorded_import(
+    class_path: str,
+    what: str,
+    opt_in: str = TRUST_CLASS_PATH,
+    packages: tuple[str, ...] = RECORDED_PACKAGES,
+) -> None:
+    """Refuse, before importing anything, a recorded class path that names a `__main__` (or
+    `__init__`) module anywhere in its dotted path, or whose top-level package is not one of
+    `packages` (the allow-list), or whose package is found somewhere other than where installed
+    packages live (site-packages, or the project folder of an editable install).
+
+    A module of the working folder, a folder on PYTHONPATH, a file named like an allowed package
+    that shadows it, an installed package outside the allow-list (whose submodules may run a
+    command-line parser at import) and the standard library are all refused: importing runs
+    module code, and no model or data class of a checkpoint lives there.
 
     Args:
         class_path: the dotted path, e.g. "evilmod.Net".
         what: where it was recorded, for the error (e.g. "the model recorded in 'x.ckpt'").
         opt_in: how the user opts in (e.g. "pass --trust-class-path").
+        packages: the top-level packages a recorded class path may name without opt-in.
 
     Raises:
-        UntrustedClassPathError: one line naming the class path, where its module is and opt_in.
+        UntrustedClassPathError: one line naming the class path, why it is refused and opt_in.
 
     Examples:
-        >>> check_recorded_import("torch.nn.Linear", "a test")  # imported already: allowed
-        >>> check_recorded_import("antigravity.Fly", "a test")
+        >>> check_recorded_import("torch.nn.Linear", "a test")  # on the allow-list
+        >>> check_recorded_import("PIL.__main__.Image", "a test")
         Traceback (most recent call last):
         ...
-        robust_train.models.config.UntrustedClassPathError: refused class_path 'antigravity.Fly' ...
+        robust_train.models.config.UntrustedClassPathError: refused class_path 'PIL.__main__...
     """
-    top = class_path.split(".", 1)[0]
-    if not top or top in sys.modules:
-        return  # imported already: importing it again runs nothing
+    parts = class_path.split(".")
+    entry = [p for p in parts[:-1] if p in ENTRY_MODULES]
+    if entry:
+        module = ".".join(parts[: parts.index(entry[0]) + 1])
+        why = f"its module {module!r} is a program's entry point (`{entry[0]}`)"
+        raise _refused(class_path, what, why, opt_in)
+    top = parts[0]
+    allowed = top in packages
+    if allowed and top in sys.modules:
+        return  # the package itself is imported already (the real one, not a shadow)
     try:
-        spec = importlib.util.find_spec(top)  # finds the file; runs nothing
+        spec = importlib.util.find_spec(top) if top else None  # finds the file; runs nothing
     except (ImportError, ValueError):
         spec = None
     if spec is None:
         return  # the import fails as "cannot import" (ClassPathNotFound); nothing runs
-    places = _locations(spec)
-    if top in _installed_top_level():
+    places = _locations(spec) if spec is not None else []
+    if allowed and top in _installed_top_level():
         roots = _install_roots(top)
         if places and all(any(r in p.parents for r in roots) for p in places):
             return
     cwd = Path.cwd().resolve()
     in_cwd = [p for p in places if p.parent == cwd or p == cwd / top]
-    where = (
-        f"in the working folder ({in_cwd[0]})"
-        if in_cwd
-        else f"outside the installed packages ({places[0] if places else spec.name})"
-    )
-    raise UntrustedClassPathError(
-        f"refused class_path {class_path!r} ({what}): its module {top!r} is {where}, and "
-        f"importing it runs its code; only if you trust it, {opt_in}"
-    )
+    if in_cwd:
+        where = f"in the working folder ({in_cwd[0]})"
+    elif allowed or top not in _installed_top_level():
+        where = f"outside the installed packages ({places[0] if places else top})"
+    else:
+        where = f"not one of the packages a checkpoint may name ({', '.join(packages)})"
+    raise _refused(class_path, what, f"its module {top!r} is {where}", opt_in)
 
 
 class RecordsConfig:
@@ -309,6 +340,7 @@ def resolve_class(
     *,
     recorded: bool = False,
     opt_in: str = TRUST_CLASS_PATH,
+    packages: tuple[str, ...] = RECORDED_PACKAGES,
 ) -> type:
     """The class `class_path` names, checked to be `base` or a subclass of it before anything is
     called (a path read from a checkpoint may name any callable, such as `subprocess.Popen`).
@@ -318,10 +350,12 @@ def resolve_class(
         base: the class it must be (e.g. `nn.Module`, `LightningDataModule`).
         what: where the path came from, for the error (e.g. "the model recorded in x.ckpt").
         recorded: the path was read from a file the user was handed: its module is imported only
-            if it is imported already or part of an installed package outside the working folder
-            (`check_recorded_import`). Otherwise (a path the user wrote) a module the installed
-            packages lack is also looked for in the working folder.
+            if its package is one of `packages`, installed outside the working folder, and no
+            part of the path is `__main__` (`check_recorded_import`). Otherwise (a path the
+            user wrote) a module the installed packages lack is also looked for in the working
+            folder.
         opt_in: how a refusal of a recorded path tells the user to opt in.
+        packages: the allow-list of top-level packages for a recorded path.
 
     Raises:
         ClassPathError: (an ImportError and TypeError) it is not a subclass of `base`, or
@@ -339,12 +373,12 @@ def resolve_class(
     if not isinstance(class_path, str) or not class_path.strip():
         raise ClassPathError(f"class_path of {what} must be a dotted path, got {class_path!r}")
     if recorded:
-        check_recorded_import(class_path, what, opt_in)
+        check_recorded_import(class_path, what, opt_in, packages)
         try:
             cls = _import(class_path, what)
         except ClassPathNotFound as err:
             raise ClassPathNotFound(
-                f"{err}; a module outside the installed packages is imported only if you trust "
+                f"{err}; a module outside {', '.join(packages)} is imported only if you trust "
                 f"it: {opt_in}"
             ) from None
     else:

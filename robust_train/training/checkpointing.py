@@ -20,6 +20,13 @@ The rule `robust-train fit` follows (documented in the README, CLI section):
   config.yaml) and the experiment and checkpoint-root folders it created, if they are then empty;
   an empty fit also tells the W&B logger to discard its run (`SafeWandbLogger.empty_fit`).
 
+Every checkpoint is written whole or not at all (`AtomicCheckpointIO`, which `RunCheckpoint`
+puts in place of Lightning's default writer): to a temporary file in the run folder itself, then
+renamed over its name, so a full disk or a kill leaves the previous checkpoint or none, never a
+truncated one, and no temporary file (a full disk is one line, exit code 2, from the command
+line). A name in the run folder that has become a symlink is replaced by the file, never written
+through; a device node or FIFO there is refused.
+
 The W&B run id of the fit (when a W&B logger has started) is stored in each checkpoint as
 `checkpoint["wandb_run"]`, so a resumed fit continues the same W&B run. The random number
 generators (torch, CUDA, numpy, Python, and every `torch.Generator` held by a submodule of the
@@ -36,6 +43,7 @@ import random
 import re
 import shutil
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +52,14 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.loggers import WandbLogger
+from pytorch_lightning.plugins.io import TorchCheckpointIO
 from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities import rank_zero_info
 
+from robust_train.core.files import write_stream
+
 __all__ = [
+    "AtomicCheckpointIO",
     "RunCheckpoint",
     "claim_run_folder",
     "latest_run_folder",
@@ -172,6 +184,30 @@ def _point_latest(run_dir: Path) -> None:
             tmp.unlink()
 
 
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writer, writing each local checkpoint through
+    `robust_train.core.files.write_stream`: a temporary file in the checkpoint's own folder (one
+    file system), fsynced and renamed over the name. Lightning's default serialises in memory and
+    moves a file from the system's temporary folder, which on a full disk of another file system
+    leaves a truncated checkpoint. Remote paths (`s3://...`) keep Lightning's own writer.
+
+    Examples:
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "run" / "last.ckpt"
+        >>> AtomicCheckpointIO().save_checkpoint({"epoch": 1}, path)
+        >>> torch.load(path, weights_only=True), sorted(p.name for p in path.parent.iterdir())
+        ({'epoch': 1}, ['last.ckpt'])
+    """
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
+    ) -> None:
+        if "://" in str(path) or storage_options is not None:
+            super().save_checkpoint(checkpoint, path, storage_options)
+            return
+        write_stream(path, partial(torch.save, checkpoint), overwrite=True, replace_link=True)
+
+
 class RunCheckpoint(ModelCheckpoint):
     """ModelCheckpoint whose `last.ckpt` is always the latest finished epoch (see module doc).
 
@@ -202,6 +238,8 @@ class RunCheckpoint(ModelCheckpoint):
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # not a user's own
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         if stage == "fit" and self.dirpath:
             folder = Path(self.dirpath)
             self._fresh_folder = not (folder.is_dir() and any(folder.glob("*.ckpt")))

@@ -1,5 +1,5 @@
-"""The class-path policy: a class path recorded in a checkpoint imports only a module that is
-imported already or belongs to an installed distribution found outside the working folder. A
+"""The class-path policy: a class path recorded in a checkpoint imports only a module of the
+allow-list's packages (robust_train, torch, torchvision), installed outside the working folder. A
 module of the working folder, of a PYTHONPATH folder or any other loose file is refused before it
 is imported (its code never runs), naming the class path, where the module is and the opt-in;
 a class path the user wrote keeps working from the working folder."""
@@ -84,8 +84,9 @@ def test_the_user_s_own_class_path_still_imports_from_the_working_folder(loose_m
     monkeypatch.chdir(folder)
     cls = resolve_class(f"{name}.Net", nn.Module, "`--model`")  # written by the user
     assert cls.__name__ == "Net" and marker.exists()
-    # imported now (the user's choice ran it): a recorded path to it runs nothing new
-    check_recorded_import(f"{name}.Net", "x")
+    # imported now (the user's choice ran it), yet a recorded path to it still needs the opt-in
+    with pytest.raises(UntrustedClassPathError, match="in the working folder"):
+        check_recorded_import(f"{name}.Net", "x")
 
 
 def _installed_not_imported() -> str:
@@ -98,18 +99,20 @@ def _installed_not_imported() -> str:
     return installed[0]
 
 
-def test_installed_packages_and_imported_modules_are_allowed_without_importing(monkeypatch):
-    check_recorded_import("torch.nn.Linear", "x")  # imported already
+def test_allowed_packages_pass_and_other_installed_packages_are_refused_unimported(monkeypatch):
+    check_recorded_import("torch.nn.Linear", "x")  # on the allow-list, imported already
     check_recorded_import("robust_train.models.SmallCNN", "x")
     name = _installed_not_imported()
-    check_recorded_import(f"{name}.Anything", "x")
+    with pytest.raises(UntrustedClassPathError, match="not one of the packages"):
+        check_recorded_import(f"{name}.Anything", "x")  # installed, but not on the allow-list
+    check_recorded_import(f"{name}.Anything", "x", packages=(name,))  # allowed: where it is
     assert name not in sys.modules  # checked where it is, not imported
     # a virtual environment inside the working folder (a project's .venv) is still installed
     site_packages = Path(importlib.util.find_spec(name).origin).resolve()
     while site_packages.name != "site-packages":
         site_packages = site_packages.parent
     monkeypatch.chdir(site_packages.parents[2])
-    check_recorded_import(f"{name}.Anything", "x")
+    check_recorded_import(f"{name}.Anything", "x", packages=(name,))
 
 
 def test_a_file_shadowing_an_installed_package_from_the_working_folder_is_refused(
@@ -121,7 +124,7 @@ def test_a_file_shadowing_an_installed_package_from_the_working_folder_is_refuse
     monkeypatch.setattr(sys, "path", ["", *sys.path])
     importlib.invalidate_caches()
     with pytest.raises(UntrustedClassPathError, match="in the working folder"):
-        check_recorded_import(f"{name}.Net", "x")
+        check_recorded_import(f"{name}.Net", "x", packages=(name,))
 
 
 def test_stdlib_modules_not_imported_are_refused():

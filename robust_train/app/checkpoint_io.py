@@ -264,11 +264,13 @@ class FitCheckpoint:
         """What `robust-train fit` recorded (`checkpoint["robust_train"]`)."""
         return self.meta["robust_train"]
 
-    def classifier(self) -> nn.Module:
-        """The classifier it holds, in eval mode (rebuilt from the recorded model config)."""
+    def classifier(self, device: torch.device | str = "cpu") -> nn.Module:
+        """The classifier it holds, in eval mode (rebuilt from the recorded model config), its
+        weights on `device`."""
         return classifier_from(
             self.content,
             self.path,
+            map_location=torch.device(device),
             trust_class_path=self.trust_class_path,
             class_path_opt_in=CLASS_PATH_OPT_IN,
         )
@@ -389,14 +391,20 @@ def _labels_and_accuracy(
 ) -> tuple[Tensor, float | None]:
     """Every label of the split, and the model's accuracy on it, in one pass."""
     labels, correct = [], 0
+    device = _device_of(model)
     for x, y in loader:
         labels.append(y)
         if model is not None:
             with torch.no_grad():
-                correct += int((model(x).argmax(1) == y).sum())
+                correct += int((model(x.to(device)).argmax(1).cpu() == y).sum())
     all_labels = torch.cat(labels) if labels else torch.zeros(0, dtype=torch.long)
     total = len(all_labels)
     return all_labels, (correct / total if model is not None and total else None)
+
+
+def _device_of(model: nn.Module | None) -> torch.device:
+    param = None if model is None else next(model.parameters(), None)
+    return torch.device("cpu") if param is None else param.device
 
 
 def heldout_subset(
@@ -463,10 +471,14 @@ def evaluate_on_split(
     progress: bool = True,
     threads: int | None = None,
     where: str = "the data config",
+    device: torch.device | str = "cpu",
 ) -> dict[str, Any]:
     """The suite on `settings.n_samples` images of a split (a seeded class-stratified subset,
     seeded with `settings.seed`), after the probe; one torch thread for small models unless
-    `threads` says. `result["subset"]` says which images (`HeldOut.describe`)."""
+    `threads` says. The model and the images are moved to `device` (the whole split's accuracy
+    is computed there too). `result["subset"]` says which images (`HeldOut.describe`)."""
+    device = torch.device(device)
+    model = model.to(device)
     if threads is not None:
         torch.set_num_threads(threads)
     elif sum(p.numel() for p in model.parameters()) < 1_000_000:
@@ -474,9 +486,10 @@ def evaluate_on_split(
     held = heldout_subset(
         data, settings.n_samples, split, model=model, seed=settings.seed, where=where
     )
-    print(f"evaluating {held.sentence(split)}", file=sys.stderr, flush=True)
+    print(f"evaluating {held.sentence(split)} on {device}", file=sys.stderr, flush=True)
     start = time.perf_counter()
-    result = evaluate_classifier(model, held.images, held.labels, settings, progress=progress)
+    images, labels = held.images.to(device), held.labels.to(device)
+    result = evaluate_classifier(model, images, labels, settings, progress=progress)
     if held.accuracy is not None:
         result["measures"]["split_accuracy"] = held.accuracy
     result["subset"] = held.describe()
@@ -494,10 +507,12 @@ def evaluate_checkpoint(
     threads: int | None = None,
     trusted: bool = False,
     trust_class_path: bool = False,
+    device: torch.device | str = "cpu",
 ) -> dict[str, Any]:
-    """Rebuild a checkpoint's model and held-out data, run the suite, add the training time; a
-    path is read here (`read_fit_checkpoint`), a `FitCheckpoint` is not read again. The data is
-    `data_config`'s (the user's) or else the recorded datamodule (`recorded_datamodule`)."""
+    """Rebuild a checkpoint's model (its weights loaded onto `device`) and held-out data, run
+    the suite there, add the training time; a path is read here (`read_fit_checkpoint`), a
+    `FitCheckpoint` is not read again. The data is `data_config`'s (the user's) or else the
+    recorded datamodule (`recorded_datamodule`)."""
     if not isinstance(checkpoint, FitCheckpoint):
         checkpoint = read_fit_checkpoint(
             checkpoint, trusted=trusted, trust_class_path=trust_class_path
@@ -513,10 +528,11 @@ def evaluate_checkpoint(
             f"checkpoint {str(checkpoint.path)!r} records no datamodule; pass --data-config "
             "CONFIG.yaml"
         )
-    model = checkpoint.classifier()
+    model = checkpoint.classifier(device)
     result = evaluate_on_split(
-        model, data, settings, split, progress=progress, threads=threads, where=where
-    )
+        model, data, settings, split, progress=progress, threads=threads, where=where,
+        device=device,
+    )  # fmt: skip
     if checkpoint.recorded.get("training_seconds") is not None:
         result["training_seconds"] = checkpoint.recorded["training_seconds"]
     if checkpoint.meta["epoch"] is not None:

@@ -48,7 +48,12 @@ from robust_train.app.model_source import (
     evaluate_model_source,
     model_source_from,
 )
-from robust_train.app.settings_flags import CommandParser, add_settings_arguments, settings_from
+from robust_train.app.settings_flags import (
+    CommandParser,
+    add_settings_arguments,
+    device_from,
+    settings_from,
+)
 from robust_train.app.shipped_files import file_argument
 from robust_train.core.files import (
     OutputError,
@@ -246,7 +251,7 @@ def _run_options(args: Any) -> dict[str, Any]:
     """The evaluation options every checkpoint or model source of one command shares."""
     return dict(
         data_config=args.data_config, split=args.split, progress=not args.no_progress,
-        threads=args.threads,
+        threads=args.threads, device=args.device,
     )  # fmt: skip
 
 
@@ -285,6 +290,7 @@ def evaluate_main(argv: list[str]) -> int:
     add_settings_arguments(parser)
     args = parser.parse_args(argv)
     settings = settings_from(args)
+    args.device = device_from(args)
     source = model_source_from(args)
     if (args.ckpt is None) == (source is None):
         raise ValueError(
@@ -347,6 +353,7 @@ def compare_main(argv: list[str]) -> int:
     if len(set(names)) != len(names):
         raise ValueError(f"the column names {names} repeat; pass distinct --names")
     settings = settings_from(args)
+    args.device = device_from(args)
     source = model_source_from(args)
     sources = None if source is None else [ModelSource(source.spec, c) for c in args.ckpts]
     replace = _check_out(Path(args.out), list(args.ckpts), settings, args.overwrite, REPORT_FILES)

@@ -17,12 +17,17 @@ import typing
 from collections.abc import Iterator, Mapping
 from typing import Any, NoReturn
 
+import torch
+
 from robust_train.app.shipped_files import file_argument
+from robust_train.core.devices import ACCELERATORS, resolve_device
 from robust_train.evaluation import PROTOCOLS, EvaluationSettings
 
 __all__ = [
     "CommandParser",
+    "add_device_arguments",
     "add_settings_arguments",
+    "device_from",
     "flags_in_errors",
     "settings_from",
     "setting_flags",
@@ -108,6 +113,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
         else:
             parser.add_argument(flag, type=kind, nargs="+" if many else None, help=help_text)
+    add_device_arguments(parser)
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument(
         "--no-wandb",
@@ -121,6 +127,36 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
         help="torch CPU threads (default: 1 for models under a million parameters, where "
         "one thread is fastest, else torch's default)",
     )
+
+
+def add_device_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--accelerator` and `--devices`, Lightning's names and value forms (default "auto")."""
+    parser.add_argument(
+        "--accelerator",
+        default="auto",
+        type=str.lower,
+        help=f"where the model and the attacks run: {', '.join(ACCELERATORS)} (auto: a CUDA GPU "
+        "when there is one, else the CPU)",
+    )
+    parser.add_argument(
+        "--devices",
+        default="auto",
+        help="which device of the accelerator: auto or 1 (the first), or an index such as 1, "
+        "or [1] (one device)",
+    )
+
+
+def device_from(args: argparse.Namespace) -> torch.device:
+    """The device `--accelerator` / `--devices` name here; a ValueError naming the flag when
+    this machine lacks it (checked before any work).
+
+    Examples:
+        >>> parser = CommandParser()
+        >>> add_device_arguments(parser)
+        >>> device_from(parser.parse_args(["--accelerator", "cpu"]))
+        device(type='cpu')
+    """
+    return resolve_device(args.accelerator, args.devices, flags=("--accelerator", "--devices"))
 
 
 @contextlib.contextmanager

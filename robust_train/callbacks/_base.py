@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from typing import Any
@@ -24,6 +25,7 @@ from robust_train.callbacks._diverged import (
 from robust_train.callbacks._figures import Report
 from robust_train.callbacks._logger_media import MediaWriter
 from robust_train.callbacks._subset import SPLITS, from_tensors, from_trainer, select, shard
+from robust_train.core.devices import check_device_choice, parse_devices, resolve_device
 from robust_train.core.runtime import modes_restored, predict
 from robust_train.core.validation import check_choice, check_non_negative, check_positive
 
@@ -80,6 +82,11 @@ class RobustnessCallback(Callback):
         log_images: log figures (example grids, curves) besides scalars.
         n_images: images shown in the example grids.
         internal_batch_size: largest batch of the attacks' and metrics' inner computations.
+        accelerator: where the evaluations run, in Lightning's names ("cpu", "gpu"/"cuda",
+            "mps", "auto"); None (default): the trained module's device. Another device
+            evaluates a copy of the model there (the training model is not moved).
+        devices: which device of `accelerator` ("auto"/1: the first, or one index "1,"),
+            resolved with `robust_train.core.devices.resolve_device`.
     """
 
     name = "robustness"
@@ -98,8 +105,14 @@ class RobustnessCallback(Callback):
         n_images: int = 4,
         internal_batch_size: int | None = None,
         max_overhead: float | None = 0.1,
+        accelerator: str | None = None,
+        devices: int | str | list[int] = "auto",
     ) -> None:
         super().__init__()
+        if accelerator is not None:
+            check_device_choice(accelerator)
+            parse_devices(devices)
+        self.accelerator, self.devices = accelerator, devices
         check_non_negative(every_n_epochs, "every_n_epochs", integer=True)
         check_positive(n_samples, "n_samples", integer=True)
         check_choice(split, "split", SPLITS)
@@ -126,6 +139,9 @@ class RobustnessCallback(Callback):
         self.history: dict[str, list[tuple[int, float]]] = {}  # key -> (epoch, value) logged
         self.budget = OverheadBudget(max_overhead)
         self._skip_noted = False
+        self._planned: int | None = None  # images of the evaluation `should_run` let through
+        self._is_last = False
+        self._probe_seconds = 0.0
         self._nonfinite_warned = False
         self._warned_at: set[tuple[str, int]] = set()  # places whose warning was passed on
         self.last_report: Report | None = None
@@ -199,6 +215,8 @@ class RobustnessCallback(Callback):
         last = max(trainer.current_epoch - 1, 0)
         if self.every_n_epochs == 0 and last not in self.evaluated_epochs:
             self.budget.allows(is_last=True)  # accounts the fit's time; the one evaluation runs
+            self._planned = self.budget.images(len(self.held_out(trainer)[1]), is_last=True)
+            self._is_last = True
             self.run(trainer, pl_module, epoch=last, via_module=False)
 
     @override
@@ -238,8 +256,13 @@ class RobustnessCallback(Callback):
         is_last = max_epochs is not None and epoch >= max_epochs - 1
         progress = (epoch + 1) / max_epochs if max_epochs is not None else None
         allowed = self.budget.allows(is_last=is_last, progress=progress)
+        n_total = len(self.held_out(trainer)[1])
+        planned = self.budget.images(n_total, is_last=is_last, progress=progress)
+        allowed, self._planned = allowed and planned > 0, planned
         if trainer.world_size > 1:
             allowed = bool(trainer.strategy.broadcast(allowed, src=0))
+            self._planned = int(trainer.strategy.broadcast(planned, src=0))
+        self._is_last = is_last
         if not allowed and not self._skip_noted:
             self._skip_noted = True
             rank_zero_info(
@@ -250,6 +273,12 @@ class RobustnessCallback(Callback):
                 "scheduled epoch"
             )
         return allowed
+
+    def device_for(self, pl_module: pl.LightningModule) -> torch.device:
+        """Where evaluations run: `accelerator`/`devices` when given, else the module's."""
+        if self.accelerator is None:
+            return pl_module.device
+        return resolve_device(self.accelerator, self.devices)
 
     def resolve_size(self, height: int, width: int) -> None:
         """`resolve` once, for the held-out images' size; a bad setting raises, naming the
@@ -302,32 +331,32 @@ class RobustnessCallback(Callback):
         via_module: bool = True,
         record: bool = True,
     ) -> Report:
-        """Evaluate now on this rank's shard and log; returns the report (also `last_report`)."""
+        """Evaluate now on this rank's shard and log; returns the report (also `last_report`).
+
+        Under a cap (`max_overhead`) it evaluates the images the budget planned (a prefix of
+        the subset, `OverheadBudget.images`); with no cost per image measured yet, it first
+        times one image (its seconds count as the monitor's) and plans from that."""
         start = time.perf_counter()
         epoch = trainer.current_epoch if epoch is None else epoch
         inputs, targets = self.held_out(trainer)
         self.resolve_size(inputs.shape[-2], inputs.shape[-1])
-        inputs, targets = shard(inputs, targets, trainer.global_rank, trainer.world_size)
-        inputs, targets = inputs.to(pl_module.device), targets.to(pl_module.device)
-        model = evaluated_model(pl_module)
-        with modes_restored(pl_module), torch.enable_grad(), warnings_once(self._warned_at):
-            if torch.is_inference_mode_enabled():
-                raise RuntimeError(INFERENCE_MODE_ERROR.format(name=type(self).__name__))
-            pl_module.eval()
-            n_bad = count_nonfinite(model)  # the same on every rank: DDP keeps weights equal
-            if n_bad:
-                report = Report(scalars={NONFINITE_KEY: float(n_bad)})
-            else:
-                report = self.evaluate_guarded(
-                    model, inputs, targets, predict(model, inputs, self.internal_batch_size)
-                )
+        n_images, probe = self._pass_images(trainer, pl_module, inputs, targets, record)
+        if probe is not None and n_images <= 1:
+            report, n_bad = probe
+        else:
+            report, n_bad = self._evaluate_now(
+                trainer, pl_module, inputs[:n_images], targets[:n_images]
+            )
         self._note_nonfinite(report, epoch, weights=bool(n_bad))
+        if record and self.budget.max_overhead is not None:
+            report.scalars[self.seconds_key.replace("/seconds/", "/images/")] = float(n_images)
         if self.log_images:
             self.media.write_media(trainer, report, epoch)
         seconds = time.perf_counter() - start
         report.scalars[self.seconds_key] = seconds
         if record:
-            self.budget.record(seconds)
+            self.budget.record(seconds - self._probe_seconds, n_images)
+            self.budget.spent_seconds += self._probe_seconds
             report.scalars[self.seconds_key.replace("/seconds/", "/share/")] = self.budget.share
         if via_module:
             sync = trainer.world_size > 1
@@ -343,6 +372,58 @@ class RobustnessCallback(Callback):
                 self.history.setdefault(key, []).append((epoch, float(value)))
         self.last_report = report
         return report
+
+    def _evaluate_now(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        inputs: Tensor,
+        targets: Tensor,
+    ) -> tuple[Report, int]:
+        """Evaluate this rank's shard of `inputs` on the monitor's device; (report, non-finite
+        weights)."""
+        inputs, targets = shard(inputs, targets, trainer.global_rank, trainer.world_size)
+        device = self.device_for(pl_module)
+        inputs, targets = inputs.to(device), targets.to(device)
+        model = evaluated_model(pl_module)
+        with modes_restored(pl_module), torch.enable_grad(), warnings_once(self._warned_at):
+            if torch.is_inference_mode_enabled():
+                raise RuntimeError(INFERENCE_MODE_ERROR.format(name=type(self).__name__))
+            pl_module.eval()
+            if device != pl_module.device:
+                model = copy.deepcopy(model).to(device)
+            n_bad = count_nonfinite(model)  # the same on every rank: DDP keeps weights equal
+            if n_bad:
+                return Report(scalars={NONFINITE_KEY: float(n_bad)}), n_bad
+            predictions = predict(model, inputs, self.internal_batch_size)
+            return self.evaluate_guarded(model, inputs, targets, predictions), 0
+
+    def _pass_images(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        inputs: Tensor,
+        targets: Tensor,
+        record: bool,
+    ) -> tuple[int, tuple[Report, int] | None]:
+        """(images of this evaluation, the one-image probe's result when one ran)."""
+        self._probe_seconds, n_total = 0.0, len(targets)
+        planned, self._planned = self._planned, None
+        budget = self.budget
+        if not record or budget.max_overhead is None or planned is None:
+            return n_total, None
+        if budget.per_image is not None or n_total <= 1:
+            return max(min(planned, n_total), 1), None
+        start = time.perf_counter()
+        probe = self._evaluate_now(trainer, pl_module, inputs[:1], targets[:1])
+        self._probe_seconds = time.perf_counter() - start
+        budget.per_image = self._probe_seconds
+        budget.spent_seconds += self._probe_seconds
+        n_images = budget.images(n_total, is_last=True)  # the first evaluation runs: room now
+        budget.spent_seconds -= self._probe_seconds  # added back with the evaluation's own time
+        if trainer.world_size > 1:
+            n_images = int(trainer.strategy.broadcast(n_images, src=0))
+        return n_images, probe
 
 
 def check_distinct_keys(callbacks: list[Any]) -> None:

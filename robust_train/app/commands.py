@@ -61,6 +61,7 @@ from robust_train.core.files import (
     check_output_folder,
     write_json,
     write_text,
+    write_with,
 )
 from robust_train.core.resources import shipped_name
 from robust_train.evaluation import PROTOCOLS, EvaluationSettings
@@ -171,8 +172,11 @@ def _check_out(
     return replace
 
 
-def evaluation_summary_markdown(name: str, result: dict[str, Any], table: str) -> str:
-    """summary.md: the table, where it came from, the settings and how to read each measure."""
+def evaluation_summary_markdown(
+    name: str, result: dict[str, Any], table: str, closing: Sequence[str] = ()
+) -> str:
+    """summary.md: the table (with 95% intervals over images), the budget and verdicts
+    (`closing`), where it came from, the settings and how to read each measure."""
     from robust_train.app.report import how_to_read
 
     measures = result.get("measures", {})
@@ -181,6 +185,8 @@ def evaluation_summary_markdown(name: str, result: dict[str, Any], table: str) -
         "",
         table,
         "",
+        *[f"- {line}" for line in closing],
+        *([""] if closing else []),
         (
             f"Model: `{result['model']}` with weights `{result.get('weights') or 'none given'}`; "
             if result.get("model")
@@ -267,7 +273,9 @@ def _source_result(args: Any, source: ModelSource, settings: EvaluationSettings)
 
 
 def evaluate_main(argv: list[str]) -> int:
-    from robust_train.app.report import summary_table, to_json
+    from robust_train.app.evaluate_output import closing_lines, evaluate_table
+    from robust_train.app.report import to_json
+    from robust_train.app.verdict_figure import write_verdict_figure
 
     parser = CommandParser(
         prog="robust-train evaluate", description="Robustness evaluation of one checkpoint."
@@ -299,27 +307,34 @@ def evaluate_main(argv: list[str]) -> int:
         )
     target = args.ckpt if source is None else source.label
     out = Path(args.out) if args.out else default_out(target, settings)
-    outputs = ["results.json", "summary.md"]
+    outputs = ["results.json", "summary.md", "verdict.png"]
     replace = _check_out(out, [target], settings, args.overwrite, outputs)
     sources = None if source is None else [source]
     read = _read_all(args, [target], sources)
     (result,) = _evaluate_all(args, read, settings, sources)
     name = Path(target).stem
     write_json(out / "results.json", to_json({name: result}), overwrite=replace, flag="--out")
-    table = summary_table({name: result})
-    summary = evaluation_summary_markdown(target, result, table)
+    table = evaluate_table(result)
+    closing = closing_lines({name: result})
+    summary = evaluation_summary_markdown(target, result, table, closing)
     write_text(out / "summary.md", summary, overwrite=replace, flag="--out")
+    figure = write_with(
+        out / "verdict.png", lambda p: write_verdict_figure({name: result}, p), overwrite=replace
+    )
     _record(read[0] if read else None, result, args.no_wandb)
     print(table)
+    print("\n" + "\n".join(closing))
     print(
-        f"\nevaluated in {result['evaluation_seconds']:.1f} s; wrote {out / 'results.json'} and "
-        f"{out / 'summary.md'}"
+        f"\nevaluated in {result['evaluation_seconds']:.1f} s; wrote {out / 'results.json'}, "
+        f"{out / 'summary.md'}" + (f" and {figure}" if figure else "")
     )
     return 0
 
 
 def compare_main(argv: list[str]) -> int:
+    from robust_train.app.evaluate_output import closing_lines
     from robust_train.app.report import REPORT_FILES, summary_table, write_report
+    from robust_train.app.verdict_figure import write_verdict_figure
 
     parser = CommandParser(
         prog="robust-train compare",
@@ -356,13 +371,20 @@ def compare_main(argv: list[str]) -> int:
     args.device = device_from(args)
     source = model_source_from(args)
     sources = None if source is None else [ModelSource(source.spec, c) for c in args.ckpts]
-    replace = _check_out(Path(args.out), list(args.ckpts), settings, args.overwrite, REPORT_FILES)
+    outputs = (*REPORT_FILES, "verdict.png")
+    replace = _check_out(Path(args.out), list(args.ckpts), settings, args.overwrite, outputs)
     read = _read_all(args, list(args.ckpts), sources, flag="ckpts")
     results = dict(zip(names, _evaluate_all(args, read, settings, sources), strict=True))
     histories = {n: c.recorded.get("history") or {} for n, c in zip(names, read, strict=False)}
     path = write_report(results, args.out, histories=histories, overwrite=replace)
+    figure = write_with(
+        Path(args.out) / "verdict.png",
+        lambda p: write_verdict_figure(results, p),
+        overwrite=replace,
+    )
     print(summary_table(results))
-    print(f"\nreport: {path}")
+    print("\n" + "\n".join(closing_lines(results)))
+    print(f"\nreport: {path}" + (f"; verdict figure: {figure}" if figure else ""))
     return 0
 
 

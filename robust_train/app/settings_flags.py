@@ -28,6 +28,7 @@ __all__ = [
     "add_device_arguments",
     "add_settings_arguments",
     "device_from",
+    "fraction",
     "flags_in_errors",
     "settings_from",
     "setting_flags",
@@ -112,6 +113,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
         if kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
         else:
+            kind = fraction if kind is float else kind  # type: ignore[assignment]
             parser.add_argument(flag, type=kind, nargs="+" if many else None, help=help_text)
     add_device_arguments(parser)
     parser.add_argument("--no-progress", action="store_true")
@@ -183,6 +185,27 @@ def flags_in_errors(flags: Mapping[str, str]) -> Iterator[None]:
         if renamed == text:
             raise
         raise type(err)(renamed) from err
+
+
+def fraction(text: str) -> float:
+    """A float flag's value: a number, or a fraction "A/B" (budgets in pixel levels: 8/255).
+
+    Examples:
+        >>> fraction("8/255") == 8 / 255, fraction("0.1"), fraction("1e-3")
+        (True, 0.1, 0.001)
+    """
+    top, slash, bottom = text.partition("/")
+    try:
+        if not slash:
+            return float(text)
+        denominator = float(bottom)
+        if denominator == 0:
+            raise ValueError
+        return float(top) / denominator
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number or a fraction such as 8/255, got {text!r}"
+        ) from None
 
 
 def _positive_int(text: str) -> int:

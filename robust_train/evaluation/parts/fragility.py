@@ -139,7 +139,7 @@ class FragilityPart(EvaluationPart):
                     out.values[attack_key(name, attack, measure)] = value
                 if result is not None:
                     clean = result.clean_map
-                if result is not None and explainer == s.explainers[0]:
+                if result is not None:  # every explainer's grids (Grad-CAM's too)
                     out.examples[attack_key(name, attack, "examples")] = _examples(
                         name, attack, s.epsilon, x, result
                     )

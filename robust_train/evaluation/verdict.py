@@ -125,7 +125,7 @@ def budget_line(settings: dict[str, Any], n_images: int | None = None) -> str:
 
     Examples:
         >>> budget_line({"epsilon": 8 / 255, "n_steps": 20, "step_size": 0.002,
-        ...              "n_restarts": 1, "attacks": ["topk"], "correct_only": True}, 30)[:56]
+        ...              "n_restarts": 1, "attacks": ["topk"], "correct_only": True}, 30)[:55]
         'budget: L_inf epsilon 0.0314 (8/255 of the pixel range)'
     """
     eps = settings.get("epsilon")

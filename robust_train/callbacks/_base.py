@@ -182,6 +182,8 @@ class RobustnessCallback(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit":
             check_distinct_keys(trainer.callbacks)  # type: ignore[attr-defined]
+        if self.accelerator is not None:  # a device this machine lacks: refused before any work
+            resolve_device(self.accelerator, self.devices)
         if self.stage != "validation":
             return
         loop = trainer.fit_loop.epoch_loop.val_loop if stage == "fit" else trainer.validate_loop

@@ -69,6 +69,7 @@ from robust_train.evaluation import PROTOCOLS, EvaluationSettings
 __all__ = [
     "checkpoint_folder",
     "compare_main",
+    "default_names",
     "default_out",
     "evaluate_main",
     "export_main",
@@ -170,6 +171,24 @@ def _check_out(
     for name in outputs:
         check_output(out / name, overwrite=replace, flag="--out")
     return replace
+
+
+def default_names(paths: Sequence[str | Path]) -> list[str]:
+    """Column names for `compare`: the files' stems, with as many parent folders as it takes
+    to tell them apart (two runs' `last.ckpt` are not both "last").
+
+    Examples:
+        >>> default_names(["runs/a.ckpt", "runs/b.ckpt"])
+        ['a', 'b']
+        >>> default_names(["ck/x/latest/last.ckpt", "ck/y/latest/last.ckpt"])
+        ['x/latest/last', 'y/latest/last']
+    """
+    parts = [Path(p).with_suffix("").parts for p in paths]
+    for depth in range(1, max(map(len, parts), default=1) + 1):
+        names = ["/".join(p[-depth:]) for p in parts]
+        if len(set(names)) == len(names):
+            return names
+    return [str(p) for p in paths]
 
 
 def evaluation_summary_markdown(
@@ -362,7 +381,7 @@ def compare_main(argv: list[str]) -> int:
             f"compare needs two or more checkpoints, got {len(args.ckpts)} "
             "(use `robust-train evaluate --ckpt` for one)"
         )
-    names = args.names or [Path(c).stem for c in args.ckpts]
+    names = args.names or default_names(args.ckpts)
     if len(names) != len(args.ckpts):
         raise ValueError(f"`--names` has {len(names)} entries for {len(args.ckpts)} checkpoints")
     if len(set(names)) != len(names):

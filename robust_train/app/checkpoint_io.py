@@ -284,6 +284,24 @@ class FitCheckpoint:
         return recorded_datamodule(config, self.path, trust_class_path=self.trust_class_path)
 
 
+def _refuse_weights_only(content: Any, path: Path, flag: str) -> None:
+    """A file of weights alone (a state dict, or a checkpoint not written by `robust-train
+    fit`) cannot rebuild its model: one line pointing to `--model`/`--weights`."""
+    if not isinstance(content, dict) or "robust_train" in content:
+        return
+    what = "a state dict (weights only)" if "state_dict" not in content else "a checkpoint"
+    how = (
+        f"--model MODEL --weights {path.name} --data-config DATA.yaml"
+        if flag == "--ckpt"
+        else "--model MODEL with the weights files as positionals, and --data-config DATA.yaml"
+    )
+    raise CheckpointError(
+        f"`{flag}` {str(path)!r} is {what} not written by `robust-train fit`, so it records no "
+        f"model to rebuild: give the model and its data with {how} (MODEL: torchvision:NAME, "
+        "a model YAML or a class path)"
+    )
+
+
 def read_fit_checkpoint(
     path: str | Path, *, trusted: bool = False, trust_class_path: bool = False, flag: str = "--ckpt"
 ) -> FitCheckpoint:
@@ -294,6 +312,7 @@ def read_fit_checkpoint(
     `trust_class_path`, one outside the installed packages)."""
     path = check_input_file(resolve_file(path, "checkpoints", what=f"`{flag}`"), flag)
     content = _read(path, trusted)
+    _refuse_weights_only(content, path, flag)
     return FitCheckpoint(path, content, _meta(content, path, trust_class_path), trust_class_path)
 
 

@@ -249,6 +249,13 @@ class RobustCLI(LightningCLI):
             raise CheckpointError(
                 f"`--ckpt_path` {path!r} is not a Lightning checkpoint (no 'state_dict')"
             )
+        if self.config.subcommand == "fit" and "optimizer_states" not in ckpt:
+            raise CheckpointError(
+                f"`--ckpt_path` {path!r} holds weights only (no optimizer or loop state: "
+                "best.ckpt is written so), so a fit cannot resume from it: resume with "
+                f"`--ckpt_path last`, or start a new fit from these weights with "
+                f"`--model.init_checkpoint {path}`"
+            )
         self.resume_checkpoint = {
             "path": str(Path(path).resolve()),
             "shapes": {

@@ -200,7 +200,8 @@ class SafeWandbLogger(WandbLogger):
 
     def _finish_failed(self) -> None:
         run = self._experiment
-        run.finish(exit_code=1)
+        if run is not None:
+            run.finish(exit_code=1)
         self.failed = "the run was finished as failed"  # nothing is logged to it after
 
     def _summarize_checkpoints(self) -> None:

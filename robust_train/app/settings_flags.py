@@ -138,7 +138,7 @@ def add_device_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         type=str.lower,
         help=f"where the model and the attacks run: {', '.join(ACCELERATORS)} (auto: a CUDA GPU "
-        "when there is one, else the CPU)",
+        "when there is one, else Apple's MPS, else the CPU)",
     )
     parser.add_argument(
         "--devices",

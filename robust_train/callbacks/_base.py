@@ -140,7 +140,6 @@ class RobustnessCallback(Callback):
         self.budget = OverheadBudget(max_overhead)
         self._skip_noted = False
         self._planned: int | None = None  # images of the evaluation `should_run` let through
-        self._is_last = False
         self._probe_seconds = 0.0
         self._nonfinite_warned = False
         self._warned_at: set[tuple[str, int]] = set()  # places whose warning was passed on
@@ -216,9 +215,11 @@ class RobustnessCallback(Callback):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         last = max(trainer.current_epoch - 1, 0)
         if self.every_n_epochs == 0 and last not in self.evaluated_epochs:
-            self.budget.allows(is_last=True)  # accounts the fit's time; the one evaluation runs
+            self.budget.allows(is_last=True)  # accounts the fit's time
             self._planned = self.budget.images(len(self.held_out(trainer)[1]), is_last=True)
-            self._is_last = True
+            if self._planned == 0 and self.budget.per_image is not None:  # a resumed fit's
+                self._note_final_skipped(last)
+                return
             self.run(trainer, pl_module, epoch=last, via_module=False)
 
     @override
@@ -264,8 +265,9 @@ class RobustnessCallback(Callback):
         if trainer.world_size > 1:
             allowed = bool(trainer.strategy.broadcast(allowed, src=0))
             self._planned = int(trainer.strategy.broadcast(planned, src=0))
-        self._is_last = is_last
-        if not allowed and not self._skip_noted:
+        if not allowed and is_last:
+            self._note_final_skipped(epoch)
+        elif not allowed and not self._skip_noted:
             self._skip_noted = True
             rank_zero_info(
                 f"{type(self).__name__}: skipping epoch {epoch} (and later ones when needed) "
@@ -275,6 +277,15 @@ class RobustnessCallback(Callback):
                 "scheduled epoch"
             )
         return allowed
+
+    def _note_final_skipped(self, epoch: int) -> None:
+        per_image = self.budget.per_image or 0.0
+        rank_zero_info(
+            f"{type(self).__name__}: the last epoch ({epoch}) is not evaluated: one image costs "
+            f"{per_image:.2f}s, more than max_overhead={self.budget.max_overhead} of the fit's "
+            "time leaves; evaluate the final model with `robust-train evaluate`, or raise "
+            "max_overhead (None: every scheduled epoch on every image)"
+        )
 
     def device_for(self, pl_module: pl.LightningModule) -> torch.device:
         """Where evaluations run: `accelerator`/`devices` when given, else the module's."""
@@ -421,7 +432,7 @@ class RobustnessCallback(Callback):
         self._probe_seconds = time.perf_counter() - start
         budget.per_image = self._probe_seconds
         budget.spent_seconds += self._probe_seconds
-        n_images = budget.images(n_total, is_last=True)  # the first evaluation runs: room now
+        n_images = max(budget.images(n_total, is_last=True), 1)  # the probe's image at least
         budget.spent_seconds -= self._probe_seconds  # added back with the evaluation's own time
         if trainer.world_size > 1:
             n_images = int(trainer.strategy.broadcast(n_images, src=0))

@@ -22,12 +22,13 @@ class OverheadBudget:
     - when the fit's progress is known, `spent_seconds + 2 * cost <= max_overhead *
       other_seconds / progress`: room is left for the last epoch's evaluation in the projected
       fit time.
-    The first evaluation always runs, and so does the last epoch of the fit (so the final model
-    is always scored), but neither at any cost: an evaluation that runs takes only the images
-    that fit in the room left (`images`, from the cost per image measured so far; the monitors
-    time one image first when nothing is measured yet), at least one for the last. An image
-    whose evaluation alone costs more than the room exceeds the cap by that one image.
-    `max_overhead=None` runs every scheduled evaluation on every image (the clock still runs).
+    An evaluation that runs takes only the images that fit in the room left (`images`, from
+    the largest cost per image measured so far). The first evaluation always runs: with no cost
+    measured yet, the monitors time one image and take as many more as then fit (so the cap can
+    be exceeded by the cost of that one image). The last epoch of the fit is evaluated whenever
+    an image fits, on as many as fit; when none does, it is skipped too, and the final model is
+    left to `robust-train evaluate`. `max_overhead=None` runs every scheduled evaluation on
+    every image (the clock still runs).
 
     Args:
         max_overhead: largest share, e.g. 0.1 for 10 %; None: no cap.
@@ -98,9 +99,8 @@ class OverheadBudget:
         The images that fit in the room the cap leaves: `max_overhead * other_seconds -
         spent_seconds` (and, when the fit's progress is known and this is not the last
         evaluation, half of the room in the projected fit time, so the last one finds some);
-        the last evaluation takes at least one image (the final model is always scored), any
-        other one is skipped when fewer than a quarter of the images fit. With no cap, or no
-        cost measured yet, all of them.
+        the last evaluation takes any number that fits, any other one is skipped when fewer
+        than a quarter of the images fit. With no cap, or no cost measured yet, all of them.
 
         Examples:
             >>> budget = OverheadBudget(0.1)
@@ -108,9 +108,12 @@ class OverheadBudget:
             >>> budget.other_seconds = 40.0  # room: 0.1 * 40 - 2 = 2 s, four images
             >>> budget.images(16, is_last=False), budget.images(16, is_last=True)
             (4, 4)
-            >>> budget.other_seconds = 22.0  # room: 0.2 s, not one image
+            >>> budget.other_seconds = 25.0  # room: 0.5 s, one image: too few but for the last
             >>> budget.images(16, is_last=False), budget.images(16, is_last=True)
             (0, 1)
+            >>> budget.other_seconds = 22.0  # room: 0.2 s, not one image
+            >>> budget.images(16, is_last=True)
+            0
         """
         if self.max_overhead is None or self.per_image is None:
             return n_images
@@ -120,7 +123,7 @@ class OverheadBudget:
             room = min(room, (projected - self.spent_seconds) / 2)
         fit = max(int(room / self.per_image), 0) if room > 0 else 0
         if is_last:
-            return min(n_images, max(fit, 1))
+            return min(n_images, fit)
         return min(n_images, fit) if fit >= max(1, n_images // 4) else 0
 
     @property

@@ -45,11 +45,12 @@ class RobustnessCallback(Callback):
 
     Schedule: after training epoch `e` when `(e + 1) % every_n_epochs == 0` (0: once, when fit
     ends), unless that would take the monitor over `max_overhead` of the fit's wall time (see
-    `OverheadBudget`: the first and the last epoch always run; the first skip is logged as
-    info). One evaluation at the defaults costs about one epoch of 8x8 digits (a fraction of a
-    second), so a 20-epoch digits fit is evaluated at its first and last epoch under the default
-    10 % cap, and longer fits or larger datasets at more (or all) epochs; pass
-    `max_overhead=None` for every scheduled epoch. With `stage="train"` (default) it runs in
+    `OverheadBudget`): an evaluation takes only the images of the subset that fit in the room
+    left (`robustness/images/<name>` logs how many); the first one always runs (one image timed
+    first), the last epoch when an image fits; the first skip is logged as info. On small
+    images an evaluation costs about an epoch of 8x8 digits, so short fits are evaluated at few
+    epochs and longer fits or larger datasets at more (or all); on large images the
+    evaluations shrink. Pass `max_overhead=None` for every scheduled epoch on every image. With `stage="train"` (default) it runs in
     `on_train_epoch_end`, where gradients exist and that epoch's validation has already run;
     with `stage="validation"` in `on_validation_epoch_end` of the scheduled epochs (Lightning
     validates under no_grad during fit, which the callback lifts; it also runs on every

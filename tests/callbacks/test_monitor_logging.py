@@ -201,11 +201,12 @@ def test_defaults_end_to_end_on_digits_datamodule_with_small_cnn(tmp_path):
         max_epochs=2, logger=logger, callbacks=[monitor], enable_checkpointing=False, **TRAINER
     )
     trainer.fit(RobustClassifier(SmallCNN(width=8)), datamodule=DigitsDataModule(batch_size=64))
-    assert monitor.evaluated_epochs == [0, 1]  # the first and the last always run
+    # The first always runs; the last when an image fits in 10 % of this short fit's time.
+    assert monitor.evaluated_epochs[0] == 0 and set(monitor.evaluated_epochs) <= {0, 1}
     assert monitor.held_out(trainer)[0].shape == (16, 1, 8, 8)
     rows = read_csv(logger)
     for key in ATTACK_KEYS + ["robustness/lipschitz/saliency/lipschitz"] + FIDELITY_KEYS:
-        assert sorted(per_epoch(rows, key)) == [0, 1], key
+        assert sorted(per_epoch(rows, key)) == monitor.evaluated_epochs, key
     assert 0 < float(trainer.callback_metrics["robustness/share/total"]) < 1
 
 

@@ -50,9 +50,9 @@ class RobustnessCallback(Callback):
     first), the last epoch when an image fits; the first skip is logged as info. On small
     images an evaluation costs about an epoch of 8x8 digits, so short fits are evaluated at few
     epochs and longer fits or larger datasets at more (or all); on large images the
-    evaluations shrink. Pass `max_overhead=None` for every scheduled epoch on every image. With `stage="train"` (default) it runs in
-    `on_train_epoch_end`, where gradients exist and that epoch's validation has already run;
-    with `stage="validation"` in `on_validation_epoch_end` of the scheduled epochs (Lightning
+    evaluations shrink. Pass `max_overhead=None` for every scheduled epoch on every image.
+    With `stage="train"` (default) it runs in `on_train_epoch_end`, where gradients exist and
+    that epoch's validation has already run; with `stage="validation"` in `on_validation_epoch_end` of the scheduled epochs (Lightning
     validates under no_grad during fit, which the callback lifts; it also runs on every
     `trainer.validate()`, where a loop under `torch.inference_mode`, the Trainer default, is
     refused in `setup`). Never during the sanity check.

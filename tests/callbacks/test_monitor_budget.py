@@ -49,7 +49,9 @@ def test_budget_arithmetic():
 @pytest.mark.parametrize(
     "max_overhead, expected", [(1e-9, [0]), (1e9, [0, 1, 2, 3]), (None, [0, 1, 2, 3])]
 )
-def test_cap_runs_the_first_epoch_and_what_fits(module, data, caplog, monkeypatch, max_overhead, expected):
+def test_cap_runs_the_first_epoch_and_what_fits(
+    module, data, caplog, monkeypatch, max_overhead, expected
+):
     # The note goes through Lightning's rank-zero logger; Lightning's "pytorch_lightning" logger
     # stops propagation to the root logger (caplog's) when it is imported before the root logger
     # has a handler, so whether the note reaches caplog would depend on the tests run before.
@@ -121,7 +123,8 @@ def test_budget_shrinks_evaluations_of_a_slow_model():
 @pytest.mark.slow
 def test_slow_model_keeps_the_monitor_within_its_share(data, trained_digits):
     """Evaluating all 16 images would take about 0.5 s a pass against 0.25 s of training per
-    epoch (mostly sleeping: little CPU); under max_overhead=0.1 the monitor times one image, then evaluates what fits."""
+    epoch (mostly sleeping: little CPU); under max_overhead=0.1 the monitor times one image,
+    then evaluates what fits."""
     net = SlowInEval(copy.deepcopy(trained_digits[0]).train(), per_image=0.01, per_batch=0.06)
     monitor = LipschitzMonitor(
         n_samples=16, lipschitz_samples=2, max_overhead=0.1, log_images=False

@@ -51,11 +51,11 @@ class RobustnessCallback(Callback):
     images an evaluation costs about an epoch of 8x8 digits, so short fits are evaluated at few
     epochs and longer fits or larger datasets at more (or all); on large images the
     evaluations shrink. Pass `max_overhead=None` for every scheduled epoch on every image.
-    With `stage="train"` (default) it runs in `on_train_epoch_end`, where gradients exist and
-    that epoch's validation has already run; with `stage="validation"` in `on_validation_epoch_end` of the scheduled epochs (Lightning
-    validates under no_grad during fit, which the callback lifts; it also runs on every
-    `trainer.validate()`, where a loop under `torch.inference_mode`, the Trainer default, is
-    refused in `setup`). Never during the sanity check.
+    With `stage="train"` (default) it runs in `on_train_epoch_end`, where gradients exist and that
+    epoch's validation has already run; with `stage="validation"` in `on_validation_epoch_end` of
+    the scheduled epochs (Lightning validates under no_grad during fit, which the callback lifts; it
+    also runs on every `trainer.validate()`, where a loop under `torch.inference_mode`, the Trainer
+    default, is refused in `setup`). Never during the sanity check.
 
     Images: a subset of `n_samples` images drawn once with `seed` from `trainer.datamodule`'s
     `val`/`test` dataloader (else the LightningModule's or the Trainer's), or from `inputs` and

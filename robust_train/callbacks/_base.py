@@ -142,6 +142,7 @@ class RobustnessCallback(Callback):
         self._skip_noted = False
         self._planned: int | None = None  # images of the evaluation `should_run` let through
         self._probe_seconds = 0.0
+        self._correct: Tensor | None = None  # the held-out images classified correctly, per run
         self._nonfinite_warned = False
         self._warned_at: set[tuple[str, int]] = set()  # places whose warning was passed on
         self.last_report: Report | None = None
@@ -369,7 +370,7 @@ class RobustnessCallback(Callback):
         seconds = time.perf_counter() - start
         report.scalars[self.seconds_key] = seconds
         if record:
-            self.budget.record(seconds - self._probe_seconds, n_images)
+            self.budget.record(seconds - self._probe_seconds, self._costly(n_images))
             self.budget.spent_seconds += self._probe_seconds
             report.scalars[self.seconds_key.replace("/seconds/", "/share/")] = self.budget.share
         if via_module:
@@ -410,7 +411,27 @@ class RobustnessCallback(Callback):
             if n_bad:
                 return Report(scalars={NONFINITE_KEY: float(n_bad)}), n_bad
             predictions = predict(model, inputs, self.internal_batch_size)
+            self._correct = (predictions == targets).cpu()  # what the attacks attack
             return self.evaluate_guarded(model, inputs, targets, predictions), 0
+
+    def _correct_mask(
+        self, pl_module: pl.LightningModule, inputs: Tensor, targets: Tensor
+    ) -> Tensor:
+        """Which held-out images the model classifies correctly now (on the CPU)."""
+        model = evaluated_model(pl_module)
+        device = pl_module.device
+        with modes_restored(pl_module):
+            pl_module.eval()
+            predictions = predict(model, inputs.to(device), self.internal_batch_size)
+        return predictions.cpu() == targets.cpu()
+
+    def _costly(self, n_images: int) -> int:
+        """The images of the evaluation just run that cost the most: the correctly classified
+        ones, which the attacks attack (at least one), so that the cost per image is an upper
+        bound when more images become correct as the model trains."""
+        if self._correct is None:
+            return n_images
+        return max(int(self._correct.sum()), 1)
 
     def _pass_images(
         self,
@@ -422,6 +443,7 @@ class RobustnessCallback(Callback):
     ) -> tuple[int, tuple[Report, int] | None]:
         """(images of this evaluation, the one-image probe's result when one ran)."""
         self._probe_seconds, n_total = 0.0, len(targets)
+        self._correct = None  # set by `_evaluate_now`
         planned, self._planned = self._planned, None
         budget = self.budget
         if not record or budget.max_overhead is None or planned is None:
@@ -429,7 +451,9 @@ class RobustnessCallback(Callback):
         if budget.per_image is not None or n_total <= 1:
             return max(min(planned, n_total), 1), None
         start = time.perf_counter()
-        probe = self._evaluate_now(trainer, pl_module, inputs[:1], targets[:1])
+        correct = self._correct_mask(pl_module, inputs, targets)  # once, before the first
+        at = int(correct.float().argmax())  # a correct image: the attacks' cost is timed
+        probe = self._evaluate_now(trainer, pl_module, inputs[at : at + 1], targets[at : at + 1])
         self._probe_seconds = time.perf_counter() - start
         budget.per_image = self._probe_seconds
         budget.spent_seconds += self._probe_seconds

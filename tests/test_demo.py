@@ -16,6 +16,7 @@ import torch
 from wandb_reader import read_run
 
 import robust_train.app.demo as demo
+from robust_train.app.report import same_images
 
 SCRIPT = Path(sys.executable).parent / "robust-train"
 TOPK_KEY = "robustness/attack/saliency/topk/topk_intersection"
@@ -119,10 +120,25 @@ def test_quick_demo_states_its_claim_against_the_measured_range(quick_run):
     judged(accuracy, demo.MEASURED_ACC_CHANGE, demo.MACHINE_MARGIN["accuracy"], scale=100)
     assert "differ from the measured ones" in lines[claim + 2 + n], "--quick is not measured"
     printed = float(maps[0].split()[2].rstrip(":"))
-    measures = {n: r["measures"] for n, r in json.loads((out / "results.json").read_text()).items()}
+    results = json.loads((out / "results.json").read_text())
     key = demo.TOPK["saliency"]
-    expected = measures["robust"][key] - measures["natural"][key]
-    assert printed == pytest.approx(expected, abs=6e-4)
+    (natural, robust), _ = same_images(results, key)  # what the table beside it shows
+    assert printed == pytest.approx(robust - natural, abs=6e-4)
+    row = next(line for line in stdout.splitlines() if line.startswith(f"| `{key}`"))
+    cells = [c.strip() for c in row.split("|")[2:4]]
+    assert printed == pytest.approx(float(cells[1]) - float(cells[0]), abs=2e-3)
+
+
+def test_claim_gain_uses_the_images_both_models_measured():
+    key = demo.TOPK["saliency"]
+    own = {"natural": 0.5, "robust": 0.45}  # each over its own images
+    per_image = {"natural": [0.2, 0.8, float("nan")], "robust": [0.6, 0.9, 0.0]}
+    results = {
+        name: {"measures": {key: own[name], "split_accuracy": 0.9},
+               "per_image": {key: per_image[name]}, "images_digest": "d"}
+        for name in ("natural", "robust")
+    }  # fmt: skip
+    assert demo.gain(results)["saliency"] == pytest.approx(0.75 - 0.5)  # not 0.45 - 0.5
 
 
 def test_verdict_says_inside_or_outside(monkeypatch):
@@ -158,6 +174,8 @@ def test_only_the_default_run_is_the_measured_one():
         return demo._as_measured(args, extra, demo._settings(args))
 
     assert measured() and measured("--seed", "7", "--trainer.enable_progress_bar=false")
+    assert measured("--trainer.enable_progress_bar", "false")  # the space form is the same
+    assert not measured("--trainer.max_epochs", "3")
     assert not measured("--quick")
     assert not measured("--n-samples", "20")
     assert not measured("--epochs", "3")

@@ -37,7 +37,12 @@ from robust_train.app.checkpoint_io import (
     read_fit_checkpoint,
 )
 from robust_train.app.commands import checkpoint_folder
-from robust_train.app.settings_flags import CommandParser, flags_in_errors
+from robust_train.app.settings_flags import (
+    CommandParser,
+    add_device_arguments,
+    device_from,
+    flags_in_errors,
+)
 from robust_train.app.shipped_files import file_argument
 from robust_train.certify.deterministic_run import (
     BoundSettings,
@@ -116,6 +121,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="output folder (default runs/certify/<checkpoint path>)")
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--no-progress", action="store_true")
+    add_device_arguments(p)
     add_trust_argument(p)
     return p
 
@@ -136,7 +142,8 @@ def correct_images(
         x, y = held.images, held.labels
         ok = torch.ones(len(y), dtype=torch.bool)
         for model in models.values():
-            ok &= predict(model, x, 256) == y
+            device = next(model.parameters()).device
+            ok &= predict(model, x.to(device), 256).cpu() == y
         index = ok.nonzero().flatten()[:n_images]
         if len(index) == n_images or len(y) < wanted:
             break
@@ -199,7 +206,8 @@ def _load(args: argparse.Namespace, names: list[str]) -> tuple[dict[str, nn.Modu
     first checkpoint (no download, no new folder)."""
     trust = dict(trusted=args.trust_checkpoint, trust_class_path=args.trust_class_path)
     read = [read_fit_checkpoint(c, **trust) for c in args.ckpt]
-    models = {name: checkpoint.classifier() for name, checkpoint in zip(names, read, strict=True)}
+    device = args.device
+    models = {name: c.classifier(device) for name, c in zip(names, read, strict=True)}
     if args.data_config:
         where = f"`--data-config` {args.data_config!r}"
         return models, instantiate(data_config_from_yaml(args.data_config), where)
@@ -291,11 +299,13 @@ def certify_main(argv: list[str]) -> int:
             "takes L2 radii (--radii)"
         )
     settings = _settings(args)  # every setting checked before a checkpoint is read
+    args.device = device_from(args)
     names, out, replace = _inputs(args, OUTPUTS)
     paths = [str(Path(c).resolve()) for c in args.ckpt]
     models, data = _load(args, names)
     set_threads(models.values(), args.threads or None)
     x, y, index = correct_images(models, data, args.n_images, args.split, settings.seed)
+    x, y = x.to(args.device), y.to(args.device)
     results: dict[str, Any] = {"settings": settings.as_dict(), "split": args.split}
     results |= {"images": index, "checkpoints": dict(zip(names, args.ckpt, strict=True))}
     results["image_selection"] = (

@@ -288,11 +288,13 @@ class FitCheckpoint:
         """What `robust-train fit` recorded (`checkpoint["robust_train"]`)."""
         return self.meta["robust_train"]
 
-    def classifier(self) -> nn.Module:
-        """The classifier it holds, in eval mode (rebuilt from the recorded model config)."""
+    def classifier(self, device: torch.device | str = "cpu") -> nn.Module:
+        """The classifier it holds, in eval mode (rebuilt from the recorded model config), its
+        weights on `device`."""
         return classifier_from(
             self.content,
             self.path,
+            map_location=torch.device(device),
             trust_class_path=self.trust_class_path,
             class_path_opt_in=CLASS_PATH_OPT_IN,
         )
@@ -306,6 +308,24 @@ class FitCheckpoint:
         return recorded_datamodule(config, self.path, trust_class_path=self.trust_class_path)
 
 
+def _refuse_weights_only(content: Any, path: Path, flag: str) -> None:
+    """A file of weights alone (a state dict, or a checkpoint not written by `robust-train
+    fit`) cannot rebuild its model: one line pointing to `--model`/`--weights`."""
+    if not isinstance(content, dict) or "robust_train" in content:
+        return
+    what = "a state dict (weights only)" if "state_dict" not in content else "a checkpoint"
+    how = (
+        f"--model MODEL --weights {path.name} --data-config DATA.yaml"
+        if flag == "--ckpt"
+        else "--model MODEL with the weights files as positionals, and --data-config DATA.yaml"
+    )
+    raise CheckpointError(
+        f"`{flag}` {str(path)!r} is {what} not written by `robust-train fit`, so it records no "
+        f"model to rebuild: give the model and its data with {how} (MODEL: torchvision:NAME, "
+        "a model YAML or a class path)"
+    )
+
+
 def read_fit_checkpoint(
     path: str | Path, *, trusted: bool = False, trust_class_path: bool = False, flag: str = "--ckpt"
 ) -> FitCheckpoint:
@@ -316,6 +336,7 @@ def read_fit_checkpoint(
     `trust_class_path`, one outside the installed packages)."""
     path = check_input_file(resolve_file(path, "checkpoints", what=f"`{flag}`"), flag)
     content = _read(path, trusted)
+    _refuse_weights_only(content, path, flag)
     return FitCheckpoint(path, content, _meta(content, path, trust_class_path), trust_class_path)
 
 
@@ -416,14 +437,20 @@ def _labels_and_accuracy(
 ) -> tuple[Tensor, float | None]:
     """Every label of the split, and the model's accuracy on it, in one pass."""
     labels, correct = [], 0
+    device = _device_of(model)
     for x, y in loader:
         labels.append(y)
         if model is not None:
             with torch.no_grad():
-                correct += int((model(x).argmax(1) == y).sum())
+                correct += int((model(x.to(device)).argmax(1).cpu() == y).sum())
     all_labels = torch.cat(labels) if labels else torch.zeros(0, dtype=torch.long)
     total = len(all_labels)
     return all_labels, (correct / total if model is not None and total else None)
+
+
+def _device_of(model: nn.Module | None) -> torch.device:
+    param = None if model is None else next(model.parameters(), None)
+    return torch.device("cpu") if param is None else param.device
 
 
 def heldout_subset(
@@ -501,21 +528,26 @@ def evaluate_on_split(
     progress: bool = True,
     threads: int | None = None,
     where: str = "the data config",
+    device: torch.device | str = "cpu",
 ) -> dict[str, Any]:
     """The suite on `settings.n_samples` images of a split (a seeded class-stratified subset,
     seeded with `settings.seed`), after the probe; one torch thread for small models unless
-    `threads` says. `result["subset"]` says which images (`HeldOut.describe`). The settings that
-    depend on the image size (`k`, ...) are checked on the datamodule's `image_size` before any
-    data is loaded."""
+    `threads` says. The model and the images are moved to `device` (the whole split's accuracy
+    is computed there too). `result["subset"]` says which images (`HeldOut.describe`). The
+    settings that depend on the image size (`k`, ...) are checked on the datamodule's
+    `image_size` before any data is loaded."""
     data = instantiate(data, where) if isinstance(data, dict) else data
     _check_settings_fit(settings, data)
+    device = torch.device(device)
+    model = model.to(device)
     set_threads(model, threads)
     held = heldout_subset(
         data, settings.n_samples, split, model=model, seed=settings.seed, where=where
     )
-    print(f"evaluating {held.sentence(split)}", file=sys.stderr, flush=True)
+    print(f"evaluating {held.sentence(split)} on {device}", file=sys.stderr, flush=True)
     start = time.perf_counter()
-    result = evaluate_classifier(model, held.images, held.labels, settings, progress=progress)
+    images, labels = held.images.to(device), held.labels.to(device)
+    result = evaluate_classifier(model, images, labels, settings, progress=progress)
     if held.accuracy is not None:
         result["measures"]["split_accuracy"] = held.accuracy
     result["subset"] = held.describe()
@@ -533,10 +565,12 @@ def evaluate_checkpoint(
     threads: int | None = None,
     trusted: bool = False,
     trust_class_path: bool = False,
+    device: torch.device | str = "cpu",
 ) -> dict[str, Any]:
-    """Rebuild a checkpoint's model and held-out data, run the suite, add the training time; a
-    path is read here (`read_fit_checkpoint`), a `FitCheckpoint` is not read again. The data is
-    `data_config`'s (the user's) or else the recorded datamodule (`recorded_datamodule`)."""
+    """Rebuild a checkpoint's model (its weights loaded onto `device`) and held-out data, run
+    the suite there, add the training time; a path is read here (`read_fit_checkpoint`), a
+    `FitCheckpoint` is not read again. The data is `data_config`'s (the user's) or else the
+    recorded datamodule (`recorded_datamodule`)."""
     if not isinstance(checkpoint, FitCheckpoint):
         checkpoint = read_fit_checkpoint(
             checkpoint, trusted=trusted, trust_class_path=trust_class_path
@@ -552,10 +586,11 @@ def evaluate_checkpoint(
             f"checkpoint {str(checkpoint.path)!r} records no datamodule; pass --data-config "
             "CONFIG.yaml"
         )
-    model = checkpoint.classifier()
+    model = checkpoint.classifier(device)
     result = evaluate_on_split(
-        model, data, settings, split, progress=progress, threads=threads, where=where
-    )
+        model, data, settings, split, progress=progress, threads=threads, where=where,
+        device=device,
+    )  # fmt: skip
     if checkpoint.recorded.get("training_seconds") is not None:
         result["training_seconds"] = checkpoint.recorded["training_seconds"]
     if checkpoint.meta["epoch"] is not None:

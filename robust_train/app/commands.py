@@ -48,7 +48,12 @@ from robust_train.app.model_source import (
     evaluate_model_source,
     model_source_from,
 )
-from robust_train.app.settings_flags import CommandParser, add_settings_arguments, settings_from
+from robust_train.app.settings_flags import (
+    CommandParser,
+    add_settings_arguments,
+    device_from,
+    settings_from,
+)
 from robust_train.app.shipped_files import file_argument
 from robust_train.core.files import (
     OutputError,
@@ -56,6 +61,7 @@ from robust_train.core.files import (
     check_output_folder,
     write_json,
     write_text,
+    write_with,
 )
 from robust_train.core.resources import shipped_name
 from robust_train.evaluation import PROTOCOLS, EvaluationSettings
@@ -63,6 +69,7 @@ from robust_train.evaluation import PROTOCOLS, EvaluationSettings
 __all__ = [
     "checkpoint_folder",
     "compare_main",
+    "default_names",
     "default_out",
     "evaluate_main",
     "export_main",
@@ -166,8 +173,29 @@ def _check_out(
     return replace
 
 
-def evaluation_summary_markdown(name: str, result: dict[str, Any], table: str) -> str:
-    """summary.md: the table, where it came from, the settings and how to read each measure."""
+def default_names(paths: Sequence[str | Path]) -> list[str]:
+    """Column names for `compare`: the files' stems, with as many parent folders as it takes
+    to tell them apart (two runs' `last.ckpt` are not both "last").
+
+    Examples:
+        >>> default_names(["runs/a.ckpt", "runs/b.ckpt"])
+        ['a', 'b']
+        >>> default_names(["ck/x/latest/last.ckpt", "ck/y/latest/last.ckpt"])
+        ['x/latest/last', 'y/latest/last']
+    """
+    parts = [Path(p).with_suffix("").parts for p in paths]
+    for depth in range(1, max(map(len, parts), default=1) + 1):
+        names = ["/".join(p[-depth:]) for p in parts]
+        if len(set(names)) == len(names):
+            return names
+    return [str(p) for p in paths]
+
+
+def evaluation_summary_markdown(
+    name: str, result: dict[str, Any], table: str, closing: Sequence[str] = ()
+) -> str:
+    """summary.md: the table (with 95% intervals over images), the budget and verdicts
+    (`closing`), where it came from, the settings and how to read each measure."""
     from robust_train.app.report import chance_and_cost_markdown, how_to_read
 
     measures = result.get("measures", {})
@@ -177,6 +205,8 @@ def evaluation_summary_markdown(name: str, result: dict[str, Any], table: str) -
         table,
         "",
         chance_and_cost_markdown({Path(name).stem: result}),
+        *[f"- {line}" for line in closing],
+        *([""] if closing else []),
         (
             f"Model: `{result['model']}` with weights `{result.get('weights') or 'none given'}`; "
             if result.get("model")
@@ -247,7 +277,7 @@ def _run_options(args: Any) -> dict[str, Any]:
     """The evaluation options every checkpoint or model source of one command shares."""
     return dict(
         data_config=args.data_config, split=args.split, progress=not args.no_progress,
-        threads=args.threads,
+        threads=args.threads, device=args.device,
     )  # fmt: skip
 
 
@@ -263,7 +293,9 @@ def _source_result(args: Any, source: ModelSource, settings: EvaluationSettings)
 
 
 def evaluate_main(argv: list[str]) -> int:
-    from robust_train.app.report import chance_and_cost_markdown, summary_table, to_json
+    from robust_train.app.evaluate_output import closing_lines, evaluate_table
+    from robust_train.app.report import chance_and_cost_markdown, to_json
+    from robust_train.app.verdict_figure import write_verdict_figure
 
     parser = CommandParser(
         prog="robust-train evaluate", description="Robustness evaluation of one checkpoint."
@@ -286,6 +318,7 @@ def evaluate_main(argv: list[str]) -> int:
     add_settings_arguments(parser)
     args = parser.parse_args(argv)
     settings = settings_from(args)
+    args.device = device_from(args)
     source = model_source_from(args)
     if (args.ckpt is None) == (source is None):
         raise ValueError(
@@ -294,33 +327,40 @@ def evaluate_main(argv: list[str]) -> int:
         )
     target = args.ckpt if source is None else source.label
     out = Path(args.out) if args.out else default_out(target, settings)
-    outputs = ["results.json", "summary.md"]
+    outputs = ["results.json", "summary.md", "verdict.png"]
     replace = _check_out(out, [target], settings, args.overwrite, outputs)
     sources = None if source is None else [source]
     read = _read_all(args, [target], sources)
     (result,) = _evaluate_all(args, read, settings, sources)
     name = Path(target).stem
     write_json(out / "results.json", to_json({name: result}), overwrite=replace, flag="--out")
-    table = summary_table({name: result})
-    summary = evaluation_summary_markdown(target, result, table)
+    table = evaluate_table(result)
+    closing = closing_lines({name: result})
+    summary = evaluation_summary_markdown(target, result, table, closing)
     write_text(out / "summary.md", summary, overwrite=replace, flag="--out")
+    figure = write_with(
+        out / "verdict.png", lambda p: write_verdict_figure({name: result}, p), overwrite=replace
+    )
     _record(read[0] if read else None, result, args.no_wandb)
     print(table)
     print(chance_and_cost_markdown({name: result}))
+    print("\n" + "\n".join(closing))
     print(
-        f"\nevaluated in {result['evaluation_seconds']:.1f} s; wrote {out / 'results.json'} and "
-        f"{out / 'summary.md'}"
+        f"\nevaluated in {result['evaluation_seconds']:.1f} s; wrote {out / 'results.json'}, "
+        f"{out / 'summary.md'}" + (f" and {figure}" if figure else "")
     )
     return 0
 
 
 def compare_main(argv: list[str]) -> int:
+    from robust_train.app.evaluate_output import closing_lines
     from robust_train.app.report import (
         REPORT_FILES,
         chance_and_cost_markdown,
         summary_table,
         write_report,
     )
+    from robust_train.app.verdict_figure import write_verdict_figure
 
     parser = CommandParser(
         prog="robust-train compare",
@@ -348,22 +388,30 @@ def compare_main(argv: list[str]) -> int:
             f"compare needs two or more checkpoints, got {len(args.ckpts)} "
             "(use `robust-train evaluate --ckpt` for one)"
         )
-    names = args.names or [Path(c).stem for c in args.ckpts]
+    names = args.names or default_names(args.ckpts)
     if len(names) != len(args.ckpts):
         raise ValueError(f"`--names` has {len(names)} entries for {len(args.ckpts)} checkpoints")
     if len(set(names)) != len(names):
         raise ValueError(f"the column names {names} repeat; pass distinct --names")
     settings = settings_from(args)
+    args.device = device_from(args)
     source = model_source_from(args)
     sources = None if source is None else [ModelSource(source.spec, c) for c in args.ckpts]
-    replace = _check_out(Path(args.out), list(args.ckpts), settings, args.overwrite, REPORT_FILES)
+    outputs = (*REPORT_FILES, "verdict.png")
+    replace = _check_out(Path(args.out), list(args.ckpts), settings, args.overwrite, outputs)
     read = _read_all(args, list(args.ckpts), sources, flag="ckpts")
     results = dict(zip(names, _evaluate_all(args, read, settings, sources), strict=True))
     histories = {n: c.recorded.get("history") or {} for n, c in zip(names, read, strict=False)}
     path = write_report(results, args.out, histories=histories, overwrite=replace)
+    figure = write_with(
+        Path(args.out) / "verdict.png",
+        lambda p: write_verdict_figure(results, p),
+        overwrite=replace,
+    )
     print(summary_table(results))
     print(chance_and_cost_markdown(results))
-    print(f"\nreport: {path}")
+    print("\n" + "\n".join(closing_lines(results)))
+    print(f"\nreport: {path}" + (f"; verdict figure: {figure}" if figure else ""))
     return 0
 
 

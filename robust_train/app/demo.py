@@ -177,14 +177,26 @@ def continued_history(
 def gain(results: dict[str, dict[str, Any]]) -> dict[str, float]:
     """Robust minus natural: top-k intersection under the top-k attack per map, and accuracy.
 
+    Each map's gain compares the two models on the images both of them measured, as the table
+    beside it does (`robust_train.app.report.same_images`); each model's own mean only when the
+    images cannot be lined up.
+
     Examples:
         >>> r = {"natural": {"measures": {"split_accuracy": 0.97, TOPK["saliency"]: 0.2}},
         ...      "robust": {"measures": {"split_accuracy": 0.96, TOPK["saliency"]: 0.7}}}
         >>> {k: round(v, 3) for k, v in gain(r).items()}
         {'saliency': 0.5, 'accuracy': -0.01}
     """
-    natural, robust = results["natural"]["measures"], results["robust"]["measures"]
-    out = {name: robust[key] - natural[key] for name, key in TOPK.items() if key in robust}
+    from robust_train.app.report import same_images
+
+    pair = {"natural": results["natural"], "robust": results["robust"]}
+    natural, robust = pair["natural"]["measures"], pair["robust"]["measures"]
+    out = {}
+    for name, key in TOPK.items():
+        if key in robust:
+            shared = same_images(pair, key)
+            means = shared[0] if shared is not None else [natural[key], robust[key]]
+            out[name] = means[1] - means[0]
     out["accuracy"] = robust["split_accuracy"] - natural["split_accuracy"]
     return out
 
@@ -224,7 +236,8 @@ def verdict(gains: dict[str, float], comparable: bool = True) -> str:
     lines = [
         "claim: fine-tuning the natural model with the shipped recipe (one penalty over the "
         "saliency, input x gradient and Grad-CAM maps, on a ReLU network) raises the top-k "
-        "intersection of every map under the top-k attack aimed at it (robust minus natural; "
+        "intersection of every map under the top-k attack aimed at it (robust minus natural, "
+        "on the images both models measured, as in the table; "
         "ranges measured over "
         f"seeds {seeds}):"
     ]
@@ -321,7 +334,7 @@ def _settings(args: argparse.Namespace) -> Any:
 
 def _as_measured(args: argparse.Namespace, extra: list[str], settings: Any) -> bool:
     """Whether this run has the settings the ranges were measured with (any seed)."""
-    quiet = ("--trainer.enable_progress_bar", "--trainer.enable_model_summary")
+    quiet = {"--trainer.enable_progress_bar", "--trainer.enable_model_summary"}
     return (
         not args.quick
         and args.epochs is None
@@ -329,8 +342,30 @@ def _as_measured(args: argparse.Namespace, extra: list[str], settings: Any) -> b
         and Path(args.natural).resolve() == NATURAL_CONFIG
         and Path(args.robust).resolve() == ROBUST_CONFIG
         and settings == demo_settings()
-        and all(a.startswith(quiet) for a in extra)
+        and option_names(extra) <= quiet
     )
+
+
+def option_names(extra: list[str]) -> set[str]:
+    """The options among LightningCLI arguments, in either form (`--a=1` or `--a 1`).
+
+    Examples:
+        >>> sorted(option_names(["--trainer.enable_progress_bar", "false", "--x=1"]))
+        ['--trainer.enable_progress_bar', '--x']
+        >>> option_names(["stray"])
+        {'stray'}
+    """
+    names, after_option = set(), False
+    for arg in extra:
+        if arg.startswith("--"):
+            name, has_value, _ = arg.partition("=")
+            names.add(name)
+            after_option = not has_value
+        elif after_option:  # the value of the option before it
+            after_option = False
+        else:
+            names.add(arg)
+    return names
 
 
 def _evaluate(runs: dict[str, dict[str, Any]], settings: Any, threads: int) -> dict[str, Any]:

@@ -256,6 +256,7 @@ class RobustCLI(LightningCLI):
                 f"`--ckpt_path` {path!r} is not a Lightning checkpoint (no 'state_dict')"
             )
         self.resume_checkpoint = {
+            "resumable": self.config.subcommand != "fit" or "optimizer_states" in ckpt,
             "path": str(Path(path).resolve()),
             "shapes": {
                 k: tuple(v.shape) for k, v in ckpt["state_dict"].items() if hasattr(v, "shape")
@@ -314,6 +315,7 @@ class RobustCLI(LightningCLI):
         try:
             if resume is not None:
                 _check_fits(resume, self.model)
+                _check_resumable(resume)
             if self.datamodule is not None:
                 check_model_and_data(self.model, self.datamodule)
         except Exception:
@@ -445,6 +447,17 @@ def _check_fits(resume: dict[str, Any], model: torch.nn.Module) -> None:
         raise CheckpointError(
             f"checkpoint {resume['path']!r} does not fit the configured model "
             f"({name}): {details}; pass the config it was trained with"
+        )
+
+
+def _check_resumable(resume: dict[str, Any]) -> None:
+    """Refuse to resume a fit from a checkpoint of weights alone (best.ckpt), before any work."""
+    if not resume.get("resumable", True):
+        path = resume["path"]
+        raise CheckpointError(
+            f"`--ckpt_path` {path!r} holds weights only (no optimizer or loop state: best.ckpt "
+            "is written so), so a fit cannot resume from it: resume with `--ckpt_path last`, or "
+            f"start a new fit from these weights with `--model.init_checkpoint {path}`"
         )
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+import torch
 from torch import Tensor, nn
 
 from robust_train.app.checkpoint_io import (
@@ -323,9 +324,10 @@ def evaluate_model_source(
     split: str = "test",
     progress: bool = True,
     threads: int | None = None,
+    device: torch.device | str = "cpu",
 ) -> dict[str, Any]:
     """`evaluate_checkpoint` for a model given by `--model`/`--weights` and `--data-config`: the
-    same probe (channels, size, classes), held-out images and suite."""
+    same probe (channels, size, classes), held-out images and suite, on `device`."""
     config = data_config_from_yaml(data_config)
     where = f"`--data-config` {data_config!r}"
     datamodule = instantiate(config, where)
@@ -337,7 +339,8 @@ def evaluate_model_source(
             file=sys.stderr,
         )
     result = evaluate_on_split(
-        model, datamodule, settings, split, progress=progress, threads=threads, where=where
-    )
+        model, datamodule, settings, split, progress=progress, threads=threads, where=where,
+        device=device,
+    )  # fmt: skip
     result.update(checkpoint=source.label, model=source.spec, weights=source.weights, split=split)
     return result

@@ -29,6 +29,7 @@ __all__ = [
     "chance_and_cost_markdown",
     "chance_table",
     "sanity_table",
+    "headline_history",
     "how_to_read",
     "same_images",
     "plot_examples",
@@ -258,19 +259,37 @@ def plot_history(
     """
     from robust_train.callbacks.figures import history_figure
 
-    plain = {name: dict(h) for name, h in histories.items()}
-    keys = {
-        k
-        for h in plain.values()
-        for k in h
-        if not k.startswith(("robustness/seconds", "robustness/share"))
-    }
-    if not keys:
+    plain = headline_history({name: dict(h) for name, h in histories.items()})
+    if not any(plain.values()):
         return None
     fig = history_figure(plain)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+HEADLINE = ("/topk/topk_intersection", "/lipschitz", "/fidelity", "val/acc")
+MAX_PANELS = 6
+
+
+def headline_history(
+    histories: Mapping[str, Mapping[str, list[tuple[int, float]]]],
+) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """The keys worth a panel per epoch: per explainer the top-k attack's top-k intersection,
+    the Lipschitz estimate and the fidelity, and the validation accuracy (else the first
+    `MAX_PANELS` keys); seconds and shares never.
+
+    Examples:
+        >>> h = {"r": {"robustness/attack/saliency/topk/kendall": [(0, 1.0)],
+        ...            "robustness/attack/saliency/topk/topk_intersection": [(0, 0.5)],
+        ...            "robustness/seconds/total": [(0, 2.0)]}}
+        >>> list(headline_history(h)["r"])
+        ['robustness/attack/saliency/topk/topk_intersection']
+    """
+    skip = ("robustness/seconds", "robustness/share", "robustness/images")
+    keys = sorted({k for h in histories.values() for k in h if not k.startswith(skip)})
+    chosen = [k for k in keys if k.endswith(HEADLINE)] or keys[:MAX_PANELS]
+    return {name: {k: v for k, v in h.items() if k in chosen} for name, h in histories.items()}
 
 
 def to_json(results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

@@ -17,12 +17,18 @@ import typing
 from collections.abc import Iterator, Mapping
 from typing import Any, NoReturn
 
+import torch
+
 from robust_train.app.shipped_files import file_argument
+from robust_train.core.devices import ACCELERATORS, resolve_device
 from robust_train.evaluation import PROTOCOLS, EvaluationSettings
 
 __all__ = [
     "CommandParser",
+    "add_device_arguments",
     "add_settings_arguments",
+    "device_from",
+    "fraction",
     "flags_in_errors",
     "settings_from",
     "setting_flags",
@@ -110,7 +116,9 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
         if kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, help=help_text)
         else:
+            kind = fraction if kind is float else kind  # type: ignore[assignment]
             parser.add_argument(flag, type=kind, nargs="+" if many else None, help=help_text)
+    add_device_arguments(parser)
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument(
         "--no-wandb",
@@ -124,6 +132,36 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
         help="torch CPU threads (default: 1 for models under a million parameters, where "
         "one thread is fastest, else torch's default)",
     )
+
+
+def add_device_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--accelerator` and `--devices`, Lightning's names and value forms (default "auto")."""
+    parser.add_argument(
+        "--accelerator",
+        default="auto",
+        type=str.lower,
+        help=f"where the model and the attacks run: {', '.join(ACCELERATORS)} (auto: a CUDA GPU "
+        "when there is one, else Apple's MPS, else the CPU)",
+    )
+    parser.add_argument(
+        "--devices",
+        default="auto",
+        help="which device of the accelerator: auto or 1 (the first), or an index such as 1, "
+        "or [1] (one device)",
+    )
+
+
+def device_from(args: argparse.Namespace) -> torch.device:
+    """The device `--accelerator` / `--devices` name here; a ValueError naming the flag when
+    this machine lacks it (checked before any work).
+
+    Examples:
+        >>> parser = CommandParser()
+        >>> add_device_arguments(parser)
+        >>> device_from(parser.parse_args(["--accelerator", "cpu"]))
+        device(type='cpu')
+    """
+    return resolve_device(args.accelerator, args.devices, flags=("--accelerator", "--devices"))
 
 
 @contextlib.contextmanager
@@ -150,6 +188,27 @@ def flags_in_errors(flags: Mapping[str, str]) -> Iterator[None]:
         if renamed == text:
             raise
         raise type(err)(renamed) from err
+
+
+def fraction(text: str) -> float:
+    """A float flag's value: a number, or a fraction "A/B" (budgets in pixel levels: 8/255).
+
+    Examples:
+        >>> fraction("8/255") == 8 / 255, fraction("0.1"), fraction("1e-3")
+        (True, 0.1, 0.001)
+    """
+    top, slash, bottom = text.partition("/")
+    try:
+        if not slash:
+            return float(text)
+        denominator = float(bottom)
+        if denominator == 0:
+            raise ValueError
+        return float(top) / denominator
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number or a fraction such as 8/255, got {text!r}"
+        ) from None
 
 
 def _positive_int(text: str) -> int:

@@ -36,9 +36,11 @@ def check_linf_budget(value: object, name: str) -> None:
     """
     check_positive(value, name)
     if not float(value) < 1.0:  # type: ignore[arg-type]
+        v = float(value)  # type: ignore[arg-type]
+        hint = f"; {v:g} is probably {v:g}/255 = {v / 255:.4g} (pixel levels)" if v <= 255 else ""
         raise ValueError(
             f"`{name}` is an L_inf budget on [0, 1] images and must be < 1 (a budget of 1 covers "
-            f"the whole pixel range, so nothing is measured), got {value!r}"
+            f"the whole pixel range, so nothing is measured), got {value!r}{hint}"
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from typing import Any
@@ -24,6 +25,7 @@ from robust_train.callbacks._diverged import (
 from robust_train.callbacks._logger_media import MediaWriter
 from robust_train.callbacks._subset import SPLITS, from_tensors, from_trainer, select, shard
 from robust_train.callbacks.figures import Report
+from robust_train.core.devices import check_device_choice, parse_devices, resolve_device
 from robust_train.core.runtime import modes_restored, predict
 from robust_train.core.validation import check_choice, check_non_negative, check_positive
 
@@ -43,16 +45,17 @@ class RobustnessCallback(Callback):
 
     Schedule: after training epoch `e` when `(e + 1) % every_n_epochs == 0` (0: once, when fit
     ends), unless that would take the monitor over `max_overhead` of the fit's wall time (see
-    `OverheadBudget`: the first and the last epoch always run; the first skip is logged as
-    info). One evaluation at the defaults costs about one epoch of 8x8 digits (a fraction of a
-    second), so a 20-epoch digits fit is evaluated at its first and last epoch under the default
-    10 % cap, and longer fits or larger datasets at more (or all) epochs; pass
-    `max_overhead=None` for every scheduled epoch. With `stage="train"` (default) it runs in
-    `on_train_epoch_end`, where gradients exist and that epoch's validation has already run;
-    with `stage="validation"` in `on_validation_epoch_end` of the scheduled epochs (Lightning
-    validates under no_grad during fit, which the callback lifts; it also runs on every
-    `trainer.validate()`, where a loop under `torch.inference_mode`, the Trainer default, is
-    refused in `setup`). Never during the sanity check.
+    `OverheadBudget`): an evaluation takes only the images of the subset that fit in the room
+    left (`robustness/images/<name>` logs how many); the first one always runs (one image timed
+    first), the last epoch when an image fits; the first skip is logged as info. On small
+    images an evaluation costs about an epoch of 8x8 digits, so short fits are evaluated at few
+    epochs and longer fits or larger datasets at more (or all); on large images the
+    evaluations shrink. Pass `max_overhead=None` for every scheduled epoch on every image.
+    With `stage="train"` (default) it runs in `on_train_epoch_end`, where gradients exist and that
+    epoch's validation has already run; with `stage="validation"` in `on_validation_epoch_end` of
+    the scheduled epochs (Lightning validates under no_grad during fit, which the callback lifts; it
+    also runs on every `trainer.validate()`, where a loop under `torch.inference_mode`, the Trainer
+    default, is refused in `setup`). Never during the sanity check.
 
     Images: a subset of `n_samples` images drawn once with `seed` from `trainer.datamodule`'s
     `val`/`test` dataloader (else the LightningModule's or the Trainer's), or from `inputs` and
@@ -80,6 +83,11 @@ class RobustnessCallback(Callback):
         log_images: log figures (example grids, curves) besides scalars.
         n_images: images shown in the example grids.
         internal_batch_size: largest batch of the attacks' and metrics' inner computations.
+        accelerator: where the evaluations run, in Lightning's names ("cpu", "gpu"/"cuda",
+            "mps", "auto"); None (default): the trained module's device. Another device
+            evaluates a copy of the model there (the training model is not moved).
+        devices: which device of `accelerator` ("auto"/1: the first, or one index "1,"),
+            resolved with `robust_train.core.devices.resolve_device`.
     """
 
     name = "robustness"
@@ -98,8 +106,14 @@ class RobustnessCallback(Callback):
         n_images: int = 4,
         internal_batch_size: int | None = None,
         max_overhead: float | None = 0.1,
+        accelerator: str | None = None,
+        devices: int | str | list[int] = "auto",
     ) -> None:
         super().__init__()
+        if accelerator is not None:
+            check_device_choice(accelerator)
+            parse_devices(devices)
+        self.accelerator, self.devices = accelerator, devices
         check_non_negative(every_n_epochs, "every_n_epochs", integer=True)
         check_positive(n_samples, "n_samples", integer=True)
         check_choice(split, "split", SPLITS)
@@ -126,6 +140,9 @@ class RobustnessCallback(Callback):
         self.history: dict[str, list[tuple[int, float]]] = {}  # key -> (epoch, value) logged
         self.budget = OverheadBudget(max_overhead)
         self._skip_noted = False
+        self._planned: int | None = None  # images of the evaluation `should_run` let through
+        self._probe_seconds = 0.0
+        self._correct: Tensor | None = None  # the held-out images classified correctly, per run
         self._nonfinite_warned = False
         self._warned_at: set[tuple[str, int]] = set()  # places whose warning was passed on
         self.last_report: Report | None = None
@@ -166,6 +183,8 @@ class RobustnessCallback(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage == "fit":
             check_distinct_keys(trainer.callbacks)  # type: ignore[attr-defined]
+        if self.accelerator is not None:  # a device this machine lacks: refused before any work
+            resolve_device(self.accelerator, self.devices)
         if self.stage != "validation":
             return
         loop = trainer.fit_loop.epoch_loop.val_loop if stage == "fit" else trainer.validate_loop
@@ -198,7 +217,11 @@ class RobustnessCallback(Callback):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         last = max(trainer.current_epoch - 1, 0)
         if self.every_n_epochs == 0 and last not in self.evaluated_epochs:
-            self.budget.allows(is_last=True)  # accounts the fit's time; the one evaluation runs
+            self.budget.allows(is_last=True)  # accounts the fit's time
+            self._planned = self.budget.images(len(self.held_out(trainer)[1]), is_last=True)
+            if self._planned == 0 and self.budget.per_image is not None:  # a resumed fit's
+                self._note_final_skipped(last)
+                return
             self.run(trainer, pl_module, epoch=last, via_module=False)
 
     @override
@@ -238,9 +261,15 @@ class RobustnessCallback(Callback):
         is_last = max_epochs is not None and epoch >= max_epochs - 1
         progress = (epoch + 1) / max_epochs if max_epochs is not None else None
         allowed = self.budget.allows(is_last=is_last, progress=progress)
+        n_total = len(self.held_out(trainer)[1])
+        planned = self.budget.images(n_total, is_last=is_last, progress=progress)
+        allowed, self._planned = allowed and planned > 0, planned
         if trainer.world_size > 1:
             allowed = bool(trainer.strategy.broadcast(allowed, src=0))
-        if not allowed and not self._skip_noted:
+            self._planned = int(trainer.strategy.broadcast(planned, src=0))
+        if not allowed and is_last:
+            self._note_final_skipped(epoch)
+        elif not allowed and not self._skip_noted:
             self._skip_noted = True
             rank_zero_info(
                 f"{type(self).__name__}: skipping epoch {epoch} (and later ones when needed) "
@@ -250,6 +279,21 @@ class RobustnessCallback(Callback):
                 "scheduled epoch"
             )
         return allowed
+
+    def _note_final_skipped(self, epoch: int) -> None:
+        per_image = self.budget.per_image or 0.0
+        rank_zero_info(
+            f"{type(self).__name__}: the last epoch ({epoch}) is not evaluated: one image costs "
+            f"{per_image:.2f}s, more than max_overhead={self.budget.max_overhead} of the fit's "
+            "time leaves; evaluate the final model with `robust-train evaluate`, or raise "
+            "max_overhead (None: every scheduled epoch on every image)"
+        )
+
+    def device_for(self, pl_module: pl.LightningModule) -> torch.device:
+        """Where evaluations run: `accelerator`/`devices` when given, else the module's."""
+        if self.accelerator is None:
+            return pl_module.device
+        return resolve_device(self.accelerator, self.devices)
 
     def resolve_size(self, height: int, width: int) -> None:
         """`resolve` once, for the held-out images' size; a bad setting raises, naming the
@@ -302,32 +346,32 @@ class RobustnessCallback(Callback):
         via_module: bool = True,
         record: bool = True,
     ) -> Report:
-        """Evaluate now on this rank's shard and log; returns the report (also `last_report`)."""
+        """Evaluate now on this rank's shard and log; returns the report (also `last_report`).
+
+        Under a cap (`max_overhead`) it evaluates the images the budget planned (a prefix of
+        the subset, `OverheadBudget.images`); with no cost per image measured yet, it first
+        times one image (its seconds count as the monitor's) and plans from that."""
         start = time.perf_counter()
         epoch = trainer.current_epoch if epoch is None else epoch
         inputs, targets = self.held_out(trainer)
         self.resolve_size(inputs.shape[-2], inputs.shape[-1])
-        inputs, targets = shard(inputs, targets, trainer.global_rank, trainer.world_size)
-        inputs, targets = inputs.to(pl_module.device), targets.to(pl_module.device)
-        model = evaluated_model(pl_module)
-        with modes_restored(pl_module), torch.enable_grad(), warnings_once(self._warned_at):
-            if torch.is_inference_mode_enabled():
-                raise RuntimeError(INFERENCE_MODE_ERROR.format(name=type(self).__name__))
-            pl_module.eval()
-            n_bad = count_nonfinite(model)  # the same on every rank: DDP keeps weights equal
-            if n_bad:
-                report = Report(scalars={NONFINITE_KEY: float(n_bad)})
-            else:
-                report = self.evaluate_guarded(
-                    model, inputs, targets, predict(model, inputs, self.internal_batch_size)
-                )
+        n_images, probe = self._pass_images(trainer, pl_module, inputs, targets, record)
+        if probe is not None and n_images <= 1:
+            report, n_bad = probe
+        else:
+            report, n_bad = self._evaluate_now(
+                trainer, pl_module, inputs[:n_images], targets[:n_images]
+            )
         self._note_nonfinite(report, epoch, weights=bool(n_bad))
+        if record and self.budget.max_overhead is not None:
+            report.scalars[self.seconds_key.replace("/seconds/", "/images/")] = float(n_images)
         if self.log_images:
             self.media.write_media(trainer, report, epoch)
         seconds = time.perf_counter() - start
         report.scalars[self.seconds_key] = seconds
         if record:
-            self.budget.record(seconds)
+            self.budget.record(seconds - self._probe_seconds, self._costly(n_images))
+            self.budget.spent_seconds += self._probe_seconds
             report.scalars[self.seconds_key.replace("/seconds/", "/share/")] = self.budget.share
         if via_module:
             sync = trainer.world_size > 1
@@ -343,6 +387,81 @@ class RobustnessCallback(Callback):
                 self.history.setdefault(key, []).append((epoch, float(value)))
         self.last_report = report
         return report
+
+    def _evaluate_now(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        inputs: Tensor,
+        targets: Tensor,
+    ) -> tuple[Report, int]:
+        """Evaluate this rank's shard of `inputs` on the monitor's device; (report, non-finite
+        weights)."""
+        inputs, targets = shard(inputs, targets, trainer.global_rank, trainer.world_size)
+        device = self.device_for(pl_module)
+        inputs, targets = inputs.to(device), targets.to(device)
+        model = evaluated_model(pl_module)
+        with modes_restored(pl_module), torch.enable_grad(), warnings_once(self._warned_at):
+            if torch.is_inference_mode_enabled():
+                raise RuntimeError(INFERENCE_MODE_ERROR.format(name=type(self).__name__))
+            pl_module.eval()
+            if device != pl_module.device:
+                model = copy.deepcopy(model).to(device)
+            n_bad = count_nonfinite(model)  # the same on every rank: DDP keeps weights equal
+            if n_bad:
+                return Report(scalars={NONFINITE_KEY: float(n_bad)}), n_bad
+            predictions = predict(model, inputs, self.internal_batch_size)
+            self._correct = (predictions == targets).cpu()  # what the attacks attack
+            return self.evaluate_guarded(model, inputs, targets, predictions), 0
+
+    def _correct_mask(
+        self, pl_module: pl.LightningModule, inputs: Tensor, targets: Tensor
+    ) -> Tensor:
+        """Which held-out images the model classifies correctly now (on the CPU)."""
+        model = evaluated_model(pl_module)
+        device = pl_module.device
+        with modes_restored(pl_module):
+            pl_module.eval()
+            predictions = predict(model, inputs.to(device), self.internal_batch_size)
+        return predictions.cpu() == targets.cpu()
+
+    def _costly(self, n_images: int) -> int:
+        """The images of the evaluation just run that cost the most: the correctly classified
+        ones, which the attacks attack (at least one), so that the cost per image is an upper
+        bound when more images become correct as the model trains."""
+        if self._correct is None:
+            return n_images
+        return max(int(self._correct.sum()), 1)
+
+    def _pass_images(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        inputs: Tensor,
+        targets: Tensor,
+        record: bool,
+    ) -> tuple[int, tuple[Report, int] | None]:
+        """(images of this evaluation, the one-image probe's result when one ran)."""
+        self._probe_seconds, n_total = 0.0, len(targets)
+        self._correct = None  # set by `_evaluate_now`
+        planned, self._planned = self._planned, None
+        budget = self.budget
+        if not record or budget.max_overhead is None or planned is None:
+            return n_total, None
+        if budget.per_image is not None or n_total <= 1:
+            return max(min(planned, n_total), 1), None
+        start = time.perf_counter()
+        correct = self._correct_mask(pl_module, inputs, targets)  # once, before the first
+        at = int(correct.float().argmax())  # a correct image: the attacks' cost is timed
+        probe = self._evaluate_now(trainer, pl_module, inputs[at : at + 1], targets[at : at + 1])
+        self._probe_seconds = time.perf_counter() - start
+        budget.per_image = self._probe_seconds
+        budget.spent_seconds += self._probe_seconds
+        n_images = max(budget.images(n_total, is_last=True), 1)  # the probe's image at least
+        budget.spent_seconds -= self._probe_seconds  # added back with the evaluation's own time
+        if trainer.world_size > 1:
+            n_images = int(trainer.strategy.broadcast(n_images, src=0))
+        return n_images, probe
 
 
 def check_distinct_keys(callbacks: list[Any]) -> None:

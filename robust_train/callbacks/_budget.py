@@ -1,4 +1,5 @@
-"""OverheadBudget: keep a monitor's share of the fit's wall time under a cap by skipping runs."""
+"""OverheadBudget: keep a monitor's share of the fit's wall time under a cap by skipping runs
+and by shrinking them to the images that fit."""
 
 from __future__ import annotations
 
@@ -21,9 +22,13 @@ class OverheadBudget:
     - when the fit's progress is known, `spent_seconds + 2 * cost <= max_overhead *
       other_seconds / progress`: room is left for the last epoch's evaluation in the projected
       fit time.
-    The first evaluation always runs (it measures the cost), and so does the last epoch of the
-    fit (so the final model is always scored): a fit too short for even these two exceeds the
-    cap. `max_overhead=None` runs every scheduled evaluation (the clock still runs).
+    An evaluation that runs takes only the images that fit in the room left (`images`, from
+    the largest cost per image measured so far). The first evaluation always runs: with no cost
+    measured yet, the monitors time one image and take as many more as then fit (so the cap can
+    be exceeded by the cost of that one image). The last epoch of the fit is evaluated whenever
+    an image fits, on as many as fit; when none does, it is skipped too, and the final model is
+    left to `robust-train evaluate`. `max_overhead=None` runs every scheduled evaluation on
+    every image (the clock still runs).
 
     Args:
         max_overhead: largest share, e.g. 0.1 for 10 %; None: no cap.
@@ -51,6 +56,7 @@ class OverheadBudget:
         self.spent_seconds = 0.0
         self.last_cost: float | None = None
         self.max_cost = 0.0
+        self.per_image: float | None = None  # the largest seconds per image so far
         self._mark: float | None = None
 
     def start(self) -> None:
@@ -76,12 +82,49 @@ class OverheadBudget:
             return self.spent_seconds + 2 * cost <= cap * projected
         return True
 
-    def record(self, seconds: float) -> None:
-        """An evaluation took `seconds`: add it to the monitor's time and restart the clock."""
+    def record(self, seconds: float, n_images: int | None = None) -> None:
+        """An evaluation (of `n_images` images, when given) took `seconds`: add it to the
+        monitor's time, update the cost per image, and restart the clock."""
         self.spent_seconds += seconds
         self.last_cost = seconds
         self.max_cost = max(self.max_cost, seconds)
+        if n_images:
+            self.per_image = max(self.per_image or 0.0, seconds / n_images)
         self._mark = time.perf_counter()
+
+    def images(self, n_images: int, *, is_last: bool, progress: float | None = None) -> int:
+        """How many of `n_images` the evaluation now due may take (0: skip it), once `allows`
+        (or `is_last`) let it run and a cost per image is known (`record(..., n_images)`).
+
+        The images that fit in the room the cap leaves: `max_overhead * other_seconds -
+        spent_seconds` (and, when the fit's progress is known and this is not the last
+        evaluation, half of the room in the projected fit time, so the last one finds some);
+        the last evaluation takes any number that fits, any other one is skipped when fewer
+        than a quarter of the images fit. With no cap, or no cost measured yet, all of them.
+
+        Examples:
+            >>> budget = OverheadBudget(0.1)
+            >>> budget.record(seconds=2.0, n_images=4)  # 0.5 s per image
+            >>> budget.other_seconds = 40.0  # room: 0.1 * 40 - 2 = 2 s, four images
+            >>> budget.images(16, is_last=False), budget.images(16, is_last=True)
+            (4, 4)
+            >>> budget.other_seconds = 25.0  # room: 0.5 s, one image: too few but for the last
+            >>> budget.images(16, is_last=False), budget.images(16, is_last=True)
+            (0, 1)
+            >>> budget.other_seconds = 22.0  # room: 0.2 s, not one image
+            >>> budget.images(16, is_last=True)
+            0
+        """
+        if self.max_overhead is None or self.per_image is None:
+            return n_images
+        room = self.max_overhead * self.other_seconds - self.spent_seconds
+        if progress is not None and progress > 0 and not is_last:
+            projected = self.max_overhead * self.other_seconds / min(progress, 1.0)
+            room = min(room, (projected - self.spent_seconds) / 2)
+        fit = max(int(room / self.per_image), 0) if room > 0 else 0
+        if is_last:
+            return min(n_images, fit)
+        return min(n_images, fit) if fit >= max(1, n_images // 4) else 0
 
     @property
     def share(self) -> float:
@@ -95,6 +138,7 @@ class OverheadBudget:
             "spent_seconds": self.spent_seconds,
             "last_cost": self.last_cost,
             "max_cost": self.max_cost,
+            "per_image": self.per_image,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -103,3 +147,5 @@ class OverheadBudget:
         cost = state.get("last_cost")
         self.last_cost = None if cost is None else float(cost)
         self.max_cost = float(state.get("max_cost", self.last_cost or 0.0))
+        per_image = state.get("per_image")
+        self.per_image = None if per_image is None else float(per_image)

@@ -194,8 +194,10 @@ def resolve_file(
     what: str = "the file",
     announce: Callable[[str], None] | None = _stderr,
 ) -> str:
-    """The file a user means by `value`: `value` itself when that path exists, else the shipped
-    file it names (`announce` is told so, in one line), else `value` unchanged.
+    """The file a user means by `value`: `value` itself when that path exists, else a local
+    `value` + the kind's suffix (`mnist5k_baseline` -> ./mnist5k_baseline.yaml, as `robust-train
+    assets copy` leaves it), else the shipped file it names (`announce` is told so, in one
+    line), else `value` unchanged.
 
     Args:
         value: what the user gave (a path, or a shipped name such as `mnist5k_robust`).
@@ -215,6 +217,9 @@ def resolve_file(
     text = os.fspath(value)
     if os.path.exists(text):
         return text
+    local = text + KINDS[kind]
+    if not Path(text).suffix and os.path.isfile(local):
+        return local
     found = _find(text, kind)
     if len(found) != 1:
         return text

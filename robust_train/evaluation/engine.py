@@ -29,7 +29,7 @@ from robust_train.evaluation.parts.input_reference import beats_reference
 from robust_train.evaluation.settings import EvaluationSettings
 from robust_train.metrics.keyed import KeyedMean
 
-__all__ = ["Evaluation", "build_parts", "run_parts", "summarize"]
+__all__ = ["Evaluation", "build_parts", "progress_bar", "run_parts", "summarize", "total_work"]
 
 
 @dataclass
@@ -97,24 +97,66 @@ def run_parts(
     with eval_mode(model), torch.enable_grad():
         pred = predict(model, inputs, 256) if predictions is None else predictions
         evaluation.values["accuracy"] = (pred == labels).float()
-        bar = tqdm(
-            total=len(parts), desc="robustness evaluation", disable=not progress, leave=False
-        )
+        bar = progress_bar(parts, inputs.shape[0], enabled=progress)
         for part in parts:
             part.progress = progress
             bar.set_postfix_str(part.name)
-            start = time.perf_counter()
-            out = part.run(model, inputs, labels, pred)
+            start, done = time.perf_counter(), bar.n
+            part.advance = _advance(bar, inputs.shape[0], done + part.work() * inputs.shape[0])
+            try:
+                out = part.run(model, inputs, labels, pred)
+            finally:
+                part.advance = _ignore
             evaluation.seconds[part.name] = time.perf_counter() - start
             evaluation.values.update(out.values)
             evaluation.curves.update(out.curves)
             evaluation.examples.update(out.examples)
             for topic, notes in out.notes.items():
                 evaluation.notes.setdefault(topic, {}).update(notes)
-            bar.update()
+            end = min(done + part.work() * inputs.shape[0], bar.total or 0.0)
+            bar.update(max(end - bar.n, 0.0))
         bar.close()
     evaluation.values.update(beats_reference(evaluation.values))
     return evaluation
+
+
+def total_work(parts: list[EvaluationPart], n_images: int) -> float:
+    """The whole evaluation's work, known before it starts: every part's `work()` per image
+    (explainer calls: attack steps, Lipschitz samples, curve steps) times the images.
+
+    Examples:
+        >>> s = EvaluationSettings(parts=("lipschitz",), explainers=("saliency",),
+        ...                        lipschitz_samples=3)
+        >>> total_work(build_parts(s, 8, 8), n_images=10)
+        40.0
+    """
+    return float(sum(part.work() for part in parts) * n_images)
+
+
+def progress_bar(parts: list[EvaluationPart], n_images: int, *, enabled: bool) -> Any:
+    """One line on stderr for the whole evaluation: the share of `total_work` done, the time
+    spent and the time left (estimated from the rate so far)."""
+    return tqdm(
+        total=total_work(parts, n_images),
+        desc="evaluation",
+        disable=not enabled,
+        leave=False,
+        unit="call",
+        bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed} spent, {remaining} left{postfix}",
+    )
+
+
+def _advance(bar: Any, n_images: int, ceiling: float) -> Any:
+    """`part.advance`: units per image, times the images, never past the part's share."""
+
+    def advance(units: float) -> None:
+        bar.update(max(min(units * n_images, ceiling - bar.n, (bar.total or 0.0) - bar.n), 0.0))
+
+    return advance
+
+
+def _ignore(units: float) -> None:
+    """No progress to show (a part run outside the engine)."""
 
 
 def summarize(evaluation: Evaluation) -> dict[str, Any]:

@@ -14,7 +14,11 @@ The rule `robust-train fit` follows (documented in the README, CLI section):
   improves; this class restores the every-epoch rule.
 - `best.ckpt` is the finished epoch with the best `monitor` value (`mode` max or min; ties keep
   the earlier epoch). It is chosen at the end of the epoch too, so a monitor may name a
-  robustness metric logged by a RobustnessMonitor (`robustness/...`) as well as `val/acc`.
+  robustness metric logged by a RobustnessMonitor (`robustness/...`) as well as `val/acc`. It
+  holds the weights and what rebuilds the model, without the optimizer and loop states
+  (`best_weights_only`, default True): it is evaluated, tested, exported and fine-tuned from,
+  while resuming reads `last.ckpt`; a run folder holds one full checkpoint, not two (with Adam
+  a full checkpoint is about three times the weights).
 - A fit that stops before its first checkpoint (a failed start), or ends without a training step
   (`--trainer.max_epochs 0`), removes the run folder it created (which then holds only
   config.yaml) and the experiment and checkpoint-root folders it created, if they are then empty;
@@ -211,7 +215,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 class RunCheckpoint(ModelCheckpoint):
     """ModelCheckpoint whose `last.ckpt` is always the latest finished epoch (see module doc).
 
-    Takes ModelCheckpoint's arguments; `robust-train fit` sets `monitor="val/acc"`, `mode="max"`,
+    Takes ModelCheckpoint's arguments and `best_weights_only` (default True: the monitored
+    checkpoints hold weights without optimizer and loop states; `last.ckpt` is always full);
+    `robust-train fit` sets `monitor="val/acc"`, `mode="max"`,
     `filename="best"`, `save_last=True`, `save_on_train_epoch_end=True` and
     `enable_version_counter=False` (each run has a folder of its own), all configurable as
     `--checkpoint.<name>`.
@@ -222,8 +228,9 @@ class RunCheckpoint(ModelCheckpoint):
         (True, 'val/acc')
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, best_weights_only: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.best_weights_only = best_weights_only
         self._last_step_of_last = -1  # global step of the last `last.ckpt` this run wrote
         self._saved_this_run = False
         self._fresh_folder = False  # the folder held no checkpoint when this fit started
@@ -268,11 +275,32 @@ class RunCheckpoint(ModelCheckpoint):
             self._last_step_of_last = trainer.global_step
 
     def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
-        super()._save_checkpoint(trainer, filepath)
+        if self.best_weights_only and Path(filepath).stem != self.CHECKPOINT_NAME_LAST:
+            self._save_weights_only(trainer, filepath)  # a monitored (best) checkpoint
+        else:
+            super()._save_checkpoint(trainer, filepath)
         self._saved_this_run = True
         folder = Path(filepath).parent
         if trainer.is_global_zero and VERSION.match(folder.name):
             _point_latest(folder)
+
+    def _save_weights_only(self, trainer: pl.Trainer, filepath: str) -> None:
+        """Lightning's weights-only checkpoint (no optimizer, loop or callback states), with
+        this callback's own records (the W&B run, the generators) added before it is written."""
+        strategy, full = trainer.strategy, self.save_weights_only
+        write = strategy.save_checkpoint
+
+        def save(checkpoint: dict[str, Any], path: Any, *args: Any, **kwargs: Any) -> None:
+            self.on_save_checkpoint(trainer, trainer.lightning_module, checkpoint)
+            write(checkpoint, path, *args, **kwargs)
+
+        self.save_weights_only = True
+        strategy.save_checkpoint = save  # type: ignore[method-assign,assignment]
+        try:
+            super()._save_checkpoint(trainer, filepath)
+        finally:
+            self.save_weights_only = full
+            del strategy.save_checkpoint  # the class's method again
 
     def on_save_checkpoint(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]

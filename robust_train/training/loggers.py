@@ -3,9 +3,14 @@
 W&B is the default logger of `robust-train fit`. Runs are written under `runs/` in offline mode
 (sync later with `wandb sync runs/wandb/offline-run-*`); a run goes online only when the user asks
 (`--trainer.logger.init_args.offline=false` or WANDB_MODE=online, with a key from `wandb login`).
+An online run whose server cannot be reached (a TCP connection to `WANDB_BASE_URL`, by default
+api.wandb.ai, within ROBUST_TRAIN_WANDB_TIMEOUT seconds, 5 by default) is written offline
+instead, with one warning, rather than waiting for W&B's own timeout and logging nothing.
 If W&B cannot start or a log call fails (no server, no key, a full disk), training goes on: the
 failure is reported once as a warning. A run that cannot start drops every later call; a failing
-kind of call (say, images) drops later calls of that kind only, so scalars keep arriving.
+kind of call (say, images) drops later calls of that kind only, so scalars keep arriving. A fit
+that stops on an error or a signal (Ctrl+C, SIGTERM) is finished as failed (exit code 1), not as
+a success.
 
 Run records: `robust-train fit` logs the full resolved config as the run config and config.yaml
 in the run's files; at the end of a fit the run summary gets the best and last checkpoints
@@ -109,9 +114,26 @@ class SafeWandbLogger(WandbLogger):
         def start() -> Any:
             if self._experiment is None:
                 os.makedirs(self._run_root, exist_ok=True)
+                self._offline_when_unreachable()
             return WandbLogger.experiment.fget(self)  # type: ignore[attr-defined]
 
         return self._guard("starting the run", start)
+
+    def _offline_when_unreachable(self) -> None:
+        """Go offline, with one warning, when an online run's server cannot be reached."""
+        if self.is_offline:
+            return
+        url = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
+        timeout = float(os.environ.get("ROBUST_TRAIN_WANDB_TIMEOUT", "5"))
+        problem = server_unreachable(url, timeout)
+        if problem is None:
+            return
+        rank_zero_warn(
+            f"W&B server {url} cannot be reached ({problem}); this run is written offline "
+            f"under {self._run_root}/wandb instead (upload it later with `wandb sync`)"
+        )
+        self.is_offline = self._offline = True
+        self._wandb_init["mode"] = "offline"
 
     @rank_zero_only
     def log_hyperparams(self, params: Any) -> None:
@@ -173,6 +195,14 @@ class SafeWandbLogger(WandbLogger):
         self._guard("finalize", lambda: super(SafeWandbLogger, self).finalize(status))
         if status == "success":
             self._guard("summary", self._summarize_checkpoints)
+        elif self._experiment is not None:  # stopped by an error or a signal: not a success
+            self._guard("finalize", self._finish_failed)
+
+    def _finish_failed(self) -> None:
+        run = self._experiment
+        if run is not None:
+            run.finish(exit_code=1)
+        self.failed = "the run was finished as failed"  # nothing is logged to it after
 
     def _summarize_checkpoints(self) -> None:
         callback, run = self._checkpoint_callback, self._experiment
@@ -215,6 +245,26 @@ class SafeWandbLogger(WandbLogger):
                 os.rmdir(folder)
             except OSError:  # not empty (other runs, other files) or already gone
                 pass
+
+
+def server_unreachable(url: str, timeout: float) -> str | None:
+    """Why a TCP connection to the host of `url` fails within `timeout` seconds (None: it
+    succeeds).
+
+    Examples:
+        >>> server_unreachable("http://127.0.0.1:1", 1.0) is not None  # nothing listens there
+        True
+    """
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with socket.create_connection((parts.hostname or "", port), timeout=timeout):
+            return None
+    except OSError as err:
+        return f"{type(err).__name__}: {err}"
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, float]) -> None:

@@ -175,7 +175,15 @@ def test_compare_writes_a_report_with_a_column_per_checkpoint(baseline_ckpt, tmp
     text = (tmp_path / "report.md").read_text()
     assert "| measure | a | b |" in text
     assert (tmp_path / "robustness_per_epoch.png").is_file()  # from the checkpoints' history
-    capsys.readouterr()
+    import matplotlib.image
+
+    panels = matplotlib.image.imread(tmp_path / "robustness_per_epoch.png")
+    assert panels.shape[0] <= (3.0 * 2 + 0.6) * 110  # two rows of headline panels at most
+    rows = matplotlib.image.imread(tmp_path / "verdict.png")
+    assert rows.shape[0] <= 2 * 1.9 * 90 + 10  # a row per model and explainer
+    printed = capsys.readouterr().out
+    assert "\nbudget: L_inf epsilon" in printed
+    assert "verdict (a): saliency: " in printed and "verdict (b): saliency: " in printed
     again = ["compare", str(baseline_ckpt), str(baseline_ckpt), "--out", str(tmp_path), *FAST]
     assert main([*again, "--names", "a", "b"]) == 2  # other settings: refused
     assert "holds the results of other settings" in capsys.readouterr().err

@@ -58,3 +58,28 @@ def test_each_fit_gets_a_run_folder_and_latest_points_to_the_newest(tmp_path: Pa
     assert os.readlink(experiment / "latest") == "version_1"
     assert latest_run_folder(experiment) == (experiment / "version_1").resolve()
     assert new_run_folder(experiment).name == "version_2"
+
+
+def test_best_holds_the_weights_only_and_a_fit_resumes_from_last(tmp_path: Path, cli):
+    from robust_train.models import load_classifier
+
+    _fit(tmp_path, "--trainer.max_epochs=2")
+    run = tmp_path / "digits_baseline" / "version_0"
+    best = torch.load(run / "best.ckpt", map_location="cpu", weights_only=True)
+    last = torch.load(run / "last.ckpt", map_location="cpu", weights_only=True)
+    assert "optimizer_states" in last and "loops" in last  # what resuming needs
+    assert "optimizer_states" not in best and "callbacks" not in best
+    assert best["robust_train"]["model"] == last["robust_train"]["model"]  # rebuilds the model
+    assert "rng_states" in best  # the callback's own records are kept
+    # Adam keeps two tensors per weight: the full checkpoint is about three times the weights.
+    assert (run / "best.ckpt").stat().st_size < 0.5 * (run / "last.ckpt").stat().st_size
+    assert load_classifier(run / "best.ckpt") is not None
+    args = ["--config", CONFIG, *TINY, "--checkpoint_root", tmp_path]
+    done = cli("fit", *args, "--ckpt_path", "best")
+    assert done.returncode == 2
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("robust-train: error:")]
+    assert "holds weights only" in line and "resume with `--ckpt_path last`" in line
+    assert sorted(p.name for p in (tmp_path / "digits_baseline").iterdir()) == [
+        "latest",
+        "version_0",
+    ]  # refused before a new run folder was claimed

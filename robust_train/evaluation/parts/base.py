@@ -97,6 +97,16 @@ class EvaluationPart:
     def __init__(self, settings: Any) -> None:
         self.settings = settings  # an EvaluationSettings (which imports this module)
         self.progress = False  # set by the engine: show progress inside long steps
+        # set by the engine: `advance(units)` reports work done (units per image, as `work`)
+        self.advance: Callable[[float], None] = _ignore
+
+    def work(self) -> float:
+        """Estimated work per image, in explainer calls (gradient evaluations), known before
+        any work: the engine's overall progress and time left weigh the parts by it. The
+        default is one call per explainer; a part whose cost grows with a setting (steps,
+        samples) says so. A part may call `self.advance(units)` as it goes; whatever it has not
+        reported is counted when it returns."""
+        return float(len(self.settings.explainers))
 
     def keys(self) -> tuple[str, ...]:
         """The measure keys this part reports."""
@@ -128,6 +138,10 @@ class EvaluationPart:
     ) -> PartOutput:
         """Measure on `inputs` (B, C, H, W) with their labels and the model's predictions."""
         raise NotImplementedError
+
+
+def _ignore(units: float) -> None:
+    """The default `advance`: no progress is shown."""
 
 
 PARTS: Registry[type[EvaluationPart]] = Registry("PARTS", "part")

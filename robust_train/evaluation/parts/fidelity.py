@@ -37,6 +37,11 @@ class FidelityPart(EvaluationPart):
             for e in self.settings.explainers
         }
 
+    def work(self) -> float:
+        """Per explainer one map and two curves of `fidelity_steps` forwards (a forward counted
+        as a third of an explainer call)."""
+        return len(self.settings.explainers) * (1 + 2 * self.settings.fidelity_steps / 3)
+
     def run(
         self, model: nn.Module, inputs: Tensor, labels: Tensor, predictions: Tensor
     ) -> PartOutput:

@@ -137,6 +137,17 @@ class FragilityPart(EvaluationPart):
             keys += [part_key("fragility", name, m) for m in self.map_measures(explainer)]
         return tuple(keys)
 
+    def work(self) -> float:
+        """Explainer calls per image: every attack's restarts x (steps + 1), or its noise
+        draws for the random-sign baseline."""
+        return float(sum(self._attack_work(attack) for _, attack in self.pairs()))
+
+    def _attack_work(self, attack: str) -> int:
+        s = self.settings
+        if not get_objective(attack).needs_gradient:
+            return s.noise_draws + 1
+        return s.n_restarts * (s.n_steps + 1)
+
     def map_measures(self, explainer: object) -> tuple[str, ...]:
         """Measures of the explainer's clean maps reported beside its attacks."""
         return _map_measures(explainer)
@@ -162,11 +173,12 @@ class FragilityPart(EvaluationPart):
             name, clean = explainer_name(explainer), None
             for attack in attacks:
                 result = self.attack(model, x, y, explainer, attack)
+                self.advance(self._attack_work(attack))
                 for measure, value in _values(result, attacked, _measures(attack)).items():
                     out.values[attack_key(name, attack, measure)] = value
                 if result is not None:
                     clean = result.clean_map
-                if result is not None and explainer == s.explainers[0]:
+                if result is not None:  # every explainer's grids (Grad-CAM's too)
                     out.examples[attack_key(name, attack, "examples")] = _examples(
                         name, attack, s.epsilon, x, result
                     )

@@ -26,6 +26,10 @@ class LipschitzPart(EvaluationPart):
     def keys(self) -> tuple[str, ...]:
         return self.explainer_keys(("lipschitz",))
 
+    def work(self) -> float:
+        """Explainer calls per image: `lipschitz_samples` + 1 per explainer."""
+        return float(len(self.settings.explainers) * (self.settings.lipschitz_samples + 1))
+
     def run(
         self, model: nn.Module, inputs: Tensor, labels: Tensor, predictions: Tensor
     ) -> PartOutput:

@@ -291,6 +291,7 @@ def certify_main(argv: list[str]) -> int:
             "certify counts noise draws with `--noise-samples` and images with `--n-images`; "
             "`--n-samples` is not one of its flags"
         )
+    args.device = device_from(args)
     if args.method != "smoothing":
         return _bounds_main(args)
     if args.eps is not None:
@@ -299,7 +300,6 @@ def certify_main(argv: list[str]) -> int:
             "takes L2 radii (--radii)"
         )
     settings = _settings(args)  # every setting checked before a checkpoint is read
-    args.device = device_from(args)
     names, out, replace = _inputs(args, OUTPUTS)
     paths = [str(Path(c).resolve()) for c in args.ckpt]
     models, data = _load(args, names)

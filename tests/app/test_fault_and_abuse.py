@@ -192,9 +192,11 @@ def test_an_evaluate_killed_at_several_points_leaves_whole_files_or_none(
             assert result["subset"]["n_images"] == 24, name
         if (out / "summary.md").exists():
             assert (out / "summary.md").read_text().endswith("\n"), name
+        if (out / "verdict.png").exists():
+            assert (out / "verdict.png").read_bytes().endswith(b"IEND\xaeB`\x82"), name
     done = warm_console_run(warm_console, *args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert sorted(p.name for p in out.iterdir()) == ["results.json", "summary.md"]
+    assert sorted(p.name for p in out.iterdir()) == ["results.json", "summary.md", "verdict.png"]
 
 
 def test_crafted_inputs_run_nothing_and_change_nothing(tmp_path: Path, cli, warm_console):

@@ -68,12 +68,12 @@ class _Filling:
 
 @pytest.fixture
 def small_disk(tmp_path: Path):
-    """A folder on a 256 KiB tmpfs (skipped where this machine does not let the test mount one),
+    """A folder on a 128 KiB tmpfs (skipped where this machine does not let the test mount one),
     unmounted afterwards."""
     folder = tmp_path / f"small_{uuid.uuid4().hex[:6]}"
     folder.mkdir()
     mount = shutil.which("mount")
-    command = [mount or "mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(folder)]
+    command = [mount or "mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(folder)]
     if mount is None or subprocess.run(command, capture_output=True).returncode != 0:
         pytest.skip("cannot mount a small tmpfs here (the ENOSPC variant covers it)")
     try:
@@ -141,11 +141,11 @@ def test_assets_copy_never_writes_through_a_link_or_into_a_fifo(tmp_path: Path, 
 
 @pytest.mark.slow
 def test_a_fit_on_a_full_disk_leaves_no_checkpoint_and_no_temporary_file(small_disk, cli):
-    """checkpoint_root on a 256 KiB tmpfs: config.yaml fits, a 480 KB checkpoint does not."""
+    """checkpoint_root on a 128 KiB tmpfs: config.yaml fits, a 160 KB best.ckpt does not."""
     result = cli("fit", *DIGITS, *ONE_BATCH, "--checkpoint_root", str(small_disk),
                  cwd=small_disk.parent)  # fmt: skip
-    error_line(result, "best.ckpt", "no space left")
-    assert not list(small_disk.rglob("*.ckpt"))  # no truncated best.ckpt
+    error_line(result, ".ckpt'", "no space left")  # best.ckpt or last.ckpt, whichever fills it
+    assert not list(small_disk.rglob("*.ckpt"))  # no truncated checkpoint
     _no_partials(small_disk)
     assert not list(small_disk.iterdir())  # the run folder (and its config.yaml) is released
 
@@ -358,7 +358,8 @@ def test_resuming_from_a_last_ckpt_swapped_for_a_symlink(tmp_path: Path, cli):
     assert sorted(p.name for p in run.parent.iterdir()) == ["latest", "version_0"]
     assert elsewhere.read_bytes() == before  # read nowhere, written never
     (run / "last.ckpt").unlink()
-    (run / "last.ckpt").symlink_to("best.ckpt")  # inside the run folder
+    shutil.copyfile(elsewhere, run / "whole.ckpt")  # a whole checkpoint (best.ckpt is weights)
+    (run / "last.ckpt").symlink_to("whole.ckpt")  # inside the run folder
     resumed = cli("fit", *args, "--trainer.max_epochs=2", "--ckpt_path", "last", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert not (run / "last.ckpt").is_symlink() and _loads(run / "last.ckpt")["epoch"] == 1

@@ -5,8 +5,8 @@ Each of the 5,000 MNIST-5k digits (`robust_train.data.mnist5k`) becomes one RGB 
 
 - the background is a random square crop of one of the two photographs shipped inside
   scikit-learn (`china.jpg`, `flower.jpg`, read by `sklearn.datasets.load_sample_images`), of
-  side 1 to 4 times the image size, resized to the image size (area-averaged), flipped left-right
-  at random, then jittered: a brightness factor in [0.7, 1.3], a contrast factor in [0.6, 1],
+  side 1 to 4 times the image size, resized to the image size (2 x 2 samples a pixel), flipped
+  left-right at random, then jittered: a brightness factor in [0.7, 1.3], a contrast factor in [0.6, 1],
   a saturation factor in [0.5, 1.5], and a random permutation of the colour channels;
 - the digit (its 28 x 28 MNIST box) is scaled to a side of 50-70 % of the image, placed at a
   random position fully inside the image, and alpha-blended in a random saturated colour
@@ -76,13 +76,14 @@ def _draws(n: int, size: int, n_photos: int, seed: int) -> dict[str, np.ndarray]
 
 
 def _backgrounds(draws: dict[str, np.ndarray], size: int) -> Tensor:
-    """Crop, resize (averaging every covered source pixel), flip, jitter: (n, 3, size, size)."""
+    """Crop, resize (each pixel the mean of 2 x 2 bilinear samples of its area), flip, jitter:
+    (n, 3, size, size)."""
     from torchvision.ops import roi_align
 
     photos = _photographs()
     y0, x0, side = (torch.from_numpy(draws[k]).float() for k in ("crop_y", "crop_x", "crop"))
     boxes = torch.stack([torch.from_numpy(draws["photo"]).float(), x0, y0, x0 + side, y0 + side], 1)
-    out = roi_align(photos, boxes, output_size=size, spatial_scale=1.0, aligned=True)
+    out = roi_align(photos, boxes, output_size=size, sampling_ratio=2, aligned=True)
     flip = torch.from_numpy(draws["flip"])
     out[flip] = out[flip].flip(-1)
     jitter = torch.from_numpy(draws["jitter"]).float()

@@ -5,9 +5,10 @@ Each of the 5,000 MNIST-5k digits (`robust_train.data.mnist5k`) becomes one RGB 
 
 - the background is a random square crop of one of the two photographs shipped inside
   scikit-learn (`china.jpg`, `flower.jpg`, read by `sklearn.datasets.load_sample_images`), of
-  side 1 to 4 times the image size, resized to the image size (2 x 2 samples a pixel), flipped
-  left-right at random, then jittered: a brightness factor in [0.7, 1.3], a contrast factor in [0.6, 1],
-  a saturation factor in [0.5, 1.5], and a random permutation of the colour channels;
+  side 1 to 4 times the image size, resized to the image size (2 x 2 samples a pixel),
+  flipped left-right at random, then jittered: a brightness factor in [0.7, 1.3], a contrast
+  factor in [0.6, 1], a saturation factor in [0.5, 1.5], and a random permutation of the colour
+  channels;
 - the digit (its 28 x 28 MNIST box) is scaled to a side of 50-70 % of the image, placed at a
   random position fully inside the image, and alpha-blended in a random saturated colour
   (hue uniform, saturation in [0.8, 1], value in [0.9, 1]) with its grey level as the alpha;

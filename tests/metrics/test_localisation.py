@@ -91,9 +91,7 @@ def slow_pointing_game(map_: torch.Tensor, mask: torch.Tensor, tolerance: float)
     """Zhang et al. 2018 by hand: is some maximum within `tolerance` pixels of a mask pixel?"""
     peaks = (map_ == map_.max()).nonzero().tolist()
     inside = mask.nonzero().tolist()
-    return float(
-        any(math.dist(p, q) <= tolerance + 1e-9 for p in peaks for q in inside)
-    )
+    return float(any(math.dist(p, q) <= tolerance + 1e-9 for p in peaks for q in inside))
 
 
 @pytest.mark.parametrize("tolerance", [0.0, 1.0, 1.5, 3.0])

@@ -28,12 +28,13 @@ import numpy as np
 import torch
 from torch import Tensor
 from torch.nn import functional as F
+from torch.utils.data import Dataset
 
 from robust_train.core.validation import check_non_negative, check_positive
 from robust_train.data._base import ImageDataModule, ImageTensorDataset
 from robust_train.data.mnist5k import MNIST5kDataModule, load_mnist5k_tensors
 
-__all__ = ["ClutteredMNIST5kDataModule", "MASK_KINDS", "render_cluttered"]
+__all__ = ["ClutteredMNIST5kDataModule", "MASK_KINDS", "RerenderedDigits", "render_cluttered"]
 
 MASK_KINDS = ("object", "box")
 _CHUNK = 500  # images rendered at once (bounds the float32 working memory)
@@ -121,6 +122,62 @@ def _box_masks(masks: Tensor) -> Tensor:
     return span_rows[:, :, None] & span_cols[:, None, :]
 
 
+def _compose(digits: Tensor, draws: dict[str, np.ndarray], size: int) -> tuple[Tensor, Tensor]:
+    """The digits (n, 1, 28, 28) over their backgrounds: uint8 images and bool masks."""
+    alpha = _alphas(digits, draws, size)
+    colour = torch.from_numpy(draws["colour"]).float()[:, :, None, None]
+    mixed = (1.0 - alpha) * _backgrounds(draws, size) + alpha * colour
+    return mixed.mul_(255.0).round_().to(torch.uint8), alpha[:, 0] > 0.5
+
+
+def _render(digits: Tensor, size: int, seed: int) -> tuple[Tensor, Tensor]:
+    """The digits (n, 1, 28, 28) rendered with the draws of `seed`: uint8 images, bool masks."""
+    draws = _draws(len(digits), size, len(_photographs()), seed)
+    images = torch.empty(len(digits), 3, size, size, dtype=torch.uint8)
+    masks = torch.empty(len(digits), size, size, dtype=torch.bool)
+    for start in range(0, len(digits), _CHUNK):
+        part = {k: v[start : start + _CHUNK] for k, v in draws.items()}
+        chunk = slice(start, start + _CHUNK)
+        images[chunk], masks[chunk] = _compose(digits[chunk], part, size)
+    return images, masks
+
+
+class RerenderedDigits(Dataset):
+    """(image, label) of MNIST-5k digits rendered afresh once per pass: after every `len(self)`
+    accesses (an epoch of a dataloader), all its digits get a new background, colour, size and
+    position (training-time augmentation). Each rendering's seed comes from torch's global
+    generator, so `seed_everything` makes a run repeatable; with dataloader workers each worker
+    renders its own copy.
+
+    Args:
+        indices: MNIST-5k indices of the digits.
+        size: side of the square images.
+
+    Examples:
+        >>> data = RerenderedDigits(torch.arange(4), 32)
+        >>> first = torch.stack([data[i][0] for i in range(4)])
+        >>> second = torch.stack([data[i][0] for i in range(4)])
+        >>> tuple(first.shape), bool(torch.equal(first, second)), data[0][1].item()
+        ((4, 3, 32, 32), False, 0)
+    """
+
+    def __init__(self, indices: Tensor, size: int) -> None:
+        digits, labels = load_mnist5k_tensors()
+        self.digits, self.targets, self.size = digits[indices], labels[indices], size
+        self.images: Tensor | None = None
+        self.served = 0
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, Tensor]:
+        if self.images is None or self.served >= len(self):
+            seed = int(torch.randint(0, 2**62, ()).item())
+            self.images, self.served = _render(self.digits, self.size, seed)[0], 0
+        self.served += 1
+        return self.images[index].float() / 255.0, self.targets[index]
+
+
 @lru_cache(maxsize=2)
 def render_cluttered(size: int = 64, seed: int = 0) -> tuple[Tensor, Tensor, Tensor]:
     """All 5,000 cluttered images, uint8 (5000, 3, size, size), their labels (5000,) and the
@@ -148,16 +205,7 @@ def render_cluttered(size: int = 64, seed: int = 0) -> tuple[Tensor, Tensor, Ten
         raise ValueError(f"`size` must be at least 32, got {size!r}")
     check_non_negative(seed, "seed", integer=True)
     digits, labels = load_mnist5k_tensors()
-    draws = _draws(len(labels), size, len(_photographs()), seed)
-    images = torch.empty(len(labels), 3, size, size, dtype=torch.uint8)
-    masks = torch.empty(len(labels), size, size, dtype=torch.bool)
-    for start in range(0, len(labels), _CHUNK):
-        part = {k: v[start : start + _CHUNK] for k, v in draws.items()}
-        alpha = _alphas(digits[start : start + _CHUNK], part, size)
-        colour = torch.from_numpy(part["colour"]).float()[:, :, None, None]
-        mixed = (1.0 - alpha) * _backgrounds(part, size) + alpha * colour
-        images[start : start + _CHUNK] = mixed.mul_(255.0).round_().to(torch.uint8)
-        masks[start : start + _CHUNK] = alpha[:, 0] > 0.5
+    images, masks = _render(digits, size, seed)
     return images, labels, masks
 
 
@@ -175,6 +223,9 @@ class ClutteredMNIST5kDataModule(ImageDataModule):
         seed: seed of the split.
         render_seed: seed of the rendering (backgrounds, colours, sizes, positions).
         mask: "object" (the digit's pixels) or "box" (their tight bounding box).
+        rerender: render the training images afresh at every epoch (`RerenderedDigits`: a new
+            background, colour, size and position for the same digits; an augmentation against
+            over-fitting the 3,500 training images); val and test stay fixed.
         num_workers: dataloader workers.
 
     Raises:
@@ -195,6 +246,7 @@ class ClutteredMNIST5kDataModule(ImageDataModule):
         seed: int = 0,
         render_seed: int = 0,
         mask: str = "object",
+        rerender: bool = False,
         num_workers: int = 0,
     ) -> None:
         super().__init__(batch_size, num_workers)
@@ -232,6 +284,8 @@ class ClutteredMNIST5kDataModule(ImageDataModule):
         sets = {k: ImageTensorDataset(images[i], labels[i]) for k, i in indices.items()}
         self._masks = {k: masks[i] for k, i in indices.items()}
         self.train_set, self.val_set, self.test_set = sets["train"], sets["val"], sets["test"]
+        if hp["rerender"]:
+            self.train_set = RerenderedDigits(indices["train"], hp["image_size"])
 
     def masks(self, split: str) -> Tensor:
         """The ground-truth masks of `split` ("train", "val" or "test"), bool (N, H, W), row i

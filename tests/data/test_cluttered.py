@@ -104,3 +104,23 @@ def test_registered_and_clear_errors():
     dm.setup()
     with pytest.raises(ValueError, match="`split`.*'tst'"):
         dm.masks("tst")
+
+
+def test_rerendered_training_set_changes_every_epoch_and_keeps_the_digits():
+    torch.manual_seed(0)
+    dm = ClutteredMNIST5kDataModule(image_size=SIZE, rerender=True, batch_size=500)
+    dm.setup()
+    fixed = ClutteredMNIST5kDataModule(image_size=SIZE)
+    fixed.setup()
+    assert type(dm.train_set).__name__ == "RerenderedDigits"  # doctests import a second copy
+    assert torch.equal(dm.train_set.targets, fixed.train_set.targets)
+    assert torch.equal(dm.test_set.images, fixed.test_set.images)  # val and test stay fixed
+    small = cluttered.RerenderedDigits(torch.arange(3), SIZE)
+    epochs = [torch.stack([small[i][0] for i in range(3)]) for _ in range(2)]
+    assert not torch.equal(epochs[0], epochs[1])
+    torch.manual_seed(5)
+    again = cluttered.RerenderedDigits(torch.arange(3), SIZE)
+    first = torch.stack([again[i][0] for i in range(3)])
+    torch.manual_seed(5)
+    repeat = cluttered.RerenderedDigits(torch.arange(3), SIZE)
+    assert torch.equal(first, torch.stack([repeat[i][0] for i in range(3)]))

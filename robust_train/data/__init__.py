@@ -2,6 +2,7 @@
 
 from robust_train.data.base import ImageDataModule, ImageTensorDataset
 from robust_train.data.check import SplitCheck, UnreadableImageError, check_datamodule
+from robust_train.data.cluttered import ClutteredMNIST5kDataModule, render_cluttered
 from robust_train.data.digits import DigitsDataModule, load_digits_tensors
 from robust_train.data.image_folder import ImageFolderDataModule
 from robust_train.data.mnist5k import MNIST5kDataModule, load_mnist5k_tensors
@@ -21,6 +22,8 @@ __all__ = [
     "MNISTDataModule",
     "MNIST5kDataModule",
     "load_mnist5k_tensors",
+    "ClutteredMNIST5kDataModule",
+    "render_cluttered",
     "FashionMNISTDataModule",
     "CIFAR10DataModule",
     "ImageFolderDataModule",

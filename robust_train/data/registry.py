@@ -8,6 +8,7 @@ from typing import Any
 import pytorch_lightning as pl
 
 from robust_train.core.registry import Registry
+from robust_train.data.cluttered import ClutteredMNIST5kDataModule
 from robust_train.data.digits import DigitsDataModule
 from robust_train.data.image_folder import ImageFolderDataModule
 from robust_train.data.mnist5k import MNIST5kDataModule
@@ -26,6 +27,7 @@ DATAMODULES.add_all(
         "digits": DigitsDataModule,
         "mnist": MNISTDataModule,
         "mnist5k": MNIST5kDataModule,
+        "cluttered_mnist5k": ClutteredMNIST5kDataModule,
         "fashion_mnist": FashionMNISTDataModule,
         "cifar10": CIFAR10DataModule,
         "image_folder": ImageFolderDataModule,
@@ -35,8 +37,8 @@ DATAMODULES.add_all(
 
 
 def get_datamodule(name: str, **kwargs: Any) -> pl.LightningDataModule:
-    """Build a DataModule by name ("digits", "mnist", "mnist5k", "fashion_mnist", "cifar10",
-    "image_folder", "synthetic"), passing `kwargs` to its constructor.
+    """Build a DataModule by name ("digits", "mnist", "mnist5k", "cluttered_mnist5k",
+    "fashion_mnist", "cifar10", "image_folder", "synthetic"), passing `kwargs` to its constructor.
 
     Examples:
         >>> get_datamodule("digits", batch_size=32).hparams.batch_size

@@ -11,6 +11,7 @@ from robust_train.evaluation.engine import (
     run_parts,
     summarize,
 )
+from robust_train.evaluation.localisation import LOCALISATION_MEASURES, localisation_values
 from robust_train.evaluation.measures import (
     MEASURES,
     Measure,
@@ -30,6 +31,7 @@ from robust_train.evaluation.suite import evaluate_classifier
 
 __all__ = [
     "DEFAULT_ATTACKS",
+    "LOCALISATION_MEASURES",
     "MEASURES",
     "MONITOR_DEFAULTS",
     "PARTS",
@@ -42,6 +44,7 @@ __all__ = [
     "attack_key",
     "build_parts",
     "evaluate_classifier",
+    "localisation_values",
     "measure_of",
     "part_key",
     "register_measure",

@@ -10,6 +10,11 @@ from robust_train.metrics.fragility import ExplanationFragility
 from robust_train.metrics.keyed import KeyedMean
 from robust_train.metrics.lens import LENSTopkIntersection
 from robust_train.metrics.lipschitz import LocalLipschitz
+from robust_train.metrics.localisation import (
+    PointingGame,
+    RelevanceMassAccuracy,
+    RelevanceRankAccuracy,
+)
 
 __all__ = [
     "ExplanationFragility",
@@ -17,5 +22,8 @@ __all__ = [
     "KeyedMean",
     "LENSTopkIntersection",
     "LocalLipschitz",
+    "PointingGame",
+    "RelevanceMassAccuracy",
+    "RelevanceRankAccuracy",
     "functional",
 ]

@@ -44,13 +44,15 @@ def _tiny_image_folder(root: Path, size: int = 40, per_class: int = 4) -> Path:
 def _override(config: Path, tmp_path: Path) -> list[str]:
     """Point configs that need external data at data the test creates."""
     data = yaml.safe_load(config.read_text())["data"]["class_path"]
-    if data.endswith("CIFAR10DataModule"):
+    if data.endswith(("CIFAR10DataModule", "ClutteredMNIST5kDataModule")):
+        # CIFAR-10 is not downloaded; cluttered MNIST-5k renders 5,000 images (tests/data)
+        side = 64 if data.endswith("ClutteredMNIST5kDataModule") else 32
         override = {
             "data": {
                 "class_path": "robust_train.data.SyntheticDataModule",
                 "init_args": {
                     "num_samples": 32,
-                    "image_size": 32,
+                    "image_size": side,
                     "in_channels": 3,
                     "num_classes": 10,
                     "batch_size": 8,

@@ -53,6 +53,7 @@ def test_get_datamodule_and_config_round_trip():
     assert set(DATAMODULES) == {
         "digits",
         "mnist5k",
+        "cluttered_mnist5k",
         "mnist",
         "fashion_mnist",
         "cifar10",

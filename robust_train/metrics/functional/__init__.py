@@ -26,6 +26,11 @@ from robust_train.metrics.functional.lipschitz import (
     local_lipschitz_estimate,
     sample_perturbations,
 )
+from robust_train.metrics.functional.localisation import (
+    pointing_game,
+    relevance_mass_accuracy,
+    relevance_rank_accuracy,
+)
 
 __all__ = [
     "FidelityCurves",
@@ -41,6 +46,9 @@ __all__ = [
     "lipschitz_ratios",
     "local_lipschitz_estimate",
     "mean_confidence_interval",
+    "pointing_game",
+    "relevance_mass_accuracy",
+    "relevance_rank_accuracy",
     "sample_perturbations",
     "spearman_correlation",
     "topk_intersection",

@@ -16,6 +16,7 @@ from robust_train.metrics.functional import relevance_mass_accuracy, relevance_r
 
 SETTINGS = dict(
     explainers=("saliency",), attacks=("topk",), n_steps=2, epsilon=0.1, k=8, seed=3,
+    ensemble=False,  # compared with one fragility_attack below
 )  # fmt: skip
 
 

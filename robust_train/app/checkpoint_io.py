@@ -73,6 +73,7 @@ __all__ = [
     "data_config_from_yaml",
     "evaluate_checkpoint",
     "export_checkpoint",
+    "heldout_masks",
     "heldout_subset",
     "heldout_tensors",
     "instantiate",
@@ -508,6 +509,29 @@ def heldout_tensors(
     return held.images, held.labels, held.accuracy
 
 
+def heldout_masks(dm: Any, split: str, held: HeldOut) -> Tensor | None:
+    """The ground-truth masks of the held-out images, in their order, when the datamodule has
+    them (a `masks(split)` method giving (N, H, W), row i for item i of the split, such as
+    `robust_train.data.ClutteredMNIST5kDataModule`); None otherwise.
+
+    Raises:
+        DataSettingsError: masks that do not fit the split (their number or image size).
+    """
+    masks_of = getattr(dm, "masks", None)
+    if not callable(masks_of):
+        return None
+    masks = masks_of(split)
+    size = tuple(held.images.shape[-2:])
+    shape = tuple(masks.shape) if isinstance(masks, Tensor) else None
+    if shape != (held.split_size, *size):
+        got = shape or type(masks).__name__
+        raise DataSettingsError(
+            f"{type(dm).__name__}.masks({split!r}) must be {(held.split_size, *size)} for its "
+            f"{split} split, got {got}"
+        )
+    return masks[torch.as_tensor(held.indices, dtype=torch.long)]
+
+
 def _check_settings_fit(settings: EvaluationSettings, dm: Any) -> None:
     """`settings.resolved` on the image size a datamodule states before setup (ValueError
     naming the setting, such as `k` larger than the image); nothing when it states none."""
@@ -535,7 +559,8 @@ def evaluate_on_split(
     `threads` says. The model and the images are moved to `device` (the whole split's accuracy
     is computed there too). `result["subset"]` says which images (`HeldOut.describe`). The
     settings that depend on the image size (`k`, ...) are checked on the datamodule's
-    `image_size` before any data is loaded."""
+    `image_size` before any data is loaded. A datamodule with ground-truth masks
+    (`heldout_masks`) adds the localisation of the clean and the attacked maps."""
     data = instantiate(data, where) if isinstance(data, dict) else data
     _check_settings_fit(settings, data)
     device = torch.device(device)
@@ -547,7 +572,8 @@ def evaluate_on_split(
     print(f"evaluating {held.sentence(split)} on {device}", file=sys.stderr, flush=True)
     start = time.perf_counter()
     images, labels = held.images.to(device), held.labels.to(device)
-    result = evaluate_classifier(model, images, labels, settings, progress=progress)
+    masks = heldout_masks(data, split, held)
+    result = evaluate_classifier(model, images, labels, settings, progress=progress, masks=masks)
     if held.accuracy is not None:
         result["measures"]["split_accuracy"] = held.accuracy
     result["subset"] = held.describe()

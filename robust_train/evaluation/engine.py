@@ -25,6 +25,7 @@ from robust_train.core.validation import check_images, check_target
 from robust_train.evaluation.measures import measure_of
 from robust_train.evaluation.parts import Curve, EvaluationPart, get_part
 from robust_train.evaluation.parts.base import AttackExamples
+from robust_train.evaluation.parts.ground_truth import check_masks
 from robust_train.evaluation.parts.input_reference import beats_reference
 from robust_train.evaluation.settings import EvaluationSettings
 from robust_train.metrics.keyed import KeyedMean
@@ -72,11 +73,15 @@ def run_parts(
     *,
     parts: list[EvaluationPart] | None = None,
     predictions: Tensor | None = None,
+    masks: Tensor | None = None,
     progress: bool = False,
 ) -> Evaluation:
     """Run the parts on one model and held-out images (all of them; see `n_samples` in
     `evaluate_classifier`); `accuracy` is reported per image too. `predictions` (the model's
-    labels, when the caller has them) saves a forward.
+    labels, when the caller has them) saves a forward. `masks` (B, H, W), the ground truth of
+    the evidence in each image where the data has it, adds the localisation of the clean and
+    the attacked maps (`robust_train.evaluation.parts.ground_truth`); a ValueError names it
+    when its shape does not fit `inputs`.
 
     Examples:
         >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3),
@@ -90,6 +95,7 @@ def run_parts(
     check_images(inputs, "inputs")
     labels = check_target(labels, inputs.shape[0], "labels").to(inputs.device)
     require_grad_mode("evaluation")
+    masks = None if masks is None else check_masks(masks, inputs).to(inputs.device)
     if parts is None:
         parts = build_parts(settings or EvaluationSettings(), *inputs.shape[-2:])
     resolved = parts[0].settings if parts else (settings or EvaluationSettings())
@@ -99,7 +105,7 @@ def run_parts(
         evaluation.values["accuracy"] = (pred == labels).float()
         bar = progress_bar(parts, inputs.shape[0], enabled=progress)
         for part in parts:
-            part.progress = progress
+            part.progress, part.masks = progress, masks
             bar.set_postfix_str(part.name)
             start, done = time.perf_counter(), bar.n
             part.advance = _advance(bar, inputs.shape[0], done + part.work() * inputs.shape[0])

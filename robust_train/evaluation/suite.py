@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from robust_train.core.validation import check_images, check_target
 from robust_train.evaluation.engine import run_parts, summarize
+from robust_train.evaluation.parts.ground_truth import check_masks
 from robust_train.evaluation.settings import EvaluationSettings
 
 __all__ = ["evaluate_classifier"]
@@ -29,10 +30,13 @@ def evaluate_classifier(
     settings: EvaluationSettings | None = None,
     *,
     progress: bool = True,
+    masks: Tensor | None = None,
 ) -> dict[str, Any]:
     """Run every part of the settings on the first `n_samples` images; a JSON-ready dict
     (`robust_train.evaluation.engine.summarize`: `measures`, `intervals`, `counts`, `curves`,
-    `seconds`, `settings`, `n_images`, `_examples`).
+    `seconds`, `settings`, `n_images`, `_examples`). `masks` (B, H, W), the ground truth of
+    the evidence where the data has it, adds the localisation of the clean and attacked maps
+    (`localisation/<explainer>/<measure>`, `attack/<explainer>/<objective>/<measure>`).
 
     Examples:
         >>> import torch
@@ -50,7 +54,8 @@ def evaluate_classifier(
     labels = check_target(labels, inputs.shape[0], "labels")
     s = settings or EvaluationSettings()
     x, y = inputs[: s.n_samples], labels[: s.n_samples]
-    result = summarize(run_parts(model, x, y, s, progress=progress))
+    m = None if masks is None else check_masks(masks, inputs)[: s.n_samples]
+    result = summarize(run_parts(model, x, y, s, masks=m, progress=progress))
     result["images_digest"] = images_digest(x)
     return result
 

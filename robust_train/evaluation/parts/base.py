@@ -99,6 +99,9 @@ class EvaluationPart:
         self.progress = False  # set by the engine: show progress inside long steps
         # set by the engine: `advance(units)` reports work done (units per image, as `work`)
         self.advance: Callable[[float], None] = _ignore
+        # set by the engine: ground-truth masks (B, H, W) of the evidence, when the data has them
+        # (the attack parts then score their maps' localisation: `parts.ground_truth`)
+        self.masks: Tensor | None = None
 
     def work(self) -> float:
         """Estimated work per image, in explainer calls (gradient evaluations), known before

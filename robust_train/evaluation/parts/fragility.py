@@ -48,6 +48,7 @@ from robust_train.evaluation.parts.base import (
     PartOutput,
     register_part,
 )
+from robust_train.evaluation.parts.ground_truth import LOCALISATION, localisation_scores
 from robust_train.explain import (
     bind_settings,
     explainer_name,
@@ -176,6 +177,10 @@ class FragilityPart(EvaluationPart):
                 self.advance(self._attack_work(attack))
                 for measure, value in _values(result, attacked, _measures(attack)).items():
                     out.values[attack_key(name, attack, measure)] = value
+                if self.masks is not None:
+                    maps = None if result is None else result.attacked_map
+                    for measure, value in self._localise(maps, attacked).items():
+                        out.values[attack_key(name, attack, measure)] = value
                 if result is not None:
                     clean = result.clean_map
                 if result is not None:  # every explainer's grids (Grad-CAM's too)
@@ -187,8 +192,16 @@ class FragilityPart(EvaluationPart):
                 if clean is not None:
                     full[attacked] = self._map_value(measure, model, x, y, clean).to(full.device)
                 out.values[part_key("fragility", name, measure)] = full
+            if self.masks is not None:
+                for measure, value in self._localise(clean, attacked).items():
+                    out.values[part_key(LOCALISATION, name, measure)] = value
         out.notes[COST] = self.costs
         return out
+
+    def _localise(self, maps: Tensor | None, attacked: Tensor) -> dict[str, Tensor]:
+        """The ground-truth localisation of the attacked images' maps (NaN elsewhere)."""
+        assert self.masks is not None
+        return localisation_scores(maps, self.masks[attacked.to(self.masks.device)], attacked)
 
     def _map_value(
         self, measure: str, model: nn.Module, x: Tensor, y: Tensor, maps: Tensor

@@ -19,7 +19,9 @@ The datamodule a checkpoint records never downloads anything or creates a folder
 turned off, a folder it names (`root`, `data_dir`, ...) must exist here, and when it cannot be
 set up the error says to pass `--data-config` (one line, exit code 2). The held-out images are a
 seeded, class-stratified subset of the split (`robust_train.data.stratified_order`): the first n
-of one fixed order, in which every prefix holds each class in proportion.
+of one fixed order, in which every prefix holds each class in proportion. A datamodule with a
+`masks(split)` method (ground-truth masks of the evidence) gives the masks of those images, in
+their order, and the suite adds the localisation of the clean and attacked maps.
 """
 
 from __future__ import annotations

@@ -11,7 +11,13 @@ from helpers import TinyCNN
 from robust_train.app.checkpoint_io import DataSettingsError, evaluate_on_split, heldout_subset
 from robust_train.app.evaluate_output import evaluate_table
 from robust_train.data.base import ImageDataModule, ImageTensorDataset
-from robust_train.evaluation import EvaluationSettings, localisation_values, measure_of
+from robust_train.evaluation import (
+    EvaluationSettings,
+    build_parts,
+    localisation_values,
+    measure_of,
+    run_parts,
+)
 
 MEASURES = ("relevance_mass", "relevance_rank", "pointing_game")
 SETTINGS = dict(
@@ -89,6 +95,18 @@ def test_evaluate_reports_localisation_of_the_heldout_images_in_their_order():
     table = evaluate_table(result)
     assert "| `localisation/saliency/relevance_mass` ↑ |" in table
     assert "| `attack/saliency/topk/pointing_game` ↑ |" in table
+
+
+def test_part_keys_name_every_localisation_value_it_reports():
+    dm = ObjectsDataModule()
+    settings = EvaluationSettings(**SETTINGS, correct_only=False)
+    parts = build_parts(settings, 8, 8)
+    without = {key for part in parts for key in part.keys()}
+    evaluation = run_parts(_model(), dm.images, dm.labels, parts=parts, masks=dm.object_masks)
+    with_masks = {key for part in parts for key in part.keys()}
+    reported = set(evaluation.values) - {"accuracy", "attack/saliency/topk/beats_input"}
+    assert reported == with_masks
+    assert with_masks - without == {k for k in reported if k.rsplit("/", 1)[-1] in MEASURES}
 
 
 def test_without_masks_nothing_changes():

@@ -23,6 +23,12 @@ and LENS intersections of the clean map with a uniformly random map (the mean of
 chance level is the share of the image within one pixel of the clean top-k set, far above
 k / (H W).) The reference "map = input" under the same attacks is the input_reference part.
 
+With the ground-truth masks of the evidence (`EvaluationPart.masks`, set by the engine when the
+data has them), each attacked image's clean map is scored under
+`localisation/<explainer>/<measure>` and its map after each attack under
+`attack/<explainer>/<objective>/<measure>` (relevance mass and rank accuracy, pointing game:
+`robust_train.evaluation.parts.ground_truth`).
+
 With `ensemble` (the default) every gradient attack is `robust_train.attacks.ensemble_attack`
 and each image keeps its worst result over the members; what each attack ran and cost (its
 members, the images where each was the worst, seconds, gradient steps and maps per image) is
@@ -48,7 +54,11 @@ from robust_train.evaluation.parts.base import (
     PartOutput,
     register_part,
 )
-from robust_train.evaluation.parts.ground_truth import LOCALISATION, localisation_scores
+from robust_train.evaluation.parts.ground_truth import (
+    LOCALISATION,
+    LOCALISATION_MEASURES,
+    localisation_scores,
+)
 from robust_train.explain import (
     bind_settings,
     explainer_name,
@@ -136,6 +146,9 @@ class FragilityPart(EvaluationPart):
             name = explainer_name(explainer)
             keys += [attack_key(name, a, m) for a in attacks for m in _measures(a)]
             keys += [part_key("fragility", name, m) for m in self.map_measures(explainer)]
+            if self.masks is not None:
+                keys += [attack_key(name, a, m) for a in attacks for m in LOCALISATION_MEASURES]
+                keys += [part_key(LOCALISATION, name, m) for m in LOCALISATION_MEASURES]
         return tuple(keys)
 
     def work(self) -> float:

@@ -118,7 +118,7 @@ def run_model(key: str, args: Any, device: torch.device, record: bu.Record) -> l
     base, x, y = make_setup(key, args.size, args.batch)
     bf16 = args.precision == "bf16"
     terms = {v.name: make_term(recipe, v) for v in variants(recipe)}
-    steps: dict[str, Callable[[], None]] = {
+    steps: dict[str, Callable[[], object]] = {
         name: make_step(base, term, x, y, device, bf16) for name, term in terms.items()
     }
     for step in steps.values():  # first warm-up step: Adam's state, lazy initialisation

@@ -10,6 +10,11 @@ BENCHMARKS: dict[str, Entry] = {
         "time and peak memory of one optimisation step, plain vs each penalty",
         json=True,
     ),
+    "bench_step_224": Entry(
+        "benchmarks.bench_step_224",
+        "seconds per step at 224 px, torchvision ResNets: plain vs the every-map recipe and levers",
+        json=True,
+    ),
     "bench_eval": Entry(
         "benchmarks.bench_eval",
         "fidelity curves, Lipschitz estimate and attack beside Quantus, Captum and bare loops",

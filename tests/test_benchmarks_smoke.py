@@ -129,6 +129,47 @@ def test_bench_train_step_registry_quick(bench, tmp_path):
     assert "| ig_norm, bare |" in text and "its bare formula" in text
 
 
+def test_bench_step_224_levers_change_only_their_options_of_the_shipped_recipe(bench):
+    b = bench("bench_step_224")
+    recipe = b.recipe_options()
+    assert recipe["explainers"] == ["saliency", "input_x_gradient", "grad_cam"]
+    terms = {v.name: b.make_term(recipe, v) for v in b.variants(recipe)}
+    assert terms[b.PLAIN] is None and b.penalised(None, 8) == 0
+    every = terms[b.EVERY_MAP]
+    assert every.batch_fraction == recipe["batch_fraction"] and b.penalised(every, 8) == 2
+    assert every.options.n_ascent_steps == recipe["n_ascent_steps"] == 1
+    cam = terms["saliency + Grad-CAM"].options
+    assert cam.explainers == ("saliency", "grad_cam") and cam.map_weights == (0.5, 1.5)
+    assert cam.radius == every.options.radius and cam.n_ascent_steps == 1
+    assert terms["ascent steps 0"].options.n_ascent_steps == 0
+    assert [b.penalised(terms[f"batch fraction {f}"], 8) for f in ("0.1", "0.5")] == [1, 4]
+
+
+@pytest.mark.slow
+def test_bench_step_224_quick(bench, tmp_path):
+    import json
+
+    results = tmp_path / "RESULTS.md"
+    text = bench("bench_step_224").main(
+        ["--quick", "--results", str(results), "--json", str(tmp_path / "r.json")]
+    )
+    _check_record(text, results, "bench_step_224")
+    assert "### resnet18, 64x64, batch 8, 1 round(s), 32" in text
+    rows = re.findall(r"^\| ([^|]+) \| (\d+) \| ([0-9.e+-]+) \|", text, re.M)
+    assert [(name, int(n)) for name, n, _ in rows] == [
+        ("plain CE", 0),
+        ("every-map recipe", 2),
+        ("batch fraction 0.1", 1),
+        ("batch fraction 0.5", 4),
+        ("saliency only", 2),
+        ("saliency + Grad-CAM", 2),
+        ("ascent steps 0", 2),
+        ("batch fraction 0.1, ascent steps 0", 1),
+    ]
+    assert all(float(s) > 0 for _, _, s in rows)
+    assert json.loads((tmp_path / "r.json").read_text())["title"] == "bench_step_224"
+
+
 SCRIPTS = sorted(
     f"{p.parent.name}.{p.stem}"
     for folder in ("benchmarks", "experiments")

@@ -44,7 +44,8 @@ def _finished_summary(run: Path, cwd: Path, wait_s: float = 90.0) -> dict:
         assert summary.returncode == 0, summary.stderr[-2000:]
         state = json.loads(summary.stdout)
         complete = all(key in state.get("summary", {}) for key in NEEDED)
-        if state["state"] != "running" or complete or time.monotonic() > deadline:
+        written = bool(state.get("run_id"))  # the run record itself may lag on a loaded machine
+        if (written and (state["state"] != "running" or complete)) or time.monotonic() > deadline:
             return state
         time.sleep(1.0)
 

@@ -90,8 +90,23 @@ class Registry(dict[str, V]):
             raise ValueError(f"Unknown `{argument}` {name!r}; expected one of {list(self)}")
         return self[name]
 
-    def class_decorator(self, name: str, base: type) -> Callable[[C], C]:
+    def class_decorator(
+        self,
+        name: str,
+        base: type,
+        *,
+        attribute: str = "name",
+        keep_own: bool = False,
+        check: Callable[[type], None] | None = None,
+    ) -> Callable[[C], C]:
         """The decorator that registers a subclass of `base` under `name` and sets its `name`.
+
+        Args:
+            name: the registered name (an identifier).
+            base: the class every registered one must subclass.
+            attribute: the class attribute set to `name`.
+            keep_own: leave `attribute` alone where the class defines its own.
+            check: run on the class before it is registered (raises to refuse it).
 
         Examples:
             >>> class Base:
@@ -109,11 +124,53 @@ class Registry(dict[str, V]):
         def decorate(cls: C) -> C:
             if not (isinstance(cls, type) and issubclass(cls, base)):
                 raise TypeError(f"`{name}` must be a {base.__name__} subclass, got {cls!r}")
+            if check is not None:
+                check(cls)
             self.add(name, cls)  # type: ignore[arg-type]
-            cls.name = name  # type: ignore[attr-defined]
+            if not (keep_own and attribute in cls.__dict__):
+                setattr(cls, attribute, name)
             return cls
 
         return decorate
+
+    def registrar(
+        self,
+        base: type,
+        *,
+        attribute: str = "name",
+        keep_own: bool = False,
+        check: Callable[[type], None] | None = None,
+    ) -> Callable[[str], Callable[[C], C]]:
+        """The public `register_<kind>(name)` of this registry: a class decorator factory that
+        registers a subclass of `base` (`class_decorator`, with these arguments).
+
+        Examples:
+            >>> class Base:
+            ...     name = ""
+            >>> r: Registry[type] = Registry("DOC", "widget")
+            >>> register_widget = r.registrar(Base)
+            >>> @register_widget("two")
+            ... class Two(Base):
+            ...     pass
+            >>> Two.name, register_widget.__name__
+            ('two', 'register_widget')
+            >>> register_widget("three")(int)  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            TypeError: `three` must be a Base subclass, got <class 'int'>
+        """
+
+        def register(name: str) -> Callable[[C], C]:
+            return self.class_decorator(
+                name, base, attribute=attribute, keep_own=keep_own, check=check
+            )
+
+        register.__name__ = register.__qualname__ = f"register_{self.kind}"
+        register.__doc__ = (
+            f"Class decorator: register a `{base.__name__}` subclass in {self.title} under "
+            f"`name` (an identifier not taken by another class), and set its `{attribute}`."
+        )
+        return register
 
 
 def discover(package: str) -> list[str]:

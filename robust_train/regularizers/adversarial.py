@@ -7,38 +7,24 @@ predictions do not by themselves give robust attributions.
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from robust_train.core.options import build_options, takes_options
+from robust_train.core.options import takes_options
 from robust_train.regularizers._inner import PGDOptions, linf_pgd
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
+from robust_train.regularizers.options import PenaltyCall, penalty_function
 
 __all__ = ["AdversarialTraining", "adversarial_loss"]
 
 
-@takes_options(PGDOptions)
-def adversarial_loss(
-    model: nn.Module,
-    inputs: Tensor,
-    target: Tensor,
-    *,
-    generator: torch.Generator | None = None,
-    **options: Any,
-) -> Tensor:
+@penalty_function(PGDOptions)
+def adversarial_loss(call: PenaltyCall[PGDOptions]) -> Tensor:
     """Per-sample cross-entropy at a PGD adversarial example, shape (B,).
 
-    Args:
-        model: the classifier being trained.
-        inputs: images (B, C, H, W) in [0, 1].
-        target: labels (B,).
-        generator: RNG of the random start (CPU generator).
-        **options: the PGD's `PGDOptions` (epsilon, step_size, n_steps, random_start).
-
     Examples:
+        >>> import torch
+        >>> from torch import nn
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(16, 3))
         >>> x, y = torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 2, 0])
         >>> clean = F.cross_entropy(net(x), y, reduction="none")
@@ -47,26 +33,12 @@ def adversarial_loss(
         >>> bool((adv >= clean - 1e-6).all())
         True
     """
-    return _adversarial(
-        model,
-        inputs,
-        target,
-        build_options(PGDOptions, options, where="adversarial_loss"),
-        generator,
-    )
+    model, target = call.model, call.target
 
-
-def _adversarial(
-    model: nn.Module,
-    inputs: Tensor,
-    target: Tensor,
-    options: PGDOptions,
-    generator: torch.Generator | None,
-) -> Tensor:
     def objective(adv: Tensor) -> Tensor:
         return F.cross_entropy(model(adv), target, reduction="none")
 
-    adv = linf_pgd(objective, inputs, options, generator)
+    adv = linf_pgd(objective, call.inputs, call.options, call.generator)
     return F.cross_entropy(model(adv), target, reduction="none")
 
 
@@ -87,13 +59,4 @@ class AdversarialTraining(PenaltyTerm):
     replaces_task_loss = True
     double_backprop = False
     options_class = PGDOptions
-
-    def __init__(
-        self, weight: float = 1.0, name: str | None = None, seed: int | None = None, **options: Any
-    ) -> None:
-        super().__init__(weight, name, seed, **options)
-
-    def penalty(
-        self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
-    ) -> Tensor:
-        return _adversarial(model, inputs, target, self.options, self.generator)
+    function = staticmethod(adversarial_loss)

@@ -10,8 +10,9 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import warnings
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -19,6 +20,7 @@ from torch import Tensor, nn
 from robust_train.core.options import build_options
 from robust_train.core.registry import Registry
 from robust_train.core.validation import check_non_negative, check_positive
+from robust_train.regularizers.options import PenaltyCall
 
 __all__ = [
     "COST_OPTIONS",
@@ -53,6 +55,9 @@ class PenaltyTerm(nn.Module):
     - `options_class` (optional): the dataclass of the term's options (defined once, shared with
       its function); `**options` given to the constructor are checked into `self.options`, over
       the class's `preset` defaults.
+    - `function` (optional): the term's public function (`robust_train.regularizers.options.
+      penalty_function`); a term that has one and no `penalty` of its own computes it at
+      `self.options` with `self.generator` (`compute`).
 
     Cheaper: every term (every subclass, whatever its own signature) also takes two keyword
     arguments, checked before the subclass's own construction:
@@ -96,6 +101,7 @@ class PenaltyTerm(nn.Module):
     full_precision: bool = False
     options_class: ClassVar[type | None] = None
     preset: ClassVar[dict[str, Any]] = {}
+    function: ClassVar[Any] = None
 
     def __init__(
         self, weight: float = 1.0, name: str | None = None, seed: int | None = None, **options: Any
@@ -105,6 +111,8 @@ class PenaltyTerm(nn.Module):
         self.weight = float(weight)
         self.every_n_steps, self.batch_fraction = 1, 1.0
         self.calls = 0  # calls of forward so far (the `every_n_steps` cycle)
+        self.computed = 0  # penalties computed so far (calls that did the work)
+        self.warned: set[str] = set()  # the messages `warn_once` gave
         self.name = name or self.default_name
         self.generator = torch.Generator().manual_seed(seed) if seed is not None else None
         if self.options_class is not None:
@@ -154,12 +162,29 @@ class PenaltyTerm(nn.Module):
             grad = inputs.requires_grad or bool(self.needs_input_grad)
             inputs, target, logits = _first_rows(inputs, m, grad), target[:m], None
         value = self.penalty(model, inputs, target, logits)
+        self.computed += 1
         return value * k if k > 1 else value
 
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
     ) -> Tensor:
-        raise NotImplementedError
+        """The per-sample penalty (B,) of `inputs` (the work of one call of the term)."""
+        return self.compute(model, inputs, target, logits, self.options)
+
+    def compute(
+        self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None, options: Any
+    ) -> Tensor:
+        """The term's `function` at the checked `options` and the term's generator."""
+        if self.function is None:
+            raise NotImplementedError(f"{type(self).__name__} defines neither penalty nor function")
+        call = PenaltyCall(model, inputs, target, options, self.generator, logits)
+        return self.function.checked(call)
+
+    def warn_once(self, message: str) -> None:
+        """A RuntimeWarning naming the term, given once per term and message."""
+        if message not in self.warned:
+            self.warned.add(message)
+            warnings.warn(f"penalty {self.name!r}: {message}", RuntimeWarning, stacklevel=3)
 
     def extra_repr(self) -> str:
         text = f"name={self.name!r}, weight={self.weight}"
@@ -257,37 +282,6 @@ def _with_cost_options(init: Callable[..., None]) -> Callable[..., None]:
 
 PENALTIES: Registry[type[PenaltyTerm]] = Registry("PENALTIES", "penalty")
 
-T = TypeVar("T", bound=type[PenaltyTerm])
-
-
-def register_penalty(name: str) -> Callable[[T], T]:
-    """Class decorator: register a `PenaltyTerm` subclass under `name` (its default log name).
-
-    Examples:
-        >>> @register_penalty("zero_doc")
-        ... class Zero(PenaltyTerm):
-        ...     double_backprop = False
-        ...
-        ...     def penalty(self, model, inputs, target, logits):
-        ...         return inputs.new_zeros(inputs.shape[0])
-        >>> get_penalty("zero_doc").name
-        'zero_doc'
-        >>> _ = PENALTIES.pop("zero_doc")
-    """
-
-    def decorate(cls: T) -> T:
-        if not (isinstance(cls, type) and issubclass(cls, PenaltyTerm)):
-            raise TypeError(
-                f"register_penalty({name!r}) decorates PenaltyTerm subclasses, got {cls!r}"
-            )
-        check_declared(cls)
-        PENALTIES.add(name, cls)
-        if "default_name" not in cls.__dict__:
-            cls.default_name = name
-        return cls
-
-    return decorate
-
 
 def check_declared(term: type[PenaltyTerm] | PenaltyTerm) -> None:
     """Refuse a term that does not declare `double_backprop` (what the precision checks read).
@@ -312,6 +306,12 @@ def check_declared(term: type[PenaltyTerm] | PenaltyTerm) -> None:
             "create_graph=True?); robust_train.training.precision reads it to refuse 16-mixed "
             "precision and torch.compile, which would train such a term on wrong gradients"
         )
+
+
+# The registered name is the term's default log name, unless the class sets its own.
+register_penalty = PENALTIES.registrar(
+    PenaltyTerm, attribute="default_name", keep_own=True, check=check_declared
+)
 
 
 def get_penalty(name: str, **kwargs: object) -> PenaltyTerm:

@@ -25,13 +25,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
-from robust_train.core.options import build_options, takes_options
+from robust_train.core.options import takes_options
 from robust_train.core.validation import check_non_negative, check_positive
 from robust_train.regularizers._inner import PGDOptions, linf_pgd, loss_path_ig
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
+from robust_train.regularizers.options import PenaltyCall, penalty_function
 
 __all__ = [
     "IGNorm",
@@ -104,76 +104,45 @@ def _ig_l1(ig: Tensor) -> Tensor:
     return ig.abs().flatten(1).sum(1)
 
 
-def _ig_objective(
-    model: nn.Module,
-    inputs: Tensor,
-    target: Tensor,
-    o: IGOptions,
-    generator: torch.Generator | None,
-    beta: float | None,
-) -> Tensor:
+def _ig_objective(call: PenaltyCall[IGOptions], beta: float | None) -> Tensor:
     """max_{x'} ||IG(x, x')||_1 (beta None) or max_{x'} CE(x') + beta ||IG(x, x')||_1."""
-    x0 = inputs.detach()
+    model, target, o, x0 = call.model, call.target, call.options, call.inputs.detach()
 
     def value(adv: Tensor, n_points: int) -> Tensor:
         ig, ce = loss_path_ig(model, x0, adv, target, n_points=n_points, create_graph=True)
         return _ig_l1(ig) if beta is None else ce + beta * _ig_l1(ig)
 
-    adv = linf_pgd(lambda a: value(a, o.n_attack_points), x0, o, generator)
+    adv = linf_pgd(lambda a: value(a, o.n_attack_points), x0, o, call.generator)
     return value(adv, o.n_points)
 
 
-@takes_options(IGOptions)
-def ig_norm(
-    model: nn.Module,
-    inputs: Tensor,
-    target: Tensor,
-    *,
-    generator: torch.Generator | None = None,
-    **options: Any,
-) -> Tensor:
+@penalty_function(IGOptions)
+def ig_norm(call: PenaltyCall[IGOptions]) -> Tensor:
     """Per-sample max_{x'} ||IG(x, x')||_1 of the cross-entropy (IG-NORM's penalty), shape (B,).
 
-    Args:
-        model: the classifier being trained.
-        inputs: images (B, C, H, W) in [0, 1].
-        target: labels (B,).
-        generator: RNG of the random start (CPU generator).
-        **options: `IGOptions` (epsilon, step_size, n_steps, random_start, n_attack_points,
-            n_points).
-
     Examples:
+        >>> import torch
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.Softplus(), nn.Linear(8, 3))
         >>> x, y = torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 2, 0])
         >>> v = ig_norm(net, x, y, n_steps=2, n_attack_points=2, n_points=4)
         >>> v.shape, bool((v >= 0).all())
         (torch.Size([4]), True)
     """
-    o = build_options(IGOptions, options, where="ig_norm")
-    return _ig_objective(model, inputs, target, o, generator, None)
+    return _ig_objective(call, None)
 
 
-@takes_options(IGSumOptions)
-def ig_sum_norm(
-    model: nn.Module,
-    inputs: Tensor,
-    target: Tensor,
-    *,
-    generator: torch.Generator | None = None,
-    **options: Any,
-) -> Tensor:
+@penalty_function(IGSumOptions)
+def ig_sum_norm(call: PenaltyCall[IGSumOptions]) -> Tensor:
     """Per-sample max_{x'} CE(x') + beta * ||IG(x, x')||_1 (IG-SUM-NORM's objective), shape (B,).
 
-    Options as in `ig_norm`, plus `beta` (`IGSumOptions`).
-
     Examples:
+        >>> import torch
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(16, 3))
         >>> x, y = torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 2, 0])
         >>> ig_sum_norm(net, x, y, n_steps=1, n_attack_points=2, n_points=2).shape
         torch.Size([4])
     """
-    o = build_options(IGSumOptions, options, where="ig_sum_norm")
-    return _ig_objective(model, inputs, target, o, generator, o.beta)
+    return _ig_objective(call, call.options.beta)
 
 
 @register_penalty("ig_norm")
@@ -204,6 +173,7 @@ class IGNorm(PenaltyTerm):
 
     double_backprop = True
     options_class = IGOptions
+    function = staticmethod(ig_norm)
 
     def __init__(
         self,
@@ -216,15 +186,13 @@ class IGNorm(PenaltyTerm):
         check_warmup_steps(epsilon_warmup_steps)
         super().__init__(weight, name, seed, **options)
         self.epsilon_warmup_steps = int(epsilon_warmup_steps)
-        self.steps_seen = 0  # calls so far (the warm-up's clock)
 
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
     ) -> Tensor:
-        options = warmed_up(self.options, self.steps_seen, self.epsilon_warmup_steps)
-        self.steps_seen += 1
-        beta = getattr(self.options, "beta", None)  # IG-SUM-NORM's options add it
-        return _ig_objective(model, inputs, target, options, self.generator, beta)
+        # The warm-up's clock: the penalties computed so far.
+        options = warmed_up(self.options, self.computed, self.epsilon_warmup_steps)
+        return self.compute(model, inputs, target, logits, options)
 
     def extra_repr(self) -> str:
         text = super().extra_repr()
@@ -248,6 +216,7 @@ class IGSumNorm(IGNorm):
 
     replaces_task_loss = True
     options_class = IGSumOptions
+    function = staticmethod(ig_sum_norm)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, beta={self.options.beta}"

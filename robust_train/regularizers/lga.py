@@ -21,19 +21,19 @@ live there; the authors perturb in normalised space without clipping).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from robust_train.attacks.options import check_linf_budget
-from robust_train.core.options import build_options, takes_options
+from robust_train.core.options import takes_options
 from robust_train.core.validation import check_non_negative
 from robust_train.explain import saliency
 from robust_train.explain.autograd import gradient_of_target
 from robust_train.regularizers._penalty_parts import sample_in_ball
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
+from robust_train.regularizers.options import PenaltyCall, penalty_function
 
 __all__ = ["LGAOptions", "LocalGradientAlignment", "local_gradient_alignment"]
 
@@ -64,26 +64,11 @@ class LGAOptions:
             raise TypeError(f"`detach_clean` must be a bool, got {self.detach_clean!r}")
 
 
-@takes_options(LGAOptions)
-def local_gradient_alignment(
-    model: nn.Module,
-    inputs: Tensor,
-    target: Tensor,
-    *,
-    logits: Tensor | None = None,
-    generator: torch.Generator | None = None,
-    **options: Any,
-) -> Tensor:
+@penalty_function(LGAOptions, logits=True)
+def local_gradient_alignment(call: PenaltyCall[LGAOptions]) -> Tensor:
     """The LGA penalty per image (B,), differentiable with respect to the parameters.
 
-    Args:
-        model: the classifier being trained.
-        inputs: images (B, C, H, W); when they require grad and `logits` = model(inputs) is
-            given, g(x) is taken from that forward (no second clean forward).
-        target: class indices whose logit gradient is aligned (the labels, in training).
-        logits: the clean forward, when the caller already ran it.
-        generator: CPU generator of the uniform perturbation.
-        **options: the fields of `LGAOptions` (radius, l2_weight, cos_weight, detach_clean).
+    With the caller's `logits`, g(x) is taken from that forward (no second clean forward).
 
     Examples:
         >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 8),
@@ -92,19 +77,8 @@ def local_gradient_alignment(
         >>> local_gradient_alignment(net, x, y, radius=0.1).shape
         torch.Size([4])
     """
-    o = build_options(LGAOptions, options, where="local_gradient_alignment")
-    return _lga(model, inputs, target, o, logits=logits, generator=generator)
-
-
-def _lga(
-    model: nn.Module,
-    inputs: Tensor,
-    target: Tensor,
-    o: LGAOptions,
-    *,
-    logits: Tensor | None,
-    generator: torch.Generator | None,
-) -> Tensor:
+    model, inputs, target, o = call.model, call.inputs, call.target, call.options
+    logits = call.logits
     with torch.enable_grad():
         if logits is not None and inputs.requires_grad:
             clean = gradient_of_target(
@@ -116,7 +90,7 @@ def _lga(
         if o.detach_clean:
             clean = clean.detach()
         x0 = inputs.detach()
-        delta = sample_in_ball(x0, o.radius, 1, "linf", generator)
+        delta = sample_in_ball(x0, o.radius, 1, "linf", call.generator)
         perturbed = saliency(model, (x0 + delta).clamp(0, 1), target, create_graph=True)
     a, b = clean.flatten(1), perturbed.flatten(1)
     l2 = (a - b).pow(2).sum(1)
@@ -142,8 +116,4 @@ class LocalGradientAlignment(PenaltyTerm):
     needs_input_grad = True  # g(x) from the task loss's forward
     double_backprop = True  # g(x') with create_graph=True
     options_class = LGAOptions
-
-    def penalty(
-        self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
-    ) -> Tensor:
-        return _lga(model, inputs, target, self.options, logits=logits, generator=self.generator)
+    function = staticmethod(local_gradient_alignment)

@@ -33,20 +33,17 @@ Example:
 
 from __future__ import annotations
 
-import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from robust_train.attacks.options import check_linf_budget
 from robust_train.core.balls import project_offset, step_direction
-from robust_train.core.options import build_options, takes_options
+from robust_train.core.options import takes_options
 from robust_train.core.runtime import require_grad_mode
-from robust_train.core.validation import check_choice, check_non_negative, check_positive
-from robust_train.explain import get_explainer
+from robust_train.core.validation import check_choice, check_non_negative
 from robust_train.explain.autograd import prepare_inputs, target_scores
 from robust_train.explain.clamp import clamp_positive, direction_surrogates
 from robust_train.explain.grad_cam import one_activation
@@ -55,6 +52,7 @@ from robust_train.explain.maps import importance_map
 from robust_train.explain.registry import explainer_spec, resolve_explainer
 from robust_train.regularizers._penalty_parts import DISTANCES, map_distance, sample_in_ball
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
+from robust_train.regularizers.options import AscentOptions, PenaltyCall, penalty_function
 
 __all__ = [
     "GRADIENT_FAMILY",
@@ -69,32 +67,27 @@ GRADIENT_FAMILY = ("saliency", "input_x_gradient", "grad_cam")
 
 
 @dataclass(frozen=True)
-class MultiMapOptions:
-    """The options of the multi-map penalty (the function and the term take them).
+class MultiMapOptions(AscentOptions):
+    """The options of the multi-map penalty (the function and the term take them): the
+    ascent's (`AscentOptions`: an L_inf ball of radius 0.3 here) and these. The explainers are
+    resolved once, when the set is built.
 
     Attributes:
         explainers: registered names of differentiable explainers, each at most once; those
             in `GRADIENT_FAMILY` share one forward and backward, the others run at their
             defaults (Grad-CAM's layer: `layer`).
         map_weights: one non-negative weight per explainer (default 1 each), not all zero.
-        radius: L_inf radius of x' around x (pixel units of [0, 1] images, < 1).
         distance: "cosine" (1 - cosine), "l1" (sum-normalised maps) or "l2" (max-normalised).
-        n_ascent_steps: projected sign-ascent steps from the uniform start on the weighted sum
-            (0: x' uniform in the ball). x' is detached.
-        ascent_step_size: step of the ascent (default radius / 2).
-        ascent_beta: softplus beta of the ascent's surrogates (`direction_surrogates`); None:
-            the model itself and the exact maps.
         layer: Grad-CAM's layer (a dotted module name); None: Grad-CAM's own default.
     """
 
+    radius: float = 0.3
     explainers: tuple[str, ...] = ("input_x_gradient", "grad_cam")
     map_weights: tuple[float, ...] | None = None
-    radius: float = 0.3
     distance: str = "cosine"
-    n_ascent_steps: int = 0
-    ascent_step_size: float | None = None
-    ascent_beta: float | None = 10.0
     layer: str | None = None
+    others: dict[str, Any] = field(init=False, repr=False, compare=False)
+    piecewise: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = _as_tuple(self.explainers, "explainers")
@@ -104,7 +97,13 @@ class MultiMapOptions:
         for name in names:
             if not isinstance(name, str):
                 raise TypeError(f"`explainers` takes registered names, got {name!r}")
-            resolve_explainer(name, differentiable=True, name="explainers")
+        resolved = {
+            n: resolve_explainer(n, differentiable=True, name="explainers")[0] for n in names
+        }
+        others = {n: f for n, f in resolved.items() if n not in GRADIENT_FAMILY}
+        object.__setattr__(self, "others", others)
+        piecewise = any(explainer_spec(f).piecewise_constant for f in resolved.values())
+        object.__setattr__(self, "piecewise", piecewise)
         if self.map_weights is not None:
             weights = tuple(float(w) for w in _as_tuple(self.map_weights, "map_weights"))
             object.__setattr__(self, "map_weights", weights)
@@ -117,19 +116,10 @@ class MultiMapOptions:
                 check_non_negative(w, "map_weights")
             if not any(weights):
                 raise ValueError(f"`map_weights` must not be all zero, got {list(weights)}")
-        check_linf_budget(self.radius, "radius")
+        super().__post_init__()
         check_choice(self.distance, "distance", DISTANCES)
-        check_non_negative(self.n_ascent_steps, "n_ascent_steps", integer=True)
-        check_positive(self.step, "ascent_step_size")
-        if self.ascent_beta is not None:
-            check_positive(self.ascent_beta, "ascent_beta")
         if self.layer is not None and not isinstance(self.layer, str):
             raise TypeError(f"`layer` must be a module name or None, got {self.layer!r}")
-
-    @property
-    def step(self) -> float:
-        """The ascent step: `ascent_step_size`, else radius / 2."""
-        return self.radius / 2 if self.ascent_step_size is None else self.ascent_step_size
 
     @property
     def weights(self) -> tuple[float, ...]:
@@ -219,10 +209,8 @@ def _maps(
         if family
         else {}
     )
-    for name in o.explainers:
-        if name not in out:
-            explain = get_explainer(name)
-            out[name] = importance_map(explain(model, x, target, create_graph=create_graph))
+    for name, explain in o.others.items():
+        out[name] = importance_map(explain(model, x, target, create_graph=create_graph))
     return out
 
 
@@ -238,46 +226,25 @@ def _weighted_distance(
     return torch.stack(parts).sum(0)
 
 
-@takes_options(MultiMapOptions)
-def multi_map_smoothness(
-    model: nn.Module,
-    inputs: Tensor,
-    target: Tensor,
-    *,
-    generator: torch.Generator | None = None,
-    **options: Any,
-) -> Tensor:
+@penalty_function(MultiMapOptions)
+def multi_map_smoothness(call: PenaltyCall[MultiMapOptions]) -> Tensor:
     """Per-sample weighted sum of map distances between x and one x' for several explainers (B,).
 
-    Args:
-        model: the classifier being trained.
-        inputs: images (B, C, H, W) in [0, 1].
-        target: class indices whose maps are regularised (the labels, in training).
-        generator: RNG of the uniform start (CPU generator).
-        **options: the fields of `MultiMapOptions`.
+    The uniform start x' is drawn with `generator`.
     """
-    o = build_options(MultiMapOptions, options, where="multi_map_smoothness")
-    value, _ = _multi_map(model, inputs, target, o, generator)
-    return value
+    return _multi_map(call)[0]
 
 
-def _multi_map(
-    model: nn.Module,
-    inputs: Tensor,
-    target: Tensor,
-    o: MultiMapOptions,
-    generator: torch.Generator | None,
-) -> tuple[Tensor, bool]:
+def _multi_map(call: PenaltyCall[MultiMapOptions]) -> tuple[Tensor, bool]:
     """The penalty (B,) and whether the first ascent step had a zero direction everywhere."""
-    x0 = inputs.detach()
+    model, target, o, x0 = call.model, call.target, call.options, call.inputs.detach()
     clean = _maps(model, x0, target, o, create_graph=True)
-    delta = sample_in_ball(x0, o.radius, 1, "linf", generator)
+    delta = sample_in_ball(x0, o.radius, 1, "linf", call.generator)
     reference = {k: v.detach() for k, v in clean.items()}
-    piecewise = any(explainer_spec(e).piecewise_constant for e in o.explainers)
     flat = False
     for i in range(o.n_ascent_steps):
         delta = delta.detach().requires_grad_(True)
-        with torch.enable_grad(), direction_surrogates(o.ascent_beta, piecewise):
+        with torch.enable_grad(), direction_surrogates(o.ascent_beta, o.piecewise):
             pert = _maps(model, (x0 + delta).clamp(0, 1), target, o, create_graph=True)
             (g,) = torch.autograd.grad(_weighted_distance(reference, pert, o).sum(), delta)
         flat = flat or (i == 0 and not bool(g.any()))
@@ -308,23 +275,14 @@ class MultiMapSmoothness(PenaltyTerm):
     double_backprop = True  # every map is taken with create_graph=True
     options_class = MultiMapOptions
 
-    def __init__(
-        self, weight: float = 1.0, name: str | None = None, seed: int | None = None, **options: Any
-    ) -> None:
-        super().__init__(weight, name, seed, **options)
-        self.warned_flat = False
-
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
     ) -> Tensor:
-        value, flat = _multi_map(model, inputs, target, self.options, self.generator)
-        if flat and not self.warned_flat:
-            self.warned_flat = True
-            warnings.warn(
-                f"penalty {self.name!r}: the ascent direction is zero for the whole batch, so x' "
-                "stays at its uniform start; set `ascent_beta` (the softplus surrogate) or "
-                "n_ascent_steps=0",
-                RuntimeWarning,
-                stacklevel=2,
+        call = PenaltyCall(model, inputs, target, self.options, self.generator)
+        value, flat = _multi_map(call)
+        if flat:
+            self.warn_once(
+                "the ascent direction is zero for the whole batch, so x' stays at its uniform "
+                "start; set `ascent_beta` (the softplus surrogate) or n_ascent_steps=0"
             )
         return value

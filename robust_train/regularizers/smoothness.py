@@ -13,22 +13,19 @@ et al. 2019). Only the direction uses the surrogate; the penalty is computed on 
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from robust_train.attacks.options import check_linf_budget
 from robust_train.core.balls import project_offset, step_direction
-from robust_train.core.options import build_options, takes_options
-from robust_train.core.validation import check_choice, check_non_negative, check_positive
+from robust_train.core.options import takes_options
+from robust_train.core.validation import check_choice, check_positive
 from robust_train.explain.clamp import direction_surrogates
 from robust_train.explain.maps import importance_map
-from robust_train.explain.registry import explainer_spec, resolve_explainer
 from robust_train.models.softplus import zero_direction_cause
 from robust_train.regularizers._penalty_parts import (
     BALLS,
@@ -38,6 +35,7 @@ from robust_train.regularizers._penalty_parts import (
     sample_in_ball,
 )
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
+from robust_train.regularizers.options import ExplainerOptions, PenaltyCall, penalty_function
 
 __all__ = [
     "ExplanationSmoothness",
@@ -54,81 +52,52 @@ ZERO_HEAD = (
 
 
 @dataclass(frozen=True)
-class SmoothnessOptions:
+class SmoothnessOptions(ExplainerOptions):
     """The options of the explanation-smoothness family, defined once (the function, the terms
-    and their presets take them; a bad value fails when a term is built).
+    and their presets take them; a bad value fails when a term is built). The ascent's options
+    and the explainer are `ExplainerOptions`'s (the explainer is resolved once, here).
 
     Attributes:
-        explainer: any differentiable explainer or its registered name (saliency, grad_cam, ...).
-        radius: size of the ball around x (pixel units of [0, 1] images; L_inf: < 1).
         n_samples: perturbed copies per input, all explained in one batched call.
-        ball: "linf" or "l2".
+        ball: "linf" or "l2" (the ball of x' and of the ascent's steps; L2: any radius > 0).
         distance: "l1" (sum-normalised maps), "cosine" (1 - cosine) or "l2" (max-normalised).
         lipschitz: divide each distance by ||x - x'||_2 (local Lipschitz ratio).
-        n_ascent_steps: projected sign-ascent steps on the distance before the final evaluation
-            (0 = random samples only). The ascent point x' is detached.
-        ascent_step_size: step of the ascent (default radius / 2).
-        ascent_beta: during the ascent only, every ReLU call of the model (modules and `F.relu`
-            alike) computes softplus_ascent_beta (`robust_train.models.softplus.smooth_relus`)
-            when the explainer's map is piecewise constant on ReLU nets, so that the direction is
-            not the exact zero of a piecewise-linear network, and a map's own final ReLU
-            (Grad-CAM's) computes its scale-free softplus surrogate (`robust_train.explain.
-            clamp`); None: neither. When the direction is zero for a whole batch, a warning
-            names the cause.
         detach_clean: compute the clean map without create_graph, so the gradient flows through
             the perturbed map only (no double backprop through I(x); less memory).
+
+    When the ascent direction is zero for a whole batch, a warning names the cause.
     """
 
-    explainer: str | Explainer = "saliency"
-    radius: float = 0.1
     n_samples: int = 1
     ball: str = "linf"
     distance: str = "l1"
     lipschitz: bool = False
-    n_ascent_steps: int = 0
-    ascent_step_size: float | None = None
-    ascent_beta: float | None = 10.0
-    detach_clean: bool = field(default=False)
+    detach_clean: bool = False
 
     def __post_init__(self) -> None:
         for name in ("lipschitz", "detach_clean"):
             if not isinstance(getattr(self, name), bool):
                 value = getattr(self, name)
                 raise TypeError(f"`{name}` must be a bool, got {type(value).__name__}")
-        if self.ascent_beta is not None:
-            check_positive(self.ascent_beta, "ascent_beta")
-            if not math.isfinite(self.ascent_beta):
-                raise ValueError(
-                    f"`ascent_beta` must be finite (or None), got {self.ascent_beta!r}"
-                )
+        super().__post_init__()
+        check_positive(self.n_samples, "n_samples", integer=True)
+        check_choice(self.distance, "distance", DISTANCES)
+
+    def check_radius(self) -> None:
+        """`radius` is an L_inf budget (< 1) in the L_inf ball, any positive size in L2."""
         check_choice(self.ball, "ball", BALLS)
         if self.ball == "linf":
-            check_linf_budget(self.radius, "radius")
+            super().check_radius()
         else:
             check_positive(self.radius, "radius")
-        check_positive(self.n_samples, "n_samples", integer=True)
-        check_non_negative(self.n_ascent_steps, "n_ascent_steps", integer=True)
-        check_choice(self.distance, "distance", DISTANCES)
-        check_positive(self.step, "ascent_step_size")
-        resolve_explainer(self.explainer, differentiable=True)
-
-    @property
-    def step(self) -> float:
-        """The ascent step: `ascent_step_size`, else radius / 2."""
-        return self.radius / 2 if self.ascent_step_size is None else self.ascent_step_size
 
 
 def _clean_explanation(
-    model: nn.Module,
-    inputs: Tensor,
-    target: Tensor,
-    logits: Tensor | None,
-    explainer: Explainer,
-    detach: bool = False,
+    model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None, o: SmoothnessOptions
 ) -> Tensor:
-    """E(x) with create_graph (or detached), computed from the task loss's forward when the
-    explainer can be (`ExplainerSpec.from_logits`: saliency, input x gradient)."""
-    from_logits = explainer_spec(explainer).from_logits
+    """E(x) with create_graph (or detached: `detach_clean`), computed from the task loss's
+    forward when the explainer can be (`ExplainerSpec.from_logits`: saliency, input x gradient)."""
+    explainer, detach, from_logits = o.explain, o.detach_clean, o.spec.from_logits
     if logits is not None and inputs.requires_grad and from_logits is not None:
         if detach:
             return from_logits(logits, inputs, target, False).detach()
@@ -138,28 +107,12 @@ def _clean_explanation(
     return explainer(model, inputs, target, create_graph=True)
 
 
-@takes_options(SmoothnessOptions)
-def explanation_smoothness(
-    model: nn.Module,
-    inputs: Tensor,
-    target: Tensor,
-    *,
-    logits: Tensor | None = None,
-    generator: torch.Generator | None = None,
-    **options: Any,
-) -> Tensor:
+@penalty_function(SmoothnessOptions, logits=True)
+def explanation_smoothness(call: PenaltyCall[SmoothnessOptions]) -> Tensor:
     """Per-sample distance between the explanation at x and at nearby x', shape (B,).
 
-    Args:
-        model: the classifier being trained.
-        inputs: images (B, C, H, W); when they require grad and `logits` = model(inputs) is given,
-            the clean map of an explainer that can reuse a forward (`ExplainerSpec.from_logits`)
-            reuses that one.
-        target: class indices whose explanation is regularised (the labels, in training).
-        logits: the clean forward, when the caller already ran it.
-        generator: RNG for the samples (CPU generator).
-        **options: the fields of `SmoothnessOptions` (explainer, radius, n_samples, ball,
-            distance, lipschitz, n_ascent_steps, ascent_step_size, ascent_beta, detach_clean).
+    The clean map of an explainer that can reuse a forward (`ExplainerSpec.from_logits`)
+    reuses the caller's `logits`.
 
     Examples:
         >>> import torch
@@ -169,33 +122,23 @@ def explanation_smoothness(
         >>> explanation_smoothness(net, x, y, radius=0.05, n_samples=2).shape
         torch.Size([4])
     """
-    o = build_options(SmoothnessOptions, options, where="explanation_smoothness")
-    value, zero_cause = _smoothness(model, inputs, target, o, logits=logits, generator=generator)
+    value, zero_cause = _smoothness(call)
     if zero_cause is not None:
-        warnings.warn(zero_cause, RuntimeWarning, stacklevel=2)
+        warnings.warn(zero_cause, RuntimeWarning, stacklevel=3)
     return value
 
 
 def _smoothness(
-    model: nn.Module,
-    inputs: Tensor,
-    target: Tensor,
-    o: SmoothnessOptions,
-    *,
-    logits: Tensor | None,
-    generator: torch.Generator | None,
-    check_zero: bool = True,
+    call: PenaltyCall[SmoothnessOptions], check_zero: bool = True
 ) -> tuple[Tensor, str | None]:
     """`explanation_smoothness`, and why its ascent direction was zero (None when it moved, when
     there was no ascent or when `check_zero` is False)."""
-    explain = resolve_explainer(o.explainer, differentiable=True)[0]
-    b, n = inputs.shape[0], o.n_samples
-    clean_map = importance_map(
-        _clean_explanation(model, inputs, target, logits, explain, o.detach_clean)
-    )
+    model, inputs, target, o = call.model, call.inputs, call.target, call.options
+    explain, b, n = o.explain, inputs.shape[0], o.n_samples
+    clean_map = importance_map(_clean_explanation(model, inputs, target, call.logits, o))
     x0 = inputs.detach()
     x0_rep, target_rep = x0.repeat(n, 1, 1, 1), target.repeat(n)
-    delta = sample_in_ball(x0, o.radius, n, o.ball, generator)
+    delta = sample_in_ball(x0, o.radius, n, o.ball, call.generator)
     reference = clean_map.detach().repeat(n, 1, 1)
     zero_cause = None
     if o.n_ascent_steps:
@@ -220,7 +163,7 @@ def _ascend(
 ) -> tuple[Tensor, str | None]:
     """`n_ascent_steps` steps on the softplus surrogate; the delta reached and, when the first
     step's direction was zero for the whole batch, why."""
-    spec = explainer_spec(explain)
+    spec = o.spec
     beta = o.ascent_beta if spec.piecewise_constant else None
     cause = None
     with direction_surrogates(o.ascent_beta, spec.piecewise_constant) as relus:
@@ -282,28 +225,14 @@ class ExplanationSmoothness(PenaltyTerm):
     double_backprop = True
     options_class = SmoothnessOptions
 
-    def __init__(
-        self, weight: float = 1.0, name: str | None = None, seed: int | None = None, **options: Any
-    ) -> None:
-        super().__init__(weight, name, seed, **options)
-        # The zero-direction check reads a device value (a GPU sync): on the first call only.
-        self.checked_zero_direction = False
-
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
     ) -> Tensor:
-        value, zero_cause = _smoothness(
-            model,
-            inputs,
-            target,
-            self.options,
-            logits=logits,
-            generator=self.generator,
-            check_zero=not self.checked_zero_direction,
-        )
-        self.checked_zero_direction |= bool(self.options.n_ascent_steps)
+        # The zero-direction check reads a device value (a GPU sync): on the first call only.
+        call = PenaltyCall(model, inputs, target, self.options, self.generator, logits)
+        value, zero_cause = _smoothness(call, check_zero=self.computed == 0)
         if zero_cause is not None:
-            warnings.warn(f"penalty {self.name!r}: {zero_cause}", RuntimeWarning, stacklevel=2)
+            self.warn_once(zero_cause)
         return value
 
 

@@ -29,20 +29,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from robust_train.attacks.options import check_linf_budget
-from robust_train.core.options import build_options, takes_options
-from robust_train.core.validation import check_non_negative, check_positive
+from robust_train.core.options import takes_options
+from robust_train.core.validation import check_positive
 from robust_train.explain.clamp import direction_surrogates
 from robust_train.explain.maps import importance_map, normalize_map
-from robust_train.explain.registry import explainer_spec, resolve_explainer
 from robust_train.explain.similarity import topk_support
 from robust_train.regularizers._inner import PGDOptions, linf_pgd
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
+from robust_train.regularizers.options import ExplainerOptions, PenaltyCall, penalty_function
 
 __all__ = ["TopKMassOptions", "TopKMassPenalty", "topk_mass"]
 
@@ -50,43 +47,32 @@ Explainer = Callable[..., Tensor]
 
 
 @dataclass(frozen=True)
-class TopKMassOptions:
-    """The options of the top-k mass penalty (the function and the term take them).
+class TopKMassOptions(ExplainerOptions):
+    """The options of the top-k mass penalty (the function and the term take them): the
+    ascent's and the explainer's (`ExplainerOptions`: an L_inf ball) and these.
 
     Attributes:
-        explainer: any differentiable explainer or its registered name (grad_cam, saliency, ...).
         k: size of the clean top-k set B (the attack's k; MNIST protocol 100); at most H * W.
-        radius: L_inf radius of x' around x (pixel units of [0, 1] images, < 1).
-        n_ascent_steps: sign-ascent steps on the penalty's own value (0: x' is the start point).
-        ascent_step_size: step of the ascent (default 2.5 * radius / max(1, n_ascent_steps),
-            the PGD rule of Madry et al. that lets a few steps reach the ball's boundary).
         random_start: start the ascent at a uniform point of the ball (else at x).
-        ascent_beta: during the ascent only, every ReLU computes softplus_ascent_beta when the
-            explainer's map is piecewise constant on ReLU nets, and a map's own final ReLU
-            (Grad-CAM's) its scale-free softplus surrogate for every explainer
-            (`robust_train.explain.clamp`; without it the ascent cannot move a map with fewer
-            positive pixels than k); None: neither. The penalty itself is always computed on the
-            model and the exact map.
+
+    The defaults differ from `ExplainerOptions`'s: radius 0.3, one ascent step, and the ascent
+    step 2.5 * radius / max(1, n_ascent_steps) (the PGD rule of Madry et al. that lets a few
+    steps reach the ball's boundary). `ascent_beta` also gives a map's own final ReLU
+    (Grad-CAM's) its scale-free softplus surrogate for every explainer (without it the ascent
+    cannot move a map with fewer positive pixels than k). The penalty itself is always computed
+    on the model and the exact map.
     """
 
-    explainer: str | Explainer = "saliency"
-    k: int = 100
     radius: float = 0.3
     n_ascent_steps: int = 1
-    ascent_step_size: float | None = None
+    k: int = 100
     random_start: bool = True
-    ascent_beta: float | None = 10.0
 
     def __post_init__(self) -> None:
         check_positive(self.k, "k", integer=True)
-        check_linf_budget(self.radius, "radius")
-        check_non_negative(self.n_ascent_steps, "n_ascent_steps", integer=True)
-        check_positive(self.step, "ascent_step_size")
         if not isinstance(self.random_start, bool):
             raise TypeError(f"`random_start` must be a bool, got {self.random_start!r}")
-        if self.ascent_beta is not None:
-            check_positive(self.ascent_beta, "ascent_beta")
-        resolve_explainer(self.explainer, differentiable=True)
+        super().__post_init__()
 
     @property
     def step(self) -> float:
@@ -96,28 +82,15 @@ class TopKMassOptions:
         return 2.5 * self.radius / max(1, self.n_ascent_steps)
 
 
-@takes_options(TopKMassOptions)
-def topk_mass(
-    model: nn.Module,
-    inputs: Tensor,
-    target: Tensor,
-    *,
-    generator: torch.Generator | None = None,
-    **options: Any,
-) -> Tensor:
+@penalty_function(TopKMassOptions)
+def topk_mass(call: PenaltyCall[TopKMassOptions]) -> Tensor:
     """Per-sample share of the perturbed map's mass outside the clean top-k set, shape (B,).
-
-    Args:
-        model: the classifier being trained.
-        inputs: images (B, C, H, W) in [0, 1].
-        target: class indices whose explanation is regularised (the labels, in training).
-        generator: RNG of the random start (CPU generator).
-        **options: the fields of `TopKMassOptions`.
 
     Returns:
         Values in [0, 1] with a graph through the perturbed map (not through x').
 
     Examples:
+        >>> import torch
         >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3),
         ...                           torch.nn.Softplus(), torch.nn.Linear(3, 2))
         >>> x, y = torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 0, 1])
@@ -125,20 +98,8 @@ def topk_mass(
         >>> value.shape, bool(((value >= 0) & (value <= 1)).all())
         (torch.Size([4]), True)
     """
-    o = build_options(TopKMassOptions, options, where="topk_mass")
-    return _topk_mass(model, inputs, target, o, generator)
-
-
-def _topk_mass(
-    model: nn.Module,
-    inputs: Tensor,
-    target: Tensor,
-    o: TopKMassOptions,
-    generator: torch.Generator | None,
-) -> Tensor:
-    """`topk_mass` with its options checked."""
-    explain = resolve_explainer(o.explainer, differentiable=True)[0]
-    x0 = inputs.detach()
+    model, target, o, x0 = call.model, call.target, call.options, call.inputs.detach()
+    explain = o.explain
     clean = importance_map(explain(model, x0, target, create_graph=False)).detach()
     support = topk_support(clean, o.k)
     informative = support.flatten(1).any(1).to(clean.dtype)
@@ -148,8 +109,8 @@ def _topk_mass(
         return (1 - (maps * support).flatten(1).sum(1)) * informative
 
     pgd = PGDOptions(o.radius, o.step, o.n_ascent_steps, o.random_start)
-    with direction_surrogates(o.ascent_beta, explainer_spec(explain).piecewise_constant):
-        x_pert = linf_pgd(outside, x0, pgd, generator)
+    with direction_surrogates(o.ascent_beta, o.spec.piecewise_constant):
+        x_pert = linf_pgd(outside, x0, pgd, call.generator)
     return outside(x_pert)
 
 
@@ -170,8 +131,4 @@ class TopKMassPenalty(PenaltyTerm):
 
     double_backprop = True  # the perturbed map is taken with create_graph=True
     options_class = TopKMassOptions
-
-    def penalty(
-        self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
-    ) -> Tensor:
-        return _topk_mass(model, inputs, target, self.options, self.generator)
+    function = staticmethod(topk_mass)

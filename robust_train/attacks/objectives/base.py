@@ -9,8 +9,7 @@ all read `OBJECTIVES`, so nothing else has to change (see CONTRIBUTING.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 from torch import Tensor
@@ -129,22 +128,7 @@ class FragilityObjective:
 
 OBJECTIVES: Registry[type[FragilityObjective]] = Registry("OBJECTIVES", "objective")
 
-T = TypeVar("T", bound=type[FragilityObjective])
-
-
-def register_objective(name: str) -> Callable[[T], T]:
-    """Class decorator: register a `FragilityObjective` subclass under `name`.
-
-    Examples:
-        >>> @register_objective("doc_example")
-        ... class DocExample(FragilityObjective):
-        ...     def ascent_value(self, maps, rows):
-        ...         return maps.flatten(1).std(1)
-        >>> OBJECTIVES["doc_example"].name
-        'doc_example'
-        >>> _ = OBJECTIVES.pop("doc_example")
-    """
-    return OBJECTIVES.class_decorator(name, FragilityObjective)
+register_objective = OBJECTIVES.registrar(FragilityObjective)
 
 
 def get_objective(name: object) -> type[FragilityObjective]:

@@ -228,8 +228,9 @@ def ensemble_attack(
     check_non_negative(search_queries, "search_queries", integer=True)
     objective_cls = get_objective(objective)
     base = options.attack_options().resolved(*inputs.shape[-2:])
+    attack = _Attack(model, inputs, target, explainer, objective, target_region)
     if not objective_cls.needs_gradient:
-        return _single(model, inputs, target, explainer, objective, target_region, seed, base)
+        return _single(attack, seed, base)
     explain, _ = resolve_explainer(explainer, differentiable=True)
     with eval_mode(model):
         beta_matters = _beta_matters(explain, model, inputs, target, base)
@@ -238,12 +239,7 @@ def ensemble_attack(
         beta_matters=beta_matters,
     )  # fmt: skip
     start, cpu = time.perf_counter(), time.process_time()
-    runs = [
-        _run_member(
-            model, inputs, target, explainer, objective, target_region, seed + i, base, m, progress
-        )  # fmt: skip
-        for i, m in enumerate(members)
-    ]
+    runs = [_run_member(attack, seed + i, base, m, progress) for i, m in enumerate(members)]
     out, bound, best = _combine(objective_cls, base, runs, target_region)
     _refine(out, bound, best, model, explain, inputs, target, base, seed, search_queries)
     out.seconds, out.cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
@@ -276,17 +272,32 @@ def _beta_matters(
     return not torch.equal(torch.nan_to_num(exact), torch.nan_to_num(smoothed))
 
 
+@dataclass(frozen=True)
+class _Attack:
+    """The attack that every member of an ensemble runs with its own options and seed."""
+
+    model: nn.Module
+    inputs: Tensor
+    target: Tensor
+    explainer: object
+    objective: str
+    region: Tensor | None
+
+    def run(
+        self, options: AttackOptions, seed: int, progress: bool = False
+    ) -> tuple[FragilityResult, float]:
+        """`fragility_attack` at `options` and `seed`, and the seconds it took."""
+        start = time.perf_counter()
+        result = fragility_attack(
+            self.model, self.inputs, self.target, explainer=self.explainer,  # type: ignore[arg-type]
+            objective=self.objective, target_region=self.region, seed=seed, progress=progress,
+            options=options,
+        )  # fmt: skip
+        return result, time.perf_counter() - start
+
+
 def _run_member(
-    model: nn.Module,
-    inputs: Tensor,
-    target: Tensor,
-    explainer: object,
-    objective: str,
-    region: Tensor | None,
-    seed: int,
-    base: AttackOptions,
-    member: Member,
-    progress: bool,
+    attack: _Attack, seed: int, base: AttackOptions, member: Member, progress: bool
 ) -> tuple[Member, FragilityResult, float]:
     options = dataclasses.replace(
         base,
@@ -295,14 +306,10 @@ def _run_member(
         direction=member.direction,
         n_restarts=max(base.n_restarts, 2),
     )
-    start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # said once, for the ensemble
-        result = fragility_attack(
-            model, inputs, target, explainer=explainer, objective=objective,  # type: ignore[arg-type]
-            target_region=region, seed=seed, progress=progress, options=options,
-        )  # fmt: skip
-    return member, result, time.perf_counter() - start
+        result, seconds = attack.run(options, seed, progress)
+    return member, result, seconds
 
 
 def _combine(
@@ -464,26 +471,12 @@ def _warn_unmeasured(out: EnsembleResult) -> None:
         )
 
 
-def _single(
-    model: nn.Module,
-    inputs: Tensor,
-    target: Tensor,
-    explainer: object,
-    objective: str,
-    region: Tensor | None,
-    seed: int,
-    base: AttackOptions,
-) -> EnsembleResult:
+def _single(attack: _Attack, seed: int, base: AttackOptions) -> EnsembleResult:
     """An objective that needs no gradient (random signs) runs once, as it is."""
-    start = time.perf_counter()
-    result = fragility_attack(
-        model, inputs, target, explainer=explainer, objective=objective,  # type: ignore[arg-type]
-        target_region=region, seed=seed, options=base,
-    )  # fmt: skip
-    seconds = time.perf_counter() - start
+    result, seconds = attack.run(base, seed)
     draws = result.n_restarts * result.n_steps
-    cost = MemberCost(objective, f"{draws} draws", seconds, 0, draws, len(result))
-    worst = torch.zeros(len(result), dtype=torch.long, device=inputs.device)
+    cost = MemberCost(attack.objective, f"{draws} draws", seconds, 0, draws, len(result))
+    worst = torch.zeros(len(result), dtype=torch.long, device=attack.inputs.device)
     return EnsembleResult(result, [cost], result.topk_intersection[None], worst, seconds=seconds)
 
 

@@ -18,6 +18,7 @@ __all__ = [
     "check_maps",
     "check_same_shape",
     "check_positive",
+    "check_positive_ints",
     "check_non_negative",
     "check_choice",
     "check_finite",
@@ -175,6 +176,19 @@ def check_positive(value: object, name: str, *, integer: bool = False) -> None:
     _check_number(value, name, integer)
     if not value > 0:  # type: ignore[operator]
         raise ValueError(f"`{name}` must be > 0, got {value!r}")
+
+
+def check_positive_ints(**values: object) -> None:
+    """`check_positive(value, name, integer=True)` for every `name=value`, in the order given.
+
+    Examples:
+        >>> check_positive_ints(in_channels=1, num_classes=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: `num_classes` must be > 0, got 0
+    """
+    for name, value in values.items():
+        check_positive(value, name, integer=True)
 
 
 def check_non_negative(value: object, name: str, *, integer: bool = False) -> None:

@@ -7,7 +7,11 @@ from collections.abc import Sequence
 import torch
 from torch.utils.data import TensorDataset
 
-from robust_train.core.validation import check_non_negative, check_positive, check_probability
+from robust_train.core.validation import (
+    check_non_negative,
+    check_positive_ints,
+    check_probability,
+)
 from robust_train.data.base import ImageDataModule, as_size
 
 __all__ = ["SyntheticDataModule"]
@@ -47,12 +51,9 @@ class SyntheticDataModule(ImageDataModule):
     ):
         super().__init__(batch_size, num_workers)
         self.save_hyperparameters()
-        for value, name in (
-            (num_samples, "num_samples"),
-            (in_channels, "in_channels"),
-            (num_classes, "num_classes"),
-        ):
-            check_positive(value, name, integer=True)
+        check_positive_ints(
+            num_samples=num_samples, in_channels=in_channels, num_classes=num_classes
+        )
         check_non_negative(seed, "seed", integer=True)
         check_probability(noise, "noise")
         self.size: tuple[int, int] = as_size(image_size, "image_size") or (32, 32)

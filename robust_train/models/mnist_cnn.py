@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
-from robust_train.core.validation import check_positive, check_probability
+from robust_train.core.validation import check_positive, check_positive_ints, check_probability
 from robust_train.models.config import RecordsConfig
 from robust_train.models.normalize import Normalize
 
@@ -56,13 +56,9 @@ class MNISTConvNet(RecordsConfig, nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        for value, name in (
-            (in_channels, "in_channels"),
-            (num_classes, "num_classes"),
-            (input_size, "input_size"),
-            (hidden, "hidden"),
-        ):
-            check_positive(value, name, integer=True)
+        check_positive_ints(
+            in_channels=in_channels, num_classes=num_classes, input_size=input_size, hidden=hidden
+        )
         if input_size % 4:
             raise ValueError(f"`input_size` must be a multiple of 4, got {input_size!r}")
         widths = tuple(channels)

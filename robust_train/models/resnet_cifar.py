@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
-from robust_train.core.validation import check_positive
+from robust_train.core.validation import check_positive_ints
 from robust_train.models.config import RecordsConfig
 from robust_train.models.normalize import CIFAR10_MEAN, CIFAR10_STD, Normalize, channel_stats
 
@@ -68,12 +68,7 @@ class ResNet18CIFAR(RecordsConfig, nn.Module):
         width: int = 64,
     ):
         super().__init__()
-        for value, name in (
-            (num_classes, "num_classes"),
-            (in_channels, "in_channels"),
-            (width, "width"),
-        ):
-            check_positive(value, name, integer=True)
+        check_positive_ints(num_classes=num_classes, in_channels=in_channels, width=width)
         self.normalize = Normalize(
             channel_stats(CIFAR10_MEAN if mean is None else mean, in_channels),
             channel_stats(CIFAR10_STD if std is None else std, in_channels),

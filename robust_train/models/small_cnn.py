@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
-from robust_train.core.validation import check_positive, check_probability
+from robust_train.core.validation import check_positive_ints, check_probability
 from robust_train.models.config import RecordsConfig
 from robust_train.models.normalize import Normalize
 
@@ -60,14 +60,13 @@ class SmallCNN(RecordsConfig, nn.Module):
         pool_size: int = 4,
     ):
         super().__init__()
-        for value, name in (
-            (in_channels, "in_channels"),
-            (num_classes, "num_classes"),
-            (input_size, "input_size"),
-            (width, "width"),
-            (pool_size, "pool_size"),
-        ):
-            check_positive(value, name, integer=True)
+        check_positive_ints(
+            in_channels=in_channels,
+            num_classes=num_classes,
+            input_size=input_size,
+            width=width,
+            pool_size=pool_size,
+        )
         check_probability(dropout, "dropout")
         self.normalize = Normalize.for_channels(mean, std, in_channels)
         n_pools = 1 + max(0, int(math.floor(math.log2(max(input_size, 8) / 8))))

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from torch import Tensor, nn
 
-from robust_train.core.validation import check_positive, check_probability
+from robust_train.core.validation import check_positive, check_positive_ints, check_probability
 from robust_train.models.config import RecordsConfig
 from robust_train.models.normalize import Normalize
 
@@ -81,13 +81,9 @@ class VGGBN(RecordsConfig, nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        for value, name in (
-            (in_channels, "in_channels"),
-            (num_classes, "num_classes"),
-            (input_size, "input_size"),
-            (hidden, "hidden"),
-        ):
-            check_positive(value, name, integer=True)
+        check_positive_ints(
+            in_channels=in_channels, num_classes=num_classes, input_size=input_size, hidden=hidden
+        )
         widths = _check_stages(stages, input_size)
         check_probability(dropout, "dropout")
         self.normalize = Normalize.for_channels(mean, std, in_channels)

@@ -41,6 +41,8 @@ class FragilityObjective:
       attacked sets differ (`robust_train.attacks.ensemble` runs several).
     - `schedule(options)`: the restarts, steps and step size it runs with (by default the
       options as given); `start_point` says where each restart starts.
+    - `random_starts`: restarts after the first start at a random point of the ball; False:
+      every restart starts at the clean input.
 
     The default score ranks iterates by lower top-k intersection (`measure_k`), ties broken by
     lower Spearman correlation; subclasses override `ascent_value` and, if they rank otherwise,
@@ -57,6 +59,7 @@ class FragilityObjective:
     needs_gradient: ClassVar[bool] = True
     needs_region: ClassVar[bool] = False
     uses_attack_k: ClassVar[bool] = False
+    random_starts: ClassVar[bool] = True
     report_metrics: ClassVar[tuple[str, ...]] = (
         "topk_intersection",
         "lens_topk",
@@ -90,9 +93,9 @@ class FragilityObjective:
         generator: torch.Generator,
         norm: str = "linf",
     ) -> Tensor:
-        """Where a restart starts: restart 0 at the clean input, later ones uniformly in the
-        `norm` ("linf" or "l2") ball, clamped to [0, 1]."""
-        if restart == 0:
+        """Where a restart starts: restart 0 (and every one without `random_starts`) at the clean
+        input, later ones uniformly in the `norm` ("linf" or "l2") ball, clamped to [0, 1]."""
+        if restart == 0 or not self.random_starts:
             return x0
         return random_in_ball(x0, epsilon, norm, generator)
 

@@ -43,6 +43,7 @@ class RandomSign(FragilityObjective):
     """
 
     needs_gradient = False
+    random_starts = False  # every draw starts at the clean image
 
     @classmethod
     def schedule(cls, options: AttackOptions) -> AttackOptions:
@@ -50,17 +51,6 @@ class RandomSign(FragilityObjective):
         return dataclasses.replace(
             options, n_restarts=options.noise_draws, n_steps=1, step_size=options.epsilon
         )
-
-    def start_point(
-        self,
-        x0: Tensor,
-        epsilon: float,
-        restart: int,
-        generator: torch.Generator,
-        norm: str = "linf",
-    ) -> Tensor:
-        """Every draw starts at the clean image."""
-        return x0
 
     def direction(self, x: Tensor, generator: torch.Generator) -> Tensor:
         noise = torch.randn(x.shape, generator=generator, device=generator.device, dtype=x.dtype)

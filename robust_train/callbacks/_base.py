@@ -26,6 +26,7 @@ from robust_train.callbacks._logger_media import MediaWriter
 from robust_train.callbacks._subset import SPLITS, from_tensors, from_trainer, select, shard
 from robust_train.callbacks.figures import Report
 from robust_train.core.devices import check_device_choice, parse_devices, resolve_device
+from robust_train.core.history import History
 from robust_train.core.runtime import modes_restored, predict
 from robust_train.core.validation import check_choice, check_non_negative, check_positive
 
@@ -137,7 +138,7 @@ class RobustnessCallback(Callback):
         self._subset: tuple[Tensor, Tensor] | None = None
         self._resolved_size: tuple[int, int] | None = None
         self.evaluated_epochs: list[int] = []
-        self.history: dict[str, list[tuple[int, float]]] = {}  # key -> (epoch, value) logged
+        self.history = History()  # key -> (epoch, value) logged
         self.budget = OverheadBudget(max_overhead)
         self._skip_noted = False
         self._planned: int | None = None  # images of the evaluation `should_run` let through
@@ -230,7 +231,7 @@ class RobustnessCallback(Callback):
             "evaluated_epochs": list(self.evaluated_epochs),
             "seed": self.seed,
             "budget": self.budget.state_dict(),
-            "history": {k: [list(p) for p in v] for k, v in self.history.items()},
+            "history": self.history.state(),
         }
 
     @override
@@ -238,10 +239,7 @@ class RobustnessCallback(Callback):
         self.evaluated_epochs = [int(e) for e in state_dict.get("evaluated_epochs", [])]
         self.seed = int(state_dict.get("seed", self.seed))
         self.budget.load_state_dict(state_dict.get("budget", {}))
-        self.history = {
-            str(k): [(int(e), float(v)) for e, v in points]
-            for k, points in (state_dict.get("history") or {}).items()
-        }
+        self.history = History.from_state(state_dict.get("history"))
         self._subset = None
 
     # ------------------------------------------------------------------------------ running
@@ -383,8 +381,7 @@ class RobustnessCallback(Callback):
             self.media.write_scalars(trainer, report.scalars)
         if record:
             self.evaluated_epochs.append(epoch)
-            for key, value in report.scalars.items():
-                self.history.setdefault(key, []).append((epoch, float(value)))
+            self.history.add_all(epoch, report.scalars)
         self.last_report = report
         return report
 

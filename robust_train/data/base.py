@@ -5,7 +5,7 @@ one taken in `stratified_order`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import pytorch_lightning as pl
 import torch
@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 from robust_train.core.validation import check_choice, check_non_negative, check_positive
 
 __all__ = [
+    "DigitImagesDataModule",
     "GreyDigitsDataModule",
     "ImageDataModule",
     "ImageTensorDataset",
@@ -132,8 +133,10 @@ class ImageDataModule(pl.LightningDataModule):
         return self._loader(self.test_set, "test", shuffle=False)
 
 
-class GreyDigitsDataModule(ImageDataModule):
-    """Digit images: ten classes named "0" to "9", one channel (the digits and MNIST data)."""
+class DigitImagesDataModule(ImageDataModule):
+    """Digit images: ten classes named "0" to "9", with `channels` channels."""
+
+    channels: ClassVar[int] = 1
 
     @property
     def class_names(self) -> list[str]:
@@ -141,7 +144,11 @@ class GreyDigitsDataModule(ImageDataModule):
 
     @property
     def in_channels(self) -> int:
-        return 1
+        return self.channels
+
+
+class GreyDigitsDataModule(DigitImagesDataModule):
+    """Grey digit images (one channel: the digits and MNIST data)."""
 
 
 def dataset_targets(dataset: Any) -> Tensor | None:

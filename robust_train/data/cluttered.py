@@ -31,7 +31,7 @@ from torch.nn import functional as F
 from torch.utils.data import Dataset
 
 from robust_train.core.validation import check_non_negative, check_positive
-from robust_train.data.base import ImageDataModule, ImageTensorDataset
+from robust_train.data.base import DigitImagesDataModule, ImageTensorDataset
 from robust_train.data.mnist5k import MNIST5kDataModule, load_mnist5k_tensors
 
 __all__ = ["ClutteredMNIST5kDataModule", "MASK_KINDS", "RerenderedDigits", "render_cluttered"]
@@ -209,7 +209,7 @@ def render_cluttered(size: int = 64, seed: int = 0) -> tuple[Tensor, Tensor, Ten
     return images, labels, masks
 
 
-class ClutteredMNIST5kDataModule(ImageDataModule):
+class ClutteredMNIST5kDataModule(DigitImagesDataModule):
     """Cluttered MNIST-5k (see the module docstring): RGB digits over photographs, with masks.
 
     The split is MNIST-5k's (`MNIST5kDataModule`: 3,500 / 500 / 1,000, seeded and stratified by
@@ -239,6 +239,8 @@ class ClutteredMNIST5kDataModule(ImageDataModule):
         ((3, 32, 32), 10, (1000, 32, 32))
     """
 
+    channels = 3  # RGB
+
     def __init__(
         self,
         image_size: int = 64,
@@ -259,14 +261,6 @@ class ClutteredMNIST5kDataModule(ImageDataModule):
         if mask not in MASK_KINDS:
             raise ValueError(f"`mask` must be one of {MASK_KINDS}, got {mask!r}")
         self._masks: dict[str, Tensor] = {}
-
-    @property
-    def class_names(self) -> list[str]:
-        return [str(i) for i in range(10)]
-
-    @property
-    def in_channels(self) -> int:
-        return 3
 
     @property
     def image_size(self) -> tuple[int, int]:

@@ -33,8 +33,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.overrides import TorchFunctionMode
 
+from robust_train.core.interception import NOT_INTERCEPTED, CallInterceptor
 from robust_train.models.softplus import smoothing_active
 
 __all__ = ["Chain", "TrueForward"]
@@ -92,21 +92,16 @@ class _Call:
     indices: Tensor | None = None
 
 
-class _Intercept(TorchFunctionMode):
+class _Intercept(CallInterceptor):
     """The calls both forwards intercept, on tensors of `rows` rows; others run as they are."""
 
     def __init__(self, rows: int, *, maxpool: bool) -> None:
         super().__init__()
         self.rows, self.maxpool = rows, maxpool
 
-    def __torch_function__(
-        self,
-        func: Callable[..., Any],
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
+    def intercept(
+        self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        kwargs = kwargs or {}
         z = args[0] if args else None
         if isinstance(z, Tensor) and z.dim() >= 1 and z.shape[0] == self.rows:
             if func in _OUT_OF_PLACE:
@@ -114,7 +109,7 @@ class _Intercept(TorchFunctionMode):
             pool = self.maxpool and func in _MAX_POOLS and z.dim() == 4
             if pool and not kwargs.get("return_indices", False):
                 return self.max_pool(func, z, _pool(args[1:], kwargs))
-        return func(*args, **kwargs)
+        return NOT_INTERCEPTED
 
     def elementwise(self, func: Any, z: Tensor, run: Fn) -> Tensor:
         raise NotImplementedError

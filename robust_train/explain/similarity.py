@@ -230,17 +230,8 @@ def kendall_tau(map_a: Tensor, map_b: Tensor) -> Tensor:
     n1 / n2 pairs tied in a / b, n3 pairs tied in both and S discordant pairs, counted after sorting
     the pixels by (a, b) (Knight 1966). S is counted by a batched merge sort, so the cost is
     O(N log^2 N) per map and O(N) memory, not the O(N^2) of all pairs: 224 x 224 maps are fine.
-    A constant map gives NaN, as in scipy.
-
-    Args:
-        map_a, map_b: maps (B, H, W) of the same shape.
-
-    Returns:
-        Tensor (B,) in [-1, 1] (NaN where a map is constant).
-
-    Raises:
-        TypeError: a map is not a floating point tensor.
-        ValueError: the maps are not (B, H, W) of the same shape, or hold NaN or inf.
+    A constant map gives NaN, as in scipy. Arguments, result and errors as
+    `spearman_correlation`'s: maps (B, H, W) of the same shape in, a tensor (B,) in [-1, 1] out.
 
     Examples:
         >>> a = torch.tensor([[[1.0, 2.0], [3.0, 4.0]]])

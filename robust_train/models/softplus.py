@@ -29,8 +29,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.overrides import TorchFunctionMode
 
+from robust_train.core.interception import NOT_INTERCEPTED, CallInterceptor
 from robust_train.core.validation import check_positive
 
 __all__ = [
@@ -49,7 +49,7 @@ _RELU_CALLS = frozenset(
 _RELU6_CALLS = frozenset((F.relu6,))
 
 
-class SmoothReLUs(TorchFunctionMode):
+class SmoothReLUs(CallInterceptor):
     """TorchFunctionMode computing softplus_beta for every ReLU call; `calls` counts them.
 
     Examples:
@@ -64,12 +64,8 @@ class SmoothReLUs(TorchFunctionMode):
         self.beta, self.threshold = float(beta), float(threshold)
         self.calls = 0
 
-    def __torch_function__(
-        self,
-        func: Callable[..., Any],
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
+    def intercept(
+        self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
         if func in _RELU_CALLS:
             self.calls += 1
@@ -80,7 +76,7 @@ class SmoothReLUs(TorchFunctionMode):
             return F.softplus(x, self.beta, self.threshold) - F.softplus(
                 x - 6.0, self.beta, self.threshold
             )
-        return func(*args, **(kwargs or {}))
+        return NOT_INTERCEPTED
 
 
 class NoSmoothing:

@@ -11,6 +11,9 @@ zero_order (this project): the second difference of the logits along random dire
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor, nn
 
@@ -22,6 +25,7 @@ from robust_train.regularizers._penalty_parts import (
     per_sample_norm,
 )
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
+from robust_train.regularizers.options import PenaltyCall, penalty_function
 
 CURVATURE_METHODS = ("gradient_difference", "zero_order")
 
@@ -33,29 +37,31 @@ def check_curvature_args(method: str, h: float, n_directions: int) -> None:
     check_positive(n_directions, "n_directions", integer=True)
 
 
-def curvature(
-    model: nn.Module,
-    inputs: Tensor,
-    target: Tensor,
-    *,
-    method: str = "zero_order",
-    h: float = 0.05,
-    n_directions: int = 1,
-    logits: Tensor | None = None,
-    generator: torch.Generator | None = None,
-) -> Tensor:
-    """Per-sample curvature estimate, shape (B,).
+@dataclass(frozen=True)
+class CurvatureOptions:
+    """The options of the curvature penalty (the function and the term take them).
 
-    Args:
-        model: the classifier.
-        inputs: images (B, C, H, W); for "gradient_difference" with shared `logits` they must be
-            the tensor (requiring grad) that produced the logits.
-        target: labels (B,) (used by "gradient_difference"; the zero-order form uses all logits).
+    Attributes:
         method: "zero_order" or "gradient_difference".
         h: finite-difference step in pixel units (L2 length of the step).
         n_directions: random directions per input for "zero_order", batched into one forward.
-        logits: the clean forward, when the caller already ran it.
-        generator: RNG for the directions (CPU generator).
+    """
+
+    method: str = "zero_order"
+    h: float = 0.05
+    n_directions: int = 1
+
+    def __post_init__(self) -> None:
+        check_curvature_args(self.method, self.h, self.n_directions)
+
+
+@penalty_function(CurvatureOptions, logits=True)
+def curvature(call: PenaltyCall[CurvatureOptions]) -> Tensor:
+    """Per-sample curvature estimate, shape (B,).
+
+    For "gradient_difference" with shared `logits` the inputs must be the tensor (requiring
+    grad) that produced the logits; the target is used by "gradient_difference" only (the
+    zero-order form uses all logits), and the generator draws the zero-order directions.
 
     Examples:
         >>> import torch
@@ -63,10 +69,10 @@ def curvature(
         >>> float(curvature(lin, torch.rand(2, 1, 2, 2), torch.tensor([0, 1])).abs().max()) < 1e-3
         True
     """
-    check_curvature_args(method, h, n_directions)
-    if method == "zero_order":
-        return _zero_order(model, inputs, h, n_directions, logits, generator)
-    return _gradient_difference(model, inputs, target, h, logits)
+    o, model, inputs, logits = call.options, call.model, call.inputs, call.logits
+    if o.method == "zero_order":
+        return _zero_order(model, inputs, o.h, o.n_directions, logits, call.generator)
+    return _gradient_difference(model, inputs, call.target, o.h, logits)
 
 
 def _zero_order(
@@ -117,6 +123,10 @@ class Curvature(PenaltyTerm):
         (False, True)
     """
 
+    options_class = CurvatureOptions
+    function = staticmethod(curvature)
+    full_precision = True  # both forms are finite differences: float32 under autocast
+
     def __init__(
         self,
         weight: float = 1.0,
@@ -126,9 +136,16 @@ class Curvature(PenaltyTerm):
         name: str | None = None,
         seed: int | None = None,
     ) -> None:
-        super().__init__(weight, name, seed)
-        check_curvature_args(method, h, n_directions)
-        self.method, self.h, self.n_directions = method, h, n_directions
+        super().__init__(weight, name, seed, method=method, h=h, n_directions=n_directions)
+
+    @property
+    def method(self) -> str:
+        """The estimate (`CurvatureOptions.method`); setting it checks the new value."""
+        return str(self.options.method)
+
+    @method.setter
+    def method(self, value: str) -> None:
+        self.options = dataclasses.replace(self.options, method=value)
 
     @property
     def needs_input_grad(self) -> bool:  # type: ignore[override]  # follows `method`
@@ -138,19 +155,3 @@ class Curvature(PenaltyTerm):
     def double_backprop(self) -> bool:  # type: ignore[override]  # follows `method`
         """The gradient difference differentiates through input gradients."""
         return self.method == "gradient_difference"
-
-    full_precision = True  # both forms are finite differences: float32 under autocast
-
-    def penalty(
-        self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
-    ) -> Tensor:
-        return curvature(
-            model,
-            inputs,
-            target,
-            method=self.method,
-            h=self.h,
-            n_directions=self.n_directions,
-            logits=logits,
-            generator=self.generator,
-        )

@@ -8,12 +8,15 @@ with one extra forward and a plain backward.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from robust_train.core.validation import check_choice, check_positive
 from robust_train.regularizers._penalty_parts import ce_input_gradient, expand_like, per_sample_norm
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
+from robust_train.regularizers.options import PenaltyCall, penalty_function
 
 GRADIENT_NORM_METHODS = ("double_backprop", "finite_difference")
 
@@ -24,24 +27,27 @@ def check_gradient_norm_args(method: str, h: float) -> None:
     check_positive(h, "h")
 
 
-def input_gradient_norm(
-    model: nn.Module,
-    inputs: Tensor,
-    target: Tensor,
-    *,
-    method: str = "double_backprop",
-    h: float = 0.01,
-    logits: Tensor | None = None,
-) -> Tensor:
-    """Squared L2 norm of the input gradient of the per-sample cross-entropy, shape (B,).
+@dataclass(frozen=True)
+class GradientNormOptions:
+    """The options of the input-gradient norm penalty (the function and the term take them).
 
-    Args:
-        model: the classifier.
-        inputs: images (B, C, H, W) that require grad (when `logits` is given, model(inputs)).
-        target: labels (B,).
+    Attributes:
         method: "double_backprop" or "finite_difference".
         h: step of the finite difference (pixel units).
-        logits: the clean forward, when the caller already ran it.
+    """
+
+    method: str = "double_backprop"
+    h: float = 0.01
+
+    def __post_init__(self) -> None:
+        check_gradient_norm_args(self.method, self.h)
+
+
+@penalty_function(GradientNormOptions, logits=True)
+def input_gradient_norm(call: PenaltyCall[GradientNormOptions]) -> Tensor:
+    """Squared L2 norm of the input gradient of the per-sample cross-entropy, shape (B,).
+
+    The inputs should require grad (with `logits`, they are the tensor that produced them).
 
     Examples:
         >>> import torch
@@ -51,16 +57,16 @@ def input_gradient_norm(
         >>> v.shape, bool((v >= 0).all())
         (torch.Size([3]), True)
     """
-    check_gradient_norm_args(method, h)
+    model, inputs, target, o = call.model, call.inputs, call.target, call.options
     x = inputs if inputs.requires_grad else inputs.detach().requires_grad_(True)
-    shared = logits if x is inputs else None
-    if method == "double_backprop":
+    shared = call.logits if x is inputs else None
+    if o.method == "double_backprop":
         _, grad = ce_input_gradient(model, x, target, logits=shared, create_graph=True)
         return grad.flatten(1).pow(2).sum(1)
     ce, grad = ce_input_gradient(model, x, target, logits=shared, create_graph=False)
     d = grad / expand_like(per_sample_norm(grad).clamp_min(1e-12), grad)
-    ce_step = F.cross_entropy(model(x.detach() + h * d), target, reduction="none")
-    return ((ce_step - ce) / h).pow(2)
+    ce_step = F.cross_entropy(model(x.detach() + o.h * d), target, reduction="none")
+    return ((ce_step - ce) / o.h).pow(2)
 
 
 @register_penalty("gradnorm")
@@ -73,6 +79,8 @@ class InputGradientNorm(PenaltyTerm):
     """
 
     needs_input_grad = True
+    options_class = GradientNormOptions
+    function = staticmethod(input_gradient_norm)
 
     @property
     def double_backprop(self) -> bool:  # type: ignore[override]  # follows `method`
@@ -93,13 +101,9 @@ class InputGradientNorm(PenaltyTerm):
         name: str | None = None,
         seed: int | None = None,
     ) -> None:
-        super().__init__(weight, name, seed)
-        check_gradient_norm_args(method, h)
-        self.method, self.h = method, h
+        super().__init__(weight, name, seed, method=method, h=h)
 
-    def penalty(
-        self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
-    ) -> Tensor:
-        return input_gradient_norm(
-            model, inputs, target, method=self.method, h=self.h, logits=logits
-        )
+    @property
+    def method(self) -> str:
+        """The estimate (`GradientNormOptions.method`)."""
+        return str(self.options.method)

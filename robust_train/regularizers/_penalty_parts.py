@@ -8,7 +8,6 @@ from torch import Tensor, nn
 
 from robust_train.core.balls import NORMS as BALLS
 from robust_train.core.balls import per_sample_norm, random_offset
-from robust_train.core.validation import check_choice
 
 DISTANCES = ("l1", "cosine", "l2")
 
@@ -66,9 +65,9 @@ def sample_in_ball(
     """`n_samples` uniform perturbations per input in an L_inf or L2 ball, shape (n*B, C, H, W).
 
     Sample-major order: rows [s*B:(s+1)*B] hold sample s of every input. The numbers are drawn
-    on the CPU in float32 (the same points on every device), then moved to `inputs`.
+    on the CPU in float32 (the same points on every device), then moved to `inputs`. `ball` is
+    one of `BALLS`, checked where the penalty's options are built (not at every step).
     """
-    check_choice(ball, "ball", BALLS)
     shape = (n_samples * inputs.shape[0], *inputs.shape[1:])
     return random_offset(
         shape, radius, ball, generator, device="cpu", dtype=torch.float32, like=inputs
@@ -79,9 +78,9 @@ def map_distance(map_a: Tensor, map_b: Tensor, distance: str) -> Tensor:
     """Per-sample distance between importance maps (B, H, W).
 
     "l1": L1 between sum-normalised maps (in [0, 2]); "cosine": 1 - cosine similarity;
-    "l2": L2 between max-normalised maps.
+    "l2": L2 between max-normalised maps. `distance` is one of `DISTANCES`, checked where the
+    penalty's options are built (not at every step).
     """
-    check_choice(distance, "distance", DISTANCES)
     a, b = map_a.flatten(1), map_b.flatten(1)
     if distance == "l1":
         a = a / a.sum(1, keepdim=True).clamp_min(1e-12)

@@ -44,16 +44,16 @@ from torch.utils.data import DataLoader, Subset
 from robust_train.core.files import OutputError, check_input, check_output, write_stream
 from robust_train.core.resources import resolve_file
 from robust_train.core.runtime import set_threads
-from robust_train.core.yaml_bounds import check_yaml_aliases
-from robust_train.data.base import dataset_targets, heldout_rows
-from robust_train.evaluation import EvaluationSettings, evaluate_classifier
-from robust_train.models.config import (
+from robust_train.core.trust import (
     DATA_PACKAGES,
     RECORDED_PACKAGES,
     ClassPathNotFound,
     UntrustedClassPathError,
     resolve_class,
 )
+from robust_train.core.yaml_bounds import check_yaml_aliases
+from robust_train.data.base import dataset_targets, heldout_rows
+from robust_train.evaluation import EvaluationSettings, evaluate_classifier
 from robust_train.models.input_check import check_model_fits_data
 from robust_train.models.loading import (
     CheckpointError,
@@ -167,7 +167,7 @@ def instantiate(
 ) -> LightningDataModule:
     """Build a datamodule from {"class_path": "pkg.mod.Class", "init_args": {...}}; the class is
     checked to be a LightningDataModule before it is called (`recorded`: the config was read
-    from a checkpoint, see `robust_train.models.config.resolve_class`)."""
+    from a checkpoint, see `robust_train.core.trust.resolve_class`)."""
     if not isinstance(config, dict):
         raise ValueError(f"{what} must be a dict with 'class_path', got {config!r}")
     cls = resolve_class(

@@ -38,9 +38,10 @@ from robust_train.app.checkpoint_io import (
     instantiate,
 )
 from robust_train.app.shipped_files import file_argument
+from robust_train.core.trust import resolve_class
 from robust_train.evaluation import EvaluationSettings
 from robust_train.models import Normalize, softplus, torchvision_classifier_names
-from robust_train.models.config import build_model, resolve_class
+from robust_train.models.config import build_model
 from robust_train.models.input_check import data_classes, data_shape
 from robust_train.models.loading import CheckpointError, UntrustedCheckpointError, read_checkpoint
 

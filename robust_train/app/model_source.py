@@ -31,15 +31,12 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from robust_train.app.checkpoint_io import (
-    check_input_file,
-    data_config_from_yaml,
-    evaluate_on_split,
-    instantiate,
-)
+from robust_train.app.checkpoint_io import check_input_file, data_config_from_yaml
 from robust_train.app.shipped_files import file_argument
 from robust_train.core.trust import resolve_class
 from robust_train.evaluation import EvaluationSettings
+from robust_train.evaluation.heldout import instantiate
+from robust_train.evaluation.split import evaluate_on_split
 from robust_train.models import Normalize, softplus, torchvision_classifier_names
 from robust_train.models.config import build_model
 from robust_train.models.input_check import data_classes, data_shape

@@ -69,7 +69,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "check-data": (
         "read every image of a config's data before training; list the files that cannot be read",
-        "robust_train.app.lightning_cli:check_data_main",
+        "robust_train.app.check_data:check_data_main",
     ),
     "certify": (
         "certified explanation robustness (randomized smoothing) beside the L2 attack",

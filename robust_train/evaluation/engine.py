@@ -11,7 +11,6 @@ summed), the reduction the monitors use across DDP ranks too, into the JSON-read
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -201,7 +200,7 @@ def summarize(evaluation: Evaluation) -> dict[str, Any]:
         **{topic: dict(notes) for topic, notes in evaluation.notes.items()},
         "settings": {
             k: list(v) if isinstance(v, tuple) else v
-            for k, v in dataclasses.asdict(evaluation.settings).items()
+            for k, v in evaluation.settings.as_dict().items()
             if k != "extra"
         },
         "_examples": evaluation.examples,

@@ -25,15 +25,19 @@ from robust_train.evaluation.suite import evaluate_classifier
 __all__ = ["evaluate_on_split"]
 
 
-def _check_settings_fit(settings: EvaluationSettings, dm: Any) -> None:
+def _check_settings_fit(
+    settings: EvaluationSettings, dm: Any
+) -> tuple[EvaluationSettings, tuple[int, ...]]:
     """`settings.resolved` on the image size a datamodule states before setup (ValueError
-    naming the setting, such as `k` larger than the image); nothing when it states none."""
+    naming the setting, such as `k` larger than the image), and that size; the settings as
+    they are and () when it states none."""
     try:
         size = tuple(getattr(dm, "image_size", None) or ())
     except Exception:  # noqa: BLE001 - a size known only after setup: checked there
-        return
+        return settings, ()
     if len(size) == 2 and all(isinstance(n, int) and n > 0 for n in size):
-        settings.resolved(*size)
+        return settings.resolved(*size), size
+    return settings, ()
 
 
 def evaluate_on_split(
@@ -52,10 +56,11 @@ def evaluate_on_split(
     `threads` says. The model and the images are moved to `device` (the whole split's accuracy
     is computed there too). `result["subset"]` says which images (`HeldOut.describe`). The
     settings that depend on the image size (`k`, ...) are checked on the datamodule's
-    `image_size` before any data is loaded. A datamodule with ground-truth masks
-    (`heldout_masks`) adds the localisation of the clean and the attacked maps."""
+    `image_size` before any data is loaded, and resolved there once: the images of that size
+    are evaluated with those settings. A datamodule with ground-truth masks (`heldout_masks`)
+    adds the localisation of the clean and the attacked maps."""
     data = instantiate(data, where) if isinstance(data, dict) else data
-    _check_settings_fit(settings, data)
+    resolved, size = _check_settings_fit(settings, data)
     device = torch.device(device)
     model = model.to(device)
     set_threads(model, threads)
@@ -66,6 +71,8 @@ def evaluate_on_split(
     start = time.perf_counter()
     images, labels = held.images.to(device), held.labels.to(device)
     masks = heldout_masks(data, split, held)
+    if size and tuple(images.shape[-2:]) == size:
+        settings = resolved  # resolved for these images: passed on as it is
     result = evaluate_classifier(model, images, labels, settings, progress=progress, masks=masks)
     if held.accuracy is not None:
         result["measures"]["split_accuracy"] = held.accuracy

@@ -78,6 +78,7 @@ __all__ = [
     "data_config_from_yaml",
     "evaluate_checkpoint",
     "evaluate_on_split",
+    "evaluation_data",
     "export_checkpoint",
     "heldout_masks",
     "heldout_subset",
@@ -367,17 +368,7 @@ def evaluate_checkpoint(
         checkpoint = read_fit_checkpoint(
             checkpoint, trusted=trusted, trust_class_path=trust_class_path
         )
-    if data_config:
-        data: Any = data_config_from_yaml(data_config)
-        where = f"`--data-config` {data_config!r}"
-    else:
-        data = checkpoint.datamodule()
-        where = f"the datamodule recorded in {str(checkpoint.path)!r}"
-    if data is None:
-        raise ValueError(
-            f"checkpoint {str(checkpoint.path)!r} records no datamodule; pass --data-config "
-            "CONFIG.yaml"
-        )
+    data, where = evaluation_data(data_config, checkpoint)
     model = checkpoint.classifier(device)
     result = evaluate_on_split(
         model, data, settings, split, progress=progress, threads=threads, where=where,
@@ -390,6 +381,27 @@ def evaluate_checkpoint(
     result["checkpoint"] = str(checkpoint.path)
     result["split"] = split
     return result
+
+
+def evaluation_data(
+    data_config: str | None, checkpoint: FitCheckpoint | None = None
+) -> tuple[dict[str, Any] | LightningDataModule, str]:
+    """The data a model is evaluated on, and where its settings came from (for errors): the
+    `data:` section of `--data-config` (the user's, `data_config_from_yaml`), else the
+    datamodule `checkpoint` records (`FitCheckpoint.datamodule`: no download, no new folder).
+    `robust-train evaluate` and `compare` resolve it here for a checkpoint (`--ckpt`) and for a
+    model given by `--model` alike.
+
+    Raises:
+        ValueError: no `data_config`, and no checkpoint, or one that records no datamodule.
+    """
+    if data_config:
+        return data_config_from_yaml(data_config), f"`--data-config` {data_config!r}"
+    data = None if checkpoint is None else checkpoint.datamodule()
+    if checkpoint is None or data is None:
+        what = "the model" if checkpoint is None else f"checkpoint {str(checkpoint.path)!r}"
+        raise ValueError(f"{what} records no datamodule; pass --data-config CONFIG.yaml")
+    return data, f"the datamodule recorded in {str(checkpoint.path)!r}"
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -4,6 +4,10 @@ lifecycle (`training/`), the trust policy for class paths (`core/`), check-data 
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 import robust_train.app.checkpoint_io as checkpoint_io
 import robust_train.app.lightning_cli as lightning_cli
 import robust_train.core.trust as trust
@@ -35,3 +39,15 @@ def test_each_module_keeps_its_own_job() -> None:
     assert not hasattr(lightning_cli, "check_data_main")
     assert COMMANDS["check-data"][1] == "robust_train.app.check_data:check_data_main"
     assert trust.UntrustedClassPathError.__module__ == "robust_train.core.trust"
+
+
+def test_one_resolution_of_the_data_for_ckpt_and_model(tmp_path: Path) -> None:
+    """`--ckpt` and `--model` resolve their data in one place: the user's `--data-config`, else
+    what the checkpoint records, else one error naming the flag to pass."""
+    config = tmp_path / "data.yaml"
+    config.write_text("data:\n  class_path: robust_train.data.DigitsDataModule\n")
+    data, where = checkpoint_io.evaluation_data(str(config))
+    assert data == {"class_path": "robust_train.data.DigitsDataModule"}
+    assert where == f"`--data-config` {str(config)!r}"
+    with pytest.raises(ValueError, match="records no datamodule; pass --data-config"):
+        checkpoint_io.evaluation_data(None)

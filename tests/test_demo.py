@@ -197,16 +197,12 @@ def test_help_and_bad_flags_of_the_command(tmp_path, cli):
 
 
 def test_demo_protocol_is_rar_at_the_demos_size():
-    import dataclasses
-
     from robust_train.app.commands import settings_tag
     from robust_train.evaluation import PROTOCOLS
     from robust_train.explain import reported_explainers
 
     rar, preset = PROTOCOLS["rar"], PROTOCOLS["demo"]
-    differs = {
-        f.name for f in dataclasses.fields(rar) if getattr(rar, f.name) != getattr(preset, f.name)
-    }
+    differs = {name for name in rar.as_dict() if getattr(rar, name) != getattr(preset, name)}
     assert differs == {
         "n_samples", "explainers", "n_steps", "step_size", "n_restarts", "lipschitz_samples",
         "fidelity_steps", "extra",

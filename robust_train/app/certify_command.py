@@ -32,8 +32,6 @@ from robust_train.app.checkpoint_io import (
     add_trust_argument,
     check_input_file,
     data_config_from_yaml,
-    heldout_subset,
-    instantiate,
     read_fit_checkpoint,
 )
 from robust_train.app.commands import checkpoint_folder
@@ -60,6 +58,7 @@ from robust_train.core.files import (
     write_with,
 )
 from robust_train.core.runtime import predict, set_threads
+from robust_train.evaluation.heldout import heldout_subset, instantiate
 
 __all__ = ["certify_main", "correct_images"]
 

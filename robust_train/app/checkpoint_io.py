@@ -1,10 +1,13 @@
-"""Checkpoints and held-out data for `robust-train evaluate`, `compare` and `export`.
+"""Checkpoints for `robust-train evaluate`, `compare` and `export`: reading them and exporting them.
 
 `read_fit_checkpoint(path)` reads a `robust-train fit` checkpoint ONCE into a `FitCheckpoint`
 (its content and its metadata, class paths checked); every command passes that object on.
-`evaluate_checkpoint(checkpoint, settings)` rebuilds the model and its held-out data from the
-datamodule recorded in it (or a config's `data:` section) and runs the suite;
-`export_checkpoint(src, dst)` writes a small copy (weights and rebuild metadata).
+`evaluate_checkpoint(checkpoint, settings)` rebuilds the model and its data from the datamodule
+recorded in it (or a config's `data:` section) and evaluates it on a split
+(`robust_train.evaluation.split.evaluate_on_split`); `export_checkpoint(src, dst)` writes a
+small copy (weights and rebuild metadata). The held-out selection (`heldout_subset`,
+`heldout_tensors`, `DataSettingsError`, `instantiate`) is `robust_train.evaluation.heldout`'s,
+re-exported here.
 
 Checkpoints are read tensors-only; one holding other Python objects is refused unless the user
 passes `--trust-checkpoint` (`trusted=True`), and the class paths a checkpoint records are checked
@@ -13,15 +16,12 @@ recorded class path is imported only from a short allow-list of installed packag
 robust_train, torch, torchvision; a datamodule: robust_train's own), never from a `__main__`
 module: one whose module is in the working folder, on PYTHONPATH, in another installed package
 or anywhere else is refused unless the user passes `--trust-class-path` (`trust_class_path=True`)
-or gives the model (`--model`) or the data (`--data-config`) themselves.
+or gives the model (`--model`) or the data (`--data-config`) themselves
+(`robust_train.core.trust`).
 
 The datamodule a checkpoint records never downloads anything or creates a folder: `download` is
 turned off, a folder it names (`root`, `data_dir`, ...) must exist here, and when it cannot be
-set up the error says to pass `--data-config` (one line, exit code 2). The held-out images are a
-seeded, class-stratified subset of the split (`robust_train.data.stratified_order`): the first n
-of one fixed order, in which every prefix holds each class in proportion. A datamodule with a
-`masks(split)` method (ground-truth masks of the evidence) gives the masks of those images, in
-their order, and the suite adds the localisation of the clean and attacked maps.
+set up the error says to pass `--data-config` (one line, exit code 2).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ import argparse
 import inspect
 import os
 import sys
-import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -38,23 +37,28 @@ from typing import Any
 
 import torch
 from pytorch_lightning import LightningDataModule
-from torch import Tensor, nn
-from torch.utils.data import DataLoader, Subset
+from torch import nn
 
 from robust_train.core.files import OutputError, check_input, check_output, write_stream
 from robust_train.core.resources import resolve_file
-from robust_train.core.runtime import set_threads
-from robust_train.core.yaml_bounds import check_yaml_aliases
-from robust_train.data.base import dataset_targets, heldout_rows
-from robust_train.evaluation import EvaluationSettings, evaluate_classifier
-from robust_train.models.config import (
+from robust_train.core.trust import (
     DATA_PACKAGES,
     RECORDED_PACKAGES,
     ClassPathNotFound,
     UntrustedClassPathError,
     resolve_class,
 )
-from robust_train.models.input_check import check_model_fits_data
+from robust_train.core.yaml_bounds import check_yaml_aliases
+from robust_train.evaluation.heldout import (
+    DataSettingsError,
+    HeldOut,
+    heldout_masks,
+    heldout_subset,
+    heldout_tensors,
+    instantiate,
+)
+from robust_train.evaluation.settings import EvaluationSettings
+from robust_train.evaluation.split import evaluate_on_split
 from robust_train.models.loading import (
     CheckpointError,
     checkpoint_safe,
@@ -71,9 +75,10 @@ __all__ = [
     "TRUST_FLAG",
     "add_trust_argument",
     "check_input_file",
-    "checkpoint_meta",
     "data_config_from_yaml",
     "evaluate_checkpoint",
+    "evaluate_on_split",
+    "evaluation_data",
     "export_checkpoint",
     "heldout_masks",
     "heldout_subset",
@@ -116,13 +121,6 @@ PATH_ARGS = ("root", "data_dir", "data_root", "dataset_dir", "path")
 PATH_SUFFIXES = ("_dir", "_root", "_path")
 
 
-class DataSettingsError(ValueError):
-    """Recorded (or given) data settings that cannot be used here: a folder that does not exist,
-    files that are missing, a datamodule that fails to set up (one line, exit code 2)."""
-
-    user_error = True
-
-
 def add_trust_argument(parser: argparse.ArgumentParser) -> None:
     """The `--trust-checkpoint` and `--trust-class-path` flags of every command that reads
     checkpoints (documented risks)."""
@@ -158,27 +156,6 @@ def _read(path: str | Path, trusted: bool) -> Any:
     return read_checkpoint(path, trusted=trusted, opt_in=f"pass {TRUST_FLAG}")
 
 
-def instantiate(
-    config: dict[str, Any],
-    what: str = "the data config",
-    *,
-    recorded: bool = False,
-    opt_in: str = CLASS_PATH_OPT_IN,
-) -> LightningDataModule:
-    """Build a datamodule from {"class_path": "pkg.mod.Class", "init_args": {...}}; the class is
-    checked to be a LightningDataModule before it is called (`recorded`: the config was read
-    from a checkpoint, see `robust_train.models.config.resolve_class`)."""
-    if not isinstance(config, dict):
-        raise ValueError(f"{what} must be a dict with 'class_path', got {config!r}")
-    cls = resolve_class(
-        config.get("class_path"), LightningDataModule, what, recorded=recorded, opt_in=opt_in
-    )
-    init_args = config.get("init_args") or {}
-    if not isinstance(init_args, dict):
-        raise ValueError(f"the init_args of {what} must be a dict, got {init_args!r}")
-    return cls(**init_args)
-
-
 def _is_path_arg(name: str) -> bool:
     return name in PATH_ARGS or name.endswith(PATH_SUFFIXES)
 
@@ -196,7 +173,7 @@ def recorded_datamodule(
         >>> recorded_datamodule(config, "x.ckpt")
         Traceback (most recent call last):
         ...
-        robust_train.app.checkpoint_io.DataSettingsError: the datamodule recorded in 'x.ckpt' ...
+        robust_train.evaluation.heldout.DataSettingsError: the datamodule recorded in 'x.ckpt' ...
     """
     what = f"the datamodule recorded in {str(checkpoint)!r}"
     if not isinstance(config, dict):
@@ -343,13 +320,6 @@ def read_fit_checkpoint(
     return FitCheckpoint(path, content, _meta(content, path, trust_class_path), trust_class_path)
 
 
-def checkpoint_meta(
-    path: str | Path, *, trusted: bool = False, trust_class_path: bool = False
-) -> dict[str, Any]:
-    """The `meta` of `read_fit_checkpoint(path)`."""
-    return read_fit_checkpoint(path, trusted=trusted, trust_class_path=trust_class_path).meta
-
-
 def load_checkpoint(
     path: str | Path, *, trusted: bool = False, trust_class_path: bool = False
 ) -> tuple[nn.Module, dict[str, Any] | None]:
@@ -378,211 +348,6 @@ def data_config_from_yaml(path: str | Path, flag: str = "--data-config") -> dict
     return config["data"]
 
 
-@dataclass(frozen=True)
-class HeldOut:
-    """The held-out images a command evaluates: a seeded, class-stratified subset of a split.
-
-    Attributes:
-        images, labels: the subset (N, C, H, W) and (N,).
-        indices: their positions in the split.
-        split_size: the number of items in the split.
-        seed: the seed of the order the subset is the first N of.
-        accuracy: the model's accuracy on the whole split (None without a model).
-    """
-
-    images: Tensor
-    labels: Tensor
-    indices: list[int]
-    split_size: int
-    seed: int
-    accuracy: float | None = None
-
-    def describe(self) -> dict[str, Any]:
-        """What results.json records about the subset."""
-        counts = torch.bincount(self.labels).tolist() if len(self.labels) else []
-        return {
-            "n_images": len(self.labels),
-            "split_size": self.split_size,
-            "selection": "seeded class-stratified subset" if len(self.labels) < self.split_size
-            else "the whole split",
-            "seed": self.seed,
-            "per_class": {str(c): n for c, n in enumerate(counts) if n},
-        }  # fmt: skip
-
-    def sentence(self, split: str) -> str:
-        """One line for the output: how many images and how they were chosen."""
-        d = self.describe()
-        how = "all of them" if d["selection"] == "the whole split" else (
-            f"a seeded class-stratified subset (seed {self.seed})"
-        )  # fmt: skip
-        return f"{d['n_images']} of the {self.split_size} {split} images: {how}"
-
-
-def _setup(dm: Any, split: str, where: str) -> DataLoader:
-    """The split's dataloader; a datamodule that fails to set up is a DataSettingsError naming
-    where its settings came from."""
-    try:
-        dm.prepare_data()
-        dm.setup("test" if split == "test" else "validate")
-        return dm.test_dataloader() if split == "test" else dm.val_dataloader()
-    except (DataSettingsError, OutputError):
-        raise
-    except Exception as err:  # noqa: BLE001 - any failure of the data is reported as one line
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise DataSettingsError(
-            f"{where} ({type(dm).__name__}) cannot give its {split} split here: {first}"
-            + ("; pass --data-config CONFIG.yaml" if "recorded" in where else "")
-        ) from err
-
-
-def _labels_and_accuracy(
-    loader: DataLoader, model: nn.Module | None
-) -> tuple[Tensor, float | None]:
-    """Every label of the split, and the model's accuracy on it, in one pass."""
-    labels, correct = [], 0
-    device = _device_of(model)
-    for x, y in loader:
-        labels.append(y)
-        if model is not None:
-            with torch.no_grad():
-                correct += int((model(x.to(device)).argmax(1).cpu() == y).sum())
-    all_labels = torch.cat(labels) if labels else torch.zeros(0, dtype=torch.long)
-    total = len(all_labels)
-    return all_labels, (correct / total if model is not None and total else None)
-
-
-def _device_of(model: nn.Module | None) -> torch.device:
-    param = None if model is None else next(model.parameters(), None)
-    return torch.device("cpu") if param is None else param.device
-
-
-def heldout_subset(
-    data: dict[str, Any] | LightningDataModule,
-    n_samples: int,
-    split: str = "test",
-    model: nn.Module | None = None,
-    *,
-    seed: int = 0,
-    where: str = "the data config",
-) -> HeldOut:
-    """A seeded, class-stratified subset of `n_samples` images of a split, and, when a model is
-    given, its accuracy on the whole split (after one probe forward that checks the model fits).
-
-    Args:
-        data: a datamodule, or a `{"class_path", "init_args"}` config (the user's own).
-        n_samples: images wanted (all of them when the split is smaller).
-        split: "test" or "val".
-        model: the classifier, for the probe and the accuracy.
-        seed: seed of the order (`robust_train.data.stratified_order`); every prefix of it is
-            stratified, so a larger `n_samples` extends a smaller one.
-        where: where the data settings came from, for errors (e.g. "`--data-config` 'd.yaml'").
-    """
-    dm = instantiate(data, where) if isinstance(data, dict) else data
-    loader = _setup(dm, split, where)
-    if model is not None:  # one probe forward: channels, size and classes
-        check_model_fits_data(model, dm, loader)
-    dataset = loader.dataset
-    labels, accuracy = dataset_targets(dataset), None
-    if labels is None or model is not None:
-        streamed, accuracy = _labels_and_accuracy(loader, model)
-        labels = streamed if labels is None else labels
-    if len(labels) == 0:
-        raise DataSettingsError(f"the {split} split of {where} ({type(dm).__name__}) is empty")
-    index = heldout_rows(n_samples, seed, mode="stratified", targets=labels).tolist()
-    batches = DataLoader(
-        Subset(dataset, index),
-        batch_size=getattr(loader, "batch_size", None) or 64,
-        shuffle=False,
-        collate_fn=loader.collate_fn,
-    )
-    xs, ys = zip(*[(x, y) for x, y in batches], strict=True)
-    return HeldOut(torch.cat(xs), torch.cat(ys), index, len(labels), seed, accuracy)
-
-
-def heldout_tensors(
-    data_config: dict[str, Any] | LightningDataModule,
-    n_samples: int,
-    split: str = "test",
-    model: nn.Module | None = None,
-) -> tuple[Tensor, Tensor, float | None]:
-    """`n_samples` images and labels of a datamodule's held-out split (a seeded class-stratified
-    subset, `heldout_subset`), and, when a model is given, its accuracy on the whole split."""
-    held = heldout_subset(data_config, n_samples, split, model)
-    return held.images, held.labels, held.accuracy
-
-
-def heldout_masks(dm: Any, split: str, held: HeldOut) -> Tensor | None:
-    """The ground-truth masks of the held-out images, in their order, when the datamodule has
-    them (a `masks(split)` method giving (N, H, W), row i for item i of the split, such as
-    `robust_train.data.ClutteredMNIST5kDataModule`); None otherwise.
-
-    Raises:
-        DataSettingsError: masks that do not fit the split (their number or image size).
-    """
-    masks_of = getattr(dm, "masks", None)
-    if not callable(masks_of):
-        return None
-    masks = masks_of(split)
-    size = tuple(held.images.shape[-2:])
-    shape = tuple(masks.shape) if isinstance(masks, Tensor) else None
-    if shape != (held.split_size, *size):
-        got = shape or type(masks).__name__
-        raise DataSettingsError(
-            f"{type(dm).__name__}.masks({split!r}) must be {(held.split_size, *size)} for its "
-            f"{split} split, got {got}"
-        )
-    return masks[torch.as_tensor(held.indices, dtype=torch.long)]
-
-
-def _check_settings_fit(settings: EvaluationSettings, dm: Any) -> None:
-    """`settings.resolved` on the image size a datamodule states before setup (ValueError
-    naming the setting, such as `k` larger than the image); nothing when it states none."""
-    try:
-        size = tuple(getattr(dm, "image_size", None) or ())
-    except Exception:  # noqa: BLE001 - a size known only after setup: checked there
-        return
-    if len(size) == 2 and all(isinstance(n, int) and n > 0 for n in size):
-        settings.resolved(*size)
-
-
-def evaluate_on_split(
-    model: nn.Module,
-    data: dict[str, Any] | LightningDataModule,
-    settings: EvaluationSettings,
-    split: str,
-    *,
-    progress: bool = True,
-    threads: int | None = None,
-    where: str = "the data config",
-    device: torch.device | str = "cpu",
-) -> dict[str, Any]:
-    """The suite on `settings.n_samples` images of a split (a seeded class-stratified subset,
-    seeded with `settings.seed`), after the probe; one torch thread for small models unless
-    `threads` says. The model and the images are moved to `device` (the whole split's accuracy
-    is computed there too). `result["subset"]` says which images (`HeldOut.describe`). The
-    settings that depend on the image size (`k`, ...) are checked on the datamodule's
-    `image_size` before any data is loaded. A datamodule with ground-truth masks
-    (`heldout_masks`) adds the localisation of the clean and the attacked maps."""
-    data = instantiate(data, where) if isinstance(data, dict) else data
-    _check_settings_fit(settings, data)
-    device = torch.device(device)
-    model = model.to(device)
-    set_threads(model, threads)
-    held = heldout_subset(
-        data, settings.n_samples, split, model=model, seed=settings.seed, where=where
-    )
-    print(f"evaluating {held.sentence(split)} on {device}", file=sys.stderr, flush=True)
-    start = time.perf_counter()
-    images, labels = held.images.to(device), held.labels.to(device)
-    masks = heldout_masks(data, split, held)
-    result = evaluate_classifier(model, images, labels, settings, progress=progress, masks=masks)
-    if held.accuracy is not None:
-        result["measures"]["split_accuracy"] = held.accuracy
-    result["subset"] = held.describe()
-    result["evaluation_seconds"] = time.perf_counter() - start
-    return result
-
-
 def evaluate_checkpoint(
     checkpoint: FitCheckpoint | str | Path,
     settings: EvaluationSettings,
@@ -603,17 +368,7 @@ def evaluate_checkpoint(
         checkpoint = read_fit_checkpoint(
             checkpoint, trusted=trusted, trust_class_path=trust_class_path
         )
-    if data_config:
-        data: Any = data_config_from_yaml(data_config)
-        where = f"`--data-config` {data_config!r}"
-    else:
-        data = checkpoint.datamodule()
-        where = f"the datamodule recorded in {str(checkpoint.path)!r}"
-    if data is None:
-        raise ValueError(
-            f"checkpoint {str(checkpoint.path)!r} records no datamodule; pass --data-config "
-            "CONFIG.yaml"
-        )
+    data, where = evaluation_data(data_config, checkpoint)
     model = checkpoint.classifier(device)
     result = evaluate_on_split(
         model, data, settings, split, progress=progress, threads=threads, where=where,
@@ -626,6 +381,27 @@ def evaluate_checkpoint(
     result["checkpoint"] = str(checkpoint.path)
     result["split"] = split
     return result
+
+
+def evaluation_data(
+    data_config: str | None, checkpoint: FitCheckpoint | None = None
+) -> tuple[dict[str, Any] | LightningDataModule, str]:
+    """The data a model is evaluated on, and where its settings came from (for errors): the
+    `data:` section of `--data-config` (the user's, `data_config_from_yaml`), else the
+    datamodule `checkpoint` records (`FitCheckpoint.datamodule`: no download, no new folder).
+    `robust-train evaluate` and `compare` resolve it here for a checkpoint (`--ckpt`) and for a
+    model given by `--model` alike.
+
+    Raises:
+        ValueError: no `data_config`, and no checkpoint, or one that records no datamodule.
+    """
+    if data_config:
+        return data_config_from_yaml(data_config), f"`--data-config` {data_config!r}"
+    data = None if checkpoint is None else checkpoint.datamodule()
+    if checkpoint is None or data is None:
+        what = "the model" if checkpoint is None else f"checkpoint {str(checkpoint.path)!r}"
+        raise ValueError(f"{what} records no datamodule; pass --data-config CONFIG.yaml")
+    return data, f"the datamodule recorded in {str(checkpoint.path)!r}"
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -14,7 +14,7 @@ traceback is shown with `--debug` (anywhere on the command line) or ROBUST_TRAIN
 The working folder is searched (last, after the installed packages) for the class paths a user
 writes in a config (`fit --config`, `check-data`): `class_path: mynet.Net` finds ./mynet.py, as
 `python -m` would. A class path recorded in a checkpoint never imports from there without
-`--trust-class-path` (robust_train.models.config.check_recorded_import).
+`--trust-class-path` (robust_train.core.trust.check_recorded_import).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "check-data": (
         "read every image of a config's data before training; list the files that cannot be read",
-        "robust_train.app.lightning_cli:check_data_main",
+        "robust_train.app.check_data:check_data_main",
     ),
     "certify": (
         "certified explanation robustness (randomized smoothing) beside the L2 attack",

@@ -27,7 +27,6 @@ data's channels, image size and classes against the model (`robust_train.models.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from collections.abc import Sequence
@@ -98,7 +97,7 @@ def settings_tag(settings: EvaluationSettings) -> str:
 def _plain_settings(settings: EvaluationSettings) -> dict[str, Any]:
     return {
         k: list(v) if isinstance(v, tuple) else v
-        for k, v in dataclasses.asdict(settings).items()
+        for k, v in settings.as_dict().items()
         if k != "extra"
     }
 

@@ -3,9 +3,8 @@
     robust-train fit --config configs/digits_smoothness.yaml
     robust-train fit --config configs/digits_smoothness.yaml --ckpt_path last       # resume
     robust-train test --config configs/digits_smoothness.yaml --ckpt_path best
-    robust-train check-data --config configs/finetune_torchvision.yaml   # every image readable?
 
-Run folders (see robust_train.training.checkpointing): each fit writes to
+Run folders (their lifecycle: robust_train.training.run_folder): each fit writes to
 `<checkpoint_root>/<experiment>/version_<N>/` (best.ckpt, last.ckpt, config.yaml; claimed with an
 exclusive mkdir, so fits started at the same moment get a folder each, and printed at the end), and
 `<checkpoint_root>/<experiment>/latest` points to the newest. `--experiment` is a plain run name
@@ -28,10 +27,6 @@ are removed when no checkpoint was saved.
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import os
-import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,7 +34,6 @@ from typing import Any
 
 import torch
 import yaml
-from jsonargparse import ArgumentParser, Namespace
 from jsonargparse.typing import PositiveInt
 from pytorch_lightning import LightningDataModule, Trainer
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
@@ -51,25 +45,23 @@ from robust_train.core.files import write_text
 from robust_train.core.lightning_noise import quiet_lightning
 from robust_train.core.runtime import set_threads
 from robust_train.core.yaml_bounds import check_yaml_aliases
-from robust_train.data.check import UnreadableImageError, check_datamodule, summary_table
 from robust_train.models.config import record_config
 from robust_train.models.input_check import DataMismatchError, check_model_fits_data
 from robust_train.models.loading import CheckpointError, read_checkpoint
-from robust_train.training.checkpointing import (
-    RunCheckpoint,
-    claim_run_folder,
-    latest_run_folder,
-    new_run_folder,
-    release_run_folder,
-)
+from robust_train.training.checkpointing import RunCheckpoint
 from robust_train.training.loggers import SafeWandbLogger
 from robust_train.training.module import RobustClassifier
+from robust_train.training.run_folder import (
+    RunFolder,
+    check_resume_link,
+    check_run_name,
+    keyword_checkpoint,
+)
 
 __all__ = [
     "DEFAULT_LOGGER",
     "RobustCLI",
     "RobustTrainer",
-    "check_data_main",
     "check_resume_link",
     "bound_yaml_values",
     "check_run_name",
@@ -82,7 +74,6 @@ DEFAULT_LOGGER = {
     "init_args": {"save_dir": "runs", "project": "robust-train"},
 }
 KEYWORD_CHECKPOINTS = ("last", "best")
-LOGGER_FILES = ("hparams.yaml", "metrics.csv")  # what CSVLogger writes (TensorBoard: events.*)
 
 
 class RobustTrainer(Trainer):
@@ -111,33 +102,6 @@ class RobustTrainer(Trainer):
             "limit_predict_batches": limit_predict_batches,
         }
         super().__init__(**{k: v for k, v in limits.items() if v is not None}, **kwargs)
-
-
-def check_run_name(name: Any, flag: str = "--experiment") -> str:
-    """`name` if it is a plain run name: one folder name (no path separator, not "." or "..",
-    not absolute, not empty), so the run folder stays under `--checkpoint_root`.
-
-    Examples:
-        >>> check_run_name("digits_baseline")
-        'digits_baseline'
-        >>> check_run_name("../../x")
-        Traceback (most recent call last):
-        ...
-        ValueError: `--experiment` '../../x' must be a plain run name ...
-    """
-    separators = [sep for sep in (os.sep, os.altsep, "/") if sep]
-    if (
-        not isinstance(name, str)
-        or name.strip() in ("", ".", "..")
-        or any(sep in name for sep in separators)
-        or "\0" in name
-        or Path(name).is_absolute()
-    ):
-        raise ValueError(
-            f"`{flag}` {name!r} must be a plain run name (one folder name under "
-            "--checkpoint_root: no '/', not '.' or '..', not an absolute path)"
-        )
-    return name
 
 
 class QuietParser(LightningArgumentParser):
@@ -247,7 +211,9 @@ class RobustCLI(LightningCLI):
         if not path:
             return
         if path in KEYWORD_CHECKPOINTS and not Path(path).exists():
-            path = _keyword_checkpoint(path, config)
+            path = keyword_checkpoint(
+                path, config.checkpoint_root, config.get("experiment") or "default"
+            )
         path = config.ckpt_path = check_resume_link(path)
         trusted = config.get("weights_only") is False  # Lightning's own opt-in to full unpickling
         ckpt = read_checkpoint(path, trusted=trusted, opt_in="pass --weights_only false")
@@ -268,9 +234,12 @@ class RobustCLI(LightningCLI):
         config = self.config[self.subcommand] if self.subcommand else self.config
         experiment = check_run_name(config.get("experiment") or "default")
         resume = getattr(self, "resume_checkpoint", None)
-        self._claim: tuple[Path, list[Path]] | None = None
+        self.run_folder = RunFolder()
         if config.get("checkpoint") is not None and not config.checkpoint.get("dirpath"):
-            config.checkpoint.dirpath = str(self._run_folder(config, experiment, resume))
+            folder = self.run_folder.choose(
+                config.checkpoint_root, experiment, self.subcommand, (resume or {}).get("path")
+            )
+            config.checkpoint.dirpath = str(folder)
         logger = config.trainer.get("logger")
         if _is_wandb_logger(logger):
             if _is_default_logger(logger) and not logger.init_args.get("name"):
@@ -278,21 +247,6 @@ class RobustCLI(LightningCLI):
             run = (resume or {}).get("wandb_run") or {}
             if run.get("id") and not logger.init_args.get("id"):
                 logger.init_args.id = run["id"]  # continue the run the checkpoint belongs to
-
-    def _run_folder(self, config: Any, experiment: str, resume: dict[str, Any] | None) -> Path:
-        experiment_dir = Path(config.checkpoint_root) / experiment
-        if self.subcommand not in (None, "fit"):
-            return latest_run_folder(experiment_dir) or experiment_dir  # nothing is written there
-        if resume is not None:
-            folder = Path(resume["path"]).parent
-            if folder.parent.resolve() == experiment_dir.resolve():
-                return folder  # resuming a run of this experiment: continue in its folder
-        if self.subcommand is None or _child_rank():
-            # built from Python (run=False): the caller runs the trainer; a DDP rank > 0 gets
-            # rank 0's folder (ModelCheckpoint broadcasts it), so it claims none of its own
-            return new_run_folder(experiment_dir)
-        self._claim = claim_run_folder(experiment_dir)  # exclusive: concurrent fits differ
-        return self._claim[0]
 
     def instantiate_classes(self) -> None:
         try:
@@ -307,11 +261,7 @@ class RobustCLI(LightningCLI):
         # a model class without RecordsConfig: checkpoints record the config section that built it
         record_config(getattr(self.model, "model", None), (config.get("model") or {}).get("model"))
         resume = getattr(self, "resume_checkpoint", None)
-        self._logger_dirs = _logger_folders(self.trainer)
-        claim = getattr(self, "_claim", None)
-        callback = self.trainer.checkpoint_callback
-        if claim is not None and isinstance(callback, RunCheckpoint):
-            callback.claimed(claim[1])
+        self._folder().track(self.trainer)
         try:
             if resume is not None:
                 _check_fits(resume, self.model)
@@ -325,14 +275,16 @@ class RobustCLI(LightningCLI):
             self._release()
             raise
 
+    def _folder(self) -> RunFolder:
+        """This command's run folder (none claimed before `before_instantiate_classes`)."""
+        if getattr(self, "run_folder", None) is None:
+            self.run_folder = RunFolder()
+        return self.run_folder
+
     def _release(self) -> None:
         """Remove the run folder this command claimed, and what Lightning's own loggers wrote,
-        when no checkpoint was saved (a fit that failed or trained nothing)."""
-        claim = getattr(self, "_claim", None)
-        if claim is not None:
-            release_run_folder(*claim)
-        for folder, created in getattr(self, "_logger_dirs", []):
-            _remove_logger_folder(folder, created)
+        when no checkpoint was saved (`RunFolder.release`)."""
+        self._folder().release()
 
     def _run_subcommand(self, subcommand: str) -> None:
         """Run it; an interrupted fit (Ctrl+C: Lightning exits with 1; SIGTERM) says what was saved
@@ -371,53 +323,6 @@ class RobustCLI(LightningCLI):
             else "no epoch had finished, nothing was saved"
         )
         print(f"robust-train: {self.subcommand} stopped by {what}; {saved}", file=sys.stderr)
-
-
-def check_resume_link(path: str, flag: str = "--ckpt_path") -> str:
-    """The file to read for `--ckpt_path`: `path` itself, or, when it is a symlink, its target,
-    if that is a regular file in the link's own folder (what Lightning's `save_last: link`
-    writes in a run folder); a link elsewhere (a `last.ckpt` swapped for a link to another
-    run's or any other file) is refused before anything is read.
-
-    Raises:
-        CheckpointError: one line naming the link and where it points.
-
-    Examples:
-        >>> import tempfile
-        >>> run = Path(tempfile.mkdtemp())
-        >>> (run / "best.ckpt").write_bytes(b"x") and (run / "last.ckpt").symlink_to("best.ckpt")
-        >>> check_resume_link(str(run / "last.ckpt")) == str(run / "best.ckpt")
-        True
-        >>> (run / "away.ckpt").symlink_to("/etc/hostname")
-        >>> check_resume_link(str(run / "away.ckpt"))
-        Traceback (most recent call last):
-        ...
-        robust_train.models.loading.CheckpointError: `--ckpt_path` '...away.ckpt' is a symlink ...
-    """
-    link = Path(path)
-    if not link.is_symlink():
-        return path
-    folder = link.parent.resolve()
-    target = Path(os.path.realpath(link))
-    if target.parent == folder and target.is_file():
-        return str(target)
-    raise CheckpointError(
-        f"`{flag}` {path!r} is a symlink to {os.readlink(link)!r}, which is not a regular file "
-        f"in its own folder {str(folder)!r}; a fit resumes only from a checkpoint file in its run "
-        "folder: pass that file itself"
-    )
-
-
-def _keyword_checkpoint(word: str, config: Any) -> str:
-    experiment_dir = Path(config.checkpoint_root) / (config.get("experiment") or "default")
-    folder = latest_run_folder(experiment_dir)
-    path = folder / f"{word}.ckpt" if folder is not None else None
-    if path is None or not path.is_file():
-        raise FileNotFoundError(
-            f"`--ckpt_path {word}`: no {word}.ckpt in a run folder under "
-            f"{str(experiment_dir)!r} (check --experiment and --checkpoint_root)"
-        )
-    return str(path)
 
 
 def _check_fits(resume: dict[str, Any], model: torch.nn.Module) -> None:
@@ -461,12 +366,6 @@ def _check_resumable(resume: dict[str, Any]) -> None:
         )
 
 
-def _child_rank() -> bool:
-    """A process that a distributed launcher started as rank > 0 (Lightning's DDP launcher sets
-    LOCAL_RANK for the processes it starts; torchrun sets RANK and LOCAL_RANK)."""
-    return any(os.environ.get(name, "0") not in ("", "0") for name in ("RANK", "LOCAL_RANK"))
-
-
 def check_model_and_data(module: Any, datamodule: Any) -> None:
     """Refuse, before training, a model whose outputs (or `num_classes`) do not match the data's
     classes, or that cannot take the data's images: one probe forward
@@ -485,44 +384,6 @@ def check_model_and_data(module: Any, datamodule: Any) -> None:
             f"({type(net).__name__}) has {declared} classes but the data "
             f"({type(datamodule).__name__}) has {classes} classes"
         )
-
-
-def _logger_folders(trainer: Any) -> list[tuple[Path, list[Path]]]:
-    """(log folder, the folders up to it that do not exist yet) of each logger that writes
-    files of its own (Lightning's CSVLogger and TensorBoardLogger; W&B cleans up itself)."""
-    found = []
-    for logger in getattr(trainer, "loggers", []):
-        if isinstance(logger, SafeWandbLogger):
-            continue
-        try:
-            folder = getattr(logger, "log_dir", None)
-        except Exception:  # noqa: BLE001 - a logger that cannot say: nothing to clean up
-            folder = None
-        if isinstance(folder, str) and folder:
-            missing = []
-            for candidate in (Path(folder), *Path(folder).parents):
-                if candidate.exists():
-                    break
-                missing.append(candidate)
-            if missing:
-                found.append((Path(folder), missing))
-    return found
-
-
-def _remove_logger_folder(folder: Path, created: list[Path]) -> None:
-    """Remove the files a Lightning logger wrote into a folder this fit created, then the
-    created folders that are left empty (deepest first)."""
-    if folder.is_dir():
-        for path in folder.iterdir():
-            if path.is_file() and (path.name in LOGGER_FILES or path.name.startswith("events.")):
-                with contextlib.suppress(OSError):
-                    path.unlink()
-            elif path.is_dir() and path.name == "checkpoints" and not any(path.iterdir()):
-                shutil.rmtree(path, ignore_errors=True)
-    for candidate in created:
-        if candidate.is_dir() and not any(candidate.iterdir()):
-            with contextlib.suppress(OSError):
-                candidate.rmdir()
 
 
 def _is_wandb_logger(logger: Any) -> bool:
@@ -583,83 +444,4 @@ def lightning_main(args: Sequence[str] | None = None, run: bool = True) -> Robus
 def run_subcommand(argv: list[str]) -> int:
     """`robust-train fit|validate|test|predict ...` (argv starts with the subcommand)."""
     lightning_main(argv)
-    return 0
-
-
-class _DataOnlyCLI(RobustCLI):
-    """Parses a fit config (files and flags) as `fit` does, then builds its DataModule alone: no
-    model, trainer, logger or run folder."""
-
-    def _parse_ckpt_path(self) -> None:
-        self.resume_checkpoint = None
-
-    def _set_seed(self) -> None:
-        pass  # nothing random is drawn
-
-    def before_instantiate_classes(self) -> None:
-        pass
-
-    def instantiate_classes(self) -> None:
-        data = self.config.get("data")
-        if data is None or not data.get("class_path"):
-            raise ValueError("check-data needs a `data` section with a class_path in --config")
-        module, _, name = str(data.class_path).rpartition(".")
-        cls = getattr(importlib.import_module(module), name)
-        if not (isinstance(cls, type) and issubclass(cls, LightningDataModule)):
-            raise TypeError(f"data.class_path {data.class_path!r} is not a LightningDataModule")
-        init = data.get("init_args") or Namespace()
-        kwargs = init.as_dict() if isinstance(init, Namespace) else dict(init)
-        if any(isinstance(v, dict) and "class_path" in v for v in kwargs.values()):
-            # an argument given as {class_path, init_args} (a train_transform) is built as fit
-            # builds it
-            parser = ArgumentParser(exit_on_error=False)
-            parser.add_class_arguments(cls, "data")
-            self.datamodule = parser.instantiate(parser.parse_object({"data": kwargs})).data
-        else:
-            self.datamodule = cls(**kwargs)
-
-    def after_instantiate_classes(self) -> None:
-        pass
-
-
-def check_data_main(argv: list[str]) -> int:
-    """`robust-train check-data --config CONFIG.yaml [--data.init_args.root ...]`: read every
-    image (every sample) of each split of the config's data before training. Prints each split's
-    size, every file that cannot be read and a table per split and class (images, formats,
-    sizes, value range); exits 2 when one would stop the fit (0 when there is
-    none, or when the config sets `skip_unreadable: true`, which leaves them out).
-    """
-    quiet_lightning()
-    bound_yaml_values()
-    cli = _DataOnlyCLI(
-        RobustClassifier,
-        LightningDataModule,
-        subclass_mode_data=True,
-        trainer_class=RobustTrainer,
-        parser_class=QuietParser,
-        args=lightning_arguments(argv),
-        run=False,
-        auto_configure_optimizers=False,
-        seed_everything_default=False,
-    )
-    datamodule = cli.datamodule
-    checks = check_datamodule(datamodule)
-    name = type(datamodule).__name__
-    for check in checks:
-        print(f"{name} {check.split}: {check.n_items} items, {len(check.unreadable)} unreadable")
-        for item, reason in check.unreadable:
-            print(f"  unreadable: {item}: {reason}")
-    if any(check.classes for check in checks):
-        print("\n".join(summary_table(checks)))
-    bad = sum(len(c.unreadable) for c in checks)
-    total = sum(c.n_items for c in checks)
-    if bad and getattr(datamodule, "hparams", {}).get("skip_unreadable"):
-        print(f"{bad} of {total} unreadable; the fit skips them (skip_unreadable: true)")
-    elif bad:
-        raise UnreadableImageError(
-            f"{bad} of {total} items of {name} cannot be read (listed above); fix or remove "
-            "them, or set data.init_args.skip_unreadable: true"
-        )
-    else:
-        print(f"all {total} items of {name} read")
     return 0

@@ -31,16 +31,14 @@ from typing import Any, cast
 import torch
 from torch import Tensor, nn
 
-from robust_train.app.checkpoint_io import (
-    check_input_file,
-    data_config_from_yaml,
-    evaluate_on_split,
-    instantiate,
-)
+from robust_train.app.checkpoint_io import check_input_file, evaluation_data
 from robust_train.app.shipped_files import file_argument
+from robust_train.core.trust import resolve_class
 from robust_train.evaluation import EvaluationSettings
+from robust_train.evaluation.heldout import instantiate
+from robust_train.evaluation.split import evaluate_on_split
 from robust_train.models import Normalize, softplus, torchvision_classifier_names
-from robust_train.models.config import build_model, resolve_class
+from robust_train.models.config import build_model
 from robust_train.models.input_check import data_classes, data_shape
 from robust_train.models.loading import CheckpointError, UntrustedCheckpointError, read_checkpoint
 
@@ -328,9 +326,8 @@ def evaluate_model_source(
 ) -> dict[str, Any]:
     """`evaluate_checkpoint` for a model given by `--model`/`--weights` and `--data-config`: the
     same probe (channels, size, classes), held-out images and suite, on `device`."""
-    config = data_config_from_yaml(data_config)
-    where = f"`--data-config` {data_config!r}"
-    datamodule = instantiate(config, where)
+    config, where = evaluation_data(data_config)
+    datamodule = instantiate(config, where) if isinstance(config, dict) else config
     model = build_source_model(source, datamodule)
     if source.weights is None:
         print(

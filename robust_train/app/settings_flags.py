@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 import torch
 
 from robust_train.app.shipped_files import file_argument
+from robust_train.attacks.options import AttackOptions
 from robust_train.core.devices import ACCELERATORS, resolve_device
 from robust_train.evaluation import PROTOCOLS, EvaluationSettings
 
@@ -78,10 +79,13 @@ def setting_flags() -> dict[str, tuple[type, bool]]:
         >>> setting_flags()["explainers"], setting_flags()["n_steps"]
         ((<class 'str'>, True), (<class 'int'>, False))
     """
-    hints = typing.get_type_hints(EvaluationSettings)
+    hints = {
+        **typing.get_type_hints(AttackOptions),
+        **typing.get_type_hints(EvaluationSettings),
+    }
     return {
         f.name: _kind(hints[f.name])
-        for f in dataclasses.fields(EvaluationSettings)
+        for f in EvaluationSettings.option_fields()
         if f.metadata.get("cli", True)
     }
 
@@ -107,7 +111,7 @@ def add_settings_arguments(parser: argparse.ArgumentParser) -> None:
         "datamodule stored in the checkpoint)",
     )
     parser.add_argument("--split", choices=("test", "val"), default="test")
-    fields = {f.name: f for f in dataclasses.fields(EvaluationSettings)}
+    fields = {f.name: f for f in EvaluationSettings.option_fields()}
     for name, (kind, many) in setting_flags().items():
         value = getattr(default, name)
         shown = " ".join(map(str, value)) if many else value

@@ -38,9 +38,10 @@ from robust_train.explain.similarity import (
 from robust_train.models.softplus import smooth_relus, zero_direction_cause
 
 
-@dataclass
+@dataclass(frozen=True)
 class AttackContext:
-    """The checked settings of one attack call (see `fragility_attack` for their meaning)."""
+    """The checked settings of one attack call (see `fragility_attack` for their meaning); set
+    once, never changed: what an attack finds while it runs is its `AttackState`'s."""
 
     model: nn.Module
     inputs: Tensor
@@ -54,13 +55,13 @@ class AttackContext:
     chunk: int | None
     progress: bool
     piecewise_constant: bool = True
-    relu_calls: int = 0
-    directions: list[Direction] = field(default_factory=list)
 
 
 @dataclass
 class AttackState:
-    """The running best of an attack: per sample, the best label-keeping iterate so far."""
+    """The running best of an attack: per sample, the best label-keeping iterate so far; the
+    directions it runs (`_directions.directions`, chosen on the clean images) and the ReLU
+    calls their surrogates intercepted."""
 
     x0: Tensor
     clean_label: Tensor
@@ -73,6 +74,8 @@ class AttackState:
     improved: Tensor
     n_changes: Tensor
     moved: Tensor
+    directions: tuple[Direction, ...] = ()
+    relu_calls: int = 0
     bar: Any = field(default=None, repr=False)
 
 
@@ -141,15 +144,18 @@ def start(ctx: AttackContext) -> AttackState:
     o = ctx.options
     assert o.k is not None and o.measure_k is not None, "resolved options"
     objective = ctx.objective_cls(clean_map, k=o.k, measure_k=o.measure_k, region=ctx.region)
+    runs: tuple[Direction, ...] = ()
     if objective.needs_gradient:
-        ctx.directions = directions(
-            o.direction,
-            o.surrogate_beta,
-            piecewise_constant=ctx.piecewise_constant,
-            explain=ctx.explain,
-            model=ctx.model,
-            inputs=x0,
-            target=ctx.target,
+        runs = tuple(
+            directions(
+                o.direction,
+                o.surrogate_beta,
+                piecewise_constant=ctx.piecewise_constant,
+                explain=ctx.explain,
+                model=ctx.model,
+                inputs=x0,
+                target=ctx.target,
+            )
         )
     zeros = torch.zeros(x0.shape[0], dtype=torch.bool, device=x0.device)
     return AttackState(
@@ -164,29 +170,31 @@ def start(ctx: AttackContext) -> AttackState:
         improved=zeros.clone(),
         n_changes=torch.zeros(x0.shape[0], dtype=torch.long, device=x0.device),
         moved=zeros,
+        directions=runs,
     )
 
 
-def direction_beta(ctx: AttackContext) -> float | None:
+def direction_beta(state: AttackState) -> float | None:
     """The softplus beta of the model's ReLU surrogate, where a direction run used it."""
-    used = [d.relu_beta for d in ctx.directions if d.relu_beta is not None]
+    used = [d.relu_beta for d in state.directions if d.relu_beta is not None]
     return used[0] if used else None
 
 
 def gradient_direction(
-    ctx: AttackContext, objective: FragilityObjective, x: Tensor, direction: Direction
+    ctx: AttackContext, state: AttackState, x: Tensor, direction: Direction
 ) -> Tensor:
     """The steepest-ascent step of d(ascent value)/dx for `ctx.norm` (its sign for L_inf, its
     per-sample L2 normalisation for L2), through the explainer with the surrogates of
     `direction` (the model's ReLUs under `smooth_relus`, a map's own final ReLU under
-    `smooth_map_clamps`; `robust_train.attacks._directions`); double backprop."""
-    parts = []
+    `smooth_map_clamps`; `robust_train.attacks._directions`); double backprop. The ReLU calls
+    the surrogate intercepted are counted in `state.relu_calls`."""
+    objective, parts = state.objective, []
     for a, b in row_chunks(x.shape[0], ctx.chunk):
         xv = x[a:b].detach().requires_grad_(True)
         with smooth_relus(direction.relu_beta) as relus, smooth_map_clamps(direction.clamp_beta):
             explanation = ctx.explain(ctx.model, xv, ctx.target[a:b], create_graph=True)
             value = objective.ascent_value(importance_map(explanation), slice(a, b))
-        ctx.relu_calls += relus.calls
+        state.relu_calls += relus.calls
         grad = None
         if value.requires_grad:
             (grad,) = torch.autograd.grad(value.sum(), xv, allow_unused=True)
@@ -215,7 +223,7 @@ def take_step(
     objective = state.objective
     if objective.needs_gradient:
         assert direction is not None, "a gradient objective needs a direction"
-        d = gradient_direction(ctx, objective, x, direction)
+        d = gradient_direction(ctx, state, x, direction)
         flat = d.flatten(1).eq(0).all(1)
         state.moved |= ~flat
         if bool(flat.any()):
@@ -321,8 +329,8 @@ def finish(ctx: AttackContext, state: AttackState) -> FragilityResult:
         n_restarts=len(ctx.seeds),
         k=o.k,
         measure_k=o.measure_k,
-        surrogate_beta=direction_beta(ctx) if ctx.relu_calls else None,
-        directions=tuple(d.name for d in ctx.directions),
+        surrogate_beta=direction_beta(state) if state.relu_calls else None,
+        directions=tuple(d.name for d in state.directions),
         explainer=ctx.explainer_name,
         region_mass=None if ctx.region is None else masked(objective.region_mass(best)),
         clean_region_mass=None if ctx.region is None else objective.region_mass(clean),
@@ -334,8 +342,8 @@ def _warn_unmeasured(ctx: AttackContext, state: AttackState, measured: Tensor) -
     rows = ~measured
     cause = zero_direction_cause(
         ctx.model,
-        beta=direction_beta(ctx),
-        relu_calls=ctx.relu_calls,
+        beta=direction_beta(state),
+        relu_calls=state.relu_calls,
         clean_map=state.clean_map[rows],
         clean_logits=state.clean_logits[rows],
         piecewise_constant=ctx.piecewise_constant,

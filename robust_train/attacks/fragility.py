@@ -120,7 +120,7 @@ def fragility_attack(
     )
     with eval_mode(model), torch.enable_grad():
         state = _loop.start(ctx)
-        runs: list[Direction | None] = [*ctx.directions] or [None]
+        runs: list[Direction | None] = [*state.directions] or [None]
         state.bar = _progress_bar(
             progress,
             len(runs) * len(ctx.seeds) * ctx.options.n_steps,

@@ -1,6 +1,6 @@
 """The options of a fragility attack, defined once (`AttackOptions`).
 
-`fragility_attack`, `ExplanationFragility`, the evaluation settings (which extend this class),
+`fragility_attack`, `ExplanationFragility`, the evaluation settings (which hold one),
 the monitors and the `robust-train evaluate` flags all take these fields; their defaults that
 depend on the image size are resolved here (`resolved`), from `robust_train.attacks.defaults`.
 """
@@ -152,29 +152,35 @@ class AttackOptions:
         check_optional_positive(self.internal_batch_size, "internal_batch_size", integer=True)
 
     def resolved(self, height: int, width: int) -> AttackOptions:
-        """A copy with every size-dependent default filled in and checked against the size.
+        """A copy with every size-dependent default filled in and checked against the size
+        (options resolved for this size already are returned as they are).
 
         Examples:
             >>> o = AttackOptions(n_steps=3).resolved(28, 28)
             >>> o.epsilon, o.k, o.measure_k, round(o.step_size, 4)
             (0.1, 98, 98, 0.0667)
         """
+        if getattr(self, "_resolved_for", None) == (height, width):
+            return self  # resolved for this size already: passed on as it is
         epsilon = self.epsilon if self.epsilon is not None else default_epsilon(height, width)
         k = check_k(self.k if self.k is not None else default_k(height, width), "k", height, width)
         measure_k = check_k(
             self.measure_k if self.measure_k is not None else k, "measure_k", height, width
         )
         step = self.step_size if self.step_size is not None else None
-        return dataclasses.replace(
+        out = dataclasses.replace(
             self,
             epsilon=float(epsilon),
             k=k,
             measure_k=measure_k,
             step_size=float(step if step is not None else default_step_size(epsilon, self.n_steps)),
         )
+        object.__setattr__(out, "_resolved_for", (height, width))
+        return out
 
     def attack_options(self) -> AttackOptions:
-        """Just the attack's options (a subclass such as `EvaluationSettings` holds more).
+        """The attack's options: these (an option set that holds them, such as
+        `robust_train.evaluation.EvaluationSettings`, gives its own).
 
         Examples:
             >>> AttackOptions(n_steps=2).attack_options()
@@ -182,5 +188,4 @@ class AttackOptions:
 measure_k=None, n_restarts=1, noise_draws=10, direction='all', surrogate_beta=10.0, \
 internal_batch_size=None)
         """
-        names = [f.name for f in dataclasses.fields(AttackOptions)]
-        return AttackOptions(**{name: getattr(self, name) for name in names})
+        return self

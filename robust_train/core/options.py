@@ -43,7 +43,17 @@ def option_names(options_cls: type) -> tuple[str, ...]:
         >>> option_names(O)
         ('a',)
     """
-    return tuple(f.name for f in dataclasses.fields(options_cls) if f.init)
+    return tuple(f.name for f in option_fields(options_cls))
+
+
+def option_fields(options_cls: type) -> tuple[dataclasses.Field[Any], ...]:
+    """The fields an option set's constructor takes: its own `option_fields()` where it holds
+    another option set (composition, e.g. `EvaluationSettings` holds `AttackOptions`), else its
+    dataclass fields that `__init__` takes."""
+    own = getattr(options_cls, "option_fields", None)
+    if callable(own):
+        return tuple(own())
+    return tuple(f for f in dataclasses.fields(options_cls) if f.init)
 
 
 def _default(f: dataclasses.Field[Any]) -> Any:
@@ -88,7 +98,7 @@ def takes_options(
                     if p.name != "self":
                         params.append(p.replace(kind=p.KEYWORD_ONLY))
                         taken.add(p.name)
-        for f in dataclasses.fields(options_cls):
+        for f in option_fields(options_cls):
             if not f.init or f.name in taken or f.name in exclude:
                 continue
             default = overrides.get(f.name, _default(f))
@@ -148,6 +158,6 @@ def build_options(
             raise TypeError(
                 f"{where} got an unknown option {key!r}{hint}; its options are {list(names)}"
             )
-    if base is not None:
-        return dataclasses.replace(base, **given)  # type: ignore[type-var]
+    if base is not None:  # checked already: passed on as it is when nothing changes
+        return dataclasses.replace(base, **given) if given else base  # type: ignore[type-var]
     return options_cls(**{**dict(defaults or {}), **given})

@@ -11,7 +11,6 @@ summed), the reduction the monitors use across DDP ranks too, into the JSON-read
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,13 +74,16 @@ def run_parts(
     predictions: Tensor | None = None,
     masks: Tensor | None = None,
     progress: bool = False,
+    inputs_checked: bool = False,
 ) -> Evaluation:
     """Run the parts on one model and held-out images (all of them; see `n_samples` in
     `evaluate_classifier`); `accuracy` is reported per image too. `predictions` (the model's
     labels, when the caller has them) saves a forward. `masks` (B, H, W), the ground truth of
     the evidence in each image where the data has it, adds the localisation of the clean and
     the attacked maps (`robust_train.evaluation.parts.ground_truth`); a ValueError names it
-    when its shape does not fit `inputs`.
+    when its shape does not fit `inputs`. `inputs_checked`: the caller has checked `inputs`,
+    `labels` and `masks` already (`robust_train.core.validation.check_images`, `check_target`,
+    `check_masks`), so the batch is checked once.
 
     Examples:
         >>> net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(16, 3),
@@ -92,10 +94,13 @@ def run_parts(
         >>> sorted(ev.values), ev.values["lipschitz/saliency/lipschitz"].shape
         (['accuracy', 'lipschitz/saliency/lipschitz'], torch.Size([4]))
     """
-    check_images(inputs, "inputs")
-    labels = check_target(labels, inputs.shape[0], "labels").to(inputs.device)
+    if not inputs_checked:
+        check_images(inputs, "inputs")
+        labels = check_target(labels, inputs.shape[0], "labels")
+        masks = None if masks is None else check_masks(masks, inputs)
+    labels = labels.to(inputs.device)
+    masks = None if masks is None else masks.to(inputs.device)
     require_grad_mode("evaluation")
-    masks = None if masks is None else check_masks(masks, inputs).to(inputs.device)
     if parts is None:
         parts = build_parts(settings or EvaluationSettings(), *inputs.shape[-2:])
     resolved = parts[0].settings if parts else (settings or EvaluationSettings())
@@ -201,7 +206,7 @@ def summarize(evaluation: Evaluation) -> dict[str, Any]:
         **{topic: dict(notes) for topic, notes in evaluation.notes.items()},
         "settings": {
             k: list(v) if isinstance(v, tuple) else v
-            for k, v in dataclasses.asdict(evaluation.settings).items()
+            for k, v in evaluation.settings.as_dict().items()
             if k != "extra"
         },
         "_examples": evaluation.examples,

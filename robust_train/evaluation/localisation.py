@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from robust_train.core.validation import check_images
+from robust_train.core.validation import check_images, check_target
 from robust_train.evaluation.engine import run_parts
 from robust_train.evaluation.parts.base import EvaluationPart
 from robust_train.evaluation.parts.fragility import FragilityPart
@@ -72,5 +72,8 @@ def localisation_values(
     s = (settings or EvaluationSettings()).resolved(*inputs.shape[-2:])
     parts: list[EvaluationPart] = [FragilityPart(s)]
     parts += [InputReferencePart(s)] if s.input_reference else []
-    values = run_parts(model, inputs, labels, s, parts=parts, masks=masks).values
+    labels = check_target(labels, inputs.shape[0], "labels")
+    values = run_parts(
+        model, inputs, labels, s, parts=parts, masks=masks, inputs_checked=True
+    ).values
     return {k: v for k, v in values.items() if k.rsplit("/", 1)[-1] in LOCALISATION_MEASURES}

@@ -84,11 +84,9 @@ RAR = EvaluationSettings(
 
 DEMO = dataclasses.replace(
     RAR,
+    attack=dataclasses.replace(RAR.attack, n_steps=20, step_size=0.03, n_restarts=1),
     n_samples=100,
     explainers=tuple(reported_explainers()),
-    n_steps=20,
-    step_size=0.03,
-    n_restarts=1,
     ig_steps=10,
     lipschitz_samples=8,
     fidelity_steps=10,
@@ -97,10 +95,7 @@ DEMO = dataclasses.replace(
 
 ENSEMBLE = dataclasses.replace(
     DEMO,
-    k=100,
-    n_steps=40,
-    step_size=0.015,
-    n_restarts=3,
+    attack=dataclasses.replace(DEMO.attack, k=100, n_steps=40, step_size=0.015, n_restarts=3),
     ensemble=True,
     ensemble_betas=(1.0, 3.0, 10.0, 30.0),
     search_queries=1000,

@@ -1,16 +1,21 @@
 """The options of the evaluation engine, defined once (`EvaluationSettings`), and its presets.
 
-`EvaluationSettings` extends the attack's options (`robust_train.attacks.AttackOptions`) with what
-the other parts need. `robust-train evaluate`/`compare` derive their flags from its fields (the
-`help` metadata), the monitors their keyword arguments (`RobustnessMonitor(epsilon=..., ...)`),
-and the literature protocols are presets of it (`robust_train.evaluation.PROTOCOLS`).
+`EvaluationSettings` holds the attack's options (`attack`, a `robust_train.attacks.AttackOptions`)
+beside what the other parts need; it takes the attack's fields as keywords too
+(`EvaluationSettings(epsilon=0.1, parts=...)`) and reads them through (`settings.epsilon`).
+`robust-train evaluate`/`compare` derive their flags from its option fields (`option_fields`:
+the attack's and its own, with their `help` metadata), the monitors their keyword arguments
+(`RobustnessMonitor(epsilon=..., ...)`), and the literature protocols are presets of it
+(`robust_train.evaluation.PROTOCOLS`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from robust_train.attacks.ensemble import DEFAULT_BETAS
 from robust_train.attacks.objectives import OBJECTIVES, get_objective
@@ -19,22 +24,29 @@ from robust_train.core.validation import check_choice, check_non_negative, check
 from robust_train.explain.registry import is_differentiable, resolve_explainer
 from robust_train.metrics.functional.fidelity import PERTURBATIONS
 
-__all__ = ["DEFAULT_ATTACKS", "MONITOR_DEFAULTS", "EvaluationSettings"]
+__all__ = ["ATTACK_FIELDS", "DEFAULT_ATTACKS", "MONITOR_DEFAULTS", "EvaluationSettings"]
 
 DEFAULT_ATTACKS = ("random_sign", "topk", "mass_center", "targeted")
 NORMALIZE = ("max", "none")
 
 
+ATTACK_FIELDS = tuple(f.name for f in dataclasses.fields(AttackOptions))
+
+
 @dataclass(frozen=True)
-class EvaluationSettings(AttackOptions):
+class EvaluationSettings:
     """What the evaluation engine measures, on which images, with which settings.
 
-    The attack's fields (epsilon, step_size, n_steps, k, measure_k, n_restarts, noise_draws,
-    direction, surrogate_beta, internal_batch_size) are `AttackOptions`'; None picks a default
-    from the image size (`resolved`). Every attack runs all its candidate directions by default
-    (`direction="all"`), each image keeping its worst result.
+    The attack's options are held in `attack` (an `AttackOptions`: epsilon, norm, step_size,
+    n_steps, k, measure_k, n_restarts, noise_draws, direction, surrogate_beta,
+    internal_batch_size); the constructor takes them as keywords too, over `attack` when both
+    are given, and each reads through as an attribute (`settings.epsilon` is
+    `settings.attack.epsilon`). None picks a default from the image size (`resolved`). Every
+    attack runs all its candidate directions by default (`direction="all"`), each image keeping
+    its worst result.
 
     Attributes:
+        attack: the attack's options.
         parts: the evaluation parts to run, names in `robust_train.evaluation.PARTS`
             ("fragility", "lipschitz", "fidelity", ...).
         n_samples: held-out images evaluated (`robust-train evaluate` takes a seeded,
@@ -85,6 +97,7 @@ class EvaluationSettings(AttackOptions):
         extra: free-form notes carried along (not used by the engine).
     """
 
+    attack: AttackOptions = field(default_factory=AttackOptions, metadata={"cli": False})
     parts: tuple[str, ...] = field(
         default=("fragility", "lipschitz", "fidelity"), metadata={"help": "evaluation parts run"}
     )
@@ -163,8 +176,13 @@ class EvaluationSettings(AttackOptions):
     seed: int = field(default=0, metadata={"help": "seed of every random draw"})
     extra: dict[str, Any] = field(default_factory=dict, metadata={"cli": False})
 
+    if TYPE_CHECKING:  # the generated __init__, with the attack's fields as keywords too
+
+        def __init__(self, *, attack: AttackOptions | None = None, **options: Any) -> None: ...
+
     def __post_init__(self) -> None:
-        super().__post_init__()
+        if not isinstance(self.attack, AttackOptions):
+            raise TypeError(f"`attack` must be an AttackOptions, got {type(self.attack).__name__}")
         for name in ("n_samples", "lipschitz_samples", "fidelity_steps", "ig_steps"):
             check_positive(getattr(self, name), name, integer=True)
         self._check_certify()
@@ -218,15 +236,21 @@ class EvaluationSettings(AttackOptions):
         if self.certify_radius is not None:
             check_positive(self.certify_radius, "certify_radius")
 
-    def resolved(self, height: int, width: int) -> EvaluationSettings:  # type: ignore[override]
-        """A copy with every None replaced by its size-dependent default, checked on the size.
+    def resolved(self, height: int, width: int) -> EvaluationSettings:
+        """A copy with every None replaced by its size-dependent default, checked on the size;
+        settings already resolved for this size are returned as they are, so a resolution is
+        done once and passed down (to the parts, and their `attack` to the attacks).
 
         Examples:
             >>> s = EvaluationSettings().resolved(28, 28)
             >>> s.epsilon, s.k, s.lipschitz_radius
             (0.1, 98, 0.1)
+            >>> s.resolved(28, 28) is s
+            True
         """
-        attack = super().resolved(height, width)
+        if getattr(self, "_resolved_for", None) == (height, width):
+            return self
+        attack = self.attack.resolved(height, width)
         subset = self.faithfulness_subset
         if "faithfulness" in self.parts and subset is not None and subset >= height * width:
             raise ValueError(
@@ -234,12 +258,119 @@ class EvaluationSettings(AttackOptions):
                 f"{height}x{width} image, got {subset}"
             )
         radius = self.lipschitz_radius if self.lipschitz_radius is not None else attack.epsilon
-        values = {f.name: getattr(attack, f.name) for f in dataclasses.fields(AttackOptions)}
         parts = self.parts
         if self.input_reference and "fragility" in parts and "input_reference" not in parts:
             at = parts.index("fragility") + 1
             parts = (*parts[:at], "input_reference", *parts[at:])
-        return dataclasses.replace(self, **values, lipschitz_radius=radius, parts=parts)
+        out = dataclasses.replace(self, attack=attack, lipschitz_radius=radius, parts=parts)
+        object.__setattr__(out, "_resolved_for", (height, width))
+        return out
+
+    def attack_options(self) -> AttackOptions:
+        """The attack's options (`attack`), for `robust_train.attacks.fragility_attack`."""
+        return self.attack
+
+    @classmethod
+    def option_fields(cls) -> tuple[dataclasses.Field[Any], ...]:
+        """The fields its constructor takes as options: the attack's, then its own (not
+        `attack` itself), in the order the flags and the results list them."""
+        own = tuple(f for f in dataclasses.fields(cls) if f.name != "attack")
+        return (*dataclasses.fields(AttackOptions), *own)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every option by name, the attack's included (flat, as results.json records them).
+
+        Examples:
+            >>> d = EvaluationSettings(epsilon=0.2).as_dict()
+            >>> d["epsilon"], d["n_samples"], "attack" in d
+            (0.2, 200, False)
+        """
+        return {f.name: getattr(self, f.name) for f in self.option_fields()}
+
+    @property
+    def epsilon(self) -> float | None:
+        """`attack.epsilon`."""
+        return self.attack.epsilon
+
+    @property
+    def norm(self) -> str:
+        """`attack.norm`."""
+        return self.attack.norm
+
+    @property
+    def step_size(self) -> float | None:
+        """`attack.step_size`."""
+        return self.attack.step_size
+
+    @property
+    def n_steps(self) -> int:
+        """`attack.n_steps`."""
+        return self.attack.n_steps
+
+    @property
+    def k(self) -> int | None:
+        """`attack.k`."""
+        return self.attack.k
+
+    @property
+    def measure_k(self) -> int | None:
+        """`attack.measure_k`."""
+        return self.attack.measure_k
+
+    @property
+    def n_restarts(self) -> int:
+        """`attack.n_restarts`."""
+        return self.attack.n_restarts
+
+    @property
+    def noise_draws(self) -> int:
+        """`attack.noise_draws`."""
+        return self.attack.noise_draws
+
+    @property
+    def direction(self) -> str:
+        """`attack.direction`."""
+        return self.attack.direction
+
+    @property
+    def surrogate_beta(self) -> float | None:
+        """`attack.surrogate_beta`."""
+        return self.attack.surrogate_beta
+
+    @property
+    def internal_batch_size(self) -> int | None:
+        """`attack.internal_batch_size`."""
+        return self.attack.internal_batch_size
+
+
+def _taking_attack_keywords(generated: Callable[..., None]) -> Callable[..., None]:
+    """The dataclass's `__init__`, taking the attack's fields as keywords too: they are applied
+    over `attack` (`AttackOptions` checks them, naming the field) before its own fields."""
+
+    def __init__(self: Any, *args: Any, attack: AttackOptions | None = None, **kwargs: Any) -> None:
+        given = {name: kwargs.pop(name) for name in ATTACK_FIELDS if name in kwargs}
+        base = AttackOptions() if attack is None else attack
+        if given and isinstance(base, AttackOptions):
+            base = dataclasses.replace(base, **given)
+        generated(self, *args, attack=base, **kwargs)
+
+    own = inspect.signature(generated).parameters
+    attack_params = [
+        inspect.Parameter(
+            f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type
+        )
+        for f in dataclasses.fields(AttackOptions)
+    ]
+    kept = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own.values()]
+    __init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [kept[0].replace(kind=inspect.Parameter.POSITIONAL_ONLY), *attack_params, *kept[1:]]
+    )
+    __init__.__qualname__ = generated.__qualname__
+    __init__.__doc__ = generated.__doc__
+    return __init__
+
+
+EvaluationSettings.__init__ = _taking_attack_keywords(EvaluationSettings.__init__)  # type: ignore[method-assign]
 
 
 def _betas(value: object) -> tuple[float, ...]:

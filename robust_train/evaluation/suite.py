@@ -55,7 +55,8 @@ def evaluate_classifier(
     s = settings or EvaluationSettings()
     x, y = inputs[: s.n_samples], labels[: s.n_samples]
     m = None if masks is None else check_masks(masks, inputs)[: s.n_samples]
-    result = summarize(run_parts(model, x, y, s, masks=m, progress=progress))
+    evaluation = run_parts(model, x, y, s, masks=m, progress=progress, inputs_checked=True)
+    result = summarize(evaluation)
     result["images_digest"] = images_digest(x)
     return result
 

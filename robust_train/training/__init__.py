@@ -1,5 +1,6 @@
 """Training: `RobustClassifier` (the LightningModule: task loss plus penalty terms), its
-precision checks, run folders and checkpoints, and the loggers it writes to.
+precision checks, run folders (`run_folder`: from their claim to their release) and checkpoints,
+and the loggers it writes to.
 
 `RobustClassifier` is imported on first use, so importing `robust_train.training.loggers` or
 `robust_train.training.checkpointing` does not load the module's dependencies.

@@ -23,7 +23,7 @@ from reliability import (
 )
 
 import robust_train.app.certify_command as certify_command
-import robust_train.app.checkpoint_io as checkpoint_io
+import robust_train.evaluation.split as evaluation_split
 from robust_train.app.cli import main
 from robust_train.models import SmallCNN
 
@@ -45,7 +45,7 @@ def ckpt(isolated: Path) -> Path:
 
 
 def test_an_out_that_is_a_file_is_refused_before_any_work(ckpt, isolated, monkeypatch, capsys):
-    monkeypatch.setattr(checkpoint_io, "evaluate_classifier", _no_work)
+    monkeypatch.setattr(evaluation_split, "evaluate_classifier", _no_work)
     monkeypatch.setattr(certify_command, "certify_model", _no_work)
     (isolated / "taken").write_text("a file")
     commands = {
@@ -63,7 +63,7 @@ def test_an_out_that_is_a_file_is_refused_before_any_work(ckpt, isolated, monkey
 
 @pytest.mark.parametrize("command", ["evaluate", "certify"])
 def test_a_symlink_in_out_is_never_followed(ckpt, isolated, monkeypatch, capsys, command):
-    monkeypatch.setattr(checkpoint_io, "evaluate_classifier", _no_work)
+    monkeypatch.setattr(evaluation_split, "evaluate_classifier", _no_work)
     monkeypatch.setattr(certify_command, "certify_model", _no_work)
     precious = isolated / "precious.txt"
     precious.write_text("keep me")

@@ -73,11 +73,12 @@ def test_unavailable_cuda_is_one_line_exit_2_before_any_work(cli, no_gpu, tmp_pa
 def test_model_and_images_run_on_the_resolved_device(cli, monkeypatch, tmp_path):
     """The resolver's device reaches the weights' loading and the engine's model and images."""
     from robust_train.app import checkpoint_io, commands
+    from robust_train.evaluation import split
 
     asked: list[tuple[str, str]] = []
     seen: dict[str, torch.device] = {}
     real_loader = checkpoint_io.FitCheckpoint.classifier
-    real_engine = checkpoint_io.evaluate_classifier
+    real_engine = split.evaluate_classifier
 
     def resolver(args):
         asked.append((args.accelerator, args.devices))
@@ -94,7 +95,7 @@ def test_model_and_images_run_on_the_resolved_device(cli, monkeypatch, tmp_path)
 
     monkeypatch.setattr(commands, "device_from", resolver)
     monkeypatch.setattr(checkpoint_io.FitCheckpoint, "classifier", loader)
-    monkeypatch.setattr(checkpoint_io, "evaluate_classifier", engine)
+    monkeypatch.setattr(split, "evaluate_classifier", engine)
     done = cli("evaluate", "--ckpt", "digits_robust", *QUICK, "--no-progress", "--devices", "1",
                "--out", str(tmp_path / "o"))  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -24,7 +24,7 @@ def test_monitor_comment_matches_the_resolved_monitor_settings(name: str):
         c for c in config["trainer"]["callbacks"] if c["class_path"].endswith("RobustnessMonitor")
     ]
     options = {**MONITOR_DEFAULTS, **monitor["init_args"]}
-    options = {k: v for k, v in options.items() if k in EvaluationSettings.__dataclass_fields__}
+    options = {k: v for k, v in options.items() if k in EvaluationSettings().as_dict()}
     settings = EvaluationSettings(**options).resolved(size, size)
     stated = re.search(r"k = (\d+) of (\d+) pixels.*eps (\d+)/255", text, re.S)
     assert stated, "the comment states k, the pixel count and eps"

@@ -253,7 +253,7 @@ class FragilityPart(EvaluationPart):
             ensemble = ensemble_attack(
                 model, x, y, explainer=bind_settings(explainer, s), objective=attack,
                 target_region=region, seed=s.seed, betas=s.ensemble_betas,
-                search_queries=s.search_queries, options=s, progress=self.progress,
+                search_queries=s.search_queries, options=s.attack, progress=self.progress,
             )  # fmt: skip
             self.costs[name] = ensemble.cost()
             return ensemble.result
@@ -267,7 +267,7 @@ class FragilityPart(EvaluationPart):
             target_region=region,
             seed=s.seed,
             progress=self.progress,
-            options=s,
+            options=s.attack,
         )
         self.costs[name] = single_attack_cost(result, time.perf_counter() - start)
         return result

@@ -30,6 +30,7 @@ import torch
 from pytorch_lightning.callbacks import Callback
 
 from robust_train.app.shipped_files import file_argument
+from robust_train.core.history import History
 from robust_train.core.resources import assets_dir
 
 CONFIG_DIR = assets_dir().resolve() / "configs"  # the shipped configs (package data)
@@ -86,7 +87,7 @@ class MetricHistory(Callback):
 
     def __init__(self, monitors: list[Any], keys: tuple[str, ...] = HISTORY_KEYS) -> None:
         self.keys, self.monitors = keys, monitors
-        self.history: dict[str, list[tuple[int, float]]] = {k: [] for k in keys}
+        self.history = History()
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         evaluated = any(trainer.current_epoch in m.evaluated_epochs for m in self.monitors)
@@ -95,7 +96,7 @@ class MetricHistory(Callback):
                 continue
             if key in trainer.callback_metrics:
                 value = float(trainer.callback_metrics[key])
-                self.history[key].append((trainer.current_epoch, value))
+                self.history.add(key, trainer.current_epoch, value)
 
 
 def train(

@@ -14,6 +14,7 @@ from pytorch_lightning.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from robust_train.core.history import History
 from robust_train.core.validation import (
     check_choice,
     check_images,
@@ -147,7 +148,7 @@ class RobustClassifier(pl.LightningModule):
         self._fit_start: float | None = None
         self._skipped: list[tuple[int, dict[str, float]]] = []  # this epoch's skipped steps
         self._skip_warned = False
-        self._val_history: list[tuple[int, float]] = []
+        self._val_history = History()
 
     def run_config(self) -> dict[str, Any]:
         """Readable descriptions of this run for loggers, beside the hyper-parameters.
@@ -276,7 +277,7 @@ class RobustClassifier(pl.LightningModule):
             return
         value = trainer.callback_metrics.get("val/acc")
         if value is not None:
-            self._val_history.append((self.current_epoch, float(value)))
+            self._val_history.add("val/acc", self.current_epoch, float(value))
 
     def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         return self._eval_step(batch, "test", self.test_acc)
@@ -383,7 +384,7 @@ class RobustClassifier(pl.LightningModule):
         meta = checkpoint.get("robust_train") or {}
         self._seconds_before = float(meta.get("training_seconds") or 0.0)
         points = (meta.get("history") or {}).get("val/acc") or []
-        self._val_history = [(int(e), float(v)) for e, v in points]
+        self._val_history = History.from_state({"val/acc": points})
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Record what `load_classifier` and `robust-train evaluate` need to rebuild the model
@@ -407,9 +408,8 @@ class RobustClassifier(pl.LightningModule):
     def history(self) -> dict[str, list[list[float]]]:
         """Per-epoch values logged during the fit: `val/acc` and every monitor's scalars,
         key -> [[epoch, value], ...] (what `robust-train compare` plots per epoch)."""
-        out: dict[str, list[list[float]]] = {"val/acc": [[e, v] for e, v in self._val_history]}
-        for callback in getattr(self._trainer, "callbacks", None) or []:
-            for key, points in (getattr(callback, "history", None) or {}).items():
-                if isinstance(points, list):
-                    out[str(key)] = [[float(e), float(v)] for e, v in points]
-        return {k: v for k, v in out.items() if v}
+        callbacks = getattr(self._trainer, "callbacks", None) or []
+        kept = [getattr(c, "history", None) for c in callbacks]
+        return History.merged(
+            [self._val_history, *(h for h in kept if isinstance(h, dict))]
+        ).state()

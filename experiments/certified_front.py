@@ -11,12 +11,13 @@ the weights go to --out/<tag>_s<seed>.ckpt and a row (test accuracy, fit CPU s) 
 
 `score`: for each model of --tags (shipped names, default both MNIST-5k ones, or fits), the
 first --n correctly classified MNIST-5k test images: the certified top-100 overlap (interval
-bounds; CROWN on the first --crown-n) at L_inf 0.005, 0.01, 0.02, 0.05, the lowest overlap the
-L_inf top-k fragility attack and random points of the ball leave, accuracy on the 1,000 test
-images, and the CPU cost; one JSON per model under --out/scores/.
+bounds at L_inf 0.005, 0.01, 0.02, 0.05; CROWN on the first --crown-n at 0.005 and 0.01), the
+lowest overlap the L_inf top-k fragility attack and random points of the ball leave, accuracy
+on the 1,000 test images, and the cost; one JSON per model and method under --out/scores/.
 
-`table`: the scores as experiments/results/certified_front.json (the page's tables) and the
-front figure docs/images/certified_front.png.
+`table`: the scores as experiments/results/certified_front.json (the page's tables), the
+front figure docs/images/certified_front.png and the page experiments/CERTIFIED_FRONT.md (its
+prose: experiments/prose/CERTIFIED_FRONT.md).
 
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 python -m experiments.certified_front fit --tag w1_scratch \\
         --weight 1 --epochs 20 --seed 0
@@ -38,11 +39,13 @@ from typing import Any
 import torch
 
 from experiments import explainer_recipes as er
-from experiments.pages import IMAGES, RESULTS
+from experiments.pages import IMAGES, RESULTS, tables_page
 from robust_train.core.resources import shipped_checkpoint
 
 OUT = Path("/work/runs/certify")
+PAGE = "CERTIFIED_FRONT.md"
 EPSILONS = (0.005, 0.01, 0.02, 0.05)
+CROWN_EPSILONS = (0.005, 0.01)
 K = 100
 SHIPPED = ("mnist5k_baseline", "mnist5k_robust")
 
@@ -103,44 +106,43 @@ def _load(name: str, out: Path) -> Any:
     return load_classifier(path).eval()
 
 
-def score_one(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Certify and attack one model on the first `args.n` correctly classified test images."""
+def score_one(name: str, method: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Certify (and, for interval bounds, attack) one model on the first `args.n` (CROWN:
+    `args.crown_n`) correctly classified test images."""
     from robust_train.certify.deterministic_run import BoundSettings, certify_model_bounds
     from robust_train.core.runtime import predict
 
     model = _load(name, args.out)
     x, y = er.split("test")
     right = predict(model, x, 256) == y
-    xs, ys = x[right][: args.n], y[right][: args.n]
-    row: dict[str, Any] = {"model": name, "test_acc": float(right.float().mean()), "n": len(ys)}
-    for method, n in (("interval", args.n), ("crown", args.crown_n)):
-        if not n:
-            continue
-        settings = BoundSettings(
-            method=method, epsilons=EPSILONS, k=K, attack_steps=args.attack_steps if
-            method == "interval" else 0, random_points=args.random_points if method ==
-            "interval" else 0,
-        )  # fmt: skip
-        start = time.process_time()
-        row[method] = certify_model_bounds(model, xs[:n], ys[:n], settings)
-        row[method]["cpu_s"] = time.process_time() - start
-        row[method].pop("per_image", None) if method == "crown" else None
+    n = args.n if method == "interval" else args.crown_n
+    xs, ys = x[right][:n], y[right][:n]
+    attack = method == "interval"
+    settings = BoundSettings(
+        method=method, epsilons=EPSILONS if attack else CROWN_EPSILONS, k=K,
+        attack_steps=args.attack_steps if attack else 0,
+        random_points=args.random_points if attack else 0,
+    )  # fmt: skip
+    start = time.process_time()
+    row = certify_model_bounds(model, xs, ys, settings)
+    row.update(model=name, test_acc=float(right.float().mean()), cpu_s=time.process_time() - start)
     return row
 
 
 def score(args: argparse.Namespace) -> None:
-    """Score every model of `--tags` (shipped names or fits); one JSON each, skipped when
-    present."""
+    """Score every model of `--tags` (shipped names or fits): interval bounds and the attacks,
+    then CROWN; one JSON each, skipped when present."""
     folder = args.out / "scores"
     folder.mkdir(parents=True, exist_ok=True)
-    for name in args.tags:
-        path = folder / f"{name}.json"
-        if path.exists():
-            continue
-        torch.manual_seed(0)
-        row = score_one(name, args)
-        path.write_text(json.dumps(row, indent=1))
-        print(name, json.dumps({m: row[m]["certified_median"] for m in ("interval",)}), flush=True)
+    for method in ("interval", "crown") if args.crown_n else ("interval",):
+        for name in args.tags:
+            path = folder / f"{name}.{method}.json"
+            if path.exists():
+                continue
+            torch.manual_seed(0)
+            row = score_one(name, method, args)
+            path.write_text(json.dumps(row, indent=1))
+            print(name, method, json.dumps(row["certified_median"]), flush=True)
 
 
 def _fits(out: Path) -> dict[str, dict[str, Any]]:
@@ -161,8 +163,12 @@ def group_rows(out: Path) -> dict[str, dict[str, Any]]:
     per-seed medians over images, and the settings."""
     fits = _fits(out)
     groups: dict[str, list[dict[str, Any]]] = {}
-    for path in sorted((out / "scores").glob("*.json")):
-        row = json.loads(path.read_text())
+    for path in sorted((out / "scores").glob("*.interval.json")):
+        row = {"interval": json.loads(path.read_text())}
+        crown = path.with_name(path.name.replace(".interval.", ".crown."))
+        if crown.exists():
+            row["crown"] = json.loads(crown.read_text())
+        row.update(model=row["interval"]["model"], test_acc=row["interval"]["test_acc"])
         tag = fits[row["model"]]["tag"] if row["model"] in fits else row["model"]
         row["fit"] = fits.get(row["model"])
         groups.setdefault(tag, []).append(row)
@@ -176,8 +182,9 @@ def group_rows(out: Path) -> dict[str, dict[str, Any]]:
             "empirical": [_median([m["empirical"][i] for m in iv]) for i in range(4)],
             "crown": [
                 _median([r["crown"]["certified_median"][i] for r in rows if "crown" in r])
-                for i in range(4)
+                for i in range(len(CROWN_EPSILONS))
             ],
+            "crown_images": _median([r["crown"]["n_images"] for r in rows if "crown" in r]),
             "min_gap": min(m["empirical_min_gap"] for m in iv),
             "certify_s": _median([max(m["seconds"]["certify_per_image"]) for m in iv]),
             "crown_s": _median(
@@ -224,7 +231,7 @@ def tables(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "rows": front,
         },
         "cost": {
-            "columns": ["model", "training", "interval ms / image", "crown s / image",
+            "columns": ["model", "training", "interval wall ms / image", "crown wall s / image",
                         "fit CPU s", "min attacked - certified"],
             "align": "|---|---|---|---|---|---|",
             "rows": cost,
@@ -260,9 +267,11 @@ def figure(summary: dict[str, dict[str, Any]], path: Path) -> None:
 def table(args: argparse.Namespace) -> None:
     summary = group_rows(args.out)
     RESULTS.mkdir(exist_ok=True)
-    data = {"settings": {"epsilons": EPSILONS, "k": K}, "groups": summary, **tables(summary)}
+    data = {"settings": {"epsilons": EPSILONS, "k": K}, "groups": summary,
+            "tables": tables(summary)}  # fmt: skip
     (RESULTS / "certified_front.json").write_text(json.dumps(data, indent=1) + "\n")
     figure(summary, IMAGES / "certified_front.png")
+    tables_page(PAGE)
     print(json.dumps({t: (s["test_acc"], s["certified"]) for t, s in summary.items()}, indent=1))
 
 

@@ -173,7 +173,8 @@ def group_rows(out: Path) -> dict[str, dict[str, Any]]:
         row["fit"] = fits.get(row["model"])
         groups.setdefault(tag, []).append(row)
     summary = {}
-    for tag, rows in groups.items():
+    order = [*(t for t in SHIPPED if t in groups), *sorted(t for t in groups if t not in SHIPPED)]
+    for tag, rows in ((t, groups[t]) for t in order):
         iv = [r["interval"] for r in rows]
         summary[tag] = {
             "seeds": len(rows),
@@ -263,6 +264,9 @@ def figure(summary: dict[str, dict[str, Any]], path: Path) -> None:
         right.annotate(tag, (s["test_acc"], s["certified"][1]), fontsize=7)
     left.set(xscale="log", xlabel="L_inf radius", ylabel="top-100 overlap",
              title="certified median (solid), attacked mean (dashed)")  # fmt: skip
+    left.set_xticks(EPSILONS, [f"{e:g}" for e in EPSILONS])
+    left.minorticks_off()
+    right.locator_params(axis="x", nbins=5)
     right.axvline(0.97, color="grey", lw=0.5)
     right.axhline(0.5, color="grey", lw=0.5)
     right.set(xlabel="test accuracy", ylabel="median certified overlap at 0.01",

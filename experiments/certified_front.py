@@ -197,7 +197,7 @@ def group_rows(out: Path) -> dict[str, dict[str, Any]]:
             ),
             "measure_cpu_s": _median([m["cpu_s"] / m["n_images"] for m in iv]),
             "fit_cpu_s": _median([r["fit"]["fit_cpu_s"] for r in rows if r["fit"]]),
-            "fit": rows[0]["fit"],
+            "fit": {k: v for k, v in (rows[0]["fit"] or {}).items() if k != "ckpt"} or None,
         }
     return summary
 

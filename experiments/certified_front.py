@@ -181,6 +181,7 @@ def group_rows(out: Path) -> dict[str, dict[str, Any]]:
             "test_acc": _median([r["test_acc"] for r in rows]),
             "certified": [_median([m["certified_median"][i] for m in iv]) for i in range(4)],
             "empirical": [_median([m["empirical"][i] for m in iv]) for i in range(4)],
+            "stable_relus": [_median([m["stable_relus"][i] for m in iv]) for i in range(4)],
             "crown": [
                 _median([r["crown"]["certified_median"][i] for r in rows if "crown" in r])
                 for i in range(len(CROWN_EPSILONS))

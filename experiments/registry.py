@@ -89,6 +89,12 @@ EXPERIMENTS: dict[str, Entry] = {
         page="INDEPENDENT_ATTACKS.md",
         write_page=TABLES,
     ),
+    "certified_front": Entry(
+        "experiments.certified_front",
+        "the deterministic certificate of the saliency map against accuracy and radius",
+        page="CERTIFIED_FRONT.md",
+        write_page=TABLES,
+    ),
     "attack_figure": Entry(
         "experiments.attack_figure",
         "the README's figure: one top-k attack on a natural and a robust model's saliency",

@@ -12,7 +12,7 @@ linear function is minimised over the box in closed form. Upper bounds are -lowe
 -z. The result is intersected with the interval bounds, so it is never looser; fewer unstable
 ReLUs means a tighter ReLU-derivative mask in the backward pass of `robust_train.certify.interval`.
 
-Networks must be a chain (no residual sums): `crown_tightener` refuses the others.
+Residual sums are bounded too: the back-substitution follows the traced graph, not a chain.
 """
 
 from __future__ import annotations
@@ -35,33 +35,28 @@ CHANNELWISE = (nn.BatchNorm1d, nn.BatchNorm2d, Normalize)
 def crown_tightener(steps: list[Step], rows_per_chunk: int = 512) -> Tighten:
     """The `tighten` hook of `forward_bounds` that runs CROWN before each ReLU.
 
-    Args:
-        steps: `trace_network(model)`; must form a chain (each step reads the previous one).
-        rows_per_chunk: unstable neurons back-substituted at once (memory).
+    The back-substitution walks the traced graph backwards from the ReLU's input: a residual
+    sum hands its coefficients to both of its arguments, and an argument read by several steps
+    collects the sum of what they hand it (the linear bound of a sum is the sum of the bounds).
 
-    Raises:
-        UnsupportedLayerError: for a network with residual sums.
+    Args:
+        steps: `trace_network(model)`, in execution order.
+        rows_per_chunk: unstable neurons back-substituted at once (memory).
     """
-    chain = [s for s in steps if s.kind not in ("value", "output")]
-    for before, step in zip(chain, chain[1:], strict=False):
-        if step.kind == "add" or step.args[0] != before.name:
-            raise UnsupportedLayerError(
-                f"method 'crown' bounds chains of layers; {step.name!r} does not read the step "
-                "before it (a residual sum); use method 'interval'"
-            )
-    position = {s.name: i for i, s in enumerate(chain)}
+    position = {s.name: i for i, s in enumerate(steps)}
 
     def tighten(step: Step, env: dict[str, Any]) -> Box:
         name = step.args[0]
         box: Box = env[name]
-        if _exact_by_intervals(chain[: position[name] + 1]):
+        before = steps[: position[name] + 1]
+        if _exact_by_intervals(before):
             return box
         lower, upper = box.lower.clone(), box.upper.clone()
         for b in range(lower.shape[0]):
             unstable = ((lower[b] < 0) & (upper[b] > 0)).flatten().nonzero().flatten()
             for start in range(0, len(unstable), rows_per_chunk):
                 index = unstable[start : start + rows_per_chunk]
-                low, high = _bounds_of(chain[: position[name] + 1], env, b, index)
+                low, high = _bounds_of(before, env, b, index)
                 flat_l, flat_u = lower[b].view(-1), upper[b].view(-1)
                 flat_l[index] = torch.maximum(flat_l[index], low)
                 flat_u[index] = torch.minimum(flat_u[index], high)
@@ -70,49 +65,66 @@ def crown_tightener(steps: list[Step], rows_per_chunk: int = 512) -> Tighten:
     return tighten
 
 
-def _exact_by_intervals(chain: list[Step]) -> bool:
-    """Whether interval bounds are already exact: no nonlinearity, and at most one affine layer
-    that mixes entries (per-channel scalings such as BatchNorm map a box onto a box)."""
-    if any(s.kind in ("relu", "maxpool") for s in chain):
+def _exact_by_intervals(steps: list[Step]) -> bool:
+    """Whether interval bounds are already exact: no nonlinearity, no sum, and at most one
+    affine layer that mixes entries (per-channel scalings such as BatchNorm map a box onto a
+    box)."""
+    if any(s.kind in ("relu", "maxpool", "add") for s in steps):
         return False
-    mixing = [s for s in chain if s.kind == "affine" and not isinstance(s.module, CHANNELWISE)]
+    mixing = [s for s in steps if s.kind == "affine" and not isinstance(s.module, CHANNELWISE)]
     return len(mixing) <= 1
 
 
-def _bounds_of(chain: list[Step], env: dict[str, Any], b: int, index: Tensor) -> tuple[Tensor, ...]:
+def _bounds_of(steps: list[Step], env: dict[str, Any], b: int, index: Tensor) -> tuple[Tensor, ...]:
     """CROWN lower and upper bounds of the neurons `index` of the last step's output, image b."""
-    shape = env[chain[-1].name].lower.shape[1:]
+    last = env[steps[-1].name].lower
+    shape = last.shape[1:]
     rows = len(index)
-    eye = torch.zeros(rows, shape.numel(), dtype=env[chain[-1].name].lower.dtype)
-    eye = eye.to(env[chain[-1].name].lower.device)
+    eye = torch.zeros(rows, shape.numel(), dtype=last.dtype, device=last.device)
     eye[torch.arange(rows), index] = 1.0
     coef = torch.cat([eye, -eye]).view(2 * rows, *shape)
-    lowest = _lower_bound(chain, env, b, coef)
+    lowest = _lower_bound(steps, env, b, coef)
     return lowest[:rows], -lowest[rows:]
 
 
-def _lower_bound(chain: list[Step], env: dict[str, Any], b: int, coef: Tensor) -> Tensor:
-    """min over the input box of sum(coef * output of the chain's last step), per row."""
+def _lower_bound(steps: list[Step], env: dict[str, Any], b: int, coef: Tensor) -> Tensor:
+    """min over the input box of sum(coef * output of the last step), per row: the linear
+    bounds are carried backwards through the graph, each step's coefficients handed to the
+    steps it reads."""
     bias = coef.new_zeros(coef.shape[0])
-    for i in range(len(chain) - 1, 0, -1):
-        step, before = chain[i], env[chain[i - 1].name]
+    coefs: dict[str, Tensor] = {steps[-1].name: coef}
+    for step in reversed(steps):
+        c = coefs.pop(step.name, None)
+        if c is None:
+            continue
+        if step.kind == "input":
+            low, high = env[step.name].lower[b : b + 1], env[step.name].upper[b : b + 1]
+            value = c.clamp_min(0) * low + c.clamp_max(0) * high
+            return value.flatten(1).sum(1) + bias
+        if step.kind == "add":
+            for name in step.args[:2]:
+                _hand(coefs, name, c)
+            continue
+        before = env[step.args[0]]
         low, high = before.lower[b : b + 1], before.upper[b : b + 1]
         if step.kind == "affine":
             assert step.linear is not None
-            bias = bias + (coef * step.linear.bias_of(low)).flatten(1).sum(1)
-            coef = step.linear.transpose(coef, low.shape)
+            bias = bias + (c * step.linear.bias_of(low)).flatten(1).sum(1)
+            c = step.linear.transpose(c, low.shape)
         elif step.kind == "relu":
-            coef, extra = _relu_relaxation(coef, low, high)
+            c, extra = _relu_relaxation(c, low, high)
             bias = bias + extra
         elif step.kind == "maxpool":
-            coef, extra = _maxpool_relaxation(step, coef, low, high)
+            c, extra = _maxpool_relaxation(step, c, low, high)
             bias = bias + extra
         elif step.kind == "reshape":
-            coef = coef.reshape(coef.shape[0], *low.shape[1:])
-    box = env[chain[0].name]
-    low, high = box.lower[b : b + 1], box.upper[b : b + 1]
-    value = coef.clamp_min(0) * low + coef.clamp_max(0) * high
-    return value.flatten(1).sum(1) + bias
+            c = c.reshape(c.shape[0], *low.shape[1:])
+        _hand(coefs, step.args[0], c)
+    raise UnsupportedLayerError("the bounded neurons do not depend on the model's input")
+
+
+def _hand(coefs: dict[str, Tensor], name: str, coef: Tensor) -> None:
+    coefs[name] = coefs[name] + coef if name in coefs else coef
 
 
 def _relu_relaxation(coef: Tensor, low: Tensor, high: Tensor) -> tuple[Tensor, Tensor]:

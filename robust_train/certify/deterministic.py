@@ -110,7 +110,7 @@ def explanation_bounds(
         inputs: images (B, C, H, W) in [0, 1].
         target: (B,) class whose logit is explained.
         epsilon: L_inf radius, pixel units.
-        method: ``interval`` or ``crown`` (tighter pre-activation bounds, chains only).
+        method: ``interval`` or ``crown`` (tighter pre-activation bounds).
         explainer: ``saliency`` or ``input_x_gradient``.
 
     Returns:

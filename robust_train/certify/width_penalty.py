@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from robust_train.certify.deterministic import (
@@ -31,6 +32,7 @@ from robust_train.certify.deterministic import (
     explanation_bounds,
 )
 from robust_train.core.options import build_options, takes_options
+from robust_train.core.validation import check_non_negative
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
 
 __all__ = ["IntervalWidthOptions", "IntervalWidthPenalty", "interval_width"]
@@ -44,17 +46,22 @@ class IntervalWidthOptions:
         epsilon: L_inf radius of the ball the bounds hold over (pixel units).
         explainer: ``saliency`` or ``input_x_gradient``.
         relative: divide the mean width by the mean |midpoint| of the bounds (scale-free).
+        ramp_steps: the `IntervalWidthPenalty` term raises its radius linearly from 0 to
+            `epsilon` over this many calls (one per training step; 0: `epsilon` from the
+            first), as Wicker et al. ramp theirs; the function `interval_width` ignores it.
     """
 
     epsilon: float = 0.01
     explainer: str = "saliency"
     relative: bool = True
+    ramp_steps: int = 0
 
     def __post_init__(self) -> None:
         check_epsilon(self.epsilon)
         check_bound_explainer(self.explainer)
         if not isinstance(self.relative, bool):
             raise TypeError(f"`relative` must be a bool, got {self.relative!r}")
+        check_non_negative(self.ramp_steps, "ramp_steps", integer=True)
 
 
 @takes_options(IntervalWidthOptions)
@@ -81,8 +88,11 @@ def interval_width(model: nn.Module, inputs: Tensor, target: Tensor, **options: 
     return _width(model, inputs, target, o)
 
 
-def _width(model: nn.Module, inputs: Tensor, target: Tensor, o: IntervalWidthOptions) -> Tensor:
-    b = explanation_bounds(model, inputs.detach(), target, epsilon=o.epsilon, explainer=o.explainer)
+def _width(
+    model: nn.Module, inputs: Tensor, target: Tensor, o: IntervalWidthOptions, share: float = 1.0
+) -> Tensor:
+    eps = o.epsilon * share
+    b = explanation_bounds(model, inputs.detach(), target, epsilon=eps, explainer=o.explainer)
     width = (b.upper - b.lower).flatten(1).mean(1)
     if not o.relative:
         return width
@@ -99,15 +109,40 @@ class IntervalWidthPenalty(PenaltyTerm):
         weight, name, seed: as every `PenaltyTerm`.
         **options: the fields of `IntervalWidthOptions`.
 
+    With ``ramp_steps`` > 0 the radius of call t (counted from 0 by the term, in training mode
+    only) is ``epsilon * min(1, (t + 1) / ramp_steps)``; the count is saved with the module's
+    state (a resumed fit continues its ramp) and `radius` reads the current value.
+
     Examples:
         >>> IntervalWidthPenalty(weight=0.1, epsilon=0.02).options.epsilon
         0.02
+        >>> IntervalWidthPenalty(epsilon=0.02, ramp_steps=4).radius
+        0.005
     """
 
     double_backprop = True  # the pooling layers' transposes are autograd backward passes
     options_class = IntervalWidthOptions
 
+    def __init__(
+        self, weight: float = 1.0, name: str | None = None, seed: int | None = None, **options: Any
+    ) -> None:
+        super().__init__(weight, name, seed, **options)
+        self.ramp_calls: Tensor
+        self.register_buffer("ramp_calls", torch.zeros((), dtype=torch.long))
+
+    @property
+    def radius(self) -> float:
+        """The L_inf radius of the next call (`epsilon` once the ramp is over)."""
+        return self.options.epsilon * self._share()
+
+    def _share(self) -> float:
+        steps = self.options.ramp_steps
+        return min(1.0, (int(self.ramp_calls) + 1) / steps) if steps else 1.0
+
     def penalty(
         self, model: nn.Module, inputs: Tensor, target: Tensor, logits: Tensor | None
     ) -> Tensor:
-        return _width(model, inputs, target, self.options)
+        share = self._share()
+        if self.training and self.options.ramp_steps:
+            self.ramp_calls.add_(1)
+        return _width(model, inputs, target, self.options, share)

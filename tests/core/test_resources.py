@@ -22,7 +22,9 @@ from robust_train.core.resources import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-CHECKPOINTS = ("digits_baseline", "digits_robust", "mnist5k_baseline", "mnist5k_robust")
+CHECKPOINTS = (
+    "digits_baseline", "digits_robust", "mnist5k_baseline", "mnist5k_certified", "mnist5k_robust"
+)
 
 
 def test_the_listing_is_the_files_in_the_package():

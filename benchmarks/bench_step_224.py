@@ -5,10 +5,10 @@ Adam step + zero_grad (`bench_train_step.make_step`), on an untrained torchvisio
 ResNet-50 (`TorchvisionClassifier`, 3 classes, ImageNet normalisation as a layer) in train mode,
 a batch of 8 random [0, 1] RGB images by default (`--batch`). The every-map recipe is the
 MultiMapSmoothness term of `assets/configs/imagefolder_resnet18_every_map.yaml`, read from the
-shipped file (saliency + input x gradient + Grad-CAM, a fifth of the batch, one ascent step);
+shipped file (saliency + input x gradient + Grad-CAM, batch fraction 0.09, one ascent step);
 each lever row changes one or two of its options and keeps the rest:
 
-- batch fraction 0.1 / 0.5 (the recipe: 0.2); the penalised images are ceil(fraction x batch);
+- batch fraction 0.1 / 0.5 (the recipe: 0.09); the penalised images are ceil(fraction x batch);
 - fewer maps: saliency only; saliency + Grad-CAM (the recipe's map weights for those maps);
 - ascent steps 0 (x' uniform in the ball; the recipe: 1);
 - batch fraction 0.1 and no ascent together.

@@ -15,6 +15,11 @@ BENCHMARKS: dict[str, Entry] = {
         "seconds per step at 224 px, torchvision ResNets: plain vs the every-map recipe and levers",
         json=True,
     ),
+    "bench_eval_224": Entry(
+        "benchmarks.bench_eval_224",
+        "seconds per image of evaluate at 224 px, ResNet-18, per explainer: default and fast",
+        json=True,
+    ),
     "bench_eval": Entry(
         "benchmarks.bench_eval",
         "fidelity curves, Lipschitz estimate and attack beside Quantus, Captum and bare loops",

@@ -73,6 +73,10 @@ EXPERIMENTS: dict[str, Entry] = {
         page="CHEAPER.md",
         write_page=TABLES,
     ),
+    "every_map_levers": Entry(
+        "experiments.every_map_levers",
+        "what the 224 px every-map recipe's cheaper settings cost in robustness, on a proxy",
+    ),
     "explainer_recipes": Entry(
         "experiments.explainer_recipes",
         "fine-tuning against each explainer: surrogate, sweep, summary, table",

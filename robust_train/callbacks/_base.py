@@ -22,6 +22,7 @@ from robust_train.callbacks._diverged import (
     guarded,
     warnings_once,
 )
+from robust_train.callbacks._first_pass import step_seconds
 from robust_train.callbacks._logger_media import MediaWriter
 from robust_train.callbacks._subset import SPLITS, from_tensors, from_trainer, select, shard
 from robust_train.callbacks.figures import Report
@@ -47,8 +48,10 @@ class RobustnessCallback(Callback):
     Schedule: after training epoch `e` when `(e + 1) % every_n_epochs == 0` (0: once, when fit
     ends), unless that would take the monitor over `max_overhead` of the fit's wall time (see
     `OverheadBudget`): an evaluation takes only the images of the subset that fit in the room
-    left (`robustness/images/<name>` logs how many); the first one always runs (one image timed
-    first), the last epoch when an image fits; the first skip is logged as info. On small
+    left (`robustness/images/<name>` logs how many); the first one is planned like any other
+    from an estimate of its cost per image (one timed attack step times the evaluation's work
+    per image; a monitor that cannot estimate times one image first), the last epoch when an
+    image fits; the first skip is logged as info. On small
     images an evaluation costs about an epoch of 8x8 digits, so short fits are evaluated at few
     epochs and longer fits or larger datasets at more (or all); on large images the
     evaluations shrink. Pass `max_overhead=None` for every scheduled epoch on every image.
@@ -143,6 +146,7 @@ class RobustnessCallback(Callback):
         self._skip_noted = False
         self._planned: int | None = None  # images of the evaluation `should_run` let through
         self._probe_seconds = 0.0
+        self._estimated = False  # the budget's cost per image is `_estimate_first`'s
         self._correct: Tensor | None = None  # the held-out images classified correctly, per run
         self._nonfinite_warned = False
         self._warned_at: set[tuple[str, int]] = set()  # places whose warning was passed on
@@ -219,6 +223,7 @@ class RobustnessCallback(Callback):
         last = max(trainer.current_epoch - 1, 0)
         if self.every_n_epochs == 0 and last not in self.evaluated_epochs:
             self.budget.allows(is_last=True)  # accounts the fit's time
+            self._estimate_first(trainer)
             self._planned = self.budget.images(len(self.held_out(trainer)[1]), is_last=True)
             if self._planned == 0 and self.budget.per_image is not None:  # a resumed fit's
                 self._note_final_skipped(last)
@@ -260,6 +265,7 @@ class RobustnessCallback(Callback):
         progress = (epoch + 1) / max_epochs if max_epochs is not None else None
         allowed = self.budget.allows(is_last=is_last, progress=progress)
         n_total = len(self.held_out(trainer)[1])
+        self._estimate_first(trainer)
         planned = self.budget.images(n_total, is_last=is_last, progress=progress)
         allowed, self._planned = allowed and planned > 0, planned
         if trainer.world_size > 1:
@@ -269,14 +275,42 @@ class RobustnessCallback(Callback):
             self._note_final_skipped(epoch)
         elif not allowed and not self._skip_noted:
             self._skip_noted = True
+            cost = self.budget.last_cost
+            measured = (
+                f"last evaluation {cost:.2f}s"
+                if cost is not None
+                else f"one image estimated at {self.budget.per_image or 0.0:.2f}s"
+            )
             rank_zero_info(
                 f"{type(self).__name__}: skipping epoch {epoch} (and later ones when needed) "
                 "to keep "
-                f"its share of the fit's time under max_overhead={self.budget.max_overhead} (last "
-                f"evaluation {self.budget.last_cost:.2f}s); pass max_overhead=None to run every "
-                "scheduled epoch"
+                f"its share of the fit's time under max_overhead={self.budget.max_overhead} "
+                f"({measured}); pass max_overhead=None to run every scheduled epoch"
             )
         return allowed
+
+    def work_per_image(self) -> float | None:
+        """The work of one evaluation per image, in attack steps (explainer calls), when the
+        monitor knows it before running (None: its first evaluation times one image instead)."""
+        return None
+
+    def _estimate_first(self, trainer: pl.Trainer) -> None:
+        """Before the first evaluation under a cap, estimate its cost per image from one timed
+        gradient step (`_first_pass`), so that a first pass that would exceed the cap is
+        skipped or shrunk like any other; the step's seconds count as the monitor's."""
+        budget, work = self.budget, self.work_per_image()
+        if budget.max_overhead is None or budget.per_image is not None or not work:
+            return
+        pl_module = trainer.lightning_module
+        image = self.held_out(trainer)[0][:1].to(self.device_for(pl_module))
+        model = evaluated_model(pl_module)
+        if image.device != pl_module.device:
+            model = copy.deepcopy(model).to(image.device)
+        with modes_restored(pl_module):
+            seconds = step_seconds(model, image)
+        budget.spend(seconds)
+        budget.per_image = seconds * work
+        self._estimated = True
 
     def _note_final_skipped(self, epoch: int) -> None:
         per_image = self.budget.per_image or 0.0
@@ -368,6 +402,8 @@ class RobustnessCallback(Callback):
         seconds = time.perf_counter() - start
         report.scalars[self.seconds_key] = seconds
         if record:
+            if self._estimated:  # the measured cost replaces the estimate
+                self.budget.per_image, self._estimated = None, False
             self.budget.record(seconds - self._probe_seconds, self._costly(n_images))
             self.budget.spent_seconds += self._probe_seconds
             report.scalars[self.seconds_key.replace("/seconds/", "/share/")] = self.budget.share

@@ -23,9 +23,12 @@ class OverheadBudget:
       other_seconds / progress`: room is left for the last epoch's evaluation in the projected
       fit time.
     An evaluation that runs takes only the images that fit in the room left (`images`, from
-    the largest cost per image measured so far). The first evaluation always runs: with no cost
-    measured yet, the monitors time one image and take as many more as then fit (so the cap can
-    be exceeded by the cost of that one image). The last epoch of the fit is evaluated whenever
+    the largest cost per image measured so far). Before the first evaluation no cost is
+    measured: the monitors set `per_image` from an estimate (one timed attack step times the
+    evaluation's work per image, the step's seconds counted by `spend`) and plan that evaluation
+    like any other, so it is skipped or shrunk when it would exceed the cap (a monitor that
+    cannot estimate times one image and takes as many more as then fit). The last epoch of the
+    fit is evaluated whenever
     an image fits, on as many as fit; when none does, it is skipped too, and the final model is
     left to `robust-train evaluate`. `max_overhead=None` runs every scheduled evaluation on
     every image (the clock still runs).
@@ -90,6 +93,12 @@ class OverheadBudget:
         self.max_cost = max(self.max_cost, seconds)
         if n_images:
             self.per_image = max(self.per_image or 0.0, seconds / n_images)
+        self._mark = time.perf_counter()
+
+    def spend(self, seconds: float) -> None:
+        """Count `seconds` just spent outside an evaluation (a probe) as the monitor's, and
+        restart the clock."""
+        self.spent_seconds += seconds
         self._mark = time.perf_counter()
 
     def images(self, n_images: int, *, is_last: bool, progress: float | None = None) -> int:

@@ -32,6 +32,7 @@ from robust_train.evaluation import (
     build_parts,
     measure_of,
     run_parts,
+    total_work,
 )
 from robust_train.metrics.keyed import KeyedMean
 
@@ -120,6 +121,10 @@ class RobustnessMonitor(RobustnessCallback):
         """`robustness/seconds/total` when several parts run (each also gets its own key),
         else `robustness/seconds/<name>`."""
         return f"{PREFIX}seconds/total" if len(self.parts) > 1 else super().seconds_key
+
+    def work_per_image(self) -> float | None:
+        """Attack steps (explainer calls) per image of one evaluation of every part."""
+        return total_work(self.parts, 1)
 
     def resolve(self, height: int, width: int) -> None:
         """Bind the parts to the settings resolved for this image size (checked now)."""

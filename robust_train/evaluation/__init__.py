@@ -10,6 +10,7 @@ from robust_train.evaluation.engine import (
     build_parts,
     run_parts,
     summarize,
+    total_work,
 )
 from robust_train.evaluation.localisation import LOCALISATION_MEASURES, localisation_values
 from robust_train.evaluation.measures import (
@@ -51,4 +52,5 @@ __all__ = [
     "register_part",
     "run_parts",
     "summarize",
+    "total_work",
 ]

@@ -195,14 +195,15 @@ def test_defaults_end_to_end_on_digits_datamodule_with_small_cnn(tmp_path):
     from robust_train.data import DigitsDataModule
     from robust_train.models import SmallCNN
 
-    monitor = RobustnessMonitor()  # every default: 16 images, 3 attack steps, 10% cap
+    # every default but the cap (16 images, 3 attack steps): under the 10 % cap this short fit
+    # leaves no room for an image (tests/callbacks/test_monitor_first_pass.py)
+    monitor = RobustnessMonitor(max_overhead=None)
     logger = CSVLogger(tmp_path)
     trainer = pl.Trainer(
         max_epochs=2, logger=logger, callbacks=[monitor], enable_checkpointing=False, **TRAINER
     )
     trainer.fit(RobustClassifier(SmallCNN(width=8)), datamodule=DigitsDataModule(batch_size=64))
-    # The first always runs; the last when an image fits in 10 % of this short fit's time.
-    assert monitor.evaluated_epochs[0] == 0 and set(monitor.evaluated_epochs) <= {0, 1}
+    assert monitor.evaluated_epochs == [0, 1]
     assert monitor.held_out(trainer)[0].shape == (16, 1, 8, 8)
     rows = read_csv(logger)
     for key in ATTACK_KEYS + ["robustness/lipschitz/saliency/lipschitz"] + FIDELITY_KEYS:

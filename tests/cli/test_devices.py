@@ -109,9 +109,10 @@ def test_model_and_images_run_on_the_resolved_device(cli, monkeypatch, tmp_path)
 def test_total_work_is_known_before_any_work():
     s = EvaluationSettings(
         parts=("fragility", "lipschitz"), explainers=("saliency",), attacks=("random_sign", "topk"),
-        n_steps=4, noise_draws=3, lipschitz_samples=5, input_reference=False,
+        n_steps=4, noise_draws=3, lipschitz_samples=5, input_reference=False, ensemble=False,
     )  # fmt: skip
     # fragility: random_sign draws 3 (+1 clean map), topk 1 restart x (4 steps + 1); Lipschitz 5 + 1
+    # (the ensemble's members: tests/evaluation/test_time_left.py)
     assert total_work(build_parts(s, 8, 8), 10) == (4 + 5 + 6) * 10
 
 

@@ -49,7 +49,8 @@ def test_every_map_recipe_trains_its_penalty_on_an_image_folder(tmp_path: Path):
     )  # fmt: skip
     (term,) = cli.model.terms
     assert isinstance(term, MultiMapSmoothness)
-    assert abs(term.options.radius - 8 / 255) < 1e-9 and term.batch_fraction == 0.2
+    assert abs(term.options.radius - 8 / 255) < 1e-9 and term.batch_fraction == 0.09
+    assert term.options.n_ascent_steps == 1
     assert term.options.explainers == ("saliency", "input_x_gradient", "grad_cam")
     assert cli.datamodule.hparams["resize_mode"] == "pad"
     assert isinstance(cli.datamodule.train_transform, v2.ColorJitter)  # merged from the config

@@ -45,7 +45,7 @@ from torch import Tensor, nn
 
 from robust_train.attacks import ensemble_attack, fragility_attack, get_objective
 from robust_train.attacks.defaults import target_region
-from robust_train.attacks.ensemble import single_attack_cost
+from robust_train.attacks.ensemble import plan_members, single_attack_cost
 from robust_train.attacks.result import LENS_WINDOW, FragilityResult
 from robust_train.evaluation.measures import Measure, attack_key, part_key, register_measure
 from robust_train.evaluation.parts.base import (
@@ -152,15 +152,35 @@ class FragilityPart(EvaluationPart):
         return tuple(keys)
 
     def work(self) -> float:
-        """Explainer calls per image: every attack's restarts x (steps + 1), or its noise
-        draws for the random-sign baseline."""
-        return float(sum(self._attack_work(attack) for _, attack in self.pairs()))
+        """Explainer calls per image: the noise draws of the random-sign baseline; for a
+        gradient attack, its directions x restarts x (steps + 1), and with `ensemble` that for
+        every member of the ensemble (`plan_members`, at least two restarts each) plus the
+        random search's queries."""
+        return float(sum(self._attack_work(attack, e) for e, attack in self.pairs()))
 
-    def _attack_work(self, attack: str) -> int:
+    def follows_model(self, explainer: object) -> bool:
+        """Whether the explainer's map changes with the model (so that surrogates of its
+        ReLUs change the attack's direction)."""
+        return True
+
+    def _attack_work(self, attack: str, explainer: object) -> int:
         s = self.settings
-        if not get_objective(attack).needs_gradient:
+        objective = get_objective(attack)
+        if not objective.needs_gradient:
             return s.noise_draws + 1
-        return s.n_restarts * (s.n_steps + 1)
+        follows = self.follows_model(explainer)
+        # "all": "surrogate" alone for a piecewise-constant map, else "model" and "surrogate"
+        # (and "exact" for a map with a final clamp, not known before the probe)
+        smooth = explainer_spec(explainer).piecewise_constant or not follows
+        n_dirs = 1 if smooth or s.direction != "all" or s.surrogate_beta is None else 2
+        if not s.ensemble:
+            return n_dirs * s.n_restarts * (s.n_steps + 1)
+        assert s.k is not None and s.measure_k is not None, "resolved settings"
+        size = max(s.k, 2 * s.measure_k)  # the image's pixels bound k; 2 m is capped by them
+        members = plan_members(objective, s, s.ensemble_betas, size=size, beta_matters=follows)
+        restarts = max(s.n_restarts, 2) * (s.n_steps + 1)
+        steps = sum((1 if m.direction == "surrogate" else n_dirs) * restarts for m in members)
+        return steps + s.search_queries
 
     def map_measures(self, explainer: object) -> tuple[str, ...]:
         """Measures of the explainer's clean maps reported beside its attacks."""
@@ -187,7 +207,7 @@ class FragilityPart(EvaluationPart):
             name, clean = explainer_name(explainer), None
             for attack in attacks:
                 result = self.attack(model, x, y, explainer, attack)
-                self.advance(self._attack_work(attack))
+                self.advance(self._attack_work(attack, explainer))
                 for measure, value in _values(result, attacked, _measures(attack)).items():
                     out.values[attack_key(name, attack, measure)] = value
                 if self.masks is not None:

@@ -73,6 +73,9 @@ class InputReferencePart(FragilityPart):
     def pairs(self) -> list[tuple[object, str]]:
         return [(REFERENCE, attack) for attack in self.settings.attacks]
 
+    def follows_model(self, explainer: object) -> bool:
+        return False  # the input itself: no surrogate changes it
+
     def map_measures(self, explainer: object) -> tuple[str, ...]:
         return ()  # the input is never blank, and its fidelity is not the model's
 

@@ -1,0 +1,162 @@
+"""Seconds per image of `robust-train evaluate` at 224 x 224, per explainer: default and `fast`.
+
+The evaluation engine (`robust_train.evaluation.run_parts`, what `robust-train evaluate` runs)
+on an untrained torchvision ResNet-18 (`TorchvisionClassifier`, 3 classes, ImageNet
+normalisation as a layer) and `--images` random [0, 1] RGB images whose labels are the model's
+own predictions (so every image is attacked, as correctly classified ones are). Two presets:
+
+- "default": `EvaluationSettings()`, the settings of a plain `robust-train evaluate` (the attack
+  ensemble with its random search, Lipschitz estimate, fidelity curves, the "map = input"
+  reference);
+- "fast": `PROTOCOLS["fast"]` (one attack per objective instead of the ensemble).
+
+Each explainer of the preset runs alone (the preset with `explainers=(name,)`; the reference's
+attacks run with the first explainer), so every row is what that explainer adds. Per row: the
+work the engine plans (`total_work`, in attack steps and explainer calls per image, which the
+progress bar's time left is based on), the process CPU seconds (one thread: `--threads`) and
+wall seconds per image, and the seconds per unit of work. `--presets` picks presets; a preset
+left out of the measured ones but named in `--estimate` is not run: its seconds per image are
+estimated from its planned work and the seconds per unit measured for the same explainer in
+the first measured preset (marked "estimated"). `--device cuda` runs on a GPU (wall time).
+
+    python -m benchmarks run bench_eval_224                  # fast measured, default estimated
+    python -m benchmarks run bench_eval_224 --presets default fast --images 1
+    python -m benchmarks run bench_eval_224 --quick --no-write  # 32 x 32, 1 image
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from benchmarks import bench_utils as bu
+
+PRESETS = ("default", "fast")
+
+
+QUICK = {"n_steps": 1, "search_queries": 2, "lipschitz_samples": 1, "fidelity_steps": 2,
+         "noise_draws": 1}  # fmt: skip
+
+
+def preset(name: str, quick: bool = False) -> Any:
+    """The EvaluationSettings of a preset name (quick: its work shrunk to a smoke run's)."""
+    from robust_train.evaluation import PROTOCOLS, EvaluationSettings
+
+    settings = EvaluationSettings() if name == "default" else PROTOCOLS[name]
+    return dataclasses.replace(settings, **QUICK) if quick else settings
+
+
+def make_setup(size: int, n_images: int, device: torch.device) -> tuple[Any, Any, Any]:
+    """(untrained ResNet-18 in eval mode, images, the model's own labels), seeded."""
+    from robust_train.models import TorchvisionClassifier
+
+    torch.manual_seed(0)
+    model = TorchvisionClassifier("resnet18", num_classes=3, weights=None).to(device).eval()
+    x = torch.rand(n_images, 3, size, size, device=device)
+    with torch.no_grad():
+        y = model(x).argmax(1)
+    return model, x, y
+
+
+def measure(settings: Any, model: Any, x: Any, y: Any, device: torch.device) -> dict[str, float]:
+    """Work per image, CPU and wall seconds per image of one engine run."""
+    from robust_train.evaluation import build_parts, run_parts, total_work
+
+    settings = dataclasses.replace(settings, n_samples=len(y))
+    parts = build_parts(settings, *x.shape[-2:])
+    work = total_work(parts, 1)
+    bu.synchronize(device)
+    wall, cpu = time.perf_counter(), time.process_time()
+    run_parts(model, x, y, settings, parts=parts)
+    bu.synchronize(device)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    clock = cpu if device.type == "cpu" else wall
+    n = len(y)
+    return {"work": work, "cpu_s": cpu / n, "wall_s": wall / n, "s_per_unit": clock / n / work}
+
+
+def rows_for(
+    name: str, args: Any, setup: tuple[Any, Any, Any], device: torch.device, per_unit: dict
+) -> list[list[object]]:
+    """One row per explainer of the preset: measured, or estimated from `per_unit`."""
+    from robust_train.evaluation import build_parts, total_work
+
+    base = preset(name, args.quick)
+    rows = []
+    for i, explainer in enumerate(base.explainers):
+        settings = dataclasses.replace(
+            base, explainers=(explainer,), input_reference=base.input_reference and i == 0
+        )
+        if name in args.presets:
+            m = measure(settings, *setup, device)
+            per_unit.setdefault(explainer, m["s_per_unit"])
+            rows.append([name, explainer, "measured", m["work"], m["cpu_s"], m["wall_s"],
+                         m["s_per_unit"]])  # fmt: skip
+        elif explainer in per_unit:
+            work = total_work(build_parts(settings, *setup[1].shape[-2:]), 1)
+            seconds = work * per_unit[explainer]
+            rows.append([name, explainer, "estimated", work, seconds, float("nan"),
+                         per_unit[explainer]])  # fmt: skip
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> str:
+    parser = bu.base_parser(__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=2, help="images evaluated (quick: 1)")
+    parser.add_argument("--size", type=int, default=None, help="image side (224; quick 32)")
+    parser.add_argument(
+        "--presets", nargs="+", default=["fast"], choices=PRESETS, help="presets measured"
+    )
+    parser.add_argument(
+        "--estimate", nargs="*", default=["default"], choices=PRESETS,
+        help="presets estimated from the measured seconds per unit of work (when not measured)",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+    args.size = args.size or (32 if args.quick else 224)
+    args.images = 1 if args.quick else args.images
+    if args.images < 1:
+        parser.error(f"--images must be >= 1, got {args.images}")
+    if args.size < 32:
+        parser.error(f"--size must be >= 32, got {args.size}")
+    device = bu.setup_torch(args)
+    warnings.filterwarnings("ignore")
+    record = bu.Record("bench_eval_224", args, device, argv)
+    setup = make_setup(args.size, args.images, device)
+    per_unit: dict[str, float] = {}
+    rows = []
+    order = [p for p in PRESETS if p in args.presets] + [
+        p for p in PRESETS if p in args.estimate and p not in args.presets
+    ]
+    for name in order:
+        rows += rows_for(name, args, setup, device, per_unit)
+    seconds_head = "CPU s / image" if device.type == "cpu" else "wall s / image"
+    record.add(
+        f"### ResNet-18, {args.size}x{args.size}, {args.images} image(s), "
+        f"{args.threads} thread(s)\n\n"
+        "Each explainer alone with its preset's parts and attacks (the reference's attacks "
+        "with the first explainer); work: attack steps and explainer calls per image "
+        "(`total_work`); estimated rows: work x the seconds per unit measured for that "
+        "explainer.\n\n"
+        + bu.table(
+            [
+                "preset",
+                "explainer",
+                "how",
+                "work / image",
+                seconds_head,
+                "wall s / image",
+                "s / unit",
+            ],
+            rows,
+        )  # fmt: skip
+    )
+    return record.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""The first evaluation's cost, estimated before it runs: one timed attack step of one image.
+
+A monitor under a cap (`max_overhead`) has no measured cost before its first evaluation. Rather
+than run that evaluation on one image to time it (which alone can exceed the cap on a large
+model), it times what one attack step costs (the map of one image with its graph, the gradient
+of the map through it, and the plain map that ranks the new point) and multiplies it by the
+evaluation's work per image (`robust_train.evaluation.engine.total_work`: attack steps,
+explainer calls and a third per forward). Every unit is costed as an attack step, the most
+expensive of them, so the estimate errs on the side of the cap for parts made of plain
+explainer calls.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import Tensor, nn
+
+from robust_train.core.runtime import eval_mode
+from robust_train.explain import saliency
+
+__all__ = ["step_seconds"]
+
+
+def step_seconds(model: nn.Module, image: Tensor) -> float:
+    """Wall seconds of one attack step on `image` (1, C, H, W): the saliency map of class 0 with
+    its graph, the input gradient of the map's sum (double backpropagation), then the map again
+    without a graph (the class does not change the cost). The model's train/eval flags are
+    restored; no gradient is left on its parameters."""
+    start = time.perf_counter()
+    with eval_mode(model), torch.enable_grad():
+        x = image.detach().clone().requires_grad_(True)
+        target = torch.zeros(1, dtype=torch.long, device=x.device)
+        grad = saliency(model, x, target, create_graph=True)
+        (step,) = torch.autograd.grad(grad.abs().sum(), x, allow_unused=True)
+        moved = x.detach() if step is None else (x.detach() + 1e-3 * step.sign()).clamp(0, 1)
+        saliency(model, moved, target)
+    if image.device.type == "cuda":
+        torch.cuda.synchronize(image.device)
+    return time.perf_counter() - start

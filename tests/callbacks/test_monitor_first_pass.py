@@ -1,0 +1,77 @@
+"""The overhead cap holds from the first pass: a monitor estimates its first evaluation from one
+timed gradient step, and skips or shrinks that pass like any other (a 224 px fit in miniature:
+evaluating one image costs more than the cap leaves after a short epoch)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from callbacks.monitor_helpers import TRAINER
+
+from robust_train import RobustClassifier
+from robust_train.callbacks import FragilityMonitor
+from robust_train.callbacks._first_pass import step_seconds
+
+
+class SlowExplained(torch.nn.Module):
+    """Forwards with gradients on in eval mode (explainer calls, attack steps) sleep per image;
+    training forwards sleep per batch (the fit's own time)."""
+
+    def __init__(self, net: torch.nn.Module, per_image: float, per_batch: float) -> None:
+        super().__init__()
+        self.net, self.per_image, self.per_batch = net, per_image, per_batch
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            time.sleep(self.per_batch)
+        elif torch.is_grad_enabled():
+            time.sleep(self.per_image * x.shape[0])
+        return self.net(x)
+
+
+def fit(net, data, monitor, epochs):
+    trainer = pl.Trainer(
+        max_epochs=epochs, logger=False, enable_checkpointing=False, callbacks=[monitor], **TRAINER
+    )
+    start = time.perf_counter()
+    trainer.fit(RobustClassifier(net), datamodule=data)
+    return trainer, time.perf_counter() - start
+
+
+def monitor(max_overhead):
+    return FragilityMonitor(
+        n_samples=8, n_steps=3, attacks=("topk",), max_overhead=max_overhead, log_images=False
+    )
+
+
+def test_step_seconds_times_one_step_and_restores_the_model(trained_digits):
+    net = SlowExplained(copy.deepcopy(trained_digits[0]).train(), per_image=0.05, per_batch=0.0)
+    seconds = step_seconds(net, torch.rand(1, 1, 8, 8))
+    assert 0.1 <= seconds < 2.0  # two explained forwards of one image
+    assert net.training and all(p.grad is None for p in net.parameters())
+
+
+@pytest.mark.slow  # sleeps about 2 s
+def test_first_pass_stays_within_the_cap(data, trained_digits, caplog, monkeypatch):
+    monkeypatch.setattr(logging.getLogger("pytorch_lightning"), "propagate", True)
+    net = SlowExplained(copy.deepcopy(trained_digits[0]).train(), per_image=0.03, per_batch=0.1)
+    capped = monitor(0.1)
+    with caplog.at_level(logging.INFO):
+        _, seconds = fit(net, data, capped, 3)
+    # one image costs more than a tenth of an epoch: no epoch before the last fits four images
+    # (a quarter), and the last takes what fits, if anything
+    assert capped.evaluated_epochs in ([], [2])
+    share = capped.budget.spent_seconds / seconds
+    assert 0 < share <= 0.1 + 0.02, (share, capped.budget.state_dict())
+    notes = " ".join(r.getMessage() for r in caplog.records)
+    assert "skipping epoch 0" in notes and "one image estimated at" in notes
+    # no cap: every pass on every image, far above the cap's share
+    free = monitor(None)
+    _, seconds = fit(copy.deepcopy(net), data, free, 3)
+    assert free.evaluated_epochs == [0, 1, 2]
+    assert free.budget.spent_seconds / seconds > 0.3

@@ -17,8 +17,9 @@ demo: $(STAMP)
 	$(BIN)/robust-train demo
 
 # Both tiers use every core (pytest-xdist); each worker runs torch on one thread. Whole modules
-# go to a worker, the longest first (tests/conftest.py's MODULE_SECONDS; xdist's own reorder, by
-# number of tests, would leave long one-test modules for the end).
+# go to a worker, the longest first (tests/support/schedule.py: the seconds each module took in
+# the last full run, from pytest's cache, else an estimate from its `slow` marks; xdist's own
+# reorder, by number of tests, would leave long one-test modules for the end).
 XDIST := -n auto --dist loadscope --no-loadscope-reorder
 
 test: $(STAMP)

@@ -8,9 +8,9 @@ possible from the papers. A bare formula is registered by penalty name with `@ba
 leaderboard configs' CPU-sized inner loops, configs/mnist5k_*.yaml, at the terms' defaults
 otherwise: explainer, distance and ball are written into the formulas: saliency of the target
 logit with sum-normalised L1 for smoothness and lipschitz, IG of the target logit from a black
-baseline with 1 - cosine for igr, L_inf balls). tests/test_train_bare.py checks that the bare
-loss and its parameter gradients equal the library step's for the same random draws (the bare
-draws come from the global generator, seeded as the term's).
+baseline with 1 - cosine for igr, L_inf balls). tests/benchmarks/test_train_bare.py checks that
+the bare loss and its parameter gradients equal the library step's for the same random draws (the
+bare draws come from the global generator, seeded as the term's).
 
 Penalties are discovered through `robust_train.regularizers.PENALTIES`: a penalty without a bare
 formula is still timed (library step only, at `LIBRARY_ONLY[name]` or else its defaults, see
@@ -86,7 +86,7 @@ def missing_message(name: str) -> str:
         f"penalty {name!r} ({term.__module__}.{term.__qualname__}) has no bare formula: to time "
         f"it beside one, add a function `(model, x, y, settings) -> loss` written from its paper "
         f"and decorated with `@bare_formula({name!r}, **term_kwargs)` in benchmarks/train_bare.py "
-        "(tests/test_train_bare.py then checks it against the library step)"
+        "(tests/benchmarks/test_train_bare.py then checks it against the library step)"
     )
 
 

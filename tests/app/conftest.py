@@ -1,5 +1,4 @@
-"""Fixtures of the reliability tests; their helpers are in `reliability.py` (this folder is put on
-sys.path so the test modules import it)."""
+"""Fixtures of the reliability tests; their helpers are in tests/support/reliability.py."""
 
 from __future__ import annotations
 
@@ -7,8 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture

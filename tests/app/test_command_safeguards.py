@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from reliability import (
+
+import robust_train.app.certify_command as certify_command
+import robust_train.evaluation.split as evaluation_split
+from robust_train.app.cli import main
+from robust_train.models import SmallCNN
+from tests.support.reliability import (
     EVIL_WEIGHTS,
     TINY_CERTIFY,
     TINY_EVAL,
@@ -21,11 +26,6 @@ from reliability import (
     image_folder,
     save_fit_checkpoint,
 )
-
-import robust_train.app.certify_command as certify_command
-import robust_train.evaluation.split as evaluation_split
-from robust_train.app.cli import main
-from robust_train.models import SmallCNN
 
 
 def _no_work(*args, **kwargs):

@@ -2,8 +2,8 @@
 several at once, killed with SIGKILL at several points of `fit`, `evaluate` and `export`, and
 handed crafted files. The real console script runs in a subprocess beside concurrent fits, as
 the fit killed mid-training and for the recorded module; the other processes are the warm
-console's (tests/warm_console.py: the same command in a process of its own, killable like any,
-without the script's seconds of imports), and where a case needs no process of its own, the
+console's (tests/support/warm_console.py: the same command in a process of its own, killable like
+any, without the script's seconds of imports), and where a case needs no process of its own, the
 script's entry point `robust_train.app.cli.main` runs in-process. What must hold:
 
 - fits started at the same moment with the same experiment get a run folder each (default W&B
@@ -22,29 +22,23 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
-from reliability import (
-    CONFIGS,
+
+from robust_train.models import SmallCNN
+from tests.support.paths import CONFIGS
+from tests.support.reliability import (
     TINY_CERTIFY,
     TINY_EVAL,
-    console_command,
-    console_env,
     error_line,
     evil_module,
     image_folder,
-    run_console,
     save_fit_checkpoint,
-    warm_console_run,
-    warm_start,
 )
-
-from robust_train.models import SmallCNN
 
 pytestmark = pytest.mark.slow
 
@@ -52,13 +46,6 @@ DIGITS = ["--config", str(CONFIGS / "digits_baseline.yaml")]
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 ONE_BATCH = ["--trainer.max_epochs=1", "--trainer.limit_train_batches=1"]
 ONE_BATCH += ["--trainer.limit_val_batches=1", "--trainer.callbacks=[]", *QUIET]
-
-
-def _start(*args: str, cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        console_command(*args), cwd=cwd, env=console_env(), text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
 
 
 def _wait_for(condition, timeout: float = 240.0, every: float = 0.005) -> bool:
@@ -85,13 +72,13 @@ def _loads(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def test_fits_started_at_the_same_moment_get_a_run_folder_each(tmp_path: Path, warm_console):
+def test_fits_started_at_the_same_moment_get_a_run_folder_each(tmp_path: Path, console):
     """Two warm processes start within milliseconds of each other, the console script beside
     them."""
     n = 3
     fit = ["fit", *DIGITS, *ONE_BATCH]
-    processes = [_start(*fit, cwd=tmp_path)]
-    processes += [warm_start(warm_console, *fit, cwd=tmp_path) for _ in range(n - 1)]
+    processes = [console.start(*fit, cwd=tmp_path, fresh=True)]
+    processes += [console.start(*fit, cwd=tmp_path) for _ in range(n - 1)]
     results = [p.communicate(timeout=600) for p in processes]
     for process, (_, err) in zip(processes, results, strict=True):
         assert process.returncode == 0, err[-3000:]
@@ -114,18 +101,18 @@ def test_fits_started_at_the_same_moment_get_a_run_folder_each(tmp_path: Path, w
     assert len(list((tmp_path / "runs" / "wandb").glob("offline-run-*"))) == n
 
 
-def test_a_fit_killed_at_several_points_leaves_only_whole_checkpoints(tmp_path: Path, warm_console):
+def test_a_fit_killed_at_several_points_leaves_only_whole_checkpoints(tmp_path: Path, console):
     """SIGKILL right after the run folder is claimed (a warm process), then mid-training after
     the first last.ckpt (the console script): every checkpoint on disk loads, a new fit claims a
     new folder, and `--ckpt_path last` resumes the killed run to the end (a warm process)."""
     args = [*DIGITS, *QUIET, "--trainer.callbacks=[]", "--trainer.logger=false"]
     args += ["--trainer.max_epochs=3", "--trainer.limit_val_batches=2"]
     experiment = tmp_path / "checkpoints" / "digits_baseline"
-    early = warm_start(warm_console, "fit", *args, cwd=tmp_path)
+    early = console.start("fit", *args, cwd=tmp_path)
     assert _wait_for(lambda: (experiment / "version_0").is_dir())
     _kill(early)
     assert not list(experiment.rglob("*.ckpt"))
-    mid = _start("fit", *args, cwd=tmp_path)
+    mid = console.start("fit", *args, cwd=tmp_path, fresh=True)
     run = experiment / "version_1"  # the killed fit's empty folder stays claimed
     assert _wait_for(lambda: (run / "last.ckpt").is_file())
     time.sleep(0.5)
@@ -135,15 +122,13 @@ def test_a_fit_killed_at_several_points_leaves_only_whole_checkpoints(tmp_path: 
     for path in saved:
         assert "state_dict" in _loads(path)
     assert not [p for p in run.iterdir() if ".partial" in p.name or p.name.startswith(".")]
-    resumed = warm_console_run(
-        warm_console, "fit", *args, "--ckpt_path", "last", cwd=tmp_path, timeout=600
-    )
+    resumed = console("fit", *args, "--ckpt_path", "last", cwd=tmp_path, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _loads(run / "last.ckpt")["epoch"] == 2
     assert os.readlink(experiment / "latest") == "version_1"
 
 
-def test_an_export_killed_mid_write_leaves_no_truncated_copy(tmp_path: Path, warm_console):
+def test_an_export_killed_mid_write_leaves_no_truncated_copy(tmp_path: Path, console):
     """The killed export and its rerun are warm processes (test_a_fit_killed_... kills the
     console script itself)."""
     src = save_fit_checkpoint(
@@ -153,23 +138,19 @@ def test_an_export_killed_mid_write_leaves_no_truncated_copy(tmp_path: Path, war
     content["state_dict"]["model.padding"] = torch.zeros(40_000_000)  # kept by the export
     torch.save(content, src)
     dst = tmp_path / "small.ckpt"
-    export = warm_start(warm_console, "export", str(src), str(dst), cwd=tmp_path)
+    export = console.start("export", str(src), str(dst), cwd=tmp_path)
     started = _wait_for(lambda: dst.exists() or any(tmp_path.glob(".small.ckpt.*")), every=0.001)
     assert started
     _kill(export)
     assert not dst.exists() or "state_dict" in _loads(dst)  # absent, or whole: never truncated
-    again = warm_console_run(
-        warm_console, "export", str(src), str(dst), "--overwrite", cwd=tmp_path
-    )
+    again = console("export", str(src), str(dst), "--overwrite", cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     assert _loads(dst)["state_dict"]["model.padding"].shape == (40_000_000,)
     assert not list(tmp_path.glob(".small.ckpt.*"))  # the killed write's partial is gone
     assert _loads(src)["optimizer_states"]  # the source is untouched
 
 
-def test_an_evaluate_killed_at_several_points_leaves_whole_files_or_none(
-    tmp_path: Path, warm_console
-):
+def test_an_evaluate_killed_at_several_points_leaves_whole_files_or_none(tmp_path: Path, console):
     """Killed once it says it is evaluating, and once its first output file is there; then run
     to the end (warm processes; test_a_fit_killed_... kills the console script itself)."""
     ckpt = save_fit_checkpoint(tmp_path / "model.ckpt")
@@ -182,7 +163,7 @@ def test_an_evaluate_killed_at_several_points_leaves_whole_files_or_none(
         "writing": lambda process: out.is_dir() and any(out.iterdir()),
     }
     for name, reached in points.items():
-        process = warm_start(warm_console, *args, cwd=tmp_path)
+        process = console.start(*args, cwd=tmp_path)
         assert _wait_for(partial(_ended_or_reached, process, reached), every=0.001), name
         assert reached(process), f"{name} never reached: {process.stderr_so_far()[-3000:]}"
         if process.poll() is None:
@@ -194,12 +175,12 @@ def test_an_evaluate_killed_at_several_points_leaves_whole_files_or_none(
             assert (out / "summary.md").read_text().endswith("\n"), name
         if (out / "verdict.png").exists():
             assert (out / "verdict.png").read_bytes().endswith(b"IEND\xaeB`\x82"), name
-    done = warm_console_run(warm_console, *args, cwd=tmp_path)
+    done = console(*args, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(p.name for p in out.iterdir()) == ["results.json", "summary.md", "verdict.png"]
 
 
-def test_crafted_inputs_run_nothing_and_change_nothing(tmp_path: Path, cli, warm_console):
+def test_crafted_inputs_run_nothing_and_change_nothing(tmp_path: Path, cli, console):
     work = tmp_path / "work"
     work.mkdir()
     name, marker = evil_module(work)
@@ -245,9 +226,10 @@ def test_crafted_inputs_run_nothing_and_change_nothing(tmp_path: Path, cli, warm
     # in any).
     in_console = {"evil_evaluate"}
     results = {
-        k: (run_console if k in in_console else cli)(*a, cwd=work) for k, (a, _) in cases.items()
+        k: (partial(console, fresh=True) if k in in_console else cli)(*a, cwd=work)
+        for k, (a, _) in cases.items()
     }
-    exported = warm_console_run(warm_console, "export", "evil.ckpt", "copy.ckpt", cwd=work)
+    exported = console("export", "evil.ckpt", "copy.ckpt", cwd=work)
     for case, (_, fragments) in cases.items():
         result = results[case]
         error_line(result, *fragments)
@@ -264,7 +246,7 @@ def test_crafted_inputs_run_nothing_and_change_nothing(tmp_path: Path, cli, warm
 
 
 def test_an_image_folder_with_an_empty_class_is_reported_before_training(
-    tmp_path: Path, cli, warm_console
+    tmp_path: Path, cli, console
 ):
     """check-data in a warm process, the fit in-process."""
     image_folder(tmp_path / "images", {"cat": 6, "dog": 6, "emu": 6})
@@ -276,7 +258,7 @@ def test_an_image_folder_with_an_empty_class_is_reported_before_training(
         "  init_args: {root: images, image_size: 8, grayscale: true, batch_size: 4,\n"
         "              val_fraction: 0.25}\n"
     )
-    check = warm_console_run(warm_console, "check-data", "--config", "cfg.yaml", cwd=tmp_path)
+    check = console("check-data", "--config", "cfg.yaml", cwd=tmp_path)
     fit = cli("fit", "--config", "cfg.yaml", *ONE_BATCH, cwd=tmp_path)  # in-process
     error_line(check, "['yak']", "hold no image")
     error_line(fit, "['yak']")

@@ -23,9 +23,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from reliability import CONFIGS, TINY_EVAL, error_line, image_folder, save_fit_checkpoint
 
 from robust_train.core import files
+from tests.support.paths import CONFIGS
+from tests.support.reliability import (
+    TINY_EVAL,
+    error_line,
+    image_folder,
+    save_fit_checkpoint,
+)
 
 DIGITS = ["--config", str(CONFIGS / "digits_baseline.yaml")]
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]

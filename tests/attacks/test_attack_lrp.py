@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import TinyCNN
 
 from robust_train.attacks import OBJECTIVES, fragility_attack
 from robust_train.explain import explainer_spec
+from tests.support.helpers import TinyCNN
 
 
 @pytest.mark.parametrize("objective", ["topk", "mass_center", "targeted", "random_sign"])

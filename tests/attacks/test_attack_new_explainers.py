@@ -8,10 +8,10 @@ import warnings
 
 import pytest
 import torch
-from helpers import TinyCNN
 
 from robust_train.attacks import OBJECTIVES, fragility_attack
 from robust_train.explain import deeplift, explainer_spec, get_explainer, grad_cam, importance_map
+from tests.support.helpers import TinyCNN
 
 NEW = ("grad_cam", "deeplift")
 

@@ -6,16 +6,16 @@ the three attacks run one by one). None of the directions is the strongest on ev
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
-from helpers import TinyCNN
 
 from robust_train.attacks import fragility_attack
 from robust_train.evaluation import PROTOCOLS, EvaluationSettings
+from tests.support.helpers import TinyCNN
+from tests.support.paths import DATA
 
-SOFTPLUS_FINETUNE = Path(__file__).resolve().parents[1] / "fixtures" / "mnist5k_ixg_softplus.ckpt"
+SOFTPLUS_FINETUNE = DATA / "mnist5k_ixg_softplus.ckpt"
 SETTINGS = {"epsilon": 0.3, "step_size": 0.03, "n_steps": 10, "k": 100, "seed": 0}
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import SmoothMLP, TinyCNN
-from reference.attacks_fragility_reference import reference_attack
 
 from robust_train.attacks import FragilityResult, fragility_attack
 from robust_train.explain.gradient import saliency
 from robust_train.models.softplus import softplus
+from tests.reference.attacks_fragility_reference import reference_attack
+from tests.support.helpers import SmoothMLP, TinyCNN
 
 OBJECTIVES = ("topk", "mass_center", "targeted", "random_sign")
 

@@ -14,11 +14,11 @@ import warnings
 
 import pytest
 import torch
-from helpers import TinyCNN
 from torch import nn
 
 from robust_train.attacks import fragility_attack
 from robust_train.metrics import ExplanationFragility
+from tests.support.helpers import TinyCNN
 
 X = torch.rand(3, 1, 8, 8, generator=torch.Generator().manual_seed(0))
 METRICS = ("topk_intersection", "spearman", "kendall", "center_shift")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import TinyCNN
 
 from robust_train.attacks import fragility_attack
 from robust_train.attacks.objectives import get_objective
 from robust_train.core.balls import project, random_in_ball, step_direction
+from tests.support.helpers import TinyCNN
 
 
 def _l2(v: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,6 @@ import warnings
 
 import pytest
 import torch
-from helpers import TinyCNN
 
 from robust_train.app.cli import main
 from robust_train.attacks import fragility_attack
@@ -17,6 +16,7 @@ from robust_train.attacks._setup import restart_seeds
 from robust_train.evaluation import MONITOR_DEFAULTS, PROTOCOLS, EvaluationSettings
 from robust_train.explain import get_explainer, importance_map
 from robust_train.explain.similarity import spearman_correlation, topk_intersection
+from tests.support.helpers import TinyCNN
 
 
 def reference_noise(model, explain, x, target, *, epsilon, draws, seed, k):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import TinyCNN
 from torch import Tensor
 
 from robust_train.app.report import summary_table
@@ -24,6 +23,7 @@ from robust_train.attacks.objectives import MassCenter, RandomSign, RandomWalk, 
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
 from robust_train.explain.maps import normalize_map
 from robust_train.metrics import ExplanationFragility
+from tests.support.helpers import TinyCNN
 
 
 def test_registry_lists_the_built_in_objectives() -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import TinyCNN
 
 from robust_train.attacks import fragility_attack
 from robust_train.explain import meaningful_perturbation
+from tests.support.helpers import TinyCNN
 
 X = torch.rand(2, 1, 8, 8)
 T = torch.tensor([0, 1])

@@ -6,10 +6,10 @@ import copy
 
 import pytest
 import torch
-from callbacks.monitor_helpers import DigitsData
-from helpers import TinyCNN
 
 from robust_train import RobustClassifier
+from tests.support.helpers import TinyCNN
+from tests.support.monitor_helpers import DigitsData
 
 
 @pytest.fixture

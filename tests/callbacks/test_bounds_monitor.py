@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 
 import pytest
-from callbacks.monitor_helpers import CHEAP
 
 from robust_train.callbacks.bounds import BoundsMonitor
 from robust_train.certify import certify_topk
+from tests.support.monitor_helpers import CHEAP
 
 KEY = "robustness/bounds/saliency/topk_overlap_linf0.002"
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from callbacks.monitor_helpers import CHEAP, TRAINER
 from pytorch_lightning.loggers import CSVLogger
 
 from robust_train.callbacks import CertifiedMonitor
 from robust_train.certify import certify_explanations
+from tests.support.monitor_helpers import CHEAP, TRAINER
 
 KEY = "robustness/certified/saliency/topk_overlap_r0.05"
 CHEAP_CERTIFIED = dict(CHEAP, certify_samples=60, sigma=0.1, radius=0.05)

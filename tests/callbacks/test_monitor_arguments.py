@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 import pytorch_lightning as pl
 import torch
-from callbacks.monitor_helpers import CHEAP_FRAGILITY, CHEAP_LIPSCHITZ, TRAINER
-from helpers import digits_tensors
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from robust_train import RobustClassifier
@@ -17,6 +15,8 @@ from robust_train.callbacks import (
     RobustnessMonitor,
 )
 from robust_train.callbacks._subset import from_dataloader, select, shard
+from tests.support.helpers import digits_tensors
+from tests.support.monitor_helpers import CHEAP_FRAGILITY, CHEAP_LIPSCHITZ, TRAINER
 
 BAD = [
     (LipschitzMonitor, dict(every_n_epochs=-1), ValueError, "every_n_epochs"),

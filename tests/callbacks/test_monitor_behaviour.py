@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from callbacks.monitor_helpers import CHEAP_FIDELITY, CHEAP_FRAGILITY, CHEAP_LIPSCHITZ, TRAINER
 from pytorch_lightning.callbacks import Callback
 from pytorch_lightning.loggers import CSVLogger
 
@@ -23,6 +22,7 @@ from robust_train.metrics.functional import (
     fidelity_estimate,
     local_lipschitz_estimate,
 )
+from tests.support.monitor_helpers import CHEAP_FIDELITY, CHEAP_FRAGILITY, CHEAP_LIPSCHITZ, TRAINER
 
 
 class Snapshot(Callback):

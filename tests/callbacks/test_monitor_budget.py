@@ -9,11 +9,11 @@ import time
 import pytest
 import pytorch_lightning as pl
 import torch
-from callbacks.monitor_helpers import CHEAP_LIPSCHITZ, TRAINER
 
 from robust_train import RobustClassifier
 from robust_train.callbacks import LipschitzMonitor
 from robust_train.callbacks._budget import OverheadBudget
+from tests.support.monitor_helpers import CHEAP_LIPSCHITZ, TRAINER
 
 TINY = {**CHEAP_LIPSCHITZ, "max_overhead": 1e-9, "log_images": False}
 

@@ -11,7 +11,7 @@ import time
 import pytest
 import pytorch_lightning as pl
 import torch
-from callbacks.monitor_helpers import TRAINER
+from tests.support.monitor_helpers import TRAINER
 
 from robust_train import RobustClassifier
 from robust_train.callbacks import FragilityMonitor

@@ -10,13 +10,6 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from callbacks.monitor_helpers import (
-    CHEAP,
-    CHEAP_FIDELITY,
-    CHEAP_FRAGILITY,
-    CHEAP_LIPSCHITZ,
-    TRAINER,
-)
 from pytorch_lightning.loggers import CSVLogger
 
 from robust_train.callbacks import (
@@ -24,6 +17,13 @@ from robust_train.callbacks import (
     FragilityMonitor,
     LipschitzMonitor,
     RobustnessMonitor,
+)
+from tests.support.monitor_helpers import (
+    CHEAP,
+    CHEAP_FIDELITY,
+    CHEAP_FRAGILITY,
+    CHEAP_LIPSCHITZ,
+    TRAINER,
 )
 
 ATTACK_KEYS = [

@@ -7,12 +7,12 @@ import warnings
 
 import pytest
 import pytorch_lightning as pl
-from callbacks.monitor_helpers import CHEAP, TRAINER
 from pytorch_lightning.loggers import WandbLogger
-from wandb_reader import read_run
 
 from robust_train.callbacks import RobustnessMonitor
 from robust_train.training.loggers import SafeWandbLogger
+from tests.support.monitor_helpers import CHEAP, TRAINER
+from tests.support.wandb_reader import read_run
 
 SCALARS = (
     [

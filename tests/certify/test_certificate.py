@@ -9,11 +9,11 @@ import math
 
 import pytest
 import torch
-from helpers import LinearModel, TinyCNN
 from scipy.stats import norm
 
 from robust_train.certify import certify_explanations, sparsified_counts
 from robust_train.explain import saliency
+from tests.support.helpers import LinearModel, TinyCNN
 
 
 def shifted(model, inputs, target, *, create_graph=False):

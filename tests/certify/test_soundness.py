@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import TinyCNN
 
 from robust_train.certify import (
     SoftSmoothedExplainer,
@@ -17,6 +16,7 @@ from robust_train.certify import (
 )
 from robust_train.explain import saliency
 from robust_train.models.softplus import smooth_relus
+from tests.support.helpers import TinyCNN
 
 RADII = (0.05, 0.1, 0.2)
 

@@ -10,11 +10,11 @@ import pytest
 import torch
 import wandb
 import yaml
-from wandb_reader import read_run
 
 from robust_train.app.cli import main
 from robust_train.app.lightning_cli import lightning_main
 from robust_train.core.resources import list_shipped, shipped_config
+from tests.support.wandb_reader import read_run
 
 CONFIGS = [shipped_config(name) for name in list_shipped("configs")]
 SHORT = [

@@ -1,7 +1,7 @@
 """Unreadable images: the error names the file, during training too (also from a DataLoader
 worker); `verify` refuses the folder before any training, `skip_unreadable` drops the files with
 a printed count, and `robust-train check-data --config ...` lists them (in a process of its own,
-the warm console's, tests/warm_console.py, and through the console script's entry point
+the warm console's, tests/support/warm_console.py, and through the console script's entry point
 `robust_train.app.cli.main` in-process; tests/app runs the script itself)."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import write_image_folder
 from torch.utils.data import DataLoader
 
 from robust_train.data import ImageFolderDataModule, UnreadableImageError, check_datamodule
+from tests.support.helpers import write_image_folder
 
 BAD = ("cat/3.png", "dog/j.jpg")  # a truncated PNG and a truncated JPEG
 CONFIG = """\
@@ -74,7 +74,7 @@ def test_verify_refuses_and_skip_unreadable_drops_with_a_count(folder, capsys):
 
 
 @pytest.mark.slow
-def test_check_data_and_fit_through_the_console_script(folder, warm_cli, cli):
+def test_check_data_and_fit_through_the_console_script(folder, console, cli):
     root, bad = folder
     (root / "cfg.yaml").write_text(CONFIG)
     skip = ["--data.init_args.skip_unreadable", "true"]
@@ -85,7 +85,7 @@ def test_check_data_and_fit_through_the_console_script(folder, warm_cli, cli):
         "fit_skip": ["fit", "--config", "cfg.yaml", *skip, "--experiment", "skip"],
     }
     out = {  # a process of its own once (the warm console's); the other cases in-process
-        k: (warm_cli if k == "check" else cli)(*args, cwd=root) for k, args in cases.items()
+        k: (console if k == "check" else cli)(*args, cwd=root) for k, args in cases.items()
     }
 
     check = out["check"]

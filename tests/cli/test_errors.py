@@ -5,6 +5,7 @@ no W&B run and no run folder; one help lists every command."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ def _leftovers(folder: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_user_errors_are_one_line_with_exit_code_2(tmp_path: Path, run_cli, cli):
+def test_user_errors_are_one_line_with_exit_code_2(tmp_path: Path, console, cli):
     sandboxes = {name: tmp_path / name for name in ("images", "nonfinite", "plain")}
     for folder in sandboxes.values():
         folder.mkdir()
@@ -78,7 +79,7 @@ def test_user_errors_are_one_line_with_exit_code_2(tmp_path: Path, run_cli, cli)
     fit = {"negative", "images", "nonfinite", "corrupt", "architecture"}
     in_console = {"typo"}  # the console script itself, in a subprocess; the rest in-process
     out = {
-        name: (run_cli if name in in_console else cli)(
+        name: (partial(console, fresh=True) if name in in_console else cli)(
             *(["fit"] if name in fit else []), *args, cwd=cwd
         )
         for name, (args, cwd) in cases.items()

@@ -13,7 +13,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import write_image_folder
+
+from tests.support.helpers import write_image_folder
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 DIGITS = ["--config", str(CONFIGS / "digits_baseline.yaml")]
@@ -53,7 +54,7 @@ def _everything(folder: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_failed_and_empty_fits_leave_nothing(tmp_path: Path, warm_cli, cli):
+def test_failed_and_empty_fits_leave_nothing(tmp_path: Path, console, cli):
     cases = {
         "empty_folder": ["--config", "cfg.yaml", *TINY],
         "nonfinite": [*DIGITS, *TINY, "--model.optimizer.init_args.lr=1e12"],
@@ -76,7 +77,7 @@ def test_failed_and_empty_fits_leave_nothing(tmp_path: Path, warm_cli, cli):
     # The successful fit and the empty one in processes of their own, the warm console's (the
     # empty fit's message is a Lightning info line, whose logging state earlier in-process tests
     # can change); the other fits in-process.
-    runner = {"success": warm_cli, "max_epochs_0": warm_cli}
+    runner = {"success": console, "max_epochs_0": console}
     out = {
         name: runner.get(name, cli)("fit", *args, cwd=sandboxes[name])
         for name, args in cases.items()

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers import write_image_folder
 from pytorch_lightning.callbacks import Checkpoint
 from torchvision.transforms import v2
 
 from robust_train.app.lightning_cli import lightning_main
 from robust_train.core.resources import shipped_config
 from robust_train.regularizers import MultiMapSmoothness
+from tests.support.helpers import write_image_folder
 
 
 @pytest.mark.slow

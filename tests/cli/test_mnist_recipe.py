@@ -1,8 +1,8 @@
 """The shipped MNIST recipe, as a user runs it: `robust-train fit --config
 configs/mnist5k_finetune_every_map.yaml` fine-tunes the shipped natural model into one that
 behaves like the shipped robust checkpoint (accuracy, predictions, robustness under attack). The
-command runs in a process of the warm console (tests/warm_console.py): its own process, without
-the console script's seconds of imports."""
+command runs in a process of the warm console (tests/support/warm_console.py): its own process,
+without the console script's seconds of imports."""
 
 from __future__ import annotations
 
@@ -40,9 +40,9 @@ def _topk_under_attack(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor)
 
 
 @pytest.mark.slow
-def test_finetune_config_reproduces_the_shipped_robust_model(warm_cli, tmp_path):
+def test_finetune_config_reproduces_the_shipped_robust_model(console, tmp_path):
     torch.set_num_threads(1)
-    done = warm_cli(
+    done = console(
         "fit",
         "--config",
         str(ROOT / "configs" / "mnist5k_finetune_every_map.yaml"),

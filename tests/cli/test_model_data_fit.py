@@ -82,7 +82,7 @@ def _one_line(result) -> str:
 
 @pytest.mark.slow
 def test_wrong_classes_size_and_channels_are_refused_naming_both(
-    tmp_path: Path, warm_cli, cli, monkeypatch
+    tmp_path: Path, console, cli, monkeypatch
 ):
     three = _fit_three_class(tmp_path / "fit")
     rgb = _rgb_checkpoint(tmp_path / "rgb.ckpt")
@@ -109,7 +109,7 @@ def test_wrong_classes_size_and_channels_are_refused_naming_both(
     for name, (ckpt, data, _) in cases.items():
         args = ["evaluate", "--ckpt", str(ckpt), "--data-config", data, "--out", name]
         if name == "classes":
-            done[name] = warm_cli(
+            done[name] = console(
                 *args, "--no-wandb", *FAST, cwd=tmp_path, env={"PYTHONPATH": _path()}
             )
         else:

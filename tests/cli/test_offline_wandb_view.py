@@ -2,8 +2,8 @@
 `wandb leet inspect --summary --json RUN` (the run's state, the latest value of every metric and
 its config), `wandb leet inspect --json RUN` (every record: the history rows a chart is drawn
 from) and `wandb sync --dry-run RUN`, on the run a real `robust-train fit` wrote with its default
-logger (in a process of the warm console, tests/warm_console.py: its own process, without the
-console script's seconds of imports). The installed wandb has no `wandb sync --view`.
+logger (in a process of the warm console, tests/support/warm_console.py: its own process, without
+the console script's seconds of imports). The installed wandb has no `wandb sync --view`.
 (`wandb leet runs/wandb`, the interactive terminal UI, is not run here.)"""
 
 from __future__ import annotations
@@ -51,11 +51,11 @@ def _finished_summary(run: Path, cwd: Path, wait_s: float = 90.0) -> dict:
 
 
 @pytest.mark.slow
-def test_leet_reads_the_offline_run_of_a_fit(tmp_path: Path, warm_cli):
+def test_leet_reads_the_offline_run_of_a_fit(tmp_path: Path, console):
     # the monitor uncapped: under its 10 % cap this 2 x 3-batch fit leaves no room for an image
     config = tmp_path / CONFIG.name
     config.write_text(CONFIG.read_text().replace("max_overhead: 0.1", "max_overhead: null"))
-    fit = warm_cli(
+    fit = console(
         "fit",
         "--config",
         str(config),

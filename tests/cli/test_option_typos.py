@@ -1,5 +1,5 @@
 """Typos in option names and bad values through the console script (one case in a process of
-its own, the warm console's, tests/warm_console.py; the others through its entry point
+its own, the warm console's, tests/support/warm_console.py; the others through its entry point
 `robust_train.app.cli.main` in-process; tests/cli/test_errors.py runs the script itself):
 one line with the full key, the class that refused it and a "did you mean", exit code 2, before
 any work; options are never abbreviated (`--trainer.max_epoch 1` is refused, not taken as
@@ -27,7 +27,7 @@ def _error_line(result) -> str:
 
 
 @pytest.mark.slow
-def test_typos_and_bad_values_get_one_line_naming_the_key(tmp_path: Path, warm_cli, cli):
+def test_typos_and_bad_values_get_one_line_naming_the_key(tmp_path: Path, console, cli):
     text = (CONFIGS / "digits_smoothness.yaml").read_text()
     assert "max_epochs:" in text and "weight: 1.0" in text
     (tmp_path / "epocs.yaml").write_text(text.replace("max_epochs:", "max_epocs:"))
@@ -62,7 +62,7 @@ def test_typos_and_bad_values_get_one_line_naming_the_key(tmp_path: Path, warm_c
         ),
     }
     out = {  # a process of its own once (the warm console's); the other cases in-process
-        name: (warm_cli if name == "abbreviation" else cli)(*args, cwd=tmp_path)
+        name: (console if name == "abbreviation" else cli)(*args, cwd=tmp_path)
         for name, (args, _) in cases.items()
     }
     for name, (_, fragment) in cases.items():

@@ -4,6 +4,7 @@ folder, and the robustness monitor's schedule continues where it stopped."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -54,8 +55,8 @@ def _override(tmp: Path, name: str, kill: bool, sig: str = "SIGKILL", epochs: in
     return path
 
 
-def _fit(run_cli, tmp: Path, root: str, override: Path, *extra: str):
-    return run_cli(
+def _fit(run, tmp: Path, root: str, override: Path, *extra: str):
+    return run(
         "fit",
         "--config",
         str(CONFIGS / "digits_smoothness.yaml"),
@@ -74,7 +75,7 @@ def _load(path: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_killed_fit_resumes_to_the_weights_of_an_uninterrupted_fit(tmp_path: Path, warm_cli, cli):
+def test_killed_fit_resumes_to_the_weights_of_an_uninterrupted_fit(tmp_path: Path, console, cli):
     """The killed fit runs in a process of the warm console (its own process, killed by its own
     SIGKILL; the console script's signal handling is the next test's); the uninterrupted fit and
     the resume run its entry point in-process (they load no killer callback)."""
@@ -82,7 +83,7 @@ def test_killed_fit_resumes_to_the_weights_of_an_uninterrupted_fit(tmp_path: Pat
     plain = _fit(cli, tmp_path, "whole", _override(tmp_path, "whole", kill=False))
     assert plain.returncode == 0, plain.stderr[-2000:]
 
-    killed = _fit(warm_cli, tmp_path, "cut", _override(tmp_path, "cut", kill=True))
+    killed = _fit(console, tmp_path, "cut", _override(tmp_path, "cut", kill=True))
     assert killed.returncode == -9, killed.stderr[-2000:]
     folder = tmp_path / "cut" / "digits_smoothness"
     cut = _load(folder / "latest" / "last.ckpt")
@@ -113,12 +114,12 @@ def test_killed_fit_resumes_to_the_weights_of_an_uninterrupted_fit(tmp_path: Pat
 @pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), [("SIGINT", 130), ("SIGTERM", 143)])
 def test_interrupt_during_an_epoch_leaves_the_last_finished_epoch(
-    tmp_path: Path, run_cli, warm_cli, sig: str, code: int
+    tmp_path: Path, console, sig: str, code: int
 ):
     """SIGTERM stops the console script in a subprocess; SIGINT a process of the warm console
     (the same handling, in the package, without the script's seconds of imports)."""
     (tmp_path / "killer.py").write_text(KILLER)
-    runner = run_cli if sig == "SIGTERM" else warm_cli
+    runner = partial(console, fresh=True) if sig == "SIGTERM" else console
     stopped = _fit(
         runner, tmp_path, "ckpt", _override(tmp_path, "stop", kill=True, sig=sig, epochs=3)
     )

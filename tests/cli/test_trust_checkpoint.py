@@ -1,5 +1,5 @@
 """Checkpoints you are handed, through the console script (`evaluate` in a process of its own, the
-warm console's, tests/warm_console.py; the others through its entry point
+warm console's, tests/support/warm_console.py; the others through its entry point
 `robust_train.app.cli.main` in-process): a file that carries a pickled call, or records a class path
 naming `subprocess.Popen`, runs nothing; the command exits with 2 and one line naming the file;
 `--trust-checkpoint` is the explicit opt-in."""
@@ -84,7 +84,7 @@ def crafted(tmp_path: Path) -> dict[str, Path]:
 
 
 @pytest.mark.slow
-def test_crafted_checkpoints_run_nothing_and_exit_2(tmp_path: Path, crafted, warm_cli, cli):
+def test_crafted_checkpoints_run_nothing_and_exit_2(tmp_path: Path, crafted, console, cli):
     evil = str(crafted["pickle"])
     fit_args = [
         "fit",
@@ -104,7 +104,7 @@ def test_crafted_checkpoints_run_nothing_and_exit_2(tmp_path: Path, crafted, war
         "popen_model": ["evaluate", "--ckpt", str(crafted["model"]), *TINY_EVAL],
     }
     out = {  # a process of its own once (the warm console's); the other commands in-process
-        k: (warm_cli if k == "evaluate" else cli)(*args, cwd=tmp_path) for k, args in cases.items()
+        k: (console if k == "evaluate" else cli)(*args, cwd=tmp_path) for k, args in cases.items()
     }
 
     for name in ("evaluate", "compare", "export", "certify"):

@@ -1,5 +1,5 @@
 """A user's own model class through the console script (the fit in a process of its own, the warm
-console's, tests/warm_console.py; the other commands through its entry point
+console's, tests/support/warm_console.py; the other commands through its entry point
 `robust_train.app.cli.main` in-process): `fit` with `class_path: usernet.TinyNet` (no RecordsConfig)
 records its class path and init args, so `evaluate --trust-class-path` rebuilds it (a recorded
 module outside the installed packages is imported only with that opt-in); a class path that cannot
@@ -66,7 +66,7 @@ def _pythonpath(*folders: Path) -> str:
 
 @pytest.mark.slow
 def test_fit_records_a_user_model_and_evaluate_rebuilds_it(
-    tmp_path: Path, warm_cli, cli, monkeypatch
+    tmp_path: Path, console, cli, monkeypatch
 ):
     user = tmp_path / "user_code"
     user.mkdir()
@@ -74,7 +74,7 @@ def test_fit_records_a_user_model_and_evaluate_rebuilds_it(
     work = tmp_path / "work"
     work.mkdir()
     env = {"PYTHONPATH": _pythonpath(user)}
-    fit = warm_cli(
+    fit = console(
         *FIT, "--model.model", "usernet.TinyNet", "--model.model.init_args.hidden", "6",
         "--experiment", "mine", cwd=work, env=env,
     )  # fmt: skip

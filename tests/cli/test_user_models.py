@@ -1,8 +1,8 @@
 """`evaluate`/`compare --model ... --weights ...`: a model not trained here.
 
 Through the console script: a user's own module found in the working directory; in processes of
-the warm console (tests/warm_console.py: the same command in a process of its own, without the
-script's seconds of imports): a torchvision architecture with a plain torchvision state dict on
+the warm console (tests/support/warm_console.py: the same command in a process of its own, without
+the script's seconds of imports): a torchvision architecture with a plain torchvision state dict on
 an image folder (an auditor's case), every common state-dict layout; through its entry point
 in-process, the refusals (a class path that is
 not an nn.Module is never called; a weights file that unpickles code never runs it; keys that do
@@ -85,7 +85,7 @@ def _image_folder(root: Path, counts: dict[str, int]) -> Path:
 
 @pytest.mark.slow
 def test_torchvision_architecture_with_plain_torchvision_weights_on_an_image_folder(
-    tmp_path: Path, warm_cli
+    tmp_path: Path, console
 ):
     """The auditor: `--model torchvision:resnet18 --weights my.pth` (torchvision's own keys; and
     nested under "model" with DDP's "module." prefix). Heads biased to one class make the split
@@ -97,7 +97,7 @@ def test_torchvision_architecture_with_plain_torchvision_weights_on_an_image_fol
     to_dog = {**to_cat, "fc.bias": torch.tensor([0.0, 1e4])}
     torch.save({"model": {f"module.{k}": v for k, v in to_dog.items()}}, tmp_path / "to_dog.pth")
     out = tmp_path / "compare"
-    done = warm_cli(
+    done = console(
         "compare", "to_cat.pth", "to_dog.pth", "--model", "torchvision:resnet18",
         "--data-config", str(data), "--out", str(out), *FAST, cwd=tmp_path,
     )  # fmt: skip
@@ -109,7 +109,7 @@ def test_torchvision_architecture_with_plain_torchvision_weights_on_an_image_fol
 
 
 @pytest.mark.slow
-def test_every_common_state_dict_layout_gives_the_checkpoint_s_numbers(tmp_path: Path, warm_cli):
+def test_every_common_state_dict_layout_gives_the_checkpoint_s_numbers(tmp_path: Path, console):
     """A fit config as `--model`; weights plain, nested under "state_dict" (Lightning, "model."
     prefix), under "model" with "module." (DDP) and the shipped checkpoint itself: all give the
     shipped checkpoint's own accuracy on the MNIST-5k test split."""
@@ -124,7 +124,7 @@ def test_every_common_state_dict_layout_gives_the_checkpoint_s_numbers(tmp_path:
         torch.save(obj, tmp_path / f"{name}.pt")
     files = [f"{n}.pt" for n in layouts] + [str(shipped_checkpoint("mnist5k_baseline"))]
     out = tmp_path / "layouts"
-    done = warm_cli(
+    done = console(
         "compare", *files, "--model", str(MNIST), "--data-config", str(MNIST),
         "--out", str(out), *FAST, cwd=tmp_path,
     )  # fmt: skip
@@ -136,7 +136,7 @@ def test_every_common_state_dict_layout_gives_the_checkpoint_s_numbers(tmp_path:
 
 
 @pytest.mark.slow
-def test_a_user_module_in_the_working_directory(tmp_path: Path, run_cli):
+def test_a_user_module_in_the_working_directory(tmp_path: Path, console):
     """`class_path: mynet.TinyNet` in a YAML, mynet.py in the working directory (not on
     PYTHONPATH); weights with the "model." prefix. A head biased to class 2 gives the share of
     class 2 in the synthetic test split."""
@@ -155,9 +155,9 @@ def test_a_user_module_in_the_working_directory(tmp_path: Path, run_cli):
     }
     torch.save({f"model.{k}": v for k, v in state.items()}, tmp_path / "tiny.pt")
     out = tmp_path / "eval"
-    done = run_cli(
+    done = console(
         "evaluate", "--model", "model.yaml", "--weights", "tiny.pt", "--data-config", "data.yaml",
-        "--out", str(out), *FAST, cwd=tmp_path,
+        "--out", str(out), *FAST, cwd=tmp_path, fresh=True,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     dm = SyntheticDataModule(**data_init)

@@ -1,8 +1,8 @@
 """`robust-train fit` under DDP on the CPU (2 processes, gloo) trains and logs what one process
 computes.
 
-Lightning's "ddp" strategy re-launches the command for rank 1, so the fit runs as a subprocess
-(`python -m robust_train.app.cli fit ...`). It starts from weights pre-trained here (so most
+Lightning's "ddp" strategy re-launches the command for rank 1, so the fit runs as the console script
+in a fresh process (`robust-train fit ...`). It starts from weights pre-trained here (so most
 held-out images are classified correctly and get attacked) and takes 3 SGD steps per rank with the
 explanation-smoothness penalty (double backprop); one process replays those steps from the
 DistributedSampler's shards, averaging the two ranks' gradients as DDP does.
@@ -22,7 +22,6 @@ import csv
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -72,19 +71,13 @@ DETERMINISTIC = (
 )
 
 
-def run_in_session(args: list[str], cwd: Path, timeout: float) -> tuple[int, str]:
-    """Run a command in its own session (a hung fit and the rank Lightning spawned both get killed
-    on timeout); returns (exit status, stdout and stderr together)."""
-    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        args,
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+def run_in_session(console, args: list[str], cwd: Path, timeout: float) -> tuple[int, str]:
+    """Run `robust-train *args` in a session of its own (a hung fit and the rank Lightning spawned
+    both get killed on timeout); returns (exit status, stdout and stderr together)."""
+    proc = console.start(
+        *args, cwd=cwd, env={"WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}, fresh=True,
+        stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -178,7 +171,7 @@ def _pretrained(dm: DigitsDataModule) -> SmallCNN:
 
 
 @pytest.fixture(scope="module")
-def ddp_run(tmp_path_factory):
+def ddp_run(tmp_path_factory, shared_console):
     tmp = tmp_path_factory.mktemp("ddp")
     dm = _datamodule()
     init = _pretrained(dm)
@@ -211,10 +204,8 @@ def ddp_run(tmp_path_factory):
     }
     (tmp / "override.yaml").write_text(yaml.safe_dump(override))
     status, output = run_in_session(
+        shared_console,
         [
-            sys.executable,
-            "-m",
-            "robust_train.app.cli",
             "fit",
             "--config",
             str(CONFIG),

@@ -1,9 +1,9 @@
 """Every code block of the documentation runs as written (mktestdocs): Python blocks in this
 process, shell blocks in bash (`-e -u`, a failing command fails the block) with `robust-train` on
 PATH, each page in a fresh folder. In the shell blocks `robust-train` is the warm console script
-(tests/warm_console.py): each command a process of its own with the block's stdin, stdout,
+(tests/support/warm_console.py): each command a process of its own with the block's stdin, stdout,
 stderr, folder and environment, without the console script's seconds of imports each time; the
-console script itself is run by the tests of tests/cli and tests/test_wheel.py."""
+console script itself is run by the tests of tests/cli and tests/package/test_wheel.py."""
 
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ def test_python_blocks_run(page: Path, tmp_path: Path, monkeypatch) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES, ids=_ids)
-def test_shell_blocks_run(page: Path, tmp_path: Path, monkeypatch, warm_console) -> None:
-    shim = warm_console.shim(tmp_path / ".bin").parent
+def test_shell_blocks_run(page: Path, tmp_path: Path, monkeypatch, console) -> None:
+    shim = console.shim(tmp_path / ".bin").parent
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)

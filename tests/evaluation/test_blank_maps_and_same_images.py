@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from pathlib import Path
 
 import pytest
 
@@ -16,6 +15,7 @@ from robust_train.evaluation import EvaluationSettings, evaluate_classifier
 from robust_train.evaluation.measures import measure_of
 from robust_train.explain import get_explainer, grad_cam, importance_map
 from robust_train.metrics.functional import fidelity_curves, fidelity_estimate
+from tests.support.paths import DATA
 
 FORMER = "features.3"  # the last Conv2d: Grad-CAM's former default layer, many blank maps
 
@@ -29,8 +29,8 @@ def pair():
     dm.setup()
     x, y = dm.test_set.tensors
     # "robust": a Softplus(2) input x gradient fine-tune of the baseline whose Grad-CAM maps at
-    # the last Conv2d are mostly blank (tests/fixtures), the case the blank share is for
-    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "mnist5k_ixg_softplus.ckpt"
+    # the last Conv2d are mostly blank (tests/support/data), the case the blank share is for
+    fixture = DATA / "mnist5k_ixg_softplus.ckpt"
     models = {"baseline": load_classifier("checkpoints/mnist5k_baseline.ckpt"),
               "robust": load_classifier(fixture)}  # fmt: skip
     return models, x[:24], y[:24]

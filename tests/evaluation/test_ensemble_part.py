@@ -8,7 +8,6 @@ import math
 
 import pytest
 import torch
-from helpers import TinyCNN
 
 from robust_train.app.commands import settings_tag
 from robust_train.app.report import attack_cost_lines, chance_table
@@ -18,6 +17,7 @@ from robust_train.callbacks import RobustnessMonitor
 from robust_train.evaluation import PROTOCOLS, EvaluationSettings, evaluate_classifier
 from robust_train.evaluation.parts.fragility import random_map_level
 from robust_train.explain.lens import lens_topk_intersection
+from tests.support.helpers import TinyCNN
 
 SETTINGS = dict(
     parts=("fragility",), explainers=("saliency",), attacks=("topk",), n_samples=6, n_steps=2,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import TinyCNN
 
 from robust_train.app.checkpoint_io import DataSettingsError, evaluate_on_split, heldout_subset
 from robust_train.app.evaluate_output import evaluate_table
@@ -18,6 +17,7 @@ from robust_train.evaluation import (
     measure_of,
     run_parts,
 )
+from tests.support.helpers import TinyCNN
 
 MEASURES = ("relevance_mass", "relevance_rank", "pointing_game")
 SETTINGS = dict(

@@ -6,12 +6,12 @@ import dataclasses
 
 import pytest
 import torch
-from helpers import TinyCNN
 
 from robust_train.attacks import fragility_attack
 from robust_train.callbacks import RobustnessMonitor
 from robust_train.evaluation import PROTOCOLS, EvaluationSettings, evaluate_classifier
 from robust_train.evaluation.engine import build_parts
+from tests.support.helpers import TinyCNN
 
 SETTINGS = dict(
     ensemble=False,

@@ -8,11 +8,11 @@ import math
 
 import pytest
 import torch
-from helpers import TinyCNN
 
 from robust_train.attacks import fragility_attack
 from robust_train.evaluation import EvaluationSettings, localisation_values, measure_of
 from robust_train.metrics.functional import relevance_mass_accuracy, relevance_rank_accuracy
+from tests.support.helpers import TinyCNN
 
 SETTINGS = dict(
     explainers=("saliency",), attacks=("topk",), n_steps=2, epsilon=0.1, k=8, seed=3,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import TinyCNN
 from torch import nn
 
 from robust_train.callbacks import RobustnessMonitor
@@ -20,6 +19,7 @@ from robust_train.evaluation.parts.sanity import (
 from robust_train.explain import get_explainer, importance_map
 from robust_train.metrics.functional import spearman_correlation, topk_intersection
 from robust_train.models import MNISTConvNet, Normalize
+from tests.support.helpers import TinyCNN
 
 
 def _net() -> nn.Module:

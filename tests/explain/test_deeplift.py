@@ -9,12 +9,12 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import TinyCNN, random_torchvision
 from torch import nn
 
 from robust_train.explain import deeplift, explainer_spec, importance_map, input_x_gradient
 from robust_train.models import MNISTConvNet, ResNet18CIFAR, SmallCNN
 from robust_train.models.softplus import smooth_relus, softplus
+from tests.support.helpers import TinyCNN, random_torchvision
 
 
 def captum_deeplift(model, x, t, baseline):

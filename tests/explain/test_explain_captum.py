@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 from captum.attr import InputXGradient, IntegratedGradients, NoiseTunnel, Saliency
-from helpers import SmoothMLP, TinyCNN
 
 from robust_train.explain import (
     input_x_gradient,
@@ -13,6 +12,7 @@ from robust_train.explain import (
     saliency,
     smoothgrad,
 )
+from tests.support.helpers import SmoothMLP, TinyCNN
 
 pytestmark = pytest.mark.filterwarnings("ignore:Input Tensor 0 did not already require gradients")
 

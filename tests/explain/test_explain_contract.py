@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cheap_options import explainer_options
-from helpers import SmoothMLP, TinyCNN
 
 from robust_train.explain import (
     EXPLAINERS,
@@ -15,14 +13,16 @@ from robust_train.explain import (
     is_differentiable,
 )
 from robust_train.models.softplus import softplus
+from tests.support.cheap_options import explainer_options
+from tests.support.helpers import SmoothMLP, TinyCNN
 
 DIFFERENTIABLE = [name for name in EXPLAINERS if is_differentiable(name)]
 MODEL_FREE = ("input_reference",)  # the reference "map = input": no parameter gradient
 
 
 def _explainer(name, **extra):
-    """The explainer with its cheap options for tests (tests/cheap_options.py: a new explainer
-    without an entry fails with a message that says what to add)."""
+    """The explainer with its cheap options for tests (tests/support/cheap_options.py: a new
+    explainer without an entry fails with a message that says what to add)."""
     return get_explainer(name, **{**explainer_options(name), **extra})
 
 

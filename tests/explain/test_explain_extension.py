@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import TinyCNN
 
 from robust_train.attacks import fragility_attack
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
 from robust_train.explain import EXPLAINERS, is_differentiable, register_explainer, saliency
 from robust_train.metrics.functional import local_lipschitz_estimate
+from tests.support.helpers import TinyCNN
 
 
 def _gradient_squared(model, inputs, target, *, create_graph=False):

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import LinearModel, SmoothMLP, TinyCNN
-from reference.explain_reference import reference_integrated_gradients, reference_trapezoid
 
 from robust_train.explain import (
     INTEGRATION_METHODS,
@@ -14,6 +12,8 @@ from robust_train.explain import (
     integrated_gradients,
     integration_rule,
 )
+from tests.reference.explain_reference import reference_integrated_gradients, reference_trapezoid
+from tests.support.helpers import LinearModel, SmoothMLP, TinyCNN
 
 
 def _curved_mlp():

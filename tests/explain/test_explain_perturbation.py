@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers import TinyCNN
 from scipy.ndimage import gaussian_filter
 from torch import nn
 
@@ -16,6 +15,7 @@ from robust_train.explain import (
     saliency,
 )
 from robust_train.explain._masks import gaussian_blur, mask_size, shift, total_variation
+from tests.support.helpers import TinyCNN
 
 ROWS, COLS = slice(5, 8), slice(9, 12)
 

@@ -7,7 +7,6 @@ import pickle
 
 import pytest
 import torch
-from helpers import SmoothMLP
 
 import robust_train.explain as explain
 from robust_train.explain import (
@@ -20,6 +19,7 @@ from robust_train.explain import (
     saliency,
     smoothgrad,
 )
+from tests.support.helpers import SmoothMLP
 
 
 def test_every_name_resolves_to_its_function():

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import SmoothMLP, TinyCNN
-from reference.explain_reference import reference_smoothgrad
 
 from robust_train.explain import (
     get_explainer,
@@ -14,6 +12,8 @@ from robust_train.explain import (
     saliency,
     smoothgrad,
 )
+from tests.reference.explain_reference import reference_smoothgrad
+from tests.support.helpers import SmoothMLP, TinyCNN
 
 
 @pytest.fixture

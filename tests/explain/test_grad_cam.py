@@ -9,13 +9,13 @@ import warnings
 import pytest
 import torch
 import torchvision
-from helpers import TinyCNN, random_torchvision
 from torch import nn
 
 from robust_train.explain import explainer_spec, grad_cam, importance_map
 from robust_train.explain.layers import find_layer
 from robust_train.explain.similarity import topk_intersection
 from robust_train.models import MNISTConvNet, ResNet18CIFAR, SmallCNN, TorchvisionClassifier
+from tests.support.helpers import TinyCNN, random_torchvision
 
 
 def captum_grad_cam(model, x, t, layer_name):

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import TinyCNN
-from reference.lrp_reference import densenet_pairs, randomize_batchnorms, zennit_lrp
 from torch import nn
 
 from robust_train.explain import LRP_COMPOSITES, get_explainer, importance_map, lrp, saliency
@@ -25,6 +23,8 @@ from robust_train.models import (
     SmallCNN,
     TorchvisionClassifier,
 )
+from tests.reference.lrp_reference import densenet_pairs, randomize_batchnorms, zennit_lrp
+from tests.support.helpers import TinyCNN
 
 PROJECT_MODELS = {
     "mnist_cnn": (lambda: MNISTConvNet(channels=[8, 16], hidden=32, mean=0.13, std=0.31), "plain"),

@@ -14,13 +14,13 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from reference.lrp_reference import zennit_lrp
 from torch import nn
 from zennit.layer import Sum
 
 from robust_train.explain import LRP_COMPOSITES, lrp
 from robust_train.models import Normalize
 from robust_train.models.softplus import smooth_relus
+from tests.reference.lrp_reference import zennit_lrp
 
 RESIDUALS = {
     "add": lambda out, x: out + x,

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import torch
-from helpers import TinyCNN
+
+from tests.support.helpers import TinyCNN
 
 
 def _terms(seed: int = 0) -> list:

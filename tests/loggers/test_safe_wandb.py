@@ -8,13 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 import pytorch_lightning as pl
-from helpers import TinyCNN, digits_tensors
 from pytorch_lightning.loggers import WandbLogger
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader, TensorDataset
 
 from robust_train import RobustClassifier
 from robust_train.training.loggers import SafeWandbLogger
+from tests.support.helpers import TinyCNN, digits_tensors
 
 
 def test_offline_by_default_and_online_only_when_asked(tmp_path, monkeypatch):

@@ -11,9 +11,9 @@ import pytest
 import torch
 import wandb
 import yaml
-from wandb_reader import read_run
 
 from robust_train.app.cli import main
+from tests.support.wandb_reader import read_run
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "digits_smoothness.yaml"
 TINY = [

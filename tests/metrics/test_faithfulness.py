@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers import LinearModel, TinyCNN, digits_tensors
 from pytorch_lightning.loggers import CSVLogger
 
 from robust_train import RobustClassifier
@@ -16,6 +15,7 @@ from robust_train.callbacks import RobustnessMonitor
 from robust_train.evaluation import MEASURES, EvaluationSettings, evaluate_classifier
 from robust_train.explain import integrated_gradients, saliency
 from robust_train.metrics.functional import faithfulness_correlation
+from tests.support.helpers import LinearModel, TinyCNN, digits_tensors
 
 KEY = "faithfulness/{}/faithfulness_correlation"
 TOLERANCE = 1e-4  # float32 forwards on both sides; Pearson in float64 (scipy) vs float64 here

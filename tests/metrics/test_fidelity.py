@@ -6,8 +6,6 @@ import numpy as np
 import pytest
 import scipy.integrate
 import torch
-from helpers import SmoothMLP, TinyCNN
-from reference.metrics_fidelity_reference import reference_curves
 
 from robust_train.explain import saliency
 from robust_train.metrics.functional import (
@@ -17,6 +15,8 @@ from robust_train.metrics.functional import (
     mean_confidence_interval,
 )
 from robust_train.metrics.functional._fidelity_fill import gaussian_blur
+from tests.reference.metrics_fidelity_reference import reference_curves
+from tests.support.helpers import SmoothMLP, TinyCNN
 
 
 def _setup(channels: int = 1, batch: int = 3, size: int = 8, seed: int = 0):

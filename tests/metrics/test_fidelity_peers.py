@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers import TinyCNN
-from reference.metrics_fidelity_reference import reference_curves
 
 from robust_train.metrics.functional import fidelity_curves
 from robust_train.metrics.functional._fidelity_fill import linear_imputation
+from tests.reference.metrics_fidelity_reference import reference_curves
+from tests.support.helpers import TinyCNN
 
 quantus = pytest.importorskip("quantus")
 

@@ -6,10 +6,10 @@ import math
 
 import pytest
 import torch
-from helpers import TinyCNN
 
 from robust_train.attacks import FragilityResult, fragility_attack
 from robust_train.metrics.fragility import ExplanationFragility
+from tests.support.helpers import TinyCNN
 
 SETTINGS = {"epsilon": 0.1, "n_steps": 3, "k": 6}
 

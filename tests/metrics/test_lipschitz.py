@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import LinearModel, SmoothMLP, TinyCNN
 
 from robust_train.explain import input_x_gradient, saliency
 from robust_train.metrics.functional import (
@@ -12,6 +11,7 @@ from robust_train.metrics.functional import (
     local_lipschitz_estimate,
     sample_perturbations,
 )
+from tests.support.helpers import LinearModel, SmoothMLP, TinyCNN
 
 
 def _data(batch: int = 6, seed: int = 0):

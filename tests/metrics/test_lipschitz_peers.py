@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers import SmoothMLP, TinyCNN
 
 from robust_train.explain import saliency
 from robust_train.metrics.functional import (
@@ -14,6 +13,7 @@ from robust_train.metrics.functional import (
     local_lipschitz_estimate,
     sample_perturbations,
 )
+from tests.support.helpers import SmoothMLP, TinyCNN
 
 
 def _quantus_explain(model, inputs, targets, **_):

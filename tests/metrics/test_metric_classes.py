@@ -6,7 +6,6 @@ import math
 
 import pytest
 import torch
-from helpers import SmoothMLP, TinyCNN
 
 from robust_train.explain import saliency
 from robust_train.metrics import Fidelity, LocalLipschitz
@@ -16,6 +15,7 @@ from robust_train.metrics.functional import (
     local_lipschitz_estimate,
     mean_confidence_interval,
 )
+from tests.support.helpers import SmoothMLP, TinyCNN
 
 
 def _states(metric) -> dict[str, torch.Tensor]:

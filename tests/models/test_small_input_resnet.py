@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from reference.lrp_reference import randomize_batchnorms, zennit_lrp
 from torch import nn
 
 from robust_train.explain import deeplift, lrp
 from robust_train.explain.lrp import pixel_bounds
 from robust_train.models import SmallInputResNet, build_model, get_model, model_config
 from robust_train.models.small_input_resnet import STEMS
+from tests.reference.lrp_reference import randomize_batchnorms, zennit_lrp
 
 
 def _layer4_side(net: nn.Module) -> int:

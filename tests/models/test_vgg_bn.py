@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from reference.lrp_reference import randomize_batchnorms, zennit_lrp
 from torch import nn
 
 from robust_train.explain import deeplift, lrp
 from robust_train.explain.lrp import pixel_bounds
 from robust_train.models import VGGBN, build_model, count_relus, get_model, model_config, softplus
+from tests.reference.lrp_reference import randomize_batchnorms, zennit_lrp
 
 
 def captum_deeplift(model, x, t, baseline):

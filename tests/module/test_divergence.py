@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers import TinyCNN, digits_tensors
 from pytorch_lightning.loggers import CSVLogger
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -22,6 +21,7 @@ from robust_train import RobustClassifier
 from robust_train.callbacks import RobustnessMonitor
 from robust_train.models import SmallCNN
 from robust_train.regularizers import PenaltyTerm
+from tests.support.helpers import TinyCNN, digits_tensors
 
 TRAINER = dict(
     accelerator="cpu",

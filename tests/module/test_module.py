@@ -8,7 +8,6 @@ import warnings
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers import TinyCNN, digits_tensors
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -19,6 +18,7 @@ from robust_train.regularizers import (
     InputGradientNorm,
     PenaltyTerm,
 )
+from tests.support.helpers import TinyCNN, digits_tensors
 
 
 def _loaders(n_train: int = 256, n_val: int = 128):

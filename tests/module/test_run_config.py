@@ -11,12 +11,12 @@ import inspect
 import pytorch_lightning as pl
 import torch
 import yaml
-from helpers import TinyCNN, digits_tensors
 from pytorch_lightning.loggers import CSVLogger
 from torch.utils.data import DataLoader, TensorDataset
 
 from robust_train import RobustClassifier
 from robust_train.regularizers import Curvature
+from tests.support.helpers import TinyCNN, digits_tensors
 
 
 def _fit(module: RobustClassifier, tmp_path) -> pl.Trainer:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from helpers import TinyCNN
 
 from robust_train import RobustClassifier
 from robust_train.regularizers import AdversarialTraining, ExplanationSmoothness
+from tests.support.helpers import TinyCNN
 
 
 def _grads(loss: torch.Tensor, model: torch.nn.Module) -> list[torch.Tensor]:

@@ -9,7 +9,6 @@ import pytest
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
-from helpers import digits_tensors
 from pytorch_lightning.callbacks import Callback
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -27,6 +26,7 @@ from robust_train.training.precision import (
     needs_full_precision,
     penalty_value,
 )
+from tests.support.helpers import digits_tensors
 
 PENALTIES = {
     "smoothness": lambda: ExplanationSmoothness(seed=0),

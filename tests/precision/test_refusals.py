@@ -11,7 +11,6 @@ import math
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers import digits_tensors
 from pytorch_lightning.plugins.precision import MixedPrecision
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -24,6 +23,7 @@ from robust_train.regularizers import (
     InputGradientNorm,
     LocalLipschitzPenalty,
 )
+from tests.support.helpers import digits_tensors
 
 DOUBLE_BACKPROP_LOW_PRECISION = {
     "smoothness": lambda: ExplanationSmoothness(seed=0),

@@ -13,7 +13,6 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import SmoothMLP, TinyCNN
 from torch import Tensor, nn
 
 from robust_train.explain.gradient import saliency
@@ -27,6 +26,7 @@ from robust_train.regularizers import (
 )
 from robust_train.regularizers import smoothness as sm
 from robust_train.regularizers._penalty_parts import map_distance, sample_in_ball
+from tests.support.helpers import SmoothMLP, TinyCNN
 
 RADIUS = 0.1
 

@@ -12,8 +12,6 @@ import pytest
 import pytorch_lightning as pl
 import torch
 import yaml
-from cli.conftest import warm_robust_train
-from helpers import SmoothMLP, TinyCNN, digits_tensors
 from torch.utils.data import DataLoader, TensorDataset
 
 from robust_train import RobustClassifier
@@ -25,6 +23,7 @@ from robust_train.regularizers import (
     PenaltyTerm,
     get_penalty,
 )
+from tests.support.helpers import SmoothMLP, TinyCNN, digits_tensors
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -139,13 +138,11 @@ def test_terms_that_replace_the_task_loss_refuse(cls):
 
 
 @pytest.mark.slow
-def test_console_script_reports_a_bad_value_in_one_line(tmp_path: Path, warm_console):
+def test_console_script_reports_a_bad_value_in_one_line(tmp_path: Path, console):
     config = yaml.safe_load((CONFIGS / "digits_smoothness.yaml").read_text())
     config["model"]["penalties"][0]["init_args"]["every_n_steps"] = 0
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(config))
-    result = warm_robust_train(
-        warm_console, "fit", "--config", str(tmp_path / "bad.yaml"), cwd=tmp_path
-    )
+    result = console("fit", "--config", str(tmp_path / "bad.yaml"), cwd=tmp_path)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
@@ -157,8 +154,8 @@ def test_console_script_reports_a_bad_value_in_one_line(tmp_path: Path, warm_con
 @pytest.mark.slow
 def test_the_benchmark_runs_as_a_module(tmp_path: Path, monkeypatch):
     """`python -m experiments.cheaper_robustness` as runpy runs it (what -m does), in this
-    process (one torch thread, the repository root on sys.path); tests/test_benchmarks_smoke.py
-    runs every benchmark module in a fresh interpreter."""
+    process (one torch thread, the repository root on sys.path);
+    tests/benchmarks/test_benchmarks_smoke.py runs every benchmark module in a fresh interpreter."""
     import runpy
     import sys
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers import LinearModel, SmoothMLP, TinyCNN, digits_tensors
 from torch.utils.data import DataLoader, TensorDataset
 
 from robust_train import RobustClassifier
 from robust_train.regularizers import LocalGradientAlignment, get_penalty, local_gradient_alignment
+from tests.support.helpers import LinearModel, SmoothMLP, TinyCNN, digits_tensors
 
 
 def reference_lga(model, x, y, radius, l2_weight, cos_weight, seed):

@@ -8,7 +8,6 @@ import importlib
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import SmoothMLP
 from torch import Tensor, nn
 
 from robust_train.regularizers import (
@@ -18,6 +17,7 @@ from robust_train.regularizers import (
     ssr_eigenvalue,
 )
 from robust_train.regularizers._inner import PGDOptions, linf_pgd, loss_path_ig
+from tests.support.helpers import SmoothMLP
 
 ig_module = importlib.import_module(
     "robust_train.regularizers.ig_norm"

@@ -8,7 +8,6 @@ import pytest
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
-from helpers import digits_tensors
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -21,6 +20,7 @@ from robust_train.regularizers.multi_map import (
     gradient_family_maps,
     multi_map_smoothness,
 )
+from tests.support.helpers import digits_tensors
 
 FAMILY = ("saliency", "input_x_gradient", "grad_cam")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import LinearModel, SmoothMLP, TinyCNN
 from torch import nn
 
 from robust_train.explain.gradient import input_x_gradient, saliency
@@ -21,6 +20,7 @@ from robust_train.regularizers import (
     input_gradient_norm,
 )
 from robust_train.regularizers._penalty_parts import map_distance, sample_in_ball
+from tests.support.helpers import LinearModel, SmoothMLP, TinyCNN
 
 
 def _batch(b: int = 6, seed: int = 0):

@@ -8,12 +8,12 @@ import warnings
 import pytest
 import pytorch_lightning as pl
 import torch
-from helpers import TinyCNN, digits_tensors
 from torch.utils.data import DataLoader, TensorDataset
 
 from robust_train import RobustClassifier
 from robust_train.models import MNISTConvNet
 from robust_train.regularizers import ExplanationSmoothness, get_penalty
+from tests.support.helpers import TinyCNN, digits_tensors
 
 NEW = ("grad_cam", "deeplift")
 

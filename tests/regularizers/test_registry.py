@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cheap_options import penalty_options
-from helpers import SmoothMLP, TinyCNN
 
 from robust_train.explain import importance_map, integrated_gradients
 from robust_train.regularizers import (
@@ -22,9 +20,12 @@ from robust_train.regularizers import (
     register_penalty,
 )
 from robust_train.regularizers._penalty_parts import map_distance, sample_in_ball
+from tests.support.cheap_options import penalty_options
+from tests.support.helpers import SmoothMLP, TinyCNN
 
-# The penalties whose defaults are expensive, at their cheap test settings (tests/cheap_options.py:
-# a new penalty without an entry fails with a message that says what to add).
+# The penalties whose defaults are expensive, at their cheap test settings
+# (tests/support/cheap_options.py: a new penalty without an entry fails with a message that says
+# what to add).
 CHEAP = {name: options for name in PENALTIES if (options := penalty_options(name))}
 
 

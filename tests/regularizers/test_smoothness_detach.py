@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import SmoothMLP
 
 from robust_train.explain.gradient import input_x_gradient, saliency
 from robust_train.explain.maps import importance_map
 from robust_train.regularizers import ExplanationSmoothness, explanation_smoothness
 from robust_train.regularizers._penalty_parts import map_distance, sample_in_ball
+from tests.support.helpers import SmoothMLP
 
 
 def _batch(b: int = 6, seed: int = 0):

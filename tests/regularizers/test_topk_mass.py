@@ -8,12 +8,12 @@ import pytest
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
-from helpers import TinyCNN, digits_tensors
 from torch.utils.data import DataLoader, TensorDataset
 
 from robust_train import RobustClassifier
 from robust_train.models import MNISTConvNet
 from robust_train.regularizers import PENALTIES, TopKMassPenalty, get_penalty, topk_mass
+from tests.support.helpers import TinyCNN, digits_tensors
 
 
 def reference_cam(net: TinyCNN, x: torch.Tensor, t: int, beta: float | None = None):

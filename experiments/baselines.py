@@ -244,12 +244,32 @@ def _cost_table(jobs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {"columns": ["map", "models", "CPU s per image"], "align": "|---|---|---|", "rows": rows}
 
 
-def write_page(out: Path) -> Path:
-    """experiments/results/baselines.json from the run folder, then BASELINES.md."""
+def selection_table(lb_dir: Path) -> dict[str, Any]:
+    """The CV selection of the leaderboard run folder: every setting of the baselines with its
+    CV accuracy, the difference to natural (paired standard error) and CV saliency robustness."""
+    results = json.loads((lb_dir / "results.json").read_text())
+    natural = results["natural_cv"]
+    rows = [["natural", "-", f"{natural['accuracy']:.4f}", "", f"{natural['saliency']:.3f}", ""]]
+    for method in METHODS[1:]:
+        chosen = results["chosen"][method]
+        for value, summary in sorted(
+            results["summaries"][method].items(), key=lambda kv: float(kv[0])
+        ):
+            delta = f"{100 * summary['delta']:+.2f} ± {100 * summary['se']:.2f}"
+            mark = "**yes**" if float(value) == chosen else ""
+            rows.append([method, _setting(method, float(value)), f"{summary['accuracy']:.4f}",
+                         delta, f"{summary['saliency']:.3f}", mark])  # fmt: skip
+    columns = ["method", "setting", "CV acc", "Δ vs natural (points)", "CV sal ∩", "chosen"]
+    return {"columns": columns, "align": "|---|---|---|---|---|---|", "rows": rows}
+
+
+def write_page(out: Path, lb_dir: Path) -> Path:
+    """experiments/results/baselines.json from the run folders, then BASELINES.md."""
     from experiments.pages import RESULTS, tables_page
 
     meta = json.loads((out / "meta.json").read_text())
-    data = {"chosen": meta["chosen"], "indices": meta["indices"], "tables": tables(out)}
+    found = {**tables(out), "selection": selection_table(lb_dir)}
+    data = {"chosen": meta["chosen"], "indices": meta["indices"], "tables": found}
     text = json.dumps(data, indent=1, ensure_ascii=False)
     (RESULTS / "baselines.json").write_text(text + "\n")
     return tables_page(PAGE)
@@ -266,7 +286,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.images < 1:
         raise SystemExit(f"--images must be >= 1, got {args.images}")
     if args.page:
-        print(write_page(Path(args.out)))
+        print(write_page(Path(args.out), Path(args.leaderboard)))
         return
     run(args)
 

@@ -136,14 +136,16 @@ RANDOM_EXPLAINERS = ("saliency", "input_x_gradient", "integrated_gradients", "gr
 NAMES = {"saliency": "saliency", "input_x_gradient": "input x gradient",
          "integrated_gradients": "IG (zero baseline, 16 points)", "grad_cam": "Grad-CAM",
          "lrp": "LRP (epsilon_plus)"}  # fmt: skip
-LINES = (("topk", "top-100 ∩"), ("spearman", "Spearman |map|"),
+LINES = (("topk", "top-100 ∩"), ("spearman", "Spearman (absolute)"),
          ("spearman_signed", "Spearman signed"), ("ssim", "SSIM"))  # fmt: skip
 
 
-def random_label_model(seed: int, epochs: int, out: Path) -> tuple[Any, dict[str, float]]:
+def random_label_model(
+    seed: int, epochs: int, out: Path, lr: float = 1e-3
+) -> tuple[Any, dict[str, float]]:
     """The data-randomisation model of Adebayo et al. (2018): the shipped architecture trained
-    like the natural model (Adam 3e-3, batch 64) on the 3,500 training images with their labels
-    permuted (seeded); saved under `out` and loaded from there when present. Returns the model
+    with Adam at `lr`, batch 64, on the 3,500 training images with their labels permuted
+    (seeded); saved under `out` and loaded from there when present. Returns the model
     and its accuracy on the permuted training labels (how much it memorised) and on the test
     split (chance: about 0.1)."""
     import pytorch_lightning as pl
@@ -160,12 +162,12 @@ def random_label_model(seed: int, epochs: int, out: Path) -> tuple[Any, dict[str
     data.setup()
     x, y = data.train_set.tensors
     permuted = y[torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))]
-    ckpt = out / f"random_labels_s{seed}_e{epochs}.ckpt"
+    ckpt = out / f"random_labels_s{seed}_e{epochs}_lr{lr:g}.ckpt"
     if not ckpt.is_file():
         pl.seed_everything(seed, workers=True, verbose=False)
         loader = DataLoader(TensorDataset(x, permuted), batch_size=64, shuffle=True)
         module = RobustClassifier(
-            MNISTConvNet(**MODEL), [], optimizer=lambda p: torch.optim.Adam(p, lr=3e-3)
+            MNISTConvNet(**MODEL), [], optimizer=lambda p: torch.optim.Adam(p, lr=lr)
         )
         trainer = quiet_trainer(max_epochs=epochs)
         trainer.fit(module, train_dataloaders=loader)
@@ -263,32 +265,40 @@ def data_table(models: dict[str, Any], random_models: list[Any], x: torch.Tensor
     return {"columns": columns, "align": "|" + "---|" * len(columns), "rows": rows}
 
 
-def randomisation_tables(images: int, epochs: int, out: Path) -> dict[str, dict[str, Any]]:
+def randomisation_tables(
+    images: int, epochs: int, out: Path, lr: float = 1e-3, data_only: bool = False
+) -> dict[str, dict[str, Any]]:
     """Sections 5 and 6 of SANITY.md: the cascading and independent curves over `SEEDS`, and the
-    data-randomisation test against one random-label model per seed."""
+    data-randomisation test against one random-label model per seed (`data_only`: that test
+    alone)."""
     from robust_train.models import load_classifier
 
     torch.set_num_threads(1)
     x, y = test_images(images)
     models = {name: load_classifier(path) for name, path in CHECKPOINTS.items()}
-    trained = [random_label_model(seed, epochs, out) for seed in SEEDS]
+    trained = [random_label_model(seed, epochs, out, lr) for seed in SEEDS]
     random_models = [m for m, _ in trained]
-    runs = {name: seeded_sanity(model, x, y) for name, model in models.items()}
     fits = {
-        "columns": ["random-label model", "epochs", *trained[0][1]],
-        "align": "|---|---|---|---|",
-        "rows": [[f"seed {s}", str(epochs), *(f"{v:.3f}" for v in acc.values())]
+        "columns": ["random-label model", "epochs", "Adam lr", *trained[0][1]],
+        "align": "|---|---|---|---|---|",
+        "rows": [[f"seed {s}", str(epochs), f"{lr:g}", *(f"{v:.3f}" for v in acc.values())]
                  for s, (_, acc) in zip(SEEDS, trained, strict=True)],
     }  # fmt: skip
-    return {
-        "5-cascade-curves": curve_table(runs, "cascade"),
-        "5-independent-curves": curve_table(runs, "independent"),
+    tables = {
         "6-random-label-models": fits,
         "6-data-randomisation": data_table(models, random_models, x),
     }
+    if data_only:
+        return tables
+    runs = {name: seeded_sanity(model, x, y) for name, model in models.items()}
+    tables["5-cascade-curves"] = curve_table(runs, "cascade")
+    tables["5-independent-curves"] = curve_table(runs, "independent")
+    return tables
 
 
-def write_randomisation(images: int, epochs: int, out: Path) -> None:
+def write_randomisation(
+    images: int, epochs: int, out: Path, lr: float = 1e-3, data_only: bool = False
+) -> None:
     """Merge sections 5 and 6 into results/sanity.json and write SANITY.md from its prose."""
     import json
 
@@ -296,7 +306,7 @@ def write_randomisation(images: int, epochs: int, out: Path) -> None:
 
     path = RESULTS / "sanity.json"
     data = json.loads(path.read_text())
-    data["tables"].update(randomisation_tables(images, epochs, out))
+    data["tables"].update(randomisation_tables(images, epochs, out, lr, data_only))
     path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     print(tables_page("SANITY.md"))
 
@@ -313,11 +323,18 @@ def main(argv: list[str] | None = None) -> None:
         "kept in OUT), written into results/sanity.json and SANITY.md",
     )  # fmt: skip
     parser.add_argument("--epochs", type=int, default=10, help="of the random-label models")
+    parser.add_argument("--lr", type=float, default=1e-3, help="Adam's, random-label models")
+    parser.add_argument(
+        "--data-only", action="store_true",
+        help="with --randomisation: section 6 only, section 5's tables kept",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.images < 1 or args.epochs < 1:
         raise SystemExit(f"--images and --epochs must be >= 1, got {args.images}, {args.epochs}")
     if args.randomisation:
-        write_randomisation(args.images, args.epochs, Path(args.randomisation))
+        write_randomisation(
+            args.images, args.epochs, Path(args.randomisation), args.lr, args.data_only
+        )
         return
     torch.set_num_threads(1)
     x, y = test_images(args.images)

@@ -157,12 +157,18 @@ def run(args: argparse.Namespace) -> None:
 
 # --------------------------------------------------------------------------------- report
 def _cell(values: list[float]) -> str:
+    """Mean ± standard deviation of the finite values; "(n of N)" when some of the N models
+    were not measured, "(1 model)" for a single one, "not run" for none."""
+    expected = len(values)
     values = [v for v in values if math.isfinite(v)]
     if not values:
         return "not run"
     if len(values) == 1:
-        return f"{values[0]:.3f} (1 model)"
-    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+        return (
+            f"{values[0]:.3f} (1 model)" if expected == 1 else f"{values[0]:.3f} (1 of {expected})"
+        )
+    text = f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+    return text if len(values) == expected else f"{text} ({len(values)} of {expected})"
 
 
 def _jobs(out: Path) -> dict[str, dict[str, Any]]:

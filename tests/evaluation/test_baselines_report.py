@@ -58,11 +58,12 @@ def test_every_row_is_averaged_over_the_images_all_models_measured(tmp_path):
     rows = {r[0]: r for r in table["rows"]}
     col = table["columns"].index("saliency top-k ∩ ensemble")
     natural = [statistics.mean([0.1, 0.3]), statistics.mean([0.3, 0.5])]  # images 5 and 7
-    expected = f"{statistics.mean(natural):.3f} ± {statistics.stdev(natural):.3f}"
+    expected = f"{statistics.mean(natural):.3f} ± {statistics.stdev(natural):.3f} (2 of 3)"
     assert rows["natural"][col] == expected
     assert rows["shipped robust"][col] == "0.600 (1 model)"  # not 0.7: image 6 left out
     assert rows["adversarial"][col] == "not run"
-    assert rows["natural"][2] == f"{statistics.mean([0.97, 0.96]):.3f} ± 0.007"
+    assert rows["natural"][2] == f"{statistics.mean([0.97, 0.96]):.3f} ± 0.007 (2 of 3)"
+    assert rows["natural"][col + 3] == "not run"  # Grad-CAM: no job
     assert rows["map = input (reference)"][col] == "0.200 (1 model)"
     assert rows["images (every row)"][col] == "2"
     assert rows["images (every row)"][table["columns"].index("grad_cam LENS ensemble")] == "0"

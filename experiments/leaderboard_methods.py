@@ -147,6 +147,11 @@ METHODS: dict[str, Method] = {
         "adversarial", {"step_size": 0.1, "n_steps": 3}, "epsilon", (0.05, 0.1, 0.2, 0.3), 0.3,
         "Madry et al. 2018: eps 0.3, 40 steps of 0.01",
     ),
+    "gaussian_noise": Method(
+        "gaussian_noise", {}, "sigma", (0.12, 0.25, 0.5, 1.0), 0.25,
+        "Cohen et al. 2019: CE at x + N(0, sigma^2), here clipped to [0, 1]; their grid "
+        "sigma 0.12, 0.25, 0.5, 1.0",
+    ),
     "ig_norm": Method(
         "ig_norm", _IG_INNER, "weight", (0.1, 0.3, 1.0, 3.0), 1.0,
         "RAR: lambda 1, eps 0.3, 40 steps of 0.01, 10 / 50 path points",

@@ -56,6 +56,13 @@ EXPERIMENTS: dict[str, Entry] = {
         page="SANITY.md",
         write_page=TABLES,
     ),
+    "baselines": Entry(
+        "experiments.baselines",
+        "PGD adversarial and Gaussian-noise training, tuned by the leaderboard's rule, under the "
+        "attack ensemble",
+        page="BASELINES.md",
+        write_page=TABLES,
+    ),
     "lrp_twins": Entry(
         "experiments.lrp_twins",
         "LRP on networks written with calls",

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -129,13 +130,212 @@ def lens_rows(model: Any, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
     return out
 
 
+# ------------------------------------------- randomisation over seeds (sections 5 and 6)
+SEEDS = (0, 1, 2)
+RANDOM_EXPLAINERS = ("saliency", "input_x_gradient", "integrated_gradients", "grad_cam", "lrp")
+NAMES = {"saliency": "saliency", "input_x_gradient": "input x gradient",
+         "integrated_gradients": "IG (zero baseline, 16 points)", "grad_cam": "Grad-CAM",
+         "lrp": "LRP (epsilon_plus)"}  # fmt: skip
+LINES = (("topk", "top-100 ∩"), ("spearman", "Spearman (absolute)"),
+         ("spearman_signed", "Spearman signed"), ("ssim", "SSIM"))  # fmt: skip
+
+
+def random_label_model(
+    seed: int, epochs: int, out: Path, lr: float = 1e-3
+) -> tuple[Any, dict[str, float]]:
+    """The data-randomisation model of Adebayo et al. (2018): the shipped architecture trained
+    with Adam at `lr`, batch 64, on the 3,500 training images with their labels permuted
+    (seeded); saved under `out` and loaded from there when present. Returns the model
+    and its accuracy on the permuted training labels (how much it memorised) and on the test
+    split (chance: about 0.1)."""
+    import pytorch_lightning as pl
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from experiments.leaderboard_methods import MODEL
+    from experiments.support import quiet_trainer
+    from robust_train import RobustClassifier
+    from robust_train.core.runtime import predict
+    from robust_train.data import MNIST5kDataModule
+    from robust_train.models import MNISTConvNet, load_classifier
+
+    data = MNIST5kDataModule(seed=0)
+    data.setup()
+    x, y = data.train_set.tensors
+    permuted = y[torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))]
+    ckpt = out / f"random_labels_s{seed}_e{epochs}_lr{lr:g}.ckpt"
+    if not ckpt.is_file():
+        pl.seed_everything(seed, workers=True, verbose=False)
+        loader = DataLoader(TensorDataset(x, permuted), batch_size=64, shuffle=True)
+        module = RobustClassifier(
+            MNISTConvNet(**MODEL), [], optimizer=lambda p: torch.optim.Adam(p, lr=lr)
+        )
+        trainer = quiet_trainer(max_epochs=epochs)
+        trainer.fit(module, train_dataloaders=loader)
+        out.mkdir(parents=True, exist_ok=True)
+        trainer.save_checkpoint(ckpt)
+    model = load_classifier(str(ckpt))
+    xt, yt = data.test_set.tensors
+    return model, {
+        "train acc (permuted labels)": float((predict(model, x, 256) == permuted).float().mean()),
+        "test acc": float((predict(model, xt, 256) == yt).float().mean()),
+    }
+
+
+def data_randomisation(
+    model: Any, random_models: list[Any], x: torch.Tensor, explainer: str
+) -> dict[str, list[float]]:
+    """Per line (`LINES`), one mean per random-label model: the maps of `model` for its predicted
+    class against the random-label model's maps for the same class (`compare_maps`, k 100; NaN
+    where a map is constant, left out of the mean)."""
+    from robust_train.core.runtime import predict
+    from robust_train.evaluation.parts.sanity import compare_maps
+    from robust_train.explain import get_explainer
+
+    kwargs = {"n_steps": 16, "baseline": 0.0} if explainer == "integrated_gradients" else {}
+    explain = get_explainer(explainer, **kwargs)
+    target = predict(model, x, 256)
+    clean = explain(model, x, target).detach()
+    out: dict[str, list[float]] = {line: [] for line, _ in (*LINES, ("blank", ""))}
+    for other in random_models:
+        values = compare_maps(clean, explain(other, x, target).detach(), K)
+        for line, _ in LINES:
+            out[line].append(float(values[line].nanmean()))
+        out["blank"].append(float(values["topk"].isnan().float().mean()))
+    return out
+
+
+def seeded_sanity(
+    model: Any,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    explainers: tuple[str, ...] = RANDOM_EXPLAINERS,
+    ig_steps: int = 16,
+) -> list[dict[str, Any]]:
+    """The sanity part (cascading and independent curves) once per seed of `SEEDS`."""
+    from robust_train.evaluation import EvaluationSettings, evaluate_classifier
+
+    runs = []
+    for seed in SEEDS:
+        settings = EvaluationSettings(
+            parts=("sanity",), n_samples=len(x), measure_k=K, ig_steps=ig_steps, seed=seed,
+            explainers=explainers, ensemble=False,
+        )  # fmt: skip
+        r = evaluate_classifier(model, x, y, settings, progress=False)
+        runs.append({"measures": r["measures"], "curves": r["curves"]})
+    return runs
+
+
+def _spread(values: list[float]) -> str:
+    import statistics
+
+    values = [v for v in values if v == v]
+    if len(values) < 2:
+        return f"{values[0]:.3f}" if values else "n/a"
+    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+
+
+def curve_table(
+    runs: dict[str, list[dict[str, Any]]],
+    kind: str,
+    explainers: tuple[str, ...] = RANDOM_EXPLAINERS,
+) -> dict[str, Any]:
+    """One row per (explainer, model, line): the curve `kind` ("cascade" or "independent")
+    point by point, mean ± standard deviation over the seeds."""
+    rows, xs = [], []
+    for ex in explainers:
+        for name, seeds in runs.items():
+            curves = [r["curves"][f"sanity/{ex}/{kind}"] for r in seeds]
+            xs = curves[0]["xs"]
+            for line, label in LINES:
+                cells = [_spread([c[line][i] for c in curves]) for i in range(len(xs))]
+                rows.append([NAMES[ex], name, label, *cells])
+    head = "layers randomised from the top:" if kind == "cascade" else "layer randomised alone:"
+    columns = ["explainer", "model", "measure", *[f"{head} {x:g}" for x in xs]]
+    return {"columns": columns, "align": "|" + "---|" * len(columns), "rows": rows}
+
+
+def data_table(models: dict[str, Any], random_models: list[Any], x: torch.Tensor) -> dict[str, Any]:
+    rows = []
+    for ex in RANDOM_EXPLAINERS:
+        for name, model in models.items():
+            values = data_randomisation(model, random_models, x, ex)
+            cells = [_spread(values[line]) for line, _ in LINES]
+            rows.append([NAMES[ex], name, *cells, _spread(values["blank"])])
+    columns = ["explainer", "model", *(label for _, label in LINES), "constant maps (share)"]
+    return {"columns": columns, "align": "|" + "---|" * len(columns), "rows": rows}
+
+
+def randomisation_tables(
+    images: int, epochs: int, out: Path, lr: float = 1e-3, data_only: bool = False
+) -> dict[str, dict[str, Any]]:
+    """Sections 5 and 6 of SANITY.md: the cascading and independent curves over `SEEDS`, and the
+    data-randomisation test against one random-label model per seed (`data_only`: that test
+    alone)."""
+    from robust_train.models import load_classifier
+
+    torch.set_num_threads(1)
+    x, y = test_images(images)
+    models = {name: load_classifier(path) for name, path in CHECKPOINTS.items()}
+    trained = [random_label_model(seed, epochs, out, lr) for seed in SEEDS]
+    random_models = [m for m, _ in trained]
+    fits = {
+        "columns": ["random-label model", "epochs", "Adam lr", *trained[0][1]],
+        "align": "|---|---|---|---|---|",
+        "rows": [[f"seed {s}", str(epochs), f"{lr:g}", *(f"{v:.3f}" for v in acc.values())]
+                 for s, (_, acc) in zip(SEEDS, trained, strict=True)],
+    }  # fmt: skip
+    tables = {
+        "6-random-label-models": fits,
+        "6-data-randomisation": data_table(models, random_models, x),
+    }
+    if data_only:
+        return tables
+    runs = {name: seeded_sanity(model, x, y) for name, model in models.items()}
+    tables["5-cascade-curves"] = curve_table(runs, "cascade")
+    tables["5-independent-curves"] = curve_table(runs, "independent")
+    return tables
+
+
+def write_randomisation(
+    images: int, epochs: int, out: Path, lr: float = 1e-3, data_only: bool = False
+) -> None:
+    """Merge sections 5 and 6 into results/sanity.json and write SANITY.md from its prose."""
+    import json
+
+    from experiments.pages import RESULTS, tables_page
+
+    path = RESULTS / "sanity.json"
+    data = json.loads(path.read_text())
+    data["tables"].update(randomisation_tables(images, epochs, out, lr, data_only))
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    print(tables_page("SANITY.md"))
+
+
 def main(argv: list[str] | None = None) -> None:
     from robust_train.models import load_classifier
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=64)
     parser.add_argument("--skip-lens", action="store_true", help="leave out section 3 (slow)")
+    parser.add_argument(
+        "--randomisation", default=None, metavar="OUT",
+        help="only sections 5-6 (curves over 3 seeds, data randomisation; random-label models "
+        "kept in OUT), written into results/sanity.json and SANITY.md",
+    )  # fmt: skip
+    parser.add_argument("--epochs", type=int, default=10, help="of the random-label models")
+    parser.add_argument("--lr", type=float, default=1e-3, help="Adam's, random-label models")
+    parser.add_argument(
+        "--data-only", action="store_true",
+        help="with --randomisation: section 6 only, section 5's tables kept",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.images < 1 or args.epochs < 1:
+        raise SystemExit(f"--images and --epochs must be >= 1, got {args.images}, {args.epochs}")
+    if args.randomisation:
+        write_randomisation(
+            args.images, args.epochs, Path(args.randomisation), args.lr, args.data_only
+        )
+        return
     torch.set_num_threads(1)
     x, y = test_images(args.images)
     for name, path in CHECKPOINTS.items():

@@ -9,6 +9,7 @@ from robust_train.regularizers.adversarial import AdversarialTraining, adversari
 from robust_train.regularizers.base import PENALTIES, PenaltyTerm, get_penalty, register_penalty
 from robust_train.regularizers.composed import ComposedPenalty
 from robust_train.regularizers.curvature import CURVATURE_METHODS, Curvature, curvature
+from robust_train.regularizers.gaussian_noise import GaussianNoiseTraining, gaussian_noise_loss
 from robust_train.regularizers.gradient_norm import (
     GRADIENT_NORM_METHODS,
     InputGradientNorm,
@@ -34,6 +35,7 @@ __all__ = [
     "ComposedPenalty",
     "Curvature",
     "ExplanationSmoothness",
+    "GaussianNoiseTraining",
     "IGNorm",
     "IGRPenalty",
     "IGSumNorm",
@@ -47,6 +49,7 @@ __all__ = [
     "adversarial_loss",
     "curvature",
     "explanation_smoothness",
+    "gaussian_noise_loss",
     "get_penalty",
     "ig_norm",
     "ig_sum_norm",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import SmoothMLP
+from tests.support.helpers import SmoothMLP
 
 from robust_train import RobustClassifier
 from robust_train.regularizers import GaussianNoiseTraining, gaussian_noise_loss, get_penalty

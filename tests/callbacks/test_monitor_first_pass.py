@@ -11,11 +11,11 @@ import time
 import pytest
 import pytorch_lightning as pl
 import torch
-from tests.support.monitor_helpers import TRAINER
 
 from robust_train import RobustClassifier
 from robust_train.callbacks import FragilityMonitor
 from robust_train.callbacks._first_pass import step_seconds
+from tests.support.monitor_helpers import TRAINER
 
 
 class SlowExplained(torch.nn.Module):

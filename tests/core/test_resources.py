@@ -23,7 +23,11 @@ from robust_train.core.resources import (
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKPOINTS = (
-    "digits_baseline", "digits_robust", "mnist5k_baseline", "mnist5k_certified", "mnist5k_robust"
+    "digits_baseline",
+    "digits_robust",
+    "mnist5k_baseline",
+    "mnist5k_certified",
+    "mnist5k_robust",
 )
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from tests.support.helpers import SmoothMLP
 
 from robust_train import RobustClassifier
 from robust_train.regularizers import GaussianNoiseTraining, gaussian_noise_loss, get_penalty
 from robust_train.regularizers.gaussian_noise import GaussianNoiseOptions, noisy_copy
+from tests.support.helpers import SmoothMLP
 
 
 def reference_loss(model, x, y, sigma, seed, clip=True):

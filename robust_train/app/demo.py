@@ -268,8 +268,9 @@ def verdict(gains: dict[str, float], comparable: bool = True) -> str:
 
 
 def protocol_text(settings: Any, results: dict[str, dict[str, Any]]) -> str:
-    """Which protocol the final evaluation ran: its name, images, budget, the ensemble's members
-    and what the attacks cost each model (from the `attack_cost` notes of `results`).
+    """Which protocol the final evaluation ran: its name, images, budget, the members of the
+    top-k attack (the claim's) and what the attacks cost each model (from the `attack_cost`
+    notes of `results`).
 
     Examples:
         >>> from robust_train.evaluation import PROTOCOLS
@@ -282,7 +283,7 @@ def protocol_text(settings: Any, results: dict[str, dict[str, Any]]) -> str:
         protocol: demo_ensemble (the attack ensemble, reduced to fit the demo), 20 test images,
         L_inf 0.3, top-k attack scored at k 100, each image's worst result kept
           members: k100 (40 steps per image), search (100 queries per image)
-          attack CPU time: natural 6 s
+          CPU time of the ensemble attacks: natural 6 s
     """
     name = settings.extra.get("protocol", "custom")
     kind = "the attack ensemble, reduced to fit the demo" if settings.ensemble else "one attack"
@@ -290,7 +291,8 @@ def protocol_text(settings: Any, results: dict[str, dict[str, Any]]) -> str:
              f"{settings.epsilon:g}, top-k attack scored at k {settings.measure_k}, each image's "
              "worst result kept"]  # fmt: skip
     costs = {model: r.get("attack_cost") or {} for model, r in results.items()}
-    first = next((c for cost in costs.values() for c in cost.values() if c.get("members")), None)
+    first = next((c for cost in costs.values() for attack, c in cost.items()
+                  if attack.endswith("/topk") and c.get("members")), None)  # fmt: skip
     if first is not None:
         members = [f"{m['name']} ({m['gradient_steps'] or m['maps']} "
                    f"{'steps' if m['gradient_steps'] else 'queries'} per image)"
@@ -299,7 +301,7 @@ def protocol_text(settings: Any, results: dict[str, dict[str, Any]]) -> str:
     spent = [f"{model} {sum(c.get('cpu_seconds', 0.0) for c in cost.values()):.0f} s"
              for model, cost in costs.items() if cost]  # fmt: skip
     if spent:
-        lines.append("  attack CPU time: " + ", ".join(spent))
+        lines.append("  CPU time of the ensemble attacks: " + ", ".join(spent))
     return "\n".join(lines)
 
 

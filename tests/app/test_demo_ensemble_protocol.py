@@ -54,7 +54,8 @@ def test_printed_protocol_names_the_members_and_cost_the_evaluation_ran():
     x = torch.rand(3, 1, 8, 8, generator=torch.Generator().manual_seed(0))
     settings = dataclasses.replace(
         PROTOCOLS["demo_ensemble"], parts=("fragility",), explainers=("saliency",),
-        attacks=("topk",), n_samples=3, n_steps=2, k=8, measure_k=8, search_queries=5,
+        attacks=("random_sign", "topk"), n_samples=3, n_steps=2, k=8, measure_k=8,
+        search_queries=5, noise_draws=2,
         input_reference=False, correct_only=False,
     )  # fmt: skip
     result = evaluate_classifier(model, x, model(x).argmax(1), settings, progress=False)
@@ -68,8 +69,11 @@ def test_printed_protocol_names_the_members_and_cost_the_evaluation_ran():
         unit = "steps" if m["gradient_steps"] else "queries"
         assert f"{m['name']} ({m['gradient_steps'] or m['maps']} {unit} per image)" in members
     assert "search (5 queries per image)" in members
-    spent = result["attack_cost"]["saliency/topk"]["cpu_seconds"]
-    assert cost == f"  attack CPU time: natural {spent:.0f} s, robust {spent:.0f} s"
+    spent = sum(c.get("cpu_seconds", 0.0) for c in result["attack_cost"].values())
+    assert spent == result["attack_cost"]["saliency/topk"]["cpu_seconds"]  # noise: one attack
+    assert (
+        cost == f"  CPU time of the ensemble attacks: natural {spent:.0f} s, robust {spent:.0f} s"
+    )
     one = dataclasses.replace(settings, ensemble=False, extra={"protocol": "demo"})
     assert "(one attack)" in demo.protocol_text(one, {})
 

@@ -131,7 +131,9 @@ def mean_interval(values: list[float]) -> tuple[float, float, float, int]:
 
 
 def _cell(values: list[float]) -> str:
-    mean, low, high, _ = mean_interval(values)
+    mean, low, high, count = mean_interval(values)
+    if count == 0:
+        return "-"
     return f"{mean:.3f} [{low:.3f}, {high:.3f}]"
 
 

@@ -1,10 +1,11 @@
 """The demo over seeds: the ranges `robust-train demo` checks its claim against.
 
 Runs `robust-train demo --seed S --out OUT/seed_S` at the demo's default settings for each seed
-(about 4 CPU minutes each), reads each run's results.json, and writes robust minus natural per
-map (the top-k intersection under the top-k attack aimed at it) and the accuracy change as ranges
+(its final evaluation is the `demo_ensemble` protocol, the reduced attack ensemble; a few CPU
+minutes each), reads each run's results.json, and writes robust minus natural per map (the top-k
+intersection under the attacks aimed at it, each image's worst) and the accuracy change as ranges
 over the seeds, rounded outwards to 4 decimals so each seed lies inside, to the package data file
-the demo reads (robust_train/assets/results/demo_claims.json).
+the demo reads (robust_train/assets/results/demo_claims.json), with the protocol's name.
 
     python -m experiments run demo_claims --seeds 0 1 2 3 4
     python -m experiments run demo_claims --seeds 0 1 2 3 4 --from-runs   # runs already there
@@ -40,12 +41,13 @@ def ranges(per_seed: list[dict[str, float]]) -> dict[str, dict[str, float]]:
 
 def claims(seeds: list[int], per_seed: list[dict[str, float]]) -> dict[str, Any]:
     """The claims file's content from each seed's `robust_train.app.demo.gain`."""
-    from robust_train.app.demo import CLAIMS_FILE
+    from robust_train.app.demo import CLAIMS_FILE, PROTOCOL
 
     measured = ranges(per_seed)
     about = json.loads(CLAIMS_FILE.read_text())["about"]
     return {
         "about": about,
+        "protocol": PROTOCOL,
         "seeds": list(seeds),
         "gains": {k: v for k, v in measured.items() if k != "accuracy"},
         "accuracy_change": measured["accuracy"],

@@ -28,6 +28,12 @@ EXPERIMENTS: dict[str, Entry] = {
         "experiments.demo_claims",
         "the demo over seeds: the ranges its claim is checked against (package data)",
     ),
+    "ensemble_maps": Entry(
+        "experiments.ensemble_maps",
+        "the shipped MNIST-5k pair on every map under the attack ensemble, with chance levels",
+        page="ENSEMBLE_MAPS.md",
+        write_page=TABLES,
+    ),
     "architectures": Entry(
         "experiments.architectures",
         "one recipe, weights unchanged, on several architectures",

@@ -166,7 +166,7 @@ def test_only_the_default_run_is_the_measured_one():
     assert measured("--trainer.enable_progress_bar", "false")  # the space form is the same
     assert not measured("--trainer.max_epochs", "3")
     assert not measured("--quick")
-    assert not measured("--n-samples", "20")
+    assert not measured("--n-samples", "10")
     assert not measured("--epochs", "3")
     assert not measured("--trainer.limit_train_batches=3")
 
@@ -201,5 +201,6 @@ def test_demo_protocol_is_rar_at_the_demos_size():
         100, 20, 0.03, 1,
     )  # fmt: skip
     assert (
-        settings_tag(preset) == "demo" and demo._settings(demo._parser().parse_args([])) == preset
+        settings_tag(preset) == "demo"
+        and demo._settings(demo._parser().parse_args([])) == PROTOCOLS[demo.PROTOCOL]
     )

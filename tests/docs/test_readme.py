@@ -73,6 +73,9 @@ def test_the_demo_claim_in_the_readme_is_the_range_the_demo_checks():
     from robust_train.app.demo import MAPS, MEASURED_ACC_CHANGE, MEASURED_GAINS, MEASURED_SEEDS
 
     text = " ".join(section(README.read_text(), "Quick start").split())
+    if not MEASURED_SEEDS:  # no range measured under the demo's protocol: none may be stated
+        assert "no measured range" in text and "demo_ensemble" in text
+        return
     seeds = f"seeds {MEASURED_SEEDS[0]}-{MEASURED_SEEDS[-1]}"
     assert seeds in text and len(MEASURED_SEEDS) == MEASURED_SEEDS[-1] - MEASURED_SEEDS[0] + 1
     labels = {"integrated_gradients": "integrated gradients", "grad_cam": "Grad-CAM", "lrp": "LRP",

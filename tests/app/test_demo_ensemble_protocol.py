@@ -7,13 +7,13 @@ import dataclasses
 import json
 
 import torch
-from helpers import TinyCNN
 
 import robust_train.app.demo as demo
 from robust_train.app.commands import settings_tag
 from robust_train.attacks.ensemble import plan_members
 from robust_train.attacks.objectives import get_objective
 from robust_train.evaluation import PROTOCOLS, evaluate_classifier
+from tests.support.helpers import TinyCNN
 
 
 def test_the_demo_runs_the_named_reduced_ensemble():

@@ -250,16 +250,17 @@ def attack_settings(plan: Plan, explainers: tuple[str, ...], kind: str, n: int) 
     )
 
 
-def _measures(model: Any, x: Any, y: Any, settings: Any) -> dict[str, Any]:
+def _measures(model: Any, x: Any, y: Any, settings: Any, masks: Any = None) -> dict[str, Any]:
     """The means of the evaluation (accuracy left out: the caller measures it on the whole
     split) and `per_image`: key -> each image's value (None: not measured), for the report's
-    same-image columns."""
+    same-image columns; with `masks` (the ground truth of data that has it) the localisation
+    of the clean and attacked maps too (the report's localisation columns)."""
     from robust_train.evaluation import evaluate_classifier
     from robust_train.evaluation.measures import measure_of
 
     if len(x) == 0:
         return {}
-    r = evaluate_classifier(model, x, y, settings, progress=False)
+    r = evaluate_classifier(model, x, y, settings, progress=False, masks=masks)
     out: dict[str, Any] = {
         k: float(v)
         for k, v in r["measures"].items()

@@ -52,6 +52,31 @@ def columns(results: dict[str, Any]) -> list[tuple[str, str, str, int]]:
             ("faithfulness", f"faithfulness/{ex}/faithfulness_correlation", f"faithf. corr {h}", 3)
         )
     cols.append(("fidelity", "lipschitz/saliency/lipschitz", "Lipschitz sal", 2))
+    return cols + localisation_columns(results)
+
+
+def localisation_columns(results: dict[str, Any]) -> list[tuple[str, str, str, int]]:
+    """Where the evaluations scored the maps against ground-truth masks (data with masks of the
+    evidence): each explainer's relevance mass accuracy on its clean and its attacked maps and
+    the pointing game of its attacked maps; none otherwise.
+
+    Example:
+        >>> run = {"jobs": [{"kind": "eval", "method": "natural", "seed": 0, "group": "saliency",
+        ...                  "test": {"localisation/saliency/relevance_mass": 0.2}}]}
+        >>> [c[2] for c in localisation_columns(run)]
+        ['sal rel. mass clean']
+    """
+    held = {key for test in _evals(results).values() for key in test}
+    cols = []
+    for ex in EXPLAINERS:
+        h = SHORT_HEAD[ex]
+        for key, header in (
+            (f"localisation/{ex}/relevance_mass", f"{h} rel. mass clean"),
+            (f"attack/{ex}/topk/relevance_mass", f"{h} rel. mass attack"),
+            (f"attack/{ex}/topk/pointing_game", f"{h} pointing attack"),
+        ):
+            if key in held:
+                cols.append((ex, key, header, 3))
     return cols
 
 
@@ -103,7 +128,7 @@ def cell(values: list[float], digits: int, n_seeds: int) -> str:
 def _evals(results: dict[str, Any]) -> dict[tuple[str, int, str], dict[str, Any]]:
     return {
         (r["method"], r["seed"], r["group"]): r["test"]
-        for r in results["jobs"]
+        for r in results.get("jobs", [])
         if r["kind"] == "eval" and r.get("group") != "rar" and "test" in r
     }
 

@@ -112,6 +112,12 @@ EXPERIMENTS: dict[str, Entry] = {
         page="CERTIFIED_FRONT.md",
         write_page=TABLES,
     ),
+    "cluttered": Entry(
+        "experiments.cluttered",
+        "natural vs every-map models on cluttered RGB digits, with ground-truth masks",
+        page="CLUTTERED.md",
+        write_page=TABLES,
+    ),
     "attack_figure": Entry(
         "experiments.attack_figure",
         "the README's figure: one top-k attack on a natural and a robust model's saliency",

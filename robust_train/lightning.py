@@ -51,6 +51,7 @@ __all__ = [
     "LipschitzMonitor",
     "FidelityMonitor",
     "CertifiedMonitor",
+    "LocalisationMonitor",
     "ImageDataModule",
     "DigitsDataModule",
     "MNIST5kDataModule",
@@ -149,6 +150,7 @@ FragilityMonitor = _exported(_callbacks.FragilityMonitor)
 LipschitzMonitor = _exported(_callbacks.LipschitzMonitor)
 FidelityMonitor = _exported(_callbacks.FidelityMonitor)
 CertifiedMonitor = _exported(_callbacks.CertifiedMonitor)
+LocalisationMonitor = _exported(_callbacks.LocalisationMonitor)
 ImageDataModule = _exported(_data.ImageDataModule)
 DigitsDataModule = _exported(_data.DigitsDataModule)
 MNIST5kDataModule = _exported(_data.MNIST5kDataModule)

@@ -15,6 +15,10 @@ the scalars; figures go to W&B (images, line charts) or to PNG files. A model wi
 weights, or an evaluation that meets NaN/inf maps or scores (a diverged fit), never stops
 training: the monitor logs `robustness/nonfinite` (how many such values; 0 otherwise) and no
 robustness number for what it could not measure, and warns once.
+
+Where the datamodule has ground-truth masks of the evidence (`masks(split)`), the fragility
+part's clean and attacked maps are also scored against them (relevance mass, relevance rank,
+pointing game); `LocalisationMonitor` is the fragility part with that scoring required.
 """
 
 from robust_train.callbacks._base import DEFAULT_N_SAMPLES, RobustnessCallback
@@ -22,6 +26,7 @@ from robust_train.callbacks.certified import CertifiedMonitor
 from robust_train.callbacks.fidelity import FidelityMonitor
 from robust_train.callbacks.fragility import FragilityMonitor
 from robust_train.callbacks.lipschitz import LipschitzMonitor
+from robust_train.callbacks.localisation import LocalisationMonitor
 from robust_train.callbacks.robustness import RobustnessMonitor
 
 __all__ = [
@@ -30,6 +35,7 @@ __all__ = [
     "FidelityMonitor",
     "FragilityMonitor",
     "LipschitzMonitor",
+    "LocalisationMonitor",
     "RobustnessCallback",
     "RobustnessMonitor",
 ]

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 from robust_train.callbacks._base import RobustnessCallback
 from robust_train.callbacks._checks import check_names, compute_quietly
 from robust_train.callbacks._diverged import NONFINITE_KEY, nonfinite_count
+from robust_train.callbacks._masks import masks_from_trainer, masks_of
 from robust_train.callbacks.figures import Curves, Report, first_examples
 from robust_train.core.options import build_options, takes_options
 from robust_train.evaluation import (
@@ -39,6 +40,8 @@ from robust_train.metrics.keyed import KeyedMean
 __all__ = ["PREFIX", "RobustnessMonitor"]
 
 PREFIX = "robustness/"
+# The parts whose maps are scored against ground-truth masks (`evaluation.parts.ground_truth`).
+LOCALISED_PARTS = ("fragility", "input_reference")
 # Options the callback base class owns (the subset and its draws); the settings get them from it.
 BASE_OPTIONS = ("n_samples", "seed", "internal_batch_size", "parts")
 
@@ -66,8 +69,18 @@ class RobustnessMonitor(RobustnessCallback):
     and mean curves and example grids as figures. Values are reduced across DDP ranks by
     `robust_train.metrics.KeyedMean`.
 
+    Where the datamodule has ground-truth masks of the evidence (a `masks(split)` method, as
+    `robust_train.data.ClutteredMNIST5kDataModule`), the fragility and input_reference parts
+    also log the localisation of the clean maps (`robustness/localisation/<explainer>/<measure>`)
+    and of the attacked maps (`robustness/attack/<explainer>/<attack>/<measure>`): relevance
+    mass accuracy, relevance rank accuracy (Arras et al. 2022) and the pointing game (Zhang et
+    al. 2018), as `robust-train evaluate` reports them.
+
     Args:
         parts: the evaluation parts to run (names in `robust_train.evaluation.PARTS`).
+        localisation: score the maps against the datamodule's masks: None (default) where the
+            datamodule has them, True always (a fit whose datamodule has none is refused when
+            it starts), False never.
         **options: the evaluation settings (`EvaluationSettings` fields: attacks,
             explainers, epsilon, n_steps, lipschitz_samples, fidelity_steps,
             ...), with the cheap monitor defaults `robust_train.evaluation.MONITOR_DEFAULTS`
@@ -96,7 +109,10 @@ class RobustnessMonitor(RobustnessCallback):
             _monitor_options(cls)
 
     def __init__(
-        self, parts: Sequence[str] = ("fragility", "lipschitz", "fidelity"), **kwargs: Any
+        self,
+        parts: Sequence[str] = ("fragility", "lipschitz", "fidelity"),
+        localisation: bool | None = None,
+        **kwargs: Any,
     ) -> None:
         own = set(inspect.signature(RobustnessCallback.__init__).parameters) - {"self"}
         super().__init__(**{k: kwargs.pop(k) for k in list(kwargs) if k in own})
@@ -111,10 +127,62 @@ class RobustnessMonitor(RobustnessCallback):
             defaults=MONITOR_DEFAULTS,
         )
         self.parts: list[EvaluationPart] = [PARTS[p](self.settings) for p in ordered]
+        if localisation is not None and not isinstance(localisation, bool):
+            raise ValueError(f"`localisation` must be None, True or False, got {localisation!r}")
+        if localisation and not set(ordered) & set(LOCALISED_PARTS):
+            raise ValueError(
+                f"`localisation=True` scores the maps of the parts {list(LOCALISED_PARTS)}; "
+                f"`parts` has neither: {list(ordered)}"
+            )
+        self.localisation = localisation
+        self._masks: Tensor | None = None  # the held-out subset's masks, when localised
 
     def keys(self) -> tuple[str, ...]:
-        """Every scalar key this monitor logs (besides seconds and shares), known before a fit."""
-        return tuple(PREFIX + key for part in self.parts for key in part.keys())
+        """Every scalar key this monitor logs (besides seconds and shares), known before a fit
+        (the localisation keys once the masks are known, or with `localisation=True`)."""
+        keys: list[str] = []
+        localised = self.localisation is True or self._masks is not None
+        for part in self.parts:
+            saved = part.masks
+            if localised and part.name in LOCALISED_PARTS and saved is None:
+                part.masks = torch.zeros(0, dtype=torch.bool)  # its keys with masks
+            try:
+                keys += [PREFIX + key for key in part.keys()]
+            finally:
+                part.masks = saved
+        return tuple(keys)
+
+    def held_out(self, trainer: Any) -> tuple[Tensor, Tensor]:
+        """The subset (as `RobustnessCallback.held_out`), and its masks when localised."""
+        fresh = self._subset is None
+        subset = super().held_out(trainer)
+        if fresh:
+            self._masks = self._held_out_masks(trainer, subset[0])
+        return subset
+
+    def _held_out_masks(self, trainer: Any, inputs: Tensor) -> Tensor | None:
+        if self.localisation is False or not {p.name for p in self.parts} & set(LOCALISED_PARTS):
+            return None
+        given = self._tensors is not None or trainer is None
+        masks = (
+            None if given else masks_from_trainer(trainer, self.split, self.n_samples, self.seed)
+        )
+        if masks is None:
+            if self.localisation:
+                where = "the images given to it" if given else (
+                    f"{type(getattr(trainer, 'datamodule', None)).__name__}"
+                )  # fmt: skip
+                raise ValueError(
+                    f"{type(self).__name__}: `localisation=True` needs ground-truth masks, from "
+                    f"a datamodule with a `masks(split)` method; {where} has none"
+                )
+            return None
+        if masks.shape[0] != inputs.shape[0] or masks.shape[-2:] != inputs.shape[-2:]:
+            raise ValueError(
+                f"{type(self).__name__}: the datamodule's {self.split} masks "
+                f"{tuple(masks.shape)} do not fit its held-out images {tuple(inputs.shape)}"
+            )
+        return masks
 
     @property
     def seconds_key(self) -> str:
@@ -145,7 +213,12 @@ class RobustnessMonitor(RobustnessCallback):
             start = time.perf_counter()
             try:
                 evaluation = run_parts(
-                    model, inputs, targets, parts=[part], predictions=predictions
+                    model,
+                    inputs,
+                    targets,
+                    parts=[part],
+                    predictions=predictions,
+                    masks=self._masks_for(part, inputs),
                 )
                 report.merge(self._part_report(part, evaluation, inputs.device))
             except (ValueError, FloatingPointError) as err:
@@ -157,6 +230,11 @@ class RobustnessMonitor(RobustnessCallback):
                 report.scalars[f"{PREFIX}seconds/{part.name}"] = time.perf_counter() - start
         report.scalars[NONFINITE_KEY] = nonfinite
         return report
+
+    def _masks_for(self, part: EvaluationPart, inputs: Tensor) -> Tensor | None:
+        if self._masks is None or self._subset is None or part.name not in LOCALISED_PARTS:
+            return None
+        return masks_of(inputs, self._subset[0], self._masks)
 
     def _part_report(
         self, part: EvaluationPart, evaluation: Evaluation, device: torch.device

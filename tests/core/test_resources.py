@@ -23,6 +23,8 @@ from robust_train.core.resources import (
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKPOINTS = (
+    "cluttered_mnist5k_baseline",
+    "cluttered_mnist5k_robust",
     "digits_baseline",
     "digits_robust",
     "mnist5k_baseline",

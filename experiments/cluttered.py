@@ -1,0 +1,287 @@
+"""The cluttered RGB benchmark (CLUTTERED.md): natural vs every-map models on cluttered MNIST-5k.
+
+    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m experiments run cluttered eval \\
+        --model cnn/natural=PATH.ckpt --model cnn/every_map=PATH.ckpt --out runs/cluttered
+    .venv/bin/python -m experiments run cluttered table --out runs/cluttered   # results JSON
+    .venv/bin/python -m experiments run cluttered figures --model cnn/natural=PATH ...
+    .venv/bin/python -m experiments page cluttered
+
+`eval` measures each checkpoint (`ARCH/KIND=PATH`; KIND "natural", "every_map" or a re-tuned
+variant's name) on `ClutteredMNIST5kDataModule(image_size=64)`'s test split: the accuracy on all
+1,000 test images, and, on the correctly classified ones among the first `--images`, through the
+evaluation engine with the test masks: each explainer's top-k intersection under the top-k
+attack and under random signs ("noise") at L_inf `--epsilon` (8/255), the fidelity estimate
+(AUC_LIF - AUC_MIF) of its clean maps, and the relevance mass accuracy, relevance rank accuracy
+and pointing game of its clean and attacked maps; "map = input" (`input_reference`) is attacked
+and scored beside. The protocol is "fast" (one attack per objective, the engine's defaults for
+the image size, `robust_train.evaluation.PROTOCOLS`) or "ensemble" (`--protocol`). A job writes
+`--out`/jobs/<arch>_<kind>.json (with `__<explainers>` where they are not the default pair) and
+is skipped when that file exists with the same settings, so
+a stopped run resumes. The fit cost of each checkpoint is read from `--fit-times` (a JSON of
+label -> CPU seconds), when given.
+
+`table` writes experiments/results/cluttered.json (the page's tables) from `--out`/jobs, with
+the fit costs of `--fit-times` and each fine-tune's cost x natural, (natural + fine-tune) /
+natural;
+`figures` writes docs/images/cluttered_attacked_maps.png (clean and attacked maps of the first
+correctly classified test images, the ground-truth outline drawn on each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from experiments.pages import IMAGES, RESULTS
+
+EPSILON = 8 / 255
+EXPLAINERS = ("saliency", "grad_cam")
+MEASURES = ("relevance_mass", "relevance_rank", "pointing_game")
+# Grad-CAM's layer where the default is too coarse: torchvision's ResNet-18 stem leaves 2 x 2
+# at `layer4` on 64 x 64 images; `layer2` is 8 x 8, the side of the VGG-BN's last stage.
+GRAD_CAM_LAYERS = {"resnet18": "backbone.layer2"}
+VERSION = 1  # of the measurements: a job made with another version runs again
+
+
+def parse_models(items: list[str]) -> dict[str, str]:
+    """`ARCH/KIND=PATH` items as {"ARCH/KIND": PATH}; a ValueError names a malformed item."""
+    out = {}
+    for item in items:
+        label, sep, path = item.partition("=")
+        if not sep or "/" not in label or not path:
+            raise ValueError(f"`--model` must be ARCH/KIND=PATH, got {item!r}")
+        out[label] = path
+    return out
+
+
+def test_data(n: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The test images, labels and masks of `ClutteredMNIST5kDataModule(image_size=64)`."""
+    from robust_train.data import ClutteredMNIST5kDataModule
+
+    data = ClutteredMNIST5kDataModule(image_size=64)
+    data.setup("test")
+    x = torch.stack([data.test_set[i][0] for i in range(len(data.test_set))])
+    y, m = data.test_set.targets, data.masks("test")
+    return (x, y, m) if n is None else (x[:n], y[:n], m[:n])
+
+
+def explainers_for(arch: str, names: tuple[str, ...]) -> tuple[Any, ...]:
+    from robust_train.explain import get_explainer
+
+    layer = GRAD_CAM_LAYERS.get(arch)
+    return tuple(
+        get_explainer("grad_cam", layer=layer) if n == "grad_cam" and layer else n for n in names
+    )
+
+
+def settings_for(args: argparse.Namespace, arch: str) -> Any:
+    from robust_train.evaluation import PROTOCOLS
+
+    base = PROTOCOLS[args.protocol]
+    return dataclasses.replace(
+        base,
+        parts=("fragility", "input_reference", "fidelity"),
+        explainers=explainers_for(arch, tuple(args.explainers)),
+        attacks=("topk", "random_sign"),
+        epsilon=args.epsilon,
+        correct_only=True,
+        input_reference=True,
+        n_samples=args.images,
+        seed=0,
+        extra={**base.extra, "protocol": args.protocol},
+    )
+
+
+def measure(label: str, path: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One checkpoint's accuracy and per-explainer means (module docstring)."""
+    from robust_train.core.runtime import predict
+    from robust_train.evaluation import run_parts
+    from robust_train.models import load_classifier
+
+    arch = label.split("/")[0]
+    model = load_classifier(path)
+    x, y, m = test_data()
+    with torch.no_grad():
+        accuracy = float((predict(model, x, 256) == y).float().mean())
+    start = time.perf_counter()
+    n = args.images
+    evaluation = run_parts(model, x[:n], y[:n], settings_for(args, arch), masks=m[:n])
+    out: dict[str, Any] = {"accuracy": accuracy, "seconds": time.perf_counter() - start}
+    reference = dataclasses.replace(
+        settings_for(args, arch), parts=("fidelity",), explainers=("input_reference",)
+    )
+    evaluation.values.update(run_parts(model, x[:n], y[:n], reference).values)
+    out["n_attacked"] = int(torch.nan_to_num(evaluation.values["n_attacked"]).sum())
+    for key, values in evaluation.values.items():
+        if key in ("accuracy", "n_attacked"):
+            continue
+        if values.dim() == 1 and values.is_floating_point():
+            finite = values[~torch.isnan(values)]
+            if len(finite):
+                out[key] = float(finite.mean())
+    out["mask_area"] = float(m[:n].flatten(1).float().mean())
+    return out
+
+
+def run_eval(args: argparse.Namespace) -> None:
+    torch.set_num_threads(1)
+    jobs = Path(args.out) / "jobs"
+    jobs.mkdir(parents=True, exist_ok=True)
+    fit_times = json.loads(Path(args.fit_times).read_text()) if args.fit_times else {}
+    stamp = {"version": VERSION, "protocol": args.protocol, "images": args.images,
+             "epsilon": args.epsilon, "explainers": list(args.explainers)}  # fmt: skip
+    for label, path in parse_models(args.model).items():
+        tag = "" if tuple(args.explainers) == EXPLAINERS else "__" + "-".join(args.explainers)
+        target = jobs / (label.replace("/", "_") + tag + ".json")
+        if target.exists() and json.loads(target.read_text()).get("stamp") == stamp:
+            print(f"{label}: done ({target})")
+            continue
+        print(f"{label}: measuring {path}", flush=True)
+        result = {"stamp": stamp, "label": label, "checkpoint": path, **measure(label, path, args)}
+        if label in fit_times:
+            result["fit_cpu_seconds"] = fit_times[label]
+        target.write_text(json.dumps(result, indent=1))
+        print(f"{label}: {result['seconds']:.0f} s, accuracy {result['accuracy']:.3f}", flush=True)
+
+
+def _cell(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def table_rows(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The page's tables from the jobs' results: one row per model and map."""
+    columns = ["model", "map", "accuracy", "top-k under attack", "top-k under noise",
+               "fidelity", "rel. mass clean", "rel. mass attacked", "rank clean",
+               "rank attacked", "pointing clean", "pointing attacked"]  # fmt: skip
+    rows = []
+    for r in sorted(results, key=lambda r: r["label"]):
+        names = list(r["stamp"]["explainers"])
+        names += ["input_reference"] if names == list(EXPLAINERS) else []  # once per model
+        for e in names:
+            shown = "map = input" if e == "input_reference" else e
+            rows.append([
+                r["label"], shown, _cell(r["accuracy"]),
+                _cell(r.get(f"attack/{e}/topk/topk_intersection")),
+                _cell(r.get(f"attack/{e}/random_sign/topk_intersection")),
+                _cell(r.get(f"fidelity/{e}/fidelity")),
+                _cell(r.get(f"localisation/{e}/relevance_mass")),
+                _cell(r.get(f"attack/{e}/topk/relevance_mass")),
+                _cell(r.get(f"localisation/{e}/relevance_rank")),
+                _cell(r.get(f"attack/{e}/topk/relevance_rank")),
+                _cell(r.get(f"localisation/{e}/pointing_game")),
+                _cell(r.get(f"attack/{e}/topk/pointing_game")),
+            ])  # fmt: skip
+    cost_rows = []
+    fits = {r["label"]: r.get("fit_cpu_seconds") for r in results}
+    for r in sorted(results, key=lambda r: r["label"]):
+        if r["stamp"]["explainers"] != list(EXPLAINERS):
+            continue
+        arch, kind = r["label"].split("/", 1)
+        natural = [s for label, s in fits.items() if label.startswith(f"{arch}/natural")]
+        own = r.get("fit_cpu_seconds")
+        ratio = None
+        if own is not None and natural and natural[0] and not kind.startswith("natural"):
+            ratio = (natural[0] + own) / natural[0]
+        cost_rows.append([r["label"], str(r["n_attacked"]), _cell(r.get("seconds"), 0),
+                          _cell(own, 0), _cell(ratio, 2), _cell(r["mask_area"])])  # fmt: skip
+    return {
+        "measures": {"columns": columns, "align": "|---" * len(columns) + "|", "rows": rows},
+        "cost": {
+            "columns": [
+                "model",
+                "images attacked",
+                "evaluation s",
+                "fit CPU s",
+                "cost x natural",
+                "mask area (a uniform map's relevance mass)",
+            ],  # fmt: skip
+            "align": "|---|---|---|---|---|---|",
+            "rows": cost_rows,
+        },
+    }
+
+
+def run_table(args: argparse.Namespace) -> None:
+    results = [json.loads(p.read_text()) for p in sorted((Path(args.out) / "jobs").glob("*.json"))]
+    if not results:
+        raise SystemExit(f"no results under {args.out}/jobs: run `eval` first")
+    fit_times = json.loads(Path(args.fit_times).read_text()) if args.fit_times else {}
+    for result in results:
+        if result["label"] in fit_times:
+            result["fit_cpu_seconds"] = fit_times[result["label"]]
+    data = {"tables": table_rows(results), "results": results}
+    path = RESULTS / "cluttered.json"
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {path}")
+
+
+def run_figures(args: argparse.Namespace) -> None:
+    """Clean and attacked saliency / Grad-CAM maps with the mask's outline, one row per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from robust_train.attacks import fragility_attack
+    from robust_train.core.runtime import predict
+    from robust_train.models import load_classifier
+
+    torch.set_num_threads(1)
+    models = parse_models(args.model)
+    x, y, m = test_data(64)
+    fig, axes = plt.subplots(len(models), 1 + 2 * len(EXPLAINERS), figsize=(11, 2.3 * len(models)))
+    axes = axes.reshape(len(models), -1)
+    for row, (label, path) in enumerate(models.items()):
+        model = load_classifier(path)
+        with torch.no_grad():
+            i = int((predict(model, x, 64) == y).nonzero()[args.example])
+        axes[row, 0].imshow(x[i].permute(1, 2, 0).numpy())
+        axes[row, 0].set_ylabel(label, fontsize=8)
+        for j, name in enumerate(explainers_for(label.split("/")[0], EXPLAINERS)):
+            result = fragility_attack(
+                model, x[i : i + 1], y[i : i + 1], explainer=name, objective="topk",
+                epsilon=EPSILON, step_size=EPSILON / 10, n_steps=50, k=512,
+            )  # fmt: skip
+            for c, (title, maps) in enumerate(
+                (("clean", result.clean_map), ("attacked", result.attacked_map))
+            ):
+                ax = axes[row, 1 + 2 * j + c]
+                ax.imshow(maps[0].detach().numpy(), cmap="magma")
+                ax.contour(m[i].float().numpy(), levels=[0.5], colors="cyan", linewidths=0.8)
+                ax.set_title(f"{EXPLAINERS[j]} {title}", fontsize=8)
+    for ax in axes.ravel():
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.tight_layout()
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    out = IMAGES / "cluttered_attacked_maps.png"
+    fig.savefig(out, dpi=90)
+    print(f"wrote {out}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=("eval", "table", "figures"))
+    parser.add_argument("--model", action="append", default=[], help="ARCH/KIND=PATH")
+    parser.add_argument("--out", default="runs/cluttered")
+    parser.add_argument("--images", type=int, default=50)
+    parser.add_argument("--epsilon", type=float, default=EPSILON)
+    parser.add_argument("--protocol", choices=("fast", "ensemble"), default="fast")
+    parser.add_argument("--explainers", nargs="+", default=list(EXPLAINERS))
+    parser.add_argument("--fit-times", default=None, help="JSON: label -> fit CPU seconds")
+    parser.add_argument("--example", type=int, default=0, help="figures: which correct image")
+    args = parser.parse_args(argv)
+    if args.command in ("eval", "figures") and not args.model:
+        parser.error("`--model` is required for eval and figures")
+    {"eval": run_eval, "table": run_table, "figures": run_figures}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()

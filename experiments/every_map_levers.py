@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ import torch
 import yaml
 from torch.utils.data import DataLoader
 
+from experiments.cheaper_robustness import EpochClock
 from experiments.support import quiet_trainer
 from robust_train import RobustClassifier
 from robust_train.core.resources import shipped_checkpoint
@@ -62,20 +62,6 @@ VARIANTS: dict[str, dict[str, Any] | None] = {
     "batch_fraction 0.09, 1 ascent step": {"batch_fraction": 0.09},
     "batch_fraction 0.2, 0 ascent steps": {"n_ascent_steps": 0},
 }
-
-
-class EpochClock(pl.Callback):
-    """Process CPU seconds of every training epoch."""
-
-    def __init__(self) -> None:
-        self.seconds: list[float] = []
-        self._start = 0.0
-
-    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._start = time.process_time()
-
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.seconds.append(time.process_time() - self._start)
 
 
 def recipe(proxy: str) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -46,7 +46,7 @@ def _timed(fn):
 
 def shipped_pair(n_images: int) -> tuple[dict[str, nn.Module], torch.Tensor, torch.Tensor]:
     models, config = {}, None
-    for name in ("baseline", "robust"):
+    for name in ("baseline", "robust", "certified"):
         models[name], config = load_checkpoint(shipped_checkpoint(f"mnist5k_{name}"))
     assert config is not None
     x, y, _ = heldout_tensors(config, 4 * n_images + 16)
@@ -84,7 +84,7 @@ def part_n(args, record: bu.Record) -> None:
     header = ["model", "n", "CPU s / image", "wall s / image", "CPU ms / sample"]
     header += [f"certified overlap r={r:g}" for r in RADII]
     record.add(
-        f"(a) MNIST-5k shipped pair, 28x28, {len(x)} test images, smoothed saliency, "
+        f"(a) MNIST-5k shipped models, 28x28, {len(x)} test images, smoothed saliency, "
         f"sigma {SIGMA}, k = kappa = 98, alpha 0.05\n\n" + bu.table(header, rows)
     )
 

@@ -8,6 +8,10 @@ from typing import Any
 
 from robust_train.core.validation import check_positive
 
+FLOOR_SECONDS = 0.5
+"""The last evaluation of a fit takes one image even past the cap when one costs at most this:
+a short fit of a small model still logs its robustness once."""
+
 
 class OverheadBudget:
     """Decides whether a scheduled evaluation fits in `max_overhead` x (time spent on the rest).
@@ -29,7 +33,9 @@ class OverheadBudget:
     like any other, so it is skipped or shrunk when it would exceed the cap (a monitor that
     cannot estimate times one image and takes as many more as then fit). The last epoch of the
     fit is evaluated whenever
-    an image fits, on as many as fit; when none does, it is skipped too, and the final model is
+    an image fits, on as many as fit (and on one image when one costs at most `FLOOR_SECONDS`,
+    so that a short fit of a small model logs its robustness once); when none does, it is
+    skipped too, and the final model is
     left to `robust-train evaluate`. `max_overhead=None` runs every scheduled evaluation on
     every image (the clock still runs).
 
@@ -120,7 +126,10 @@ class OverheadBudget:
             >>> budget.other_seconds = 25.0  # room: 0.5 s, one image: too few but for the last
             >>> budget.images(16, is_last=False), budget.images(16, is_last=True)
             (0, 1)
-            >>> budget.other_seconds = 22.0  # room: 0.2 s, not one image
+            >>> budget.other_seconds = 22.0  # room: 0.2 s, not one image, but one image is cheap
+            >>> budget.images(16, is_last=True)
+            1
+            >>> budget.per_image = 2.0  # one image costs more than FLOOR_SECONDS: none
             >>> budget.images(16, is_last=True)
             0
         """
@@ -132,7 +141,8 @@ class OverheadBudget:
             room = min(room, (projected - self.spent_seconds) / 2)
         fit = max(int(room / self.per_image), 0) if room > 0 else 0
         if is_last:
-            return min(n_images, fit)
+            floor = 1 if self.per_image <= FLOOR_SECONDS else 0  # a cheap model is always seen
+            return min(n_images, max(fit, floor))
         return min(n_images, fit) if fit >= max(1, n_images // 4) else 0
 
     @property

@@ -81,7 +81,7 @@ def list_shipped(kind: str | None = None) -> list[str]:
     those of one kind when `kind` is "configs" or "checkpoints".
 
     Examples:
-        >>> list_shipped("checkpoints")[:2]
+        >>> list_shipped("checkpoints")[2:4]
         ['checkpoints/digits_baseline.ckpt', 'checkpoints/digits_robust.ckpt']
     """
     kinds = KINDS if kind is None else {_check_kind(kind): KINDS[kind]}

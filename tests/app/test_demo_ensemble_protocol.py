@@ -24,7 +24,7 @@ def test_the_demo_runs_the_named_reduced_ensemble():
     # The demo's budget, maps, objectives, steps and scored set; only the ensemble's size and
     # the number of images differ from the one-attack "demo" protocol.
     differs = {
-        f.name for f in dataclasses.fields(one) if getattr(one, f.name) != getattr(preset, f.name)
+        f.name for f in one.option_fields() if getattr(one, f.name) != getattr(preset, f.name)
     }
     assert differs == {
         "n_samples", "k", "n_restarts", "ensemble", "ensemble_betas", "search_queries", "extra",

@@ -10,6 +10,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
+import robust_train.callbacks._budget as budget_module
 from robust_train import RobustClassifier
 from robust_train.callbacks import LipschitzMonitor
 from robust_train.callbacks._budget import OverheadBudget
@@ -56,6 +57,7 @@ def test_cap_runs_what_fits_from_the_first_epoch(
     # stops propagation to the root logger (caplog's) when it is imported before the root logger
     # has a handler, so whether the note reaches caplog would depend on the tests run before.
     monkeypatch.setattr(logging.getLogger("pytorch_lightning"), "propagate", True)
+    monkeypatch.setattr(budget_module, "FLOOR_SECONDS", 0.0)  # the cap alone
     monitor = LipschitzMonitor(**{**TINY, "max_overhead": max_overhead})
     with caplog.at_level(logging.INFO):
         trainer = fit(module, data, monitor, 4)
@@ -74,7 +76,8 @@ def test_cap_runs_what_fits_from_the_first_epoch(
         assert monitor.budget.share < share
 
 
-def test_resumed_run_keeps_its_budget(tmp_path, module, data, trained_digits):
+def test_resumed_run_keeps_its_budget(tmp_path, module, data, trained_digits, monkeypatch):
+    monkeypatch.setattr(budget_module, "FLOOR_SECONDS", 0.0)  # the cap alone
     first = LipschitzMonitor(**TINY)
     trainer = fit(module, data, first, 2)
     assert first.evaluated_epochs == []  # one step timed: no image fits, the last epoch neither
@@ -111,7 +114,8 @@ class SlowInEval(torch.nn.Module):
         return self.net(x)
 
 
-def test_budget_shrinks_evaluations_of_a_slow_model():
+def test_budget_shrinks_evaluations_of_a_slow_model(monkeypatch):
+    monkeypatch.setattr(budget_module, "FLOOR_SECONDS", 0.0)  # the cap alone
     budget = OverheadBudget(0.1)
     budget.record(seconds=4.0, n_images=8)  # 0.5 s per image
     budget.other_seconds = 60.0  # room: 6 - 4 = 2 s, four images
@@ -125,6 +129,16 @@ def test_budget_shrinks_evaluations_of_a_slow_model():
     restored = OverheadBudget(0.1)
     restored.load_state_dict(budget.state_dict())
     assert restored.per_image == 0.5
+
+
+def test_the_last_evaluation_takes_one_cheap_image_past_the_cap(monkeypatch):
+    budget = OverheadBudget(0.1)
+    budget.record(seconds=0.4, n_images=1)  # 0.4 s per image
+    budget.other_seconds = 4.0  # room 0 s
+    monkeypatch.setattr(budget_module, "FLOOR_SECONDS", 0.5)
+    assert budget.images(16, is_last=False) == 0 and budget.images(16, is_last=True) == 1
+    monkeypatch.setattr(budget_module, "FLOOR_SECONDS", 0.3)  # one image costs more: none
+    assert budget.images(16, is_last=True) == 0
 
 
 @pytest.mark.slow

@@ -43,7 +43,7 @@ def test_unknown_data_is_refused_naming_the_choices(capsys):
 def test_quick_cluttered_demo_runs_the_pair_and_scores_localisation(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "disabled")
     out = tmp_path / "run"
-    argv = ["--data", "cluttered_mnist5k", "--quick", "--out", str(out), "--n-samples", "8"]
+    argv = ["--data", "cluttered_mnist5k", "--quick", "--out", str(out), "--n-samples", "4"]
     assert demo.main([*argv, "--trainer.enable_progress_bar=false"]) == 0
     report = (out / "report.md").read_text()
     assert "cluttered MNIST-5k" in report and "reference, not a check" in report

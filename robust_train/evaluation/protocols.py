@@ -114,8 +114,7 @@ ENSEMBLE = dataclasses.replace(
 DEMO_ENSEMBLE = dataclasses.replace(
     DEMO,
     n_samples=20,
-    k=100,
-    n_restarts=2,
+    attack=dataclasses.replace(DEMO.attack, k=100, n_restarts=2),
     ensemble=True,
     ensemble_betas=(3.0, 10.0),
     search_queries=100,

@@ -195,12 +195,7 @@ def main(argv: Sequence[str] | None = None) -> str:
     args.models = args.models or (["resnet18"] if args.quick else ["resnet18", "resnet50"])
     device = bu.setup_torch(args)
     warnings.filterwarnings("ignore", message=".*self.log.*")
-    record = bu.Record("bench_step_224", args, device, argv)
-    verdicts: list[str] = []
-    for key in args.models:
-        verdicts += run_model(key, args, device, record)
-    record.add("Targets:\n\n" + "\n".join(verdicts))
-    return record.finish()
+    return bu.record_models("bench_step_224", args, device, argv, run_model)
 
 
 if __name__ == "__main__":

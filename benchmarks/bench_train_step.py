@@ -338,13 +338,8 @@ def main(argv: Sequence[str] | None = None) -> str:
     args.batch = args.batch or (8 if args.quick else 64)
     device = bu.setup_torch(args)
     warnings.filterwarnings("ignore", message=".*self.log.*")
-    record = bu.Record("bench_train_step", args, device, argv)
-    verdicts: list[str] = []
     run = run_registry if args.penalties == "registry" else run_model
-    for key in args.models:
-        verdicts += run(key, args, device, record)
-    record.add("Targets:\n\n" + "\n".join(verdicts))
-    return record.finish()
+    return bu.record_models("bench_train_step", args, device, argv, run)
 
 
 if __name__ == "__main__":

@@ -285,3 +285,14 @@ class Record:
         """Write `as_dict` to `path` (its folder made when missing)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.as_dict(seconds), indent=1) + "\n")
+
+
+def record_models(title: str, args: argparse.Namespace, device: torch.device, argv, run) -> str:
+    """Run `run(key, args, device, record)` for each of `args.models` (each returns its target
+    verdicts) into one `Record` titled `title`, add the verdicts, and finish the record."""
+    record = Record(title, args, device, argv)
+    verdicts: list[str] = []
+    for key in args.models:
+        verdicts += run(key, args, device, record)
+    record.add("Targets:\n\n" + "\n".join(verdicts))
+    return record.finish()

@@ -146,7 +146,7 @@ def build_penalties(
 ) -> tuple[list[Any], list[str]]:
     """The recipe's penalty terms for `model` (its seed replaced by the job's), and the layer
     names that had to be replaced by `layer` or dropped (`adapt_layers`)."""
-    from robust_train.models.config import resolve_class
+    from robust_train.core.trust import resolve_class
     from robust_train.regularizers import PenaltyTerm
 
     modules = {name for name, _ in model.named_modules() if name}

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from robust_train.attacks.ensemble import DEFAULT_BETAS
-from robust_train.attacks.objectives import OBJECTIVES, get_objective
+from robust_train.attacks.objectives.base import OBJECTIVES, get_objective
 from robust_train.attacks.options import AttackOptions, check_linf_budget
 from robust_train.core.validation import check_choice, check_non_negative, check_positive
 from robust_train.explain.registry import is_differentiable, resolve_explainer

@@ -33,6 +33,7 @@ from robust_train.core.runtime import (
     row_chunks,
 )
 from robust_train.core.validation import (
+    check_bool,
     check_choice,
     check_finite,
     check_images,
@@ -179,8 +180,7 @@ def _check_curve_arguments(
     check_non_negative(imputation_noise, "imputation_noise")
     mean = _check_mean(mean, perturbation, inputs)
     check_optional_positive(internal_batch_size, "internal_batch_size", integer=True)
-    if not isinstance(include_end, bool):
-        raise TypeError(f"`include_end` must be a bool, got {include_end!r}")
+    check_bool(include_end, "include_end")
     return mean
 
 

@@ -1,12 +1,12 @@
 """Cost of the new explainers (Grad-CAM, DeepLIFT) beside saliency, side by side in one run.
 
-Per setting, interleaved round by round (bench_utils): the map (one call, no graph), one attack
-step (the top-k direction through the map with create_graph, on the softplus surrogate for
-saliency and on the model itself for the new maps, then the iterate's label and map on the
-model: `fragility_attack`'s own step functions) and one training step (forward, cross-entropy +
-`ExplanationSmoothness(explainer, radius=0.3, distance="cosine")`, backward, Adam), beside a
-plain cross-entropy step. Settings: MNISTConvNet(channels=[16, 32], hidden=128) on 28x28, batch
-32; torchvision ResNet-50 (random weights, 10 classes) on 224x224, batch 2 (CPU).
+Per setting, interleaved round by round (bench_utils): the map (one call, no graph), a one-step
+top-k `fragility_attack` (the clean map, the direction through the map with create_graph on
+every candidate direction of the explainer, then the iterate's label and map on the model) and
+one training step (forward, cross-entropy + `ExplanationSmoothness(explainer, radius=0.3,
+distance="cosine")`, backward, Adam), beside a plain cross-entropy step. Settings:
+MNISTConvNet(channels=[16, 32], hidden=128) on 28x28, batch 32; torchvision ResNet-50 (random
+weights, 10 classes) on 224x224, batch 2 (CPU).
 
     OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.bench_new_explainers [--settings mnist28]
     .venv/bin/python -m benchmarks.bench_new_explainers --quick   # smoke run, seconds
@@ -50,22 +50,17 @@ def map_call(name: str, model: Any, x: Any, t: Any) -> Callable[[], object]:
 
 
 def attack_step(name: str, model: Any, x: Any, t: Any) -> Callable[[], object]:
-    """One step of `fragility_attack` (direction, projected step, iterate scored on the model)."""
-    from robust_train.attacks import _loop
-    from robust_train.attacks.fragility import _context
+    """A one-step `fragility_attack` (checks, clean map, one step of every candidate direction,
+    the iterate's label and map on the model), through its public call."""
+    from robust_train.attacks import fragility_attack
 
-    ctx = _context(
-        model, x, t, explainer=name, objective="topk", epsilon=0.3, step_size=0.01, n_steps=1,
-        k=min(100, x.shape[-1] * x.shape[-2] // 8), target_region=None, n_restarts=1,
-        surrogate_beta=10.0, measure_k=None, generator=None, seed=0, progress=False,
-        internal_batch_size=None,
-    )  # fmt: skip
-    state = _loop.start(ctx)
-    gen = torch.Generator().manual_seed(0)
+    k = min(100, x.shape[-1] * x.shape[-2] // 8)
 
     def step() -> None:
-        with torch.enable_grad():
-            _loop.keep_best(ctx, state, _loop.take_step(ctx, state, x, gen))
+        fragility_attack(
+            model, x, t, explainer=name, objective="topk", epsilon=0.3, step_size=0.01,
+            n_steps=1, k=k, n_restarts=1, surrogate_beta=10.0, seed=0,
+        )  # fmt: skip
 
     return step
 

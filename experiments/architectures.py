@@ -146,7 +146,7 @@ def build_penalties(
 ) -> tuple[list[Any], list[str]]:
     """The recipe's penalty terms for `model` (its seed replaced by the job's), and the layer
     names that had to be replaced by `layer` or dropped (`adapt_layers`)."""
-    from robust_train.models.config import resolve_class
+    from robust_train.core.trust import resolve_class
     from robust_train.regularizers import PenaltyTerm
 
     modules = {name for name, _ in model.named_modules() if name}
@@ -552,9 +552,15 @@ def report(out: Path, md: Path, command: str) -> None:
         *cost_table(jobs, archs, n),
         "",
     ]
-    old = md.read_text() if md.is_file() else ""
+    from experiments.pages import HERE, page_text, store_page
+
+    page = md.name if md.resolve().parent == HERE else None
+    old = page_text(page) if page else (md.read_text() if md.is_file() else "")
     kept = old[old.index(MARKER) :] if MARKER in old else MARKER + "\n"
-    md.write_text("\n".join(text) + "\n" + kept)
+    if page:  # a generated page: keep it as its prose and results
+        store_page(page, "\n".join(text) + "\n" + kept)
+    else:
+        md.write_text("\n".join(text) + "\n" + kept)
 
 
 # ------------------------------------------------------------------------------ step cost

@@ -13,7 +13,8 @@ Fine-tuning: `configs/mnist5k_finetune_lrp.yaml`'s recipe, the natural checkpoin
 epochs with ExplanationSmoothness(explainer="lrp", radius 0.3, cosine) at Adam lr 0.002 decayed to
 0 by a per-step cosine. Cost: milliseconds per training step (batch 64, one thread) x epochs,
 over natural training's 6 epochs (fine-tuning: natural training plus its epochs), as
-experiments/leaderboard.py counts it. Results are appended to experiments/LRP.md with the command.
+experiments/leaderboard.py counts it. Results are added to experiments/LRP.md (its prose and
+results files) with the command.
 """
 
 from __future__ import annotations
@@ -258,7 +259,10 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument(
         "--rows", nargs="+", default=["natural", "robust", "lrp"], help="table: models to attack"
     )
-    parser.add_argument("--results", type=Path, default=ROOT / "experiments/LRP.md")
+    parser.add_argument(
+        "--results", type=Path, default=None,
+        help="a markdown file to append to (default: a section of LRP.md, its prose and results)",
+    )  # fmt: skip
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -271,8 +275,13 @@ def main(argv: list[str] | None = None) -> str:
     record = f"\n## {args.mode}\n\n- command: `{command}`\n- took {took:.0f} s\n\n{text}\n"
     print(record)
     if not args.no_write:
-        with open(args.results, "a") as f:
-            f.write(record)
+        if args.results is None:
+            from experiments.pages import page_text, store_page
+
+            store_page("LRP.md", page_text("LRP.md") + record)
+        else:
+            with open(args.results, "a") as f:
+                f.write(record)
     return record
 
 

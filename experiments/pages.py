@@ -70,6 +70,28 @@ def tables_page(page: str) -> Path:
     return path
 
 
+def store_page(page: str, text: str) -> Path:
+    """Keep a page's full markdown `text` as its prose and its results (`split_tables`), then
+    write the page from them (`tables_page`): how a study that composes its page as markdown (or
+    adds a section to it) stores it, so the page stays generated. Other members of the results
+    file are kept."""
+    prose, tables = split_tables(text)
+    results = RESULTS / f"{Path(page).stem.lower()}.json"
+    data = json.loads(read_text(results)) if results.is_file() else {}
+    data["tables"] = tables
+    results.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    (PROSE / page).write_text(prose)
+    return tables_page(page)
+
+
+def page_text(page: str) -> str:
+    """The page as its prose and results give it (empty when it has neither yet)."""
+    if not (PROSE / page).is_file():
+        return ""
+    data = json.loads(read_text(RESULTS / f"{Path(page).stem.lower()}.json"))
+    return render_tables((PROSE / page).read_text(), data["tables"])
+
+
 def _slug(heading: str, most: int = 32) -> str:
     """A table's key from the heading above it: its first words, joined by "-"."""
     words, key = re.findall(r"[a-z0-9]+", heading.lower()), ""

@@ -2,7 +2,8 @@
 
 Trains the digits configs (and weight variants) with the same seed and epochs, then runs the
 top-k and random-sign attacks (eps 0.1, k 8, 50 steps) on the saliency maps of the first 200
-test images, and the Lipschitz estimate. Appends the table to experiments/PENALTY_SWEEP.md.
+test images, and the Lipschitz estimate. Adds the table to experiments/PENALTY_SWEEP.md
+(its prose and results files).
 
     .venv/bin/python -m experiments.penalty_sweep [--epochs 20] [--threads 1] [--only NAME ...]
 """
@@ -112,8 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     text = "\n".join(lines) + "\n\n"
     print(text)
-    with open(ROOT / "experiments" / "PENALTY_SWEEP.md", "a") as f:
-        f.write(text)
+    from experiments.pages import page_text, store_page
+
+    store_page("PENALTY_SWEEP.md", page_text("PENALTY_SWEEP.md") + text)
     return 0
 
 

@@ -38,6 +38,7 @@ EXPERIMENTS: dict[str, Entry] = {
         "experiments.architectures",
         "one recipe, weights unchanged, on several architectures",
         page="ARCHITECTURES.md",
+        write_page=TABLES,
     ),
     "measurements": Entry(
         "experiments.measurements",
@@ -55,6 +56,7 @@ EXPERIMENTS: dict[str, Entry] = {
         "experiments.penalty_sweep",
         "which penalty makes the digits saliency maps most robust, at what cost",
         page="PENALTY_SWEEP.md",
+        write_page=TABLES,
     ),
     "sanity_checks": Entry(
         "experiments.sanity_checks",
@@ -79,6 +81,7 @@ EXPERIMENTS: dict[str, Entry] = {
         "experiments.lrp_robustness",
         "LRP: the attack's direction, the fine-tuning weight, targets",
         page="LRP.md",
+        write_page=TABLES,
     ),
     "cheaper_robustness": Entry(
         "experiments.cheaper_robustness",
@@ -116,6 +119,12 @@ EXPERIMENTS: dict[str, Entry] = {
         "experiments.cluttered",
         "natural vs every-map models on cluttered RGB digits, with ground-truth masks",
         page="CLUTTERED.md",
+        write_page=TABLES,
+    ),
+    "faithfulness": Entry(
+        "experiments.faithfulness",
+        "the faithfulness correlation beside the fidelity estimate on the MNIST-5k pair",
+        page="FAITHFULNESS.md",
         write_page=TABLES,
     ),
     "attack_figure": Entry(

@@ -19,7 +19,6 @@ and never through a symlink (`robust_train.core.files`).
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -50,9 +49,7 @@ from robust_train.certify.deterministic_run import (
 from robust_train.certify.report import certificate_summary_markdown, write_plot
 from robust_train.certify.run import CertifySettings, certify_model
 from robust_train.core.files import (
-    OutputError,
-    check_output,
-    check_output_folder,
+    check_results_folder,
     write_json,
     write_text,
     write_with,
@@ -163,23 +160,12 @@ def _check_out(
 ) -> bool:
     """Check `--out` and its files before any work; True when they may be replaced (a re-run on
     the same checkpoints, or `--overwrite`)."""
-    check_output_folder(out, "--out")
-    previous = out / "results.json"
-    replace = overwrite
-    if not overwrite and previous.is_file() and not previous.is_symlink():
-        try:
-            other = json.loads(previous.read_text()).get("checkpoint_paths")
-        except (ValueError, OSError, AttributeError):
-            other = None
-        if other != paths:
-            raise OutputError(
-                f"`--out` {str(out)!r} holds the results of other checkpoints "
-                f"({other or 'unknown'}); pick another --out or pass --overwrite"
-            )
-        replace = True
-    for name in outputs:
-        check_output(out / name, overwrite=replace, flag="--out")
-    return replace
+
+    def other_run(held: Any) -> str | None:
+        other = held.get("checkpoint_paths") if isinstance(held, dict) else None
+        return None if other == paths else f"other checkpoints ({other or 'unknown'})"
+
+    return check_results_folder(out, outputs, overwrite=overwrite, other_run=other_run)
 
 
 CERTIFY_FLAGS = {"n_samples": "--noise-samples"}

@@ -55,9 +55,7 @@ from robust_train.app.settings_flags import (
 )
 from robust_train.app.shipped_files import file_argument
 from robust_train.core.files import (
-    OutputError,
-    check_output,
-    check_output_folder,
+    check_results_folder,
     write_json,
     write_text,
     write_with,
@@ -145,31 +143,18 @@ def _check_out(
     replaced: `--overwrite`, or a re-run (results.json holds the same checkpoints and settings).
     Refused: a folder whose results.json holds other checkpoints or settings, files there that
     no evaluation wrote, a symlink or folder where a file goes."""
-    check_output_folder(out, "--out")
-    previous = out / "results.json"
-    replace = overwrite
-    if not overwrite and previous.is_file() and not previous.is_symlink():
-        try:
-            held = json.loads(previous.read_text())
-        except (ValueError, OSError):
-            held = {}
+    wanted = sorted(str(Path(c).resolve()) for c in checkpoints)
+    tag = settings_tag(settings)
+
+    def other_run(held: Any) -> str | None:
         runs = held.values() if isinstance(held, dict) else []
         paths = sorted(str(r.get("checkpoint_path")) for r in runs if isinstance(r, dict))
-        tag = settings_tag(settings)
         same_settings = all(isinstance(r, dict) and r.get("settings_tag") == tag for r in runs)
-        wanted = sorted(str(Path(c).resolve()) for c in checkpoints)
-        if paths != wanted or not same_settings:
-            what = (
-                "other settings" if paths == wanted else f"other checkpoints ({', '.join(paths)})"
-            )
-            raise OutputError(
-                f"`--out` {str(out)!r} holds the results of {what}; pick another --out or pass "
-                "--overwrite"
-            )
-        replace = True
-    for name in outputs:
-        check_output(out / name, overwrite=replace, flag="--out")
-    return replace
+        if paths == wanted and same_settings:
+            return None
+        return "other settings" if paths == wanted else f"other checkpoints ({', '.join(paths)})"
+
+    return check_results_folder(out, outputs, overwrite=overwrite, other_run=other_run)
 
 
 def default_names(paths: Sequence[str | Path]) -> list[str]:

@@ -10,7 +10,7 @@ defaults (epsilon, k, target region) are in `robust_train.attacks.defaults`.
 from robust_train.attacks.defaults import default_epsilon, default_k, target_region
 from robust_train.attacks.ensemble import EnsembleResult, ensemble_attack
 from robust_train.attacks.fragility import fragility_attack
-from robust_train.attacks.objectives import (
+from robust_train.attacks.objectives.base import (
     OBJECTIVES,
     FragilityObjective,
     get_objective,

@@ -38,8 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from robust_train.attacks.fragility import fragility_attack
-from robust_train.attacks.objectives import FragilityObjective, get_objective
-from robust_train.attacks.objectives.base import Score
+from robust_train.attacks.objectives.base import FragilityObjective, Score, get_objective
 from robust_train.attacks.options import AttackOptions
 from robust_train.attacks.random_search import random_search
 from robust_train.attacks.result import FragilityResult

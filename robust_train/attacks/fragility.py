@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from robust_train.attacks import _loop
 from robust_train.attacks._directions import Direction
 from robust_train.attacks._setup import check_region, restart_seeds
-from robust_train.attacks.objectives import FragilityObjective, get_objective
+from robust_train.attacks.objectives.base import FragilityObjective, get_objective
 from robust_train.attacks.options import AttackOptions
 from robust_train.attacks.result import FragilityResult
 from robust_train.core.options import build_options, takes_options

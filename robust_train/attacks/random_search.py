@@ -122,7 +122,7 @@ def random_search(
         start kept it), their maps and scores, and the images where a query improved the score.
 
     Examples:
-        >>> from robust_train.attacks.objectives import get_objective
+        >>> from robust_train.attacks.objectives.base import get_objective
         >>> from robust_train.explain import saliency
         >>> net = nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 2))
         >>> x = torch.rand(2, 1, 4, 4)

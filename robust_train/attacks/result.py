@@ -132,7 +132,7 @@ class FragilityResult:
             >>> sorted(res.values())[:3], res.values()["spearman"].shape
             (['center_shift', 'improved', 'kendall'], torch.Size([2]))
         """
-        from robust_train.attacks.objectives import get_objective
+        from robust_train.attacks.objectives.base import get_objective
 
         measured = self.measured if self.measured is not None else torch.ones_like(self.improved)
         out = {

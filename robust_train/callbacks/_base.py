@@ -51,10 +51,10 @@ class RobustnessCallback(Callback):
     left (`robustness/images/<name>` logs how many); the first one is planned like any other
     from an estimate of its cost per image (one timed attack step times the evaluation's work
     per image; a monitor that cannot estimate times one image first), the last epoch when an
-    image fits; the first skip is logged as info. On small
-    images an evaluation costs about an epoch of 8x8 digits, so short fits are evaluated at few
-    epochs and longer fits or larger datasets at more (or all); on large images the
-    evaluations shrink. Pass `max_overhead=None` for every scheduled epoch on every image.
+    image fits; the first skip is logged as info. So short fits are evaluated at few epochs
+    and longer fits or larger datasets at more (or all); on large images the evaluations shrink
+    (the design notes give the cost on digits). Pass `max_overhead=None` for every scheduled
+    epoch on every image.
     With `stage="train"` (default) it runs in `on_train_epoch_end`, where gradients exist and that
     epoch's validation has already run; with `stage="validation"` in `on_validation_epoch_end` of
     the scheduled epochs (Lightning validates under no_grad during fit, which the callback lifts; it

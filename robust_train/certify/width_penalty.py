@@ -32,7 +32,7 @@ from robust_train.certify.deterministic import (
     explanation_bounds,
 )
 from robust_train.core.options import build_options, takes_options
-from robust_train.core.validation import check_non_negative
+from robust_train.core.validation import check_bool, check_non_negative
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
 
 __all__ = ["IntervalWidthOptions", "IntervalWidthPenalty", "interval_width"]
@@ -59,8 +59,7 @@ class IntervalWidthOptions:
     def __post_init__(self) -> None:
         check_epsilon(self.epsilon)
         check_bound_explainer(self.explainer)
-        if not isinstance(self.relative, bool):
-            raise TypeError(f"`relative` must be a bool, got {self.relative!r}")
+        check_bool(self.relative, "relative")
         check_non_negative(self.ramp_steps, "ramp_steps", integer=True)
 
 

@@ -33,7 +33,7 @@ import json
 import os
 import stat
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -44,6 +44,7 @@ __all__ = [
     "check_input",
     "check_output",
     "check_output_folder",
+    "check_results_folder",
     "partial_files",
     "special_kind",
     "write_bytes",
@@ -208,6 +209,58 @@ def check_output(
     if path.exists() and not overwrite:
         raise _exists(path, flag)
     return path
+
+
+def check_results_folder(
+    out: Path,
+    outputs: Sequence[str],
+    *,
+    overwrite: bool,
+    other_run: Callable[[Any], str | None],
+    flag: str = "--out",
+) -> bool:
+    """Check a command's output folder and the files it writes there, before any work.
+
+    Args:
+        out: the folder (checked by `check_output_folder`).
+        outputs: the names of the files the command writes in it.
+        overwrite: the user asked to replace what is there (`--overwrite`).
+        other_run: given the JSON of an existing `out / "results.json"` (None when unreadable),
+            what makes it another run's ("other checkpoints (a.ckpt)"), or None for a re-run
+            of the same one.
+        flag: the command-line flag of `out`, named in errors.
+
+    Returns:
+        True when the files may be replaced: `overwrite`, or a re-run of the same run.
+
+    Raises:
+        OutputError: `out` holds another run's results, files there that the command did not
+            write, or a symlink or folder where a file goes.
+
+    Examples:
+        >>> import tempfile
+        >>> out = Path(tempfile.mkdtemp())
+        >>> check_results_folder(out, ["results.json"], overwrite=False, other_run=lambda r: None)
+        False
+    """
+    check_output_folder(out, flag)
+    previous = out / "results.json"
+    replace = overwrite
+    if not overwrite and previous.is_file() and not previous.is_symlink():
+        try:
+            held = json.loads(previous.read_text())
+        except (ValueError, OSError):
+            held = None
+        other = other_run(held)
+        if other is not None:
+            raise OutputError(
+                f"`{flag}` {str(out)!r} holds the results of {other}; pick another {flag} or "
+                "pass --overwrite"
+            )
+        replace = True
+    for name in outputs:
+        check_output(out / name, overwrite=replace, flag=flag)
+    return replace
 
 
 def _exists(path: Path, flag: str | None) -> OutputError:

@@ -23,6 +23,7 @@ __all__ = [
     "check_choice",
     "check_finite",
     "check_probability",
+    "check_bool",
 ]
 
 
@@ -227,6 +228,23 @@ def check_probability(value: object, name: str) -> None:
     _check_number(value, name, False)
     if not 0 <= value <= 1:  # type: ignore[operator]
         raise ValueError(f"`{name}` must lie in [0, 1], got {value!r}")
+
+
+def check_bool(value: object, name: str) -> None:
+    """Raise unless `value` is a bool (True or False, not a number standing for one).
+
+    Raises:
+        TypeError: `value` is not a bool.
+
+    Examples:
+        >>> check_bool(True, "random_start")
+        >>> check_bool(1, "random_start")
+        Traceback (most recent call last):
+        ...
+        TypeError: `random_start` must be a bool, got 1
+    """
+    if not isinstance(value, bool):
+        raise TypeError(f"`{name}` must be a bool, got {value!r}")
 
 
 def _check_number(value: object, name: str, integer: bool) -> None:

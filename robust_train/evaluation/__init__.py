@@ -21,7 +21,14 @@ from robust_train.evaluation.measures import (
     part_key,
     register_measure,
 )
-from robust_train.evaluation.parts import PARTS, EvaluationPart, PartOutput, register_part
+from robust_train.evaluation.parts import (
+    PARTS,
+    EvaluationPart,
+    ExplainerMap,
+    MapPart,
+    PartOutput,
+    register_part,
+)
 from robust_train.evaluation.protocols import PROTOCOLS
 from robust_train.evaluation.settings import (
     DEFAULT_ATTACKS,
@@ -39,6 +46,8 @@ __all__ = [
     "PROTOCOLS",
     "Evaluation",
     "EvaluationPart",
+    "ExplainerMap",
+    "MapPart",
     "EvaluationSettings",
     "Measure",
     "PartOutput",

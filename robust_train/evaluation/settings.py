@@ -15,10 +15,10 @@ import dataclasses
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from robust_train.attacks.ensemble import DEFAULT_BETAS
-from robust_train.attacks.objectives import OBJECTIVES, get_objective
+from robust_train.attacks.objectives.base import OBJECTIVES, get_objective
 from robust_train.attacks.options import AttackOptions, check_linf_budget
 from robust_train.core.validation import check_choice, check_non_negative, check_positive
 from robust_train.explain.registry import is_differentiable, resolve_explainer
@@ -31,6 +31,25 @@ NORMALIZE = ("max", "none")
 
 
 ATTACK_FIELDS = tuple(f.name for f in dataclasses.fields(AttackOptions))
+T = TypeVar("T")
+
+
+class AttackOption(Generic[T]):
+    """A read-only attribute of `EvaluationSettings` that is the field of the same name of its
+    composed `attack` (`settings.epsilon` is `settings.attack.epsilon`)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+        self.__doc__ = f"`attack.{name}`."
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> AttackOption[T]: ...
+
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> T: ...
+
+    def __get__(self, obj: object, owner: type | None = None) -> Any:
+        return self if obj is None else getattr(obj.attack, self.name)  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -287,60 +306,17 @@ class EvaluationSettings:
         """
         return {f.name: getattr(self, f.name) for f in self.option_fields()}
 
-    @property
-    def epsilon(self) -> float | None:
-        """`attack.epsilon`."""
-        return self.attack.epsilon
-
-    @property
-    def norm(self) -> str:
-        """`attack.norm`."""
-        return self.attack.norm
-
-    @property
-    def step_size(self) -> float | None:
-        """`attack.step_size`."""
-        return self.attack.step_size
-
-    @property
-    def n_steps(self) -> int:
-        """`attack.n_steps`."""
-        return self.attack.n_steps
-
-    @property
-    def k(self) -> int | None:
-        """`attack.k`."""
-        return self.attack.k
-
-    @property
-    def measure_k(self) -> int | None:
-        """`attack.measure_k`."""
-        return self.attack.measure_k
-
-    @property
-    def n_restarts(self) -> int:
-        """`attack.n_restarts`."""
-        return self.attack.n_restarts
-
-    @property
-    def noise_draws(self) -> int:
-        """`attack.noise_draws`."""
-        return self.attack.noise_draws
-
-    @property
-    def direction(self) -> str:
-        """`attack.direction`."""
-        return self.attack.direction
-
-    @property
-    def surrogate_beta(self) -> float | None:
-        """`attack.surrogate_beta`."""
-        return self.attack.surrogate_beta
-
-    @property
-    def internal_batch_size(self) -> int | None:
-        """`attack.internal_batch_size`."""
-        return self.attack.internal_batch_size
+    epsilon = AttackOption[float | None]()
+    norm = AttackOption[str]()
+    step_size = AttackOption[float | None]()
+    n_steps = AttackOption[int]()
+    k = AttackOption[int | None]()
+    measure_k = AttackOption[int | None]()
+    n_restarts = AttackOption[int]()
+    noise_draws = AttackOption[int]()
+    direction = AttackOption[str]()
+    surrogate_beta = AttackOption[float | None]()
+    internal_batch_size = AttackOption[int | None]()
 
 
 def _taking_attack_keywords(generated: Callable[..., None]) -> Callable[..., None]:

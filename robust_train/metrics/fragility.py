@@ -9,7 +9,7 @@ from torch import Tensor, nn
 from torchmetrics import Metric
 
 from robust_train.attacks.fragility import fragility_attack
-from robust_train.attacks.objectives import get_objective
+from robust_train.attacks.objectives.base import get_objective
 from robust_train.attacks.result import FragilityResult
 from robust_train.core.validation import check_positive
 

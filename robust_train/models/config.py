@@ -8,8 +8,7 @@ Class paths read from a file are resolved and type-checked (`resolve_class`) bef
 them is called.
 
 Which class paths a file the user was handed may import (the trust policy: `resolve_class`,
-`check_recorded_import`, `UntrustedClassPathError`, ...) is `robust_train.core.trust`'s; its names
-are re-exported here.
+`check_recorded_import`, `UntrustedClassPathError`, ...) is `robust_train.core.trust`'s.
 """
 
 from __future__ import annotations
@@ -23,32 +22,13 @@ from typing import Any, ClassVar
 from torch import Tensor, nn
 
 from robust_train.core.trust import (
-    DATA_PACKAGES,
-    RECORDED_PACKAGES,
     TRUST_CLASS_PATH,
-    ClassPathError,
-    ClassPathNotFound,
-    UntrustedClassPathError,
-    check_recorded_import,
     class_path_of,
     import_class_path,
     resolve_class,
 )
 
-__all__ = [
-    "DATA_PACKAGES",
-    "RECORDED_PACKAGES",
-    "TRUST_CLASS_PATH",
-    "ClassPathError",
-    "ClassPathNotFound",
-    "RecordsConfig",
-    "UntrustedClassPathError",
-    "check_recorded_import",
-    "build_model",
-    "model_config",
-    "record_config",
-    "resolve_class",
-]
+__all__ = ["RecordsConfig", "build_model", "model_config", "record_config"]
 
 _FLAG = "_rt_recording_init"
 _RECORD = "_model_config"

@@ -10,7 +10,7 @@ that holds other Python objects is refused unless the caller opts in (`trusted=T
 an object can run any code the file carries, such as a pickled `os.system` call. Likewise the model
 class path a checkpoint records is imported only from the installed packages (or a module already
 imported); one of the working folder or elsewhere needs `trust_class_path=True`
-(`robust_train.models.config.check_recorded_import`).
+(`robust_train.core.trust.check_recorded_import`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ import torch
 from torch import Tensor, nn
 
 from robust_train.core.resources import resolve_file
-from robust_train.models.config import TRUST_CLASS_PATH, build_model
+from robust_train.core.trust import TRUST_CLASS_PATH
+from robust_train.models.config import build_model
 from robust_train.models.softplus import softplus
 
 __all__ = [

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from robust_train.attacks.options import check_linf_budget
 from robust_train.core.balls import random_offset, step_direction
-from robust_train.core.validation import check_non_negative, check_positive
+from robust_train.core.validation import check_bool, check_non_negative, check_positive
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,7 @@ class PGDOptions:
         check_linf_budget(self.epsilon, "epsilon")
         check_positive(self.step_size, "step_size")
         check_non_negative(self.n_steps, "n_steps", integer=True)
-        if not isinstance(self.random_start, bool):
-            raise TypeError(f"`random_start` must be a bool, got {self.random_start!r}")
+        check_bool(self.random_start, "random_start")
 
 
 def linf_pgd(

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from robust_train.core.options import build_options, takes_options
-from robust_train.core.validation import check_non_negative
+from robust_train.core.validation import check_bool, check_non_negative
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
 
 __all__ = ["GaussianNoiseOptions", "GaussianNoiseTraining", "gaussian_noise_loss", "noisy_copy"]
@@ -38,8 +38,7 @@ class GaussianNoiseOptions:
 
     def __post_init__(self) -> None:
         check_non_negative(self.sigma, "sigma")
-        if not isinstance(self.clip, bool):
-            raise TypeError(f"`clip` must be a bool, got {self.clip!r}")
+        check_bool(self.clip, "clip")
 
 
 def noisy_copy(

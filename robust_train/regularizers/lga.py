@@ -28,7 +28,7 @@ from torch import Tensor
 
 from robust_train.attacks.options import check_linf_budget
 from robust_train.core.options import takes_options
-from robust_train.core.validation import check_non_negative
+from robust_train.core.validation import check_bool, check_non_negative
 from robust_train.explain import saliency
 from robust_train.explain.autograd import gradient_of_target
 from robust_train.regularizers._penalty_parts import sample_in_ball
@@ -60,8 +60,7 @@ class LGAOptions:
         check_linf_budget(self.radius, "radius")
         check_non_negative(self.l2_weight, "l2_weight")
         check_non_negative(self.cos_weight, "cos_weight")
-        if not isinstance(self.detach_clean, bool):
-            raise TypeError(f"`detach_clean` must be a bool, got {self.detach_clean!r}")
+        check_bool(self.detach_clean, "detach_clean")
 
 
 @penalty_function(LGAOptions, logits=True)

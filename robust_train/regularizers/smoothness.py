@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from robust_train.core.balls import project_offset, step_direction
 from robust_train.core.options import takes_options
-from robust_train.core.validation import check_choice, check_positive
+from robust_train.core.validation import check_bool, check_choice, check_positive
 from robust_train.explain.clamp import direction_surrogates
 from robust_train.explain.maps import importance_map
 from robust_train.models.softplus import zero_direction_cause
@@ -76,9 +76,7 @@ class SmoothnessOptions(ExplainerOptions):
 
     def __post_init__(self) -> None:
         for name in ("lipschitz", "detach_clean"):
-            if not isinstance(getattr(self, name), bool):
-                value = getattr(self, name)
-                raise TypeError(f"`{name}` must be a bool, got {type(value).__name__}")
+            check_bool(getattr(self, name), name)
         super().__post_init__()
         check_positive(self.n_samples, "n_samples", integer=True)
         check_choice(self.distance, "distance", DISTANCES)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from robust_train.core.options import takes_options
-from robust_train.core.validation import check_positive
+from robust_train.core.validation import check_bool, check_positive
 from robust_train.explain.clamp import direction_surrogates
 from robust_train.explain.maps import importance_map, normalize_map
 from robust_train.explain.similarity import topk_support
@@ -70,8 +70,7 @@ class TopKMassOptions(ExplainerOptions):
 
     def __post_init__(self) -> None:
         check_positive(self.k, "k", integer=True)
-        if not isinstance(self.random_start, bool):
-            raise TypeError(f"`random_start` must be a bool, got {self.random_start!r}")
+        check_bool(self.random_start, "random_start")
         super().__post_init__()
 
     @property

@@ -11,7 +11,7 @@ import torch
 import robust_train.app.demo as demo
 from robust_train.app.commands import settings_tag
 from robust_train.attacks.ensemble import plan_members
-from robust_train.attacks.objectives import get_objective
+from robust_train.attacks.objectives.base import get_objective
 from robust_train.evaluation import PROTOCOLS, evaluate_classifier
 from tests.support.helpers import TinyCNN
 

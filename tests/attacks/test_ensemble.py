@@ -11,7 +11,7 @@ import torch
 
 from robust_train.attacks import AttackOptions, ensemble_attack, fragility_attack
 from robust_train.attacks.ensemble import plan_members
-from robust_train.attacks.objectives import get_objective
+from robust_train.attacks.objectives.base import get_objective
 
 OPTIONS = AttackOptions(epsilon=0.1, n_steps=3, k=8, measure_k=8)
 BETAS = (1.0, 3.0, 10.0, 30.0)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from robust_train.attacks import fragility_attack
-from robust_train.attacks.objectives import get_objective
+from robust_train.attacks.objectives.base import get_objective
 from robust_train.core.balls import project, random_in_ball, step_direction
 from tests.support.helpers import TinyCNN
 

@@ -19,7 +19,11 @@ from robust_train.attacks import (
     get_objective,
     register_objective,
 )
-from robust_train.attacks.objectives import MassCenter, RandomSign, RandomWalk, Targeted, TopK
+from robust_train.attacks.objectives.mass_center import MassCenter
+from robust_train.attacks.objectives.random_sign import RandomSign
+from robust_train.attacks.objectives.random_walk import RandomWalk
+from robust_train.attacks.objectives.targeted import Targeted
+from robust_train.attacks.objectives.topk import TopK
 from robust_train.evaluation import EvaluationSettings, evaluate_classifier
 from robust_train.explain.maps import normalize_map
 from robust_train.metrics import ExplanationFragility

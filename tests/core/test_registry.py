@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from robust_train.attacks.objectives import OBJECTIVES
+from robust_train.attacks.objectives.base import OBJECTIVES
 from robust_train.core.registry import Registry, discover
 from robust_train.evaluation.parts import PARTS
 from robust_train.explain import EXPLAINERS

@@ -17,12 +17,12 @@ import pytest
 import torch
 from torch import nn
 
-from robust_train.models import load_classifier
-from robust_train.models.config import (
+from robust_train.core.trust import (
     UntrustedClassPathError,
     check_recorded_import,
     resolve_class,
 )
+from robust_train.models import load_classifier
 
 MODULE = """
 import pathlib

@@ -16,8 +16,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from robust_train import RobustClassifier
+from robust_train.core.trust import ClassPathError, resolve_class
 from robust_train.models import SmallCNN, TorchvisionClassifier, model_config
-from robust_train.models.config import ClassPathError, record_config, resolve_class
+from robust_train.models.config import record_config
 from robust_train.models.loading import (
     UntrustedCheckpointError,
     checkpoint_safe,

@@ -9,36 +9,12 @@ importance map normalised to sum 1:
   `noise_draws` draws; ranked like "topk" (the noise baseline at the budget).
 - "random_walk": no gradient: `n_steps` random sign steps of `step_size`; ranked like "topk".
 
-Importing this package imports every file in it (`discover`, after the public names below), so a
-new objective is one new file.
+Importing this package imports every file in it (`discover`), so a new objective is one new
+file. The registry and the base class are `robust_train.attacks.objectives.base`'s, and the public
+names are `robust_train.attacks`' (`OBJECTIVES`, `FragilityObjective`, `get_objective`,
+`register_objective`).
 """
 
-from robust_train.core.registry import discover  # isort: skip
+from robust_train.core.registry import discover
 
-from robust_train.attacks.objectives.base import (  # isort: skip  (the registry first)
-    OBJECTIVES,
-    FragilityObjective,
-    get_objective,
-    register_objective,
-)
-
-from robust_train.attacks.objectives.mass_center import MassCenter
-from robust_train.attacks.objectives.random_sign import RandomSign
-from robust_train.attacks.objectives.random_walk import RandomWalk
-from robust_train.attacks.objectives.targeted import Targeted
-from robust_train.attacks.objectives.topk import TopK
-
-__all__ = [
-    "OBJECTIVES",
-    "FragilityObjective",
-    "MassCenter",
-    "RandomSign",
-    "RandomWalk",
-    "Targeted",
-    "TopK",
-    "get_objective",
-    "register_objective",
-]
-
-# Files the names above do not cover (a new implementation) register themselves here.
 discover(__name__)

@@ -27,6 +27,8 @@ __all__ = [
     "AttackExamples",
     "Curve",
     "EvaluationPart",
+    "ExplainerMap",
+    "MapPart",
     "PartOutput",
     "get_part",
     "register_part",
@@ -140,6 +142,43 @@ class EvaluationPart:
         self, model: nn.Module, inputs: Tensor, labels: Tensor, predictions: Tensor
     ) -> PartOutput:
         """Measure on `inputs` (B, C, H, W) with their labels and the model's predictions."""
+        raise NotImplementedError
+
+
+@dataclass
+class ExplainerMap:
+    """One explainer's detached map of the predicted class, and what it was computed on."""
+
+    explainer: str
+    explanation: Tensor
+    model: nn.Module
+    inputs: Tensor
+    predictions: Tensor
+
+
+class MapPart(EvaluationPart):
+    """A part that measures each explainer's clean map of the predicted class on its own.
+
+    The loop over the settings' explainers is here; a subclass names its measures
+    (`map_measures`, reported as `<part>/<explainer>/<measure>`) and fills in one explainer's
+    values in `measure`.
+    """
+
+    map_measures: ClassVar[tuple[str, ...]] = ()
+
+    def keys(self) -> tuple[str, ...]:
+        return self.explainer_keys(self.map_measures)
+
+    def run(
+        self, model: nn.Module, inputs: Tensor, labels: Tensor, predictions: Tensor
+    ) -> PartOutput:
+        out = PartOutput()
+        for name, explanation in self.explanations(model, inputs, predictions):
+            self.measure(ExplainerMap(name, explanation, model, inputs, predictions), out)
+        return out
+
+    def measure(self, item: ExplainerMap, out: PartOutput) -> None:
+        """Put the values (and curves) of one explainer's map into `out`."""
         raise NotImplementedError
 
 

@@ -11,10 +11,13 @@ random map scores about 0). The explanation is of the predicted class, with its 
 
 from __future__ import annotations
 
-from torch import Tensor, nn
-
 from robust_train.evaluation.measures import Measure, part_key, register_measure
-from robust_train.evaluation.parts.base import EvaluationPart, PartOutput, register_part
+from robust_train.evaluation.parts.base import (
+    ExplainerMap,
+    MapPart,
+    PartOutput,
+    register_part,
+)
 from robust_train.metrics.functional import faithfulness_correlation
 
 __all__ = ["FaithfulnessPart"]
@@ -32,21 +35,16 @@ MEASURE = register_measure(
 
 
 @register_part("faithfulness")
-class FaithfulnessPart(EvaluationPart):
+class FaithfulnessPart(MapPart):
     """Faithfulness correlation of every explainer of the settings, per image."""
 
-    def keys(self) -> tuple[str, ...]:
-        return self.explainer_keys((MEASURE.name,))
+    map_measures = (MEASURE.name,)
 
-    def run(
-        self, model: nn.Module, inputs: Tensor, labels: Tensor, predictions: Tensor
-    ) -> PartOutput:
+    def measure(self, item: ExplainerMap, out: PartOutput) -> None:
         s = self.settings
-        out = PartOutput()
-        for name, explanation in self.explanations(model, inputs, predictions):
-            out.values[part_key("faithfulness", name, MEASURE.name)] = faithfulness_correlation(
-                model, inputs, predictions, explanation, n_runs=s.faithfulness_runs,
-                subset_size=s.faithfulness_subset, perturbation=s.fidelity_perturbation,
-                internal_batch_size=s.internal_batch_size, seed=s.seed,
-            )  # fmt: skip
-        return out
+        key = part_key("faithfulness", item.explainer, MEASURE.name)
+        out.values[key] = faithfulness_correlation(
+            item.model, item.inputs, item.predictions, item.explanation, n_runs=s.faithfulness_runs,
+            subset_size=s.faithfulness_subset, perturbation=s.fidelity_perturbation,
+            internal_batch_size=s.internal_batch_size, seed=s.seed,
+        )  # fmt: skip

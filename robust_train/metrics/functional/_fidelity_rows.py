@@ -1,14 +1,69 @@
-"""Rows of the perturbation-curve batch: removal orders, removal masks, scores."""
+"""Rows of the perturbed-image batch of the perturbation measures (fidelity curves, faithfulness
+correlation): the checked per-pixel map, removal orders and masks, imputation noise, the forward of
+perturbed rows, scores."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from robust_train.core.runtime import row_chunks
+from robust_train.core.validation import check_maps
+from robust_train.metrics.functional._fidelity_fill import linear_imputation
 
-__all__ = ["RemovalMasks", "removal_masks", "forward_chunks", "scores_of", "unit_importance"]
+__all__ = [
+    "RemovalMasks",
+    "forward_chunks",
+    "draw_imputation_noise",
+    "perturbed_logits",
+    "pixel_map",
+    "removal_masks",
+    "scores_of",
+    "unit_importance",
+]
+
+
+def pixel_map(
+    values: object, inputs: Tensor, name: str, reduce: Callable[[Tensor], Tensor]
+) -> Tensor:
+    """The checked, detached (B, H, W) map of `values`: a map as given, or an explanation
+    (B, C, H, W) / mask (B, 1, H, W) reduced over channels by `reduce`; named `name` in errors."""
+    if not isinstance(values, Tensor):
+        raise TypeError(f"`{name}` must be a tensor, got {type(values).__name__}")
+    maps = reduce(values) if values.dim() == 4 else values
+    check_maps(maps, name)
+    batch, _, height, width = inputs.shape
+    if tuple(maps.shape) != (batch, height, width):
+        raise ValueError(
+            f"`{name}` must cover the images: expected a map ({batch}, {height}, {width}) or an "
+            f"explanation ({batch}, C, {height}, {width}) for inputs {tuple(inputs.shape)}, got "
+            f"{tuple(values.shape)}"
+        )
+    return maps.detach()
+
+
+def draw_imputation_noise(inputs: Tensor, std: float, generator: torch.Generator | None) -> Tensor:
+    """Gaussian noise of std `std` like `inputs`, drawn once per image on the generator's device
+    (added to imputed pixels, the same for every row of an image)."""
+    device = inputs.device if generator is None else torch.device(generator.device)
+    noise = torch.randn(inputs.shape, generator=generator, device=device, dtype=inputs.dtype)
+    return std * noise.to(inputs.device)
+
+
+def perturbed_logits(
+    model: nn.Module, clean: Tensor, removed: Tensor, fill: Tensor, noise: Tensor | None
+) -> Tensor:
+    """Logits of `clean` rows with their `removed` (bool, R x 1 x H x W) pixels replaced: by
+    `fill` (the rows' constant fill), or, with `noise`, by the noisy linear imputation started
+    from the fill's channel means."""
+    if noise is None:
+        replaced = fill
+    else:
+        replaced = linear_imputation(clean, removed, fill[:, :, :1, :1]) + noise
+    return model(torch.where(removed, replaced, clean))
 
 
 def unit_importance(maps: Tensor, patch_size: int) -> Tensor:

@@ -32,13 +32,17 @@ from robust_train.core.runtime import (
 from robust_train.core.validation import (
     check_choice,
     check_images,
-    check_maps,
     check_non_negative,
     check_positive,
     check_target,
 )
-from robust_train.metrics.functional._fidelity_fill import constant_fill, linear_imputation
-from robust_train.metrics.functional._fidelity_rows import forward_chunks
+from robust_train.metrics.functional._fidelity_fill import constant_fill
+from robust_train.metrics.functional._fidelity_rows import (
+    draw_imputation_noise,
+    forward_chunks,
+    perturbed_logits,
+    pixel_map,
+)
 from robust_train.metrics.functional.fidelity import PERTURBATIONS
 
 __all__ = ["FAITHFULNESS_SCORES", "default_subset_size", "faithfulness_correlation"]
@@ -128,9 +132,7 @@ def faithfulness_correlation(
         fill = constant_fill(inputs, perturbation, mean=None, blur_sigma=2.0, generator=gen)
         noise = None
         if perturbation == "imputation":
-            device = inputs.device if gen is None else torch.device(gen.device)
-            noise = torch.randn(inputs.shape, generator=gen, device=device, dtype=inputs.dtype)
-            noise = imputation_noise * noise.to(inputs.device)
+            noise = draw_imputation_noise(inputs, imputation_noise, gen)
         perturbed = _perturbed_scores(model, inputs, target, subsets, fill, noise, score, chunk)
         drops = _scores(clean_logits, target, score)[:, None] - perturbed
         sums = maps.flatten(1).gather(1, subsets.flatten(1)).view(b, n_runs, size).sum(2)
@@ -179,12 +181,8 @@ def _perturbed_scores(
         removed = torch.zeros(stop - start, h * w, dtype=torch.bool, device=inputs.device)
         removed.scatter_(1, flat[start:stop], True)
         removed = removed.view(-1, 1, h, w)
-        clean = inputs[image]
-        if noise is None:
-            replaced = fill[image]
-        else:
-            replaced = linear_imputation(clean, removed, fill[image, :, :1, :1]) + noise[image]
-        logits = model(torch.where(removed, replaced, clean))
+        image_noise = None if noise is None else noise[image]
+        logits = perturbed_logits(model, inputs[image], removed, fill[image], image_noise)
         values[start:stop] = _scores(logits, target[image], score)
     return values.view(b, runs)
 
@@ -201,18 +199,8 @@ def _draw_subsets(
 
 
 def _per_pixel(attributions: object, inputs: Tensor) -> Tensor:
-    if not isinstance(attributions, Tensor):
-        raise TypeError(f"`attributions` must be a tensor, got {type(attributions).__name__}")
-    maps = attributions.sum(1) if attributions.dim() == 4 else attributions
-    check_maps(maps, "attributions")
-    batch, _, height, width = inputs.shape
-    if tuple(maps.shape) != (batch, height, width):
-        raise ValueError(
-            f"`attributions` must cover the images: expected ({batch}, {height}, {width}) or "
-            f"({batch}, C, {height}, {width}) for inputs {tuple(inputs.shape)}, got "
-            f"{tuple(attributions.shape)}"
-        )
-    return maps.detach()
+    """The signed per-pixel map: an explanation's channels summed, signs kept."""
+    return pixel_map(attributions, inputs, "attributions", lambda e: e.sum(1))
 
 
 def _check_arguments(

@@ -33,17 +33,24 @@ from robust_train.core.runtime import (
     row_chunks,
 )
 from robust_train.core.validation import (
+    check_bool,
     check_choice,
     check_finite,
     check_images,
-    check_maps,
     check_non_negative,
     check_positive,
     check_target,
 )
 from robust_train.explain.maps import importance_map
-from robust_train.metrics.functional._fidelity_fill import constant_fill, linear_imputation
-from robust_train.metrics.functional._fidelity_rows import forward_chunks, removal_masks, scores_of
+from robust_train.metrics.functional._fidelity_fill import constant_fill
+from robust_train.metrics.functional._fidelity_rows import (
+    draw_imputation_noise,
+    forward_chunks,
+    perturbed_logits,
+    pixel_map,
+    removal_masks,
+    scores_of,
+)
 
 PERTURBATIONS = ("mean", "zero", "blur", "noise", "imputation")
 SCORES = ("normalized_probability", "probability", "logit", "accuracy")
@@ -142,7 +149,7 @@ def fidelity_curves(
         fill = constant_fill(inputs, perturbation, mean=mean, blur_sigma=blur_sigma, generator=gen)
         noise = None
         if perturbation == "imputation":
-            noise = _imputation_noise(inputs, imputation_noise, gen)
+            noise = draw_imputation_noise(inputs, imputation_noise, gen)
         values = _perturbed_scores(
             model, inputs, target, clean_prob, masks, fill, noise, score, internal_batch_size
         )
@@ -173,8 +180,7 @@ def _check_curve_arguments(
     check_non_negative(imputation_noise, "imputation_noise")
     mean = _check_mean(mean, perturbation, inputs)
     check_optional_positive(internal_batch_size, "internal_batch_size", integer=True)
-    if not isinstance(include_end, bool):
-        raise TypeError(f"`include_end` must be a bool, got {include_end!r}")
+    check_bool(include_end, "include_end")
     return mean
 
 
@@ -196,12 +202,8 @@ def _perturbed_scores(
         rows = torch.arange(a, b, device=inputs.device)
         image = rows // (2 * n_active)
         removed = masks.pixels(image, (rows // n_active) % 2, masks.active[rows % n_active])
-        clean = inputs[image]
-        if noise is None:
-            replaced = fill[image]
-        else:
-            replaced = linear_imputation(clean, removed, fill[image, :, :1, :1]) + noise[image]
-        logits = model(torch.where(removed, replaced, clean))
+        image_noise = None if noise is None else noise[image]
+        logits = perturbed_logits(model, inputs[image], removed, fill[image], image_noise)
         values[a:b] = scores_of(logits, target[image], clean_prob[image], score)
     return values
 
@@ -238,18 +240,7 @@ def _importance(importance: object, inputs: Tensor) -> Tensor:
         raise ValueError(
             "`importance` is required: an importance map (B, H, W) or an explanation (B, C, H, W)"
         )
-    if not isinstance(importance, Tensor):
-        raise TypeError(f"`importance` must be a tensor, got {type(importance).__name__}")
-    maps = importance_map(importance) if importance.dim() == 4 else importance
-    check_maps(maps, "importance")
-    batch, _, height, width = inputs.shape
-    if tuple(maps.shape) != (batch, height, width):
-        raise ValueError(
-            f"`importance` must cover the images: expected a map ({batch}, {height}, "
-            f"{width}) or an explanation ({batch}, C, {height}, {width}) for inputs "
-            f"{tuple(inputs.shape)}, got {tuple(importance.shape)}"
-        )
-    return maps.detach()
+    return pixel_map(importance, inputs, "importance", importance_map)
 
 
 def _check_mean(mean: object, perturbation: str, inputs: Tensor) -> Tensor | float | None:
@@ -267,9 +258,3 @@ def _check_mean(mean: object, perturbation: str, inputs: Tensor) -> Tensor | flo
         )
     check_finite(value, "mean")
     return value.to(inputs.device)
-
-
-def _imputation_noise(inputs: Tensor, std: float, generator: torch.Generator | None) -> Tensor:
-    device = inputs.device if generator is None else torch.device(generator.device)
-    noise = torch.randn(inputs.shape, generator=generator, device=device, dtype=inputs.dtype)
-    return std * noise.to(inputs.device)

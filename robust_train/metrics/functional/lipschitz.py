@@ -31,7 +31,13 @@ from robust_train.core.runtime import (
     make_generator,
     require_grad_mode,
 )
-from robust_train.core.validation import check_choice, check_images, check_positive, check_target
+from robust_train.core.validation import (
+    check_bool,
+    check_choice,
+    check_images,
+    check_positive,
+    check_target,
+)
 from robust_train.explain.registry import resolve_explainer
 from robust_train.metrics.functional._lipschitz_parts import (
     MAP_NORMS,
@@ -216,6 +222,5 @@ def _compare_settings(normalize_maps: str, map: str, map_norm: str, divide: bool
     check_choice(normalize_maps, "normalize_maps", NORMALIZATIONS)
     check_choice(map, "map", MAPS)
     check_choice(map_norm, "map_norm", MAP_NORMS)
-    if not isinstance(divide, bool):
-        raise TypeError(f"`divide_by_distance` must be a bool, got {divide!r}")
+    check_bool(divide, "divide_by_distance")
     return {"normalize": normalize_maps, "map": map, "map_norm": map_norm, "divide": divide}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import shutil
 import statistics
 from pathlib import Path
 
@@ -82,26 +83,39 @@ def test_the_rule_resolves_one_point_on_4000_held_out_images():
     assert se < 0.003 and methods.ACCURACY_MARGIN / se > 3
 
 
+SELECTED = ("adversarial", "finetune_smoothness")
+
+
+def _sentinel():
+    raise AssertionError("the test split was read during selection")
+
+
+@pytest.fixture(scope="module")
+def selection(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A quick CV selection of `SELECTED` run once for the module, with a sentinel test split
+    that raises if read; the full run below starts from its folder (a resumed run)."""
+    out = tmp_path_factory.mktemp("selection")
+    argv = ["--quick", "--workers", "1", "--methods", *SELECTED, "--select-only"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lb, "test_split", _sentinel)
+        assert lb.main([*argv, "--out", str(out)]) == 0
+    return out
+
+
 @pytest.mark.slow
-def test_selection_never_reads_the_test_split(tmp_path: Path, monkeypatch):
-    """A sentinel test split that raises if read: the CV selection runs to its picks."""
-
-    def sentinel():
-        raise AssertionError("the test split was read during selection")
-
-    monkeypatch.setattr(lb, "test_split", sentinel)
-    argv = ["--quick", "--workers", "1", "--methods", "gradnorm", "finetune_smoothness"]
-    assert lb.main([*argv, "--select-only", "--out", str(tmp_path)]) == 0
-    results = json.loads((tmp_path / "results.json").read_text())
+def test_selection_never_reads_the_test_split(selection: Path, tmp_path: Path, monkeypatch):
+    """The selection ran to its picks under the sentinel; an eval job under it does not."""
+    results = json.loads((selection / "results.json").read_text())
     assert results["failed"] == [] and {r["kind"] for r in results["jobs"]} == {"cv"}
-    assert set(results["chosen"]) == {"natural", "gradnorm", "finetune_smoothness"}
-    for name in ("gradnorm", "finetune_smoothness"):
+    assert set(results["chosen"]) == {"natural", *SELECTED}
+    for name in SELECTED:
         assert results["chosen"][name] in methods.METHODS[name].values
         assert len(results["summaries"][name]) == methods.GRID_SIZE
     natural_folds = {r["fold"]: r["ckpt"] for r in results["jobs"] if r["method"] == "natural"}
     for r in results["jobs"]:  # a fine-tune's fold starts from natural's model of that fold
         if r["method"] == "finetune_smoothness":
             assert r["init"] == natural_folds[r["fold"]]
+    monkeypatch.setattr(lb, "test_split", _sentinel)
     with pytest.raises(AssertionError, match="test split was read"):
         lb.run_job(
             methods.Job("eval", "e", "natural", group="saliency", ckpt="x"),
@@ -111,11 +125,20 @@ def test_selection_never_reads_the_test_split(tmp_path: Path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_quick_leaderboard_three_seeds_every_explainer_full_preset_and_resume(tmp_path: Path):
+def test_quick_leaderboard_three_seeds_every_explainer_full_preset_and_resume(
+    selection: Path, tmp_path: Path
+):
+    """The run continues the selection's folder (natural's and adversarial's CV results, the
+    fine-tune's left out): it reuses every CV result and runs the rest."""
+    shutil.copytree(selection, tmp_path, dirs_exist_ok=True)
+    for stored in (tmp_path / "jobs").glob("cv_finetune_smoothness_*"):
+        stored.unlink()
+    n_cv = len(list((tmp_path / "jobs").glob("cv_*.json")))
     argv = ["--quick", "--workers", "1", "--methods", "adversarial", "--out", str(tmp_path)]
     assert lb.main(argv) == 0
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["failed"] == [] and results["skipped"] == []
+    assert results["reused"] == n_cv == 2 + 2 * methods.GRID_SIZE  # natural's 2 folds, the grid's
     plan = results["plan"]
     fits = {(r["method"], r["seed"]) for r in results["jobs"] if r["kind"] == "fit"}
     assert fits == {(m, s) for m in ("natural", "adversarial") for s in plan["seeds"]}

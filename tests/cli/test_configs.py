@@ -1,5 +1,5 @@
-"""Every shipped config (robust_train/assets/configs; configs/ in a checkout) parses and trains for
-a few batches (embedded, synthetic or tiny data)."""
+"""Every shipped config (robust_train/assets/configs; configs/ in a checkout) parses, trains one
+batch and validates one (embedded, synthetic or tiny data)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import torch
 import wandb
 import yaml
 
-from robust_train.app.cli import main
 from robust_train.app.lightning_cli import lightning_main
 from robust_train.core.resources import list_shipped, shipped_config
 from tests.support.wandb_reader import read_run
@@ -19,7 +18,7 @@ from tests.support.wandb_reader import read_run
 CONFIGS = [shipped_config(name) for name in list_shipped("configs")]
 SHORT = [
     "--trainer.max_epochs=1",
-    "--trainer.limit_train_batches=2",
+    "--trainer.limit_train_batches=1",
     "--trainer.limit_val_batches=1",
     "--trainer.enable_progress_bar=false",
     "--trainer.enable_model_summary=false",
@@ -51,7 +50,7 @@ def _override(config: Path, tmp_path: Path) -> list[str]:
             "data": {
                 "class_path": "robust_train.data.SyntheticDataModule",
                 "init_args": {
-                    "num_samples": 32,
+                    "num_samples": 16,  # 4 validation images for the monitor
                     "image_size": side,
                     "in_channels": 3,
                     "num_classes": 10,
@@ -101,10 +100,10 @@ def test_config_runs(config: Path, tmp_path: Path):
     assert torch.isfinite(cli.trainer.callback_metrics["train/loss_epoch"])
 
 
-def test_fit_subcommand_with_default_offline_wandb_logger(tmp_path: Path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_fit_subcommand_with_default_offline_wandb_logger(tmp_path: Path, cli):
     config = next(c for c in CONFIGS if c.stem == "digits_curvature")
-    assert main(["fit", "--config", str(config), *SHORT]) == 0
+    done = cli("fit", "--config", config, *SHORT, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
     wandb.finish()  # the console script's process exit would do this
     assert (tmp_path / "checkpoints" / "digits_curvature" / "latest" / "last.ckpt").is_file()
     runs = list((tmp_path / "runs" / "wandb").glob("offline-run-*"))

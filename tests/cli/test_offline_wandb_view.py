@@ -2,8 +2,10 @@
 `wandb leet inspect --summary --json RUN` (the run's state, the latest value of every metric and
 its config), `wandb leet inspect --json RUN` (every record: the history rows a chart is drawn
 from) and `wandb sync --dry-run RUN`, on the run a real `robust-train fit` wrote with its default
-logger (in a process of the warm console, tests/support/warm_console.py: its own process, without
-the console script's seconds of imports). The installed wandb has no `wandb sync --view`.
+logger (in-process, the `cli` fixture, its W&B run finished as the script's exit finishes it:
+the run is complete on disk before the first `wandb` command, where a process of its own left
+W&B's service writing it for seconds after its exit). The installed wandb has no
+`wandb sync --view`.
 (`wandb leet runs/wandb`, the interactive terminal UI, is not run here.)"""
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import wandb
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "digits_baseline.yaml"
 WANDB = Path(sys.executable).parent / "wandb"
@@ -51,11 +54,11 @@ def _finished_summary(run: Path, cwd: Path, wait_s: float = 90.0) -> dict:
 
 
 @pytest.mark.slow
-def test_leet_reads_the_offline_run_of_a_fit(tmp_path: Path, console):
+def test_leet_reads_the_offline_run_of_a_fit(tmp_path: Path, cli):
     # the monitor uncapped: under its 10 % cap this 2 x 3-batch fit leaves no room for an image
     config = tmp_path / CONFIG.name
     config.write_text(CONFIG.read_text().replace("max_overhead: 0.1", "max_overhead: null"))
-    fit = console(
+    fit = cli(
         "fit",
         "--config",
         str(config),
@@ -66,6 +69,7 @@ def test_leet_reads_the_offline_run_of_a_fit(tmp_path: Path, console):
         cwd=tmp_path,
     )
     assert fit.returncode == 0, fit.stderr[-3000:]
+    wandb.finish()  # what the console script's exit does
     (run,) = (tmp_path / "runs" / "wandb").glob("offline-run-*")
     last = tmp_path / "checkpoints" / "digits_baseline" / "latest" / "last.ckpt"
     run_id = torch.load(last, map_location="cpu", weights_only=True)["wandb_run"]["id"]

@@ -30,10 +30,13 @@ class KillAt(Callback):
             os.kill(os.getpid(), self.sig)
 '''
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-MONITOR = {
+MONITOR = {  # its schedule is what resuming must keep: one part, one attack, 4 images
     "class_path": "robust_train.callbacks.RobustnessMonitor",
-    "init_args": {"every_n_epochs": 2, "n_samples": 8, "max_overhead": None, "log_images": False},
-}
+    "init_args": {
+        "every_n_epochs": 2, "n_samples": 4, "max_overhead": None, "log_images": False,
+        "parts": ["fragility"], "attacks": ["topk"],
+    },
+}  # fmt: skip
 
 
 def _override(tmp: Path, name: str, kill: bool, sig: str = "SIGKILL", epochs: int = 4) -> Path:

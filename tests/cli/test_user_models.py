@@ -21,7 +21,6 @@ import torchvision
 from PIL import Image
 
 from robust_train.app.checkpoint_io import heldout_tensors
-from robust_train.app.cli import main
 from robust_train.core.resources import shipped_checkpoint
 from robust_train.data import SyntheticDataModule
 from robust_train.models import load_classifier
@@ -30,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MNIST = ROOT / "configs" / "mnist5k_baseline.yaml"
 FAST = ["--n-samples", "4", "--n-steps", "2", "--lipschitz-samples", "2", "--fidelity-steps"]
 FAST += ["3", "--ig-steps", "3", "--explainers", "saliency", "--attacks", "topk", "--no-progress"]
-FAST += ["--no-ensemble"]
+FAST += ["--no-ensemble", "--parts", "fragility"]  # the tests read the accuracy and one attack
 TINY_NET = """
 import pathlib
 from torch import nn
@@ -215,9 +214,8 @@ def test_refusals_name_the_file_or_class_and_run_nothing(tmp_path: Path, cli, mo
     assert not (tmp_path / "pwned.txt").exists()  # the pickled call never ran
 
 
-def test_argument_mistakes_are_refused_before_any_work(tmp_path: Path, capsys, monkeypatch):
-    """The same one-line errors, in-process (`robust_train.app.cli.main`, what the script runs)."""
-    monkeypatch.chdir(tmp_path)
+def test_argument_mistakes_are_refused_before_any_work(tmp_path: Path, cli, monkeypatch):
+    """The same one-line errors, in-process (the `cli` fixture: the script's entry point)."""
     monkeypatch.setattr(sys, "path", list(sys.path))  # --model may append the working directory
     (tmp_path / "data.yaml").write_text("data: {class_path: robust_train.data.DigitsDataModule}\n")
     torch.save({"w": torch.zeros(1)}, tmp_path / "w.pt")
@@ -243,9 +241,11 @@ def test_argument_mistakes_are_refused_before_any_work(tmp_path: Path, capsys, m
         ],  # fmt: skip
     }
     for fragment, argv in cases.items():
-        assert main(["evaluate", *argv, "--out", "out"]) == 2, fragment
-        (line,) = capsys.readouterr().err.strip().splitlines()
+        done = cli("evaluate", *argv, "--out", "out", cwd=tmp_path)
+        assert done.returncode == 2, fragment
+        (line,) = done.stderr.strip().splitlines()
         assert line.startswith("robust-train: error: ") and fragment in line, line
-    assert main(["compare", "a.pt", "b.pt", "--model", "torch.nn.Linear", "--weights", "w.pt"]) == 2
-    assert "--weights" in capsys.readouterr().err
+    done = cli("compare", "a.pt", "b.pt", "--model", "torch.nn.Linear", "--weights", "w.pt",
+               cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 2 and "--weights" in done.stderr
     assert not (tmp_path / "out").exists()

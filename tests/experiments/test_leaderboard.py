@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import shutil
 import statistics
 from pathlib import Path
 
@@ -82,26 +83,38 @@ def test_the_rule_resolves_one_point_on_4000_held_out_images():
     assert se < 0.003 and methods.ACCURACY_MARGIN / se > 3
 
 
+TUNED = "finetune_smoothness"  # a fine-tune: each CV fold and seed starts from natural's model
+
+
+def _sentinel():
+    raise AssertionError("the test split was read during selection")
+
+
+@pytest.fixture(scope="module")
+def selection(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A quick CV selection of `TUNED` run once for the module, with a sentinel test split that
+    raises if read; the full run below starts from its folder (a resumed run)."""
+    out = tmp_path_factory.mktemp("selection")
+    argv = ["--quick", "--workers", "1", "--methods", TUNED, "--select-only"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lb, "test_split", _sentinel)
+        assert lb.main([*argv, "--out", str(out)]) == 0
+    return out
+
+
 @pytest.mark.slow
-def test_selection_never_reads_the_test_split(tmp_path: Path, monkeypatch):
-    """A sentinel test split that raises if read: the CV selection runs to its picks."""
-
-    def sentinel():
-        raise AssertionError("the test split was read during selection")
-
-    monkeypatch.setattr(lb, "test_split", sentinel)
-    argv = ["--quick", "--workers", "1", "--methods", "gradnorm", "finetune_smoothness"]
-    assert lb.main([*argv, "--select-only", "--out", str(tmp_path)]) == 0
-    results = json.loads((tmp_path / "results.json").read_text())
+def test_selection_never_reads_the_test_split(selection: Path, tmp_path: Path, monkeypatch):
+    """The selection ran to its picks under the sentinel; an eval job under it does not."""
+    results = json.loads((selection / "results.json").read_text())
     assert results["failed"] == [] and {r["kind"] for r in results["jobs"]} == {"cv"}
-    assert set(results["chosen"]) == {"natural", "gradnorm", "finetune_smoothness"}
-    for name in ("gradnorm", "finetune_smoothness"):
-        assert results["chosen"][name] in methods.METHODS[name].values
-        assert len(results["summaries"][name]) == methods.GRID_SIZE
+    assert set(results["chosen"]) == {"natural", TUNED}
+    assert results["chosen"][TUNED] in methods.METHODS[TUNED].values
+    assert len(results["summaries"][TUNED]) == methods.GRID_SIZE
     natural_folds = {r["fold"]: r["ckpt"] for r in results["jobs"] if r["method"] == "natural"}
     for r in results["jobs"]:  # a fine-tune's fold starts from natural's model of that fold
-        if r["method"] == "finetune_smoothness":
+        if r["method"] == TUNED:
             assert r["init"] == natural_folds[r["fold"]]
+    monkeypatch.setattr(lb, "test_split", _sentinel)
     with pytest.raises(AssertionError, match="test split was read"):
         lb.run_job(
             methods.Job("eval", "e", "natural", group="saliency", ckpt="x"),
@@ -111,14 +124,22 @@ def test_selection_never_reads_the_test_split(tmp_path: Path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_quick_leaderboard_three_seeds_every_explainer_full_preset_and_resume(tmp_path: Path):
-    argv = ["--quick", "--workers", "1", "--methods", "adversarial", "--out", str(tmp_path)]
+def test_quick_leaderboard_three_seeds_every_explainer_full_preset_and_resume(
+    selection: Path, tmp_path: Path
+):
+    """The run continues the selection's folder: it reuses every CV result and runs the rest.
+    Exported and restored without checkpoints, a fine-tune's eval trains natural's model, then
+    the fine-tune, again."""
+    shutil.copytree(selection, tmp_path, dirs_exist_ok=True)
+    n_cv = len(list((tmp_path / "jobs").glob("cv_*.json")))
+    argv = ["--quick", "--workers", "1", "--methods", TUNED, "--out", str(tmp_path)]
     assert lb.main(argv) == 0
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["failed"] == [] and results["skipped"] == []
+    assert results["reused"] == n_cv == 2 + 2 * methods.GRID_SIZE  # natural's 2 folds, the grid's
     plan = results["plan"]
     fits = {(r["method"], r["seed"]) for r in results["jobs"] if r["kind"] == "fit"}
-    assert fits == {(m, s) for m in ("natural", "adversarial") for s in plan["seeds"]}
+    assert fits == {(m, s) for m in ("natural", TUNED) for s in plan["seeds"]}
     assert len(plan["seeds"]) == 3
     evals = {(r["method"], r["seed"], r["group"]) for r in results["jobs"] if r["kind"] == "eval"}
     for group in methods.EXPLAINERS + ("fidelity",):
@@ -129,7 +150,7 @@ def test_quick_leaderboard_three_seeds_every_explainer_full_preset_and_resume(tm
     assert sum(r["test"]["n_images"] for r in rar if r["method"] == "natural") == plan["rar_images"]
     text = (tmp_path / "LEADERBOARD.md").read_text()
     assert "QUICK SMOKE RUN" in text and "PARTIAL" not in text
-    assert "| adversarial | epsilon=" in text and "LRP top-k ∩ attack" in text
+    assert f"| {TUNED} | weight=" in text and "LRP top-k ∩ attack" in text
     assert (tmp_path / "leaderboard_pareto.png").stat().st_size > 1000
     assert (tmp_path / "leaderboard_pareto_ig.png").stat().st_size > 1000
     # A restart reuses every finished job and runs none.
@@ -143,16 +164,18 @@ def test_quick_leaderboard_three_seeds_every_explainer_full_preset_and_resume(tm
     assert lb.main([*argv, "--export", str(tmp_path / "run.jsonl")]) == 0
     lines = (tmp_path / "run.jsonl").read_text().splitlines()
     assert len(lines) == n_jobs
-    kept = [line for line in lines if json.loads(line)["id"] != "eval_saliency_adversarial_s1"]
+    redo = f"eval_saliency_{TUNED}_s1"
+    kept = [line for line in lines if json.loads(line)["id"] != redo]
     (tmp_path / "cut.jsonl").write_text("\n".join(kept) + "\n")
-    (tmp_path / "ckpt" / "fit_adversarial_s1.ckpt").unlink()  # not on the new machine
+    (tmp_path / "ckpt" / f"fit_{TUNED}_s1.ckpt").unlink()  # not on the new machine
     other = tmp_path / "restored"
     assert lb.main([*argv[:-1], str(other), "--restore", str(tmp_path / "cut.jsonl")]) == 0
     third = json.loads((other / "results.json").read_text())
     assert third["reused"] == n_jobs - 1 and third["failed"] == []
-    assert sorted(p.name for p in (other / "ckpt").glob("*.ckpt")) == ["fit_adversarial_s1.ckpt"]
-    redone = next(r for r in third["jobs"] if r["id"] == "eval_saliency_adversarial_s1")
-    first = next(r for r in again["jobs"] if r["id"] == "eval_saliency_adversarial_s1")
+    retrained = sorted(p.name for p in (other / "ckpt").glob("*.ckpt"))
+    assert retrained == [f"fit_{TUNED}_s1.ckpt", "fit_natural_s1.ckpt"]
+    redone = next(r for r in third["jobs"] if r["id"] == redo)
+    first = next(r for r in again["jobs"] if r["id"] == redo)
     assert redone["test"]["accuracy"] == pytest.approx(first["test"]["accuracy"], abs=0.02)
     _check_report(tmp_path, again)
 
@@ -175,12 +198,12 @@ def _check_report(folder: Path, results: dict) -> None:
     cut = [
         r
         for r in results["jobs"]
-        if not (r["kind"] == "eval" and r["method"] == "adversarial" and r["seed"] > 0)
+        if not (r["kind"] == "eval" and r["method"] == TUNED and r["seed"] > 0)
     ]
     cut = [r for r in cut if r["id"] != "eval_lrp_natural_s0"]
     report.write_report({**results, "jobs": cut}, folder)
     text = page.read_text()
-    assert "PARTIAL" in text and "adversarial (seed 1: " in text and "natural (seed 0: LRP)" in text
+    assert "PARTIAL" in text and f"{TUNED} (seed 1: " in text and "natural (seed 0: LRP)" in text
     assert "(1 of 3)" in text and text.count(marker) == 1 and text.endswith("- seen by hand\n")
     report.write_report({**results, "out": "elsewhere"}, folder)
     assert "seen by hand" not in page.read_text()

@@ -51,8 +51,10 @@ def test_export_keeps_what_loading_needs(tmp_path):
 @pytest.mark.slow
 def test_finetuning_the_baseline_with_the_penalty_makes_maps_robust(tmp_path):
     torch.set_num_threads(1)
+    # a 10-step top-k attack (the default takes 50): the same attack before and after, and the
+    # same means to 0.01 on the baseline
     settings = EvaluationSettings(
-        n_samples=200, attacks=("topk",), parts=("fragility",), ensemble=False
+        n_samples=200, n_steps=10, attacks=("topk",), parts=("fragility",), ensemble=False
     )
     topk = "attack/saliency/topk/topk_intersection"
     base, data = load_checkpoint(shipped_checkpoint("digits_baseline"))
@@ -75,6 +77,6 @@ def test_finetuning_the_baseline_with_the_penalty_makes_maps_robust(tmp_path):
     tuned = cli.model.model.eval()
     _, _, acc_after = heldout_tensors(data, 1, model=tuned)
     after = evaluate_classifier(tuned, x, y, settings, progress=False)["measures"][topk]
-    # Measured: 0.559 -> 0.695 top-k intersection, accuracy 0.964 -> 0.961 (6 epochs).
+    # Measured: 0.558 -> 0.689 top-k intersection, accuracy 0.964 -> 0.961 (6 epochs).
     assert after > before + 0.08
     assert acc_after >= acc_before - 0.01

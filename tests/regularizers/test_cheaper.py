@@ -137,12 +137,13 @@ def test_terms_that_replace_the_task_loss_refuse(cls):
     assert cls(every_n_steps=1, batch_fraction=1.0).every_n_steps == 1
 
 
-@pytest.mark.slow
-def test_console_script_reports_a_bad_value_in_one_line(tmp_path: Path, console):
+def test_console_script_reports_a_bad_value_in_one_line(tmp_path: Path, cli):
+    """Through the script's entry point in-process (the `cli` fixture): the refusal comes before
+    any work, so a process of its own shows nothing more."""
     config = yaml.safe_load((CONFIGS / "digits_smoothness.yaml").read_text())
     config["model"]["penalties"][0]["init_args"]["every_n_steps"] = 0
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(config))
-    result = console("fit", "--config", str(tmp_path / "bad.yaml"), cwd=tmp_path)
+    result = cli("fit", "--config", str(tmp_path / "bad.yaml"), cwd=tmp_path)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]

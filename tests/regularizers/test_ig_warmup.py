@@ -65,11 +65,14 @@ def test_the_registry_and_configs_take_it():
     assert term.epsilon_warmup_steps == 64 and term.options.epsilon == 0.3
 
 
+N_IMAGES = 1920  # the first 30 batches of MNIST-5k's train split: enough to learn, or collapse
+
+
 def _fit_from_scratch(warmup: int) -> tuple[float, float]:
-    """One epoch of IG-SUM-NORM from random weights on MNIST-5k's train split, as the
-    leaderboard trains it (MNISTConvNet(16, 32, 128), batch 64 shuffled, Adam 3e-3, beta 0.1,
-    eps 0.3 in one sign step from a random start, a real Lightning fit); (val accuracy, mean
-    over classes of the logits' std over the val images)."""
+    """One epoch of IG-SUM-NORM from random weights on the first `N_IMAGES` of MNIST-5k's train
+    split, as the leaderboard trains it (MNISTConvNet(16, 32, 128), batch 64 shuffled, Adam
+    3e-3, beta 0.1, eps 0.3 in one sign step from a random start, a real Lightning fit); (val
+    accuracy, mean over classes of the logits' std over the val images)."""
     import pytorch_lightning as pl
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -80,6 +83,7 @@ def _fit_from_scratch(warmup: int) -> tuple[float, float]:
     dm = MNIST5kDataModule(seed=0)
     dm.setup()
     (x, y), (xv, yv) = dm.train_set.tensors, dm.val_set.tensors
+    x, y = x[:N_IMAGES], y[:N_IMAGES]
     pl.seed_everything(0, workers=True, verbose=False)
     loader = DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True)
     term = IGSumNorm(
@@ -105,8 +109,9 @@ def _fit_from_scratch(warmup: int) -> tuple[float, float]:
 def test_ig_sum_norm_from_random_weights_collapses_at_full_epsilon_and_trains_warmed_up():
     """At the full budget from the first step the output stops depending on the input (the
     leaderboard's collapsed seeds: chance accuracy, the same logits for every image); warmed up
-    over 32 steps the same fit learns."""
+    over 8 of its 30 steps the same fit learns (a whole epoch of the train split with 32 steps
+    of warm-up reaches over 80 %; these 30 steps about 60 %)."""
     accuracy, spread = _fit_from_scratch(warmup=0)
     assert accuracy < 0.3 and spread < 0.05
-    accuracy, spread = _fit_from_scratch(warmup=32)
-    assert accuracy > 0.8 and spread > 0.5
+    accuracy, spread = _fit_from_scratch(warmup=8)
+    assert accuracy > 0.45 and spread > 0.3

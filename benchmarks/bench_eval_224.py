@@ -17,19 +17,26 @@ progress bar's time left is based on), the process CPU seconds (one thread: `--t
 wall seconds per image, and the seconds per unit of work. `--presets` picks presets; a preset
 left out of the measured ones but named in `--estimate` is not run: its seconds per image are
 estimated from its planned work and the seconds per unit measured for the same explainer in
-the first measured preset (marked "estimated"). `--device cuda` runs on a GPU (wall time).
+the first measured preset (marked "estimated"). `--explainers` replaces the presets' explainers
+(saliency and input x gradient) with others (grad_cam, ...). `--cache DIR` keeps each measured
+row as a JSON file in DIR and reads it back instead of measuring again, so that a long run
+stopped half way continues where it stopped when run again with the same flags. `--device cuda`
+runs on a GPU (wall time).
 
     python -m benchmarks run bench_eval_224                  # fast measured, default estimated
     python -m benchmarks run bench_eval_224 --presets default fast --images 1
     python -m benchmarks run bench_eval_224 --quick --no-write  # 32 x 32, 1 image
+    python -m benchmarks run bench_eval_224 --explainers grad_cam --cache runs/eval_224_rows
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -80,6 +87,27 @@ def measure(settings: Any, model: Any, x: Any, y: Any, device: torch.device) -> 
     return {"work": work, "cpu_s": cpu / n, "wall_s": wall / n, "s_per_unit": clock / n / work}
 
 
+def cached_measure(
+    key: str, cache: Path | None, settings: Any, setup: tuple[Any, Any, Any], device: torch.device
+) -> dict[str, float]:
+    """`measure`, or the row stored under `key` in `cache` by an earlier run (then stored)."""
+    path = None if cache is None else cache / f"{key}.json"
+    if path is not None and path.is_file():
+        return dict(json.loads(path.read_text()))
+    m = measure(settings, *setup, device)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(m) + "\n")
+    return m
+
+
+def row_key(name: str, explainer: str, args: Any, device: torch.device, n_images: int) -> str:
+    """The cache name of one measured row: everything its seconds depend on."""
+    quick = "_quick" if args.quick else ""
+    return (f"{name}_{explainer}_{args.size}px_{n_images}img_{args.threads}t_{device.type}"
+            f"{quick}")  # fmt: skip
+
+
 def rows_for(
     name: str, args: Any, setup: tuple[Any, Any, Any], device: torch.device, per_unit: dict
 ) -> list[list[object]]:
@@ -87,13 +115,16 @@ def rows_for(
     from robust_train.evaluation import build_parts, total_work
 
     base = preset(name, args.quick)
+    if args.explainers:
+        base = dataclasses.replace(base, explainers=tuple(args.explainers))
     rows = []
     for i, explainer in enumerate(base.explainers):
         settings = dataclasses.replace(
             base, explainers=(explainer,), input_reference=base.input_reference and i == 0
         )
         if name in args.presets:
-            m = measure(settings, *setup, device)
+            key = row_key(name, explainer, args, device, len(setup[2]))
+            m = cached_measure(key, args.cache, settings, setup, device)
             per_unit.setdefault(explainer, m["s_per_unit"])
             rows.append([name, explainer, "measured", m["work"], m["cpu_s"], m["wall_s"],
                          m["s_per_unit"]])  # fmt: skip
@@ -116,6 +147,14 @@ def main(argv: Sequence[str] | None = None) -> str:
         "--estimate", nargs="*", default=["default"], choices=PRESETS,
         help="presets estimated from the measured seconds per unit of work (when not measured)",
     )  # fmt: skip
+    parser.add_argument(
+        "--explainers", nargs="+", default=None,
+        help="explainers measured instead of the presets' own (saliency, input_x_gradient)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--cache", type=Path, default=None,
+        help="folder of measured rows: each one stored there, an existing one read, not re-run",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     args.size = args.size or (32 if args.quick else 224)
     args.images = 1 if args.quick else args.images
@@ -123,6 +162,11 @@ def main(argv: Sequence[str] | None = None) -> str:
         parser.error(f"--images must be >= 1, got {args.images}")
     if args.size < 32:
         parser.error(f"--size must be >= 32, got {args.size}")
+    if args.explainers:
+        try:
+            dataclasses.replace(preset("fast"), explainers=tuple(args.explainers))
+        except (ValueError, TypeError) as err:
+            parser.error(f"--explainers {' '.join(args.explainers)}: {err}")
     device = bu.setup_torch(args)
     warnings.filterwarnings("ignore")
     record = bu.Record("bench_eval_224", args, device, argv)

@@ -32,12 +32,14 @@ runs on a GPU (wall time).
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 
@@ -70,21 +72,65 @@ def make_setup(size: int, n_images: int, device: torch.device) -> tuple[Any, Any
     return model, x, y
 
 
-def measure(settings: Any, model: Any, x: Any, y: Any, device: torch.device) -> dict[str, float]:
-    """Work per image, CPU and wall seconds per image of one engine run."""
-    from robust_train.evaluation import build_parts, run_parts, total_work
+class EtaLog:
+    """The progress bar of `robust-train evaluate` (`engine.progress_bar`: the same total and
+    tqdm's default smoothing), written to a buffer; at each update it keeps the seconds spent,
+    the share done and the time left the bar would print."""
+
+    def __init__(self) -> None:
+        self.points: list[tuple[float, float, float]] = []  # (seconds spent, share, time left)
+
+    def bar(self, parts: Any, n_images: int, *, enabled: bool) -> Any:
+        from tqdm.auto import tqdm
+
+        from robust_train.evaluation import total_work
+
+        log = self
+        bar = tqdm(total=total_work(parts, n_images), file=io.StringIO(), mininterval=0.0)
+        update = bar.update
+
+        def logged(n: float = 1) -> Any:
+            out = update(n)
+            info = bar.format_dict
+            rate, total = info.get("rate"), info["total"] or 1.0
+            left = (total - info["n"]) / rate if rate else float("nan")
+            log.points.append((info["elapsed"], info["n"] / total, left))
+            return out
+
+        bar.update = logged
+        return bar
+
+    def ratios(self, seconds: float) -> dict[str, float]:
+        """Time left as printed / time left in fact, at the bar's first estimate and at the first
+        update past 10 %, 25 % and 50 % of the work."""
+        out: dict[str, float] = {}
+        for label, share in (("first", 0.0), ("10%", 0.1), ("25%", 0.25), ("50%", 0.5)):
+            for spent, done, left in self.points:
+                if done > share and done < 1.0 and left == left and seconds - spent > 0:
+                    out[label] = left / (seconds - spent)
+                    break
+        return out
+
+
+def measure(settings: Any, model: Any, x: Any, y: Any, device: torch.device) -> dict[str, Any]:
+    """Work per image, CPU and wall seconds per image of one engine run, and the ratios of the
+    time left its progress bar would print to the time it took (`EtaLog.ratios`)."""
+    from robust_train.evaluation import build_parts, engine, run_parts, total_work
 
     settings = dataclasses.replace(settings, n_samples=len(y))
     parts = build_parts(settings, *x.shape[-2:])
     work = total_work(parts, 1)
+    eta = EtaLog()
     bu.synchronize(device)
     wall, cpu = time.perf_counter(), time.process_time()
-    run_parts(model, x, y, settings, parts=parts)
+    with mock.patch.object(engine, "progress_bar", eta.bar):
+        run_parts(model, x, y, settings, parts=parts)
     bu.synchronize(device)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     clock = cpu if device.type == "cpu" else wall
     n = len(y)
-    return {"work": work, "cpu_s": cpu / n, "wall_s": wall / n, "s_per_unit": clock / n / work}
+    return {"work": work, "cpu_s": cpu / n, "wall_s": wall / n, "s_per_unit": clock / n / work,
+            "eta_ratio": eta.ratios(wall)}  # fmt: skip
 
 
 def cached_measure(
@@ -126,13 +172,15 @@ def rows_for(
             key = row_key(name, explainer, args, device, len(setup[2]))
             m = cached_measure(key, args.cache, settings, setup, device)
             per_unit.setdefault(explainer, m["s_per_unit"])
+            eta = m.get("eta_ratio", {})
             rows.append([name, explainer, "measured", m["work"], m["cpu_s"], m["wall_s"],
-                         m["s_per_unit"]])  # fmt: skip
+                         m["s_per_unit"], eta.get("first", float("nan")),
+                         eta.get("25%", float("nan"))])  # fmt: skip
         elif explainer in per_unit:
             work = total_work(build_parts(settings, *setup[1].shape[-2:]), 1)
             seconds = work * per_unit[explainer]
             rows.append([name, explainer, "estimated", work, seconds, float("nan"),
-                         per_unit[explainer]])  # fmt: skip
+                         per_unit[explainer], float("nan"), float("nan")])  # fmt: skip
     return rows
 
 
@@ -185,7 +233,9 @@ def main(argv: Sequence[str] | None = None) -> str:
         "Each explainer alone with its preset's parts and attacks (the reference's attacks "
         "with the first explainer); work: attack steps and explainer calls per image "
         "(`total_work`); estimated rows: work x the seconds per unit measured for that "
-        "explainer.\n\n"
+        "explainer. Time left / true: the time left the progress bar of `robust-train evaluate` "
+        "would print (its first estimate, and at the first update past 25 % of the work) over "
+        "the wall time the run then took.\n\n"
         + bu.table(
             [
                 "preset",
@@ -195,6 +245,8 @@ def main(argv: Sequence[str] | None = None) -> str:
                 seconds_head,
                 "wall s / image",
                 "s / unit",
+                "time left / true: first",
+                "at 25 %",
             ],
             rows,
         )  # fmt: skip

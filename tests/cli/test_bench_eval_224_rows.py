@@ -22,6 +22,11 @@ def test_explainers_replace_the_presets_and_cached_rows_are_read_back(tmp_path):
     assert stored.name == "fast_grad_cam_32px_1img_1t_cpu_quick.json"
     row = json.loads(stored.read_text())
     assert row["work"] > 0 and row["cpu_s"] > 0
+    # the time left the evaluate's progress bar would print, over the time the run then took
+    ratios = row["eta_ratio"]
+    assert set(ratios) <= {"first", "10%", "25%", "50%"} and "first" in ratios
+    assert all(0 < r < 100 for r in ratios.values())
+    assert first[0].split(" | ")[7] == f"{ratios['first']:.3g}"
     row["cpu_s"] = 1234.5  # a stored row is read back, not measured again
     stored.write_text(json.dumps(row))
     again = _rows(bench.main([*flags, "--explainers", "grad_cam"]))

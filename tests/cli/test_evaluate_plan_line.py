@@ -30,7 +30,7 @@ def test_budget_protocol_and_planned_work_come_first(cli, tmp_path, flags, how):
     calls = re.fullmatch(r"planned: ([\d,]+) explainer calls per image, ([\d,]+) in all", planned)
     assert calls is not None, planned
     per_image, total = (int(g.replace(",", "")) for g in calls.groups())
-    assert total == 6 * per_image
+    assert abs(total - 6 * per_image) <= 3  # each rounded to a whole call
     # the fast protocol: one top-k attack of 2 steps (+1 clean map); the ensemble: its members
     # with 2 restarts each, and the search's queries
     assert per_image == 3 if "fast" in flags else per_image > 2 * 3 + 3

@@ -36,3 +36,6 @@ def test_budget_protocol_and_planned_work_come_first(cli, tmp_path, flags, how):
     assert per_image == 3 if "fast" in flags else per_image > 2 * 3 + 3
     closing = done.stdout.splitlines()
     assert any(line.startswith("budget: ") and how in line for line in closing)
+    summary = (tmp_path / "o" / "summary.md").read_text()
+    assert "| measure | mean over the images | 95% interval |" in summary  # intervals there too
+    assert any(line.startswith("- budget: ") and how in line for line in summary.splitlines())

@@ -184,7 +184,8 @@ def rows_for(
     return rows
 
 
-def main(argv: Sequence[str] | None = None) -> str:
+def parse(argv: Sequence[str] | None) -> Any:
+    """The flags, checked before any work (a bad one: argparse's usage error, exit 2)."""
     parser = bu.base_parser(__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=2, help="images evaluated (quick: 1)")
     parser.add_argument("--size", type=int, default=None, help="image side (224; quick 32)")
@@ -215,6 +216,11 @@ def main(argv: Sequence[str] | None = None) -> str:
             dataclasses.replace(preset("fast"), explainers=tuple(args.explainers))
         except (ValueError, TypeError) as err:
             parser.error(f"--explainers {' '.join(args.explainers)}: {err}")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> str:
+    args = parse(argv)
     device = bu.setup_torch(args)
     warnings.filterwarnings("ignore")
     record = bu.Record("bench_eval_224", args, device, argv)

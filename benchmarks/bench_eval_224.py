@@ -147,11 +147,13 @@ def cached_measure(
     return m
 
 
-def row_key(name: str, explainer: str, args: Any, device: torch.device, n_images: int) -> str:
-    """The cache name of one measured row: everything its seconds depend on."""
+def row_key(name: str, settings: Any, args: Any, device: torch.device, n_images: int) -> str:
+    """The cache name of one measured row: everything its seconds depend on (the row that runs
+    the reference's attacks too is named "+reference")."""
     quick = "_quick" if args.quick else ""
-    return (f"{name}_{explainer}_{args.size}px_{n_images}img_{args.threads}t_{device.type}"
-            f"{quick}")  # fmt: skip
+    ref = "+reference" if settings.input_reference else ""
+    return (f"{name}_{settings.explainers[0]}{ref}_{args.size}px_{n_images}img_{args.threads}t_"
+            f"{device.type}{quick}")  # fmt: skip
 
 
 def rows_for(
@@ -169,7 +171,7 @@ def rows_for(
             base, explainers=(explainer,), input_reference=base.input_reference and i == 0
         )
         if name in args.presets:
-            key = row_key(name, explainer, args, device, len(setup[2]))
+            key = row_key(name, settings, args, device, len(setup[2]))
             m = cached_measure(key, args.cache, settings, setup, device)
             per_unit.setdefault(explainer, m["s_per_unit"])
             eta = m.get("eta_ratio", {})

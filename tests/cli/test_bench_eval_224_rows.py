@@ -19,7 +19,7 @@ def test_explainers_replace_the_presets_and_cached_rows_are_read_back(tmp_path):
     first = _rows(bench.main([*flags, "--explainers", "grad_cam"]))
     assert [r.split(" | ")[:3] for r in first] == [["| fast", "grad_cam", "measured"]]
     (stored,) = tmp_path.glob("*.json")
-    assert stored.name == "fast_grad_cam_32px_1img_1t_cpu_quick.json"
+    assert stored.name == "fast_grad_cam+reference_32px_1img_1t_cpu_quick.json"
     row = json.loads(stored.read_text())
     assert row["work"] > 0 and row["cpu_s"] > 0
     # the time left the evaluate's progress bar would print, over the time the run then took

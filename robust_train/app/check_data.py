@@ -10,6 +10,8 @@ or run folder.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
+from typing import Any
 
 from jsonargparse import ArgumentParser, Namespace
 from pytorch_lightning import LightningDataModule
@@ -22,7 +24,12 @@ from robust_train.app.lightning_cli import (
 )
 from robust_train.app.shipped_files import lightning_arguments
 from robust_train.core.lightning_noise import quiet_lightning
-from robust_train.data.check import UnreadableImageError, check_datamodule, summary_table
+from robust_train.data.check import (
+    SplitCheck,
+    UnreadableImageError,
+    check_datamodule,
+    summary_table,
+)
 from robust_train.training.module import RobustClassifier
 
 __all__ = ["check_data_main"]
@@ -104,4 +111,69 @@ def check_data_main(argv: list[str]) -> int:
         )
     else:
         print(f"all {total} items of {name} read")
+    for line in low_range_notes(checks):
+        print(line)
+    _check_class_count(cli.config.get("model"), checks)
     return 0
+
+
+# a class whose brightest value is below this reads as a dark image (a 12-bit scan in a 16-bit
+# file reaches 4095 / 65535 = 0.062)
+LOW_RANGE = 0.25
+
+
+def low_range_notes(checks: Sequence[SplitCheck]) -> list[str]:
+    """A note per class whose values stay below `LOW_RANGE` in every split: its files use a
+    small part of the range their format holds (a 12-bit scan stored in 16 bits), so an attack
+    budget in pixel units (8/255) is a large share of what the images vary over.
+
+    Examples:
+        >>> from robust_train.data.check import ClassTally
+        >>> row = ClassTally("scan", 3, ("I;16",), ((40, 30),), 0.0, 4095 / 65535, 0)
+        >>> print(low_range_notes([SplitCheck("train", 3, (), (row,))])[0][:60])
+        note: class 'scan' (I;16): values reach only 0.062 of [0, 1]
+    """
+    highest: dict[str, float] = {}
+    modes: dict[str, set[str]] = {}
+    for check in checks:
+        for t in check.classes:
+            if t.n_items:
+                highest[t.name] = max(highest.get(t.name, 0.0), t.value_max)
+                modes.setdefault(t.name, set()).update(t.modes)
+    return [
+        f"note: class {name!r} ({','.join(sorted(modes[name]))}): values reach only {top:.3f} "
+        f"of [0, 1] (files are scaled by the range their format holds: 16-bit by 65535); an "
+        f"attack budget such as --epsilon 8/255 = 0.031 is {8 / 255 / max(top, 1e-12):.0%} of "
+        "that range: state budgets as a share of it, or store the images at their full range"
+        for name, top in highest.items()
+        if 0.0 < top < LOW_RANGE
+    ]
+
+
+def _num_classes(section: Any, path: str = "model") -> tuple[str, int] | None:
+    """The first `num_classes` set inside a config's model section, with its dotted key."""
+    if isinstance(section, Namespace):
+        section = section.as_dict()
+    if isinstance(section, dict):
+        value = section.get("num_classes")
+        if isinstance(value, int) and not isinstance(value, bool):
+            return f"{path}.num_classes", value
+        for key, inner in section.items():
+            found = _num_classes(inner, f"{path}.{key}")
+            if found is not None:
+                return found
+    return None
+
+
+def _check_class_count(model: Any, checks: Sequence[SplitCheck]) -> None:
+    """Refuse a config whose model's `num_classes` differs from the data's class count (the fit
+    would stop on it after building the model)."""
+    found = _num_classes(model)
+    names = list(dict.fromkeys(t.name for c in checks if c.split == "train" for t in c.classes))
+    if found is None or not names or found[1] == len(names):
+        return
+    key, value = found
+    raise ValueError(
+        f"`{key}` is {value} but the data has {len(names)} classes {names}: set "
+        f"--{key} {len(names)} (or edit the config) before the fit"
+    )

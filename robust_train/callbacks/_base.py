@@ -221,6 +221,13 @@ class RobustnessCallback(Callback):
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         last = max(trainer.current_epoch - 1, 0)
+        if 0 < trainer.current_epoch < self.every_n_epochs and not self.evaluated_epochs:
+            rank_zero_info(
+                f"{type(self).__name__}: no epoch of this fit was due (every_n_epochs="
+                f"{self.every_n_epochs}, {trainer.current_epoch} epoch(s) run), so nothing was "
+                "evaluated; evaluate the final model with `robust-train evaluate`, or lower "
+                "every_n_epochs"
+            )
         if self.every_n_epochs == 0 and last not in self.evaluated_epochs:
             self.budget.allows(is_last=True)  # accounts the fit's time
             self._estimate_first(trainer)

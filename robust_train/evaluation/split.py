@@ -18,9 +18,11 @@ from pytorch_lightning import LightningDataModule
 from torch import nn
 
 from robust_train.core.runtime import set_threads
+from robust_train.evaluation.engine import build_parts, total_work
 from robust_train.evaluation.heldout import heldout_masks, heldout_subset, instantiate
 from robust_train.evaluation.settings import EvaluationSettings
 from robust_train.evaluation.suite import evaluate_classifier
+from robust_train.evaluation.verdict import budget_line
 
 __all__ = ["evaluate_on_split"]
 
@@ -38,6 +40,27 @@ def _check_settings_fit(
     if len(size) == 2 and all(isinstance(n, int) and n > 0 for n in size):
         return settings.resolved(*size), size
     return settings, ()
+
+
+def plan_lines(settings: EvaluationSettings, shape: torch.Size) -> str:
+    """What an evaluation of images of `shape` (B, C, H, W) is about to run: its budget and
+    protocol (`budget_line`) and the explainer calls it plans per image (`total_work`, what the
+    progress line's time left is counted in).
+
+    Examples:
+        >>> s = EvaluationSettings(parts=("lipschitz",), explainers=("saliency",),
+        ...                        lipschitz_samples=3)
+        >>> print(plan_lines(s, torch.Size([10, 1, 8, 8])).splitlines()[1])
+        planned: 4 explainer calls per image, 40 in all
+    """
+    parts = build_parts(settings, *shape[-2:])
+    resolved = parts[0].settings if parts else settings
+    named = {k: list(v) if isinstance(v, tuple) else v for k, v in resolved.as_dict().items()}
+    per_image = total_work(parts, 1)
+    return (
+        f"{budget_line(named, shape[0])}\nplanned: {per_image:,.0f} explainer calls per image, "
+        f"{per_image * shape[0]:,.0f} in all"
+    )
 
 
 def evaluate_on_split(
@@ -73,6 +96,7 @@ def evaluate_on_split(
     masks = heldout_masks(data, split, held)
     if size and tuple(images.shape[-2:]) == size:
         settings = resolved  # resolved for these images: passed on as it is
+    print(plan_lines(settings, images.shape), file=sys.stderr, flush=True)
     result = evaluate_classifier(model, images, labels, settings, progress=progress, masks=masks)
     if held.accuracy is not None:
         result["measures"]["split_accuracy"] = held.accuracy

@@ -133,8 +133,14 @@ def budget_line(settings: dict[str, Any], n_images: int | None = None) -> str:
     attacks = ", ".join(settings.get("attacks") or [])
     who = "correctly classified ones attacked" if settings.get("correct_only") else "all attacked"
     images = f"{n_images} images, " if n_images is not None else ""
+    step = settings.get("step_size")
+    size = f" of {step:.3g}" if isinstance(step, float) else ""
+    if settings.get("ensemble"):
+        how = f"the attack ensemble (its worst member per image, {settings.get('search_queries')}"
+        how += " random-search queries)"
+    else:
+        how = "one attack per objective (not the ensemble)"
     return (
-        f"budget: L_inf epsilon {eps:.3g}{levels}, {settings.get('n_steps')} steps of "
-        f"{settings.get('step_size'):.3g}, {settings.get('n_restarts')} restart(s); attacks "
-        f"{attacks}; {images}{who}"
+        f"budget: L_inf epsilon {eps:.3g}{levels}, {settings.get('n_steps')} steps{size}, "
+        f"{settings.get('n_restarts')} restart(s); attacks {attacks}, {how}; {images}{who}"
     )

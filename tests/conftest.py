@@ -1,6 +1,6 @@
 """Shared test setup: one torch thread per process, W&B offline, seeds, and the plugins of
-tests/support (the two ways to run the console script, the run's shared artifacts, the fast
-tier's in-process rule, the module order and the CPU report)."""
+tests/support (the two ways to run the console script, the run's shared artifacts, the docs'
+shell runs, the fast tier's in-process rule, the module order and the CPU report)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ pytest_plugins = [
     "tests.support.artifacts",
     "tests.support.console",
     "tests.support.cpu_report",
+    "tests.support.docs_blocks",
     "tests.support.in_process",
     "tests.support.schedule",
     "tests.support.tiers",

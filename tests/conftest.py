@@ -1,6 +1,6 @@
 """Shared test setup: one torch thread per process, W&B offline, seeds, and the plugins of
-tests/support (the two ways to run the console script, the run's shared artifacts, the fast
-tier's in-process rule, the module order and the CPU report)."""
+tests/support (the two ways to run the console script, the run's shared artifacts, the docs'
+shell runs, the fast tier's in-process rule, the module order and the CPU report)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ pytest_plugins = [
     "tests.support.artifacts",
     "tests.support.console",
     "tests.support.cpu_report",
+    "tests.support.docs_blocks",
     "tests.support.in_process",
     "tests.support.schedule",
     "tests.support.tiers",
@@ -42,10 +43,17 @@ def _restore_determinism():
     """A fit with `trainer.deterministic: true` in this process turns deterministic algorithms on
     for the whole process (Lightning never turns them off); later tests must not inherit that
     (Captum's DeepLift reference uses max_unpool2d, which has no deterministic kernel)."""
-    enabled = torch.are_deterministic_algorithms_enabled()
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    before = _determinism()
     yield
-    torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+    if _determinism() != before:  # the call imports torch._inductor: only when it changed
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+def _determinism() -> tuple[bool, bool]:
+    return (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
 
 
 @pytest.fixture(autouse=True)

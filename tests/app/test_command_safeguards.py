@@ -1,5 +1,5 @@
-"""What `evaluate`, `compare`, `certify` and `export` refuse, and when: in-process through
-`robust_train.app.cli.main` (the function the console script runs; the subprocess runs are in
+"""What `evaluate`, `compare`, `certify` and `export` refuse, and when: in-process through the
+`cli` fixture (the console script's entry point; the subprocess runs are in
 test_fault_and_abuse.py). Every refusal is one line naming the flag, exit code 2, before any work,
 and leaves what was there as it was."""
 
@@ -15,7 +15,6 @@ import torch
 
 import robust_train.app.certify_command as certify_command
 import robust_train.evaluation.split as evaluation_split
-from robust_train.app.cli import main
 from robust_train.models import SmallCNN
 from tests.support.reliability import (
     EVIL_WEIGHTS,
@@ -32,8 +31,8 @@ def _no_work(*args, **kwargs):
     raise AssertionError("the work started before the outputs were checked")
 
 
-def _err(capsys, *fragments: str) -> str:
-    return error_line(capsys.readouterr().err, *fragments)
+def _err(done, *fragments: str) -> str:
+    return error_line(done.stderr, *fragments)
 
 
 @pytest.fixture
@@ -44,7 +43,7 @@ def ckpt(isolated: Path) -> Path:
 # -- outputs: checked before any work, never written through a symlink ---------------------------
 
 
-def test_an_out_that_is_a_file_is_refused_before_any_work(ckpt, isolated, monkeypatch, capsys):
+def test_an_out_that_is_a_file_is_refused_before_any_work(ckpt, isolated, monkeypatch, cli):
     monkeypatch.setattr(evaluation_split, "evaluate_classifier", _no_work)
     monkeypatch.setattr(certify_command, "certify_model", _no_work)
     (isolated / "taken").write_text("a file")
@@ -55,14 +54,15 @@ def test_an_out_that_is_a_file_is_refused_before_any_work(ckpt, isolated, monkey
     }
     for name, args in commands.items():
         for out in ("taken", "taken/below"):
-            assert main([*args, "--out", out]) == 2, name
-            line = _err(capsys, "`--out`", "taken")
+            done = cli(*args, "--out", out)
+            assert done.returncode == 2, name
+            line = _err(done, "`--out`", "taken")
             assert "not a folder" in line, (name, line)
     assert (isolated / "taken").read_text() == "a file"
 
 
 @pytest.mark.parametrize("command", ["evaluate", "certify"])
-def test_a_symlink_in_out_is_never_followed(ckpt, isolated, monkeypatch, capsys, command):
+def test_a_symlink_in_out_is_never_followed(ckpt, isolated, monkeypatch, cli, command):
     monkeypatch.setattr(evaluation_split, "evaluate_classifier", _no_work)
     monkeypatch.setattr(certify_command, "certify_model", _no_work)
     precious = isolated / "precious.txt"
@@ -72,28 +72,33 @@ def test_a_symlink_in_out_is_never_followed(ckpt, isolated, monkeypatch, capsys,
     (out / "summary.md").symlink_to(precious)
     args = [command, "--ckpt", str(ckpt), "--out", str(out)]
     args += TINY_EVAL if command == "evaluate" else TINY_CERTIFY
-    assert main(args) == 2  # no results.json: summary.md is not an evaluation's
-    _err(capsys, "`--out`", "summary.md")
+    done = cli(*args)
+    assert done.returncode == 2  # no results.json: summary.md is not an evaluation's
+    _err(done, "`--out`", "summary.md")
     (out / "results.json").symlink_to(precious)
-    assert main([*args, "--overwrite"]) == 2
-    _err(capsys, "`--out`", "is a symlink", "precious.txt")
+    done = cli(*args, "--overwrite")
+    assert done.returncode == 2
+    _err(done, "`--out`", "is a symlink", "precious.txt")
     assert precious.read_text() == "keep me" and sorted(p.name for p in out.iterdir()) == [
         "results.json",
         "summary.md",
     ]
 
 
-def test_stray_files_in_out_need_overwrite_and_a_rerun_replaces_its_own(ckpt, isolated, capsys):
+def test_stray_files_in_out_need_overwrite_and_a_rerun_replaces_its_own(ckpt, isolated, cli):
     out = isolated / "out"
     out.mkdir()
     (out / "summary.md").write_text("my notes")
     args = ["evaluate", "--ckpt", str(ckpt), "--out", str(out), *TINY_EVAL]
-    assert main(args) == 2
-    _err(capsys, "summary.md' exists", "--overwrite")
+    done = cli(*args)
+    assert done.returncode == 2
+    _err(done, "summary.md' exists", "--overwrite")
     assert (out / "summary.md").read_text() == "my notes"
-    assert main([*args, "--overwrite"]) == 0
+    done = cli(*args, "--overwrite")
+    assert done.returncode == 0
     first = json.loads((out / "results.json").read_text())
-    assert main(args) == 0  # the same checkpoint and settings: its own results, replaced
+    done = cli(*args)
+    assert done.returncode == 0  # the same checkpoint and settings: its own results, replaced
     assert json.loads((out / "results.json").read_text()).keys() == first.keys()
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no partial files left
 
@@ -101,51 +106,59 @@ def test_stray_files_in_out_need_overwrite_and_a_rerun_replaces_its_own(ckpt, is
 # -- export ----------------------------------------------------------------------------------------
 
 
-def test_export_refuses_its_own_source_and_existing_files(ckpt, isolated, capsys):
+def test_export_refuses_its_own_source_and_existing_files(ckpt, isolated, cli):
     save_fit_checkpoint(ckpt, optimizer_states=[{"state": {}, "param_groups": []}])
     original = ckpt.read_bytes()
-    assert main(["export", str(ckpt), str(ckpt)]) == 2
-    _err(capsys, "`dst`", "is `src`")
+    done = cli("export", str(ckpt), str(ckpt))
+    assert done.returncode == 2
+    _err(done, "`dst`", "is `src`")
     os.link(ckpt, isolated / "hard.ckpt")
     (isolated / "soft.ckpt").symlink_to(ckpt)
     for dst in ("hard.ckpt", "soft.ckpt", "./model.ckpt"):
-        assert main(["export", str(ckpt), dst, "--overwrite"]) == 2, dst
-        _err(capsys, "`dst`")
+        done = cli("export", str(ckpt), dst, "--overwrite")
+        assert done.returncode == 2, dst
+        _err(done, "`dst`")
     assert ckpt.read_bytes() == original
     other = isolated / "other.ckpt"
     other.write_bytes(b"someone's file")
-    assert main(["export", str(ckpt), str(other)]) == 2
-    _err(capsys, "other.ckpt' exists", "--overwrite")
+    done = cli("export", str(ckpt), str(other))
+    assert done.returncode == 2
+    _err(done, "other.ckpt' exists", "--overwrite")
     assert other.read_bytes() == b"someone's file"
-    assert main(["export", str(ckpt), str(other), "--overwrite"]) == 0
+    done = cli("export", str(ckpt), str(other), "--overwrite")
+    assert done.returncode == 0
     small = torch.load(other, map_location="cpu", weights_only=True)
     assert "optimizer_states" not in small and small["robust_train"]["model"]["class_path"]
     (isolated / "a_folder").mkdir()
-    assert main(["export", str(ckpt), "a_folder"]) == 2
-    _err(capsys, "is a folder")
+    done = cli("export", str(ckpt), "a_folder")
+    assert done.returncode == 2
+    _err(done, "is a folder")
 
 
 # -- recorded class paths and data ---------------------------------------------------------------
 
 
-def test_a_recorded_class_of_the_working_folder_never_runs_without_the_opt_in(isolated, capsys):
+def test_a_recorded_class_of_the_working_folder_never_runs_without_the_opt_in(isolated, cli):
     name, marker = evil_module(isolated)
     spec = {"class_path": f"{name}.Net", "init_args": {"num_classes": 10}}
     ckpt = save_fit_checkpoint(isolated / "evil.ckpt", model_spec=spec)
     sys.path.append(str(isolated))  # even when the working folder is on the import path
-    assert main(["evaluate", "--ckpt", str(ckpt), "--out", "e", *TINY_EVAL]) == 2
-    _err(capsys, f"'{name}.Net'", "evil.ckpt", "--trust-class-path", "in the working folder")
-    assert main(["certify", "--ckpt", str(ckpt), "--out", "c", *TINY_CERTIFY]) == 2
-    _err(capsys, f"'{name}.Net'", "--trust-class-path")
-    assert main(["export", str(ckpt), "small.ckpt"]) == 0  # copied as text, never imported
-    assert "copied as text, not imported" in capsys.readouterr().err
+    done = cli("evaluate", "--ckpt", str(ckpt), "--out", "e", *TINY_EVAL)
+    assert done.returncode == 2
+    _err(done, f"'{name}.Net'", "evil.ckpt", "--trust-class-path", "in the working folder")
+    done = cli("certify", "--ckpt", str(ckpt), "--out", "c", *TINY_CERTIFY)
+    assert done.returncode == 2
+    _err(done, f"'{name}.Net'", "--trust-class-path")
+    done = cli("export", str(ckpt), "small.ckpt")
+    assert done.returncode == 0  # copied as text, never imported
+    assert "copied as text, not imported" in done.stderr
     assert not marker.exists() and name not in sys.modules
     copied = torch.load(isolated / "small.ckpt", map_location="cpu", weights_only=True)
     assert copied["robust_train"]["model"] == spec
     assert not (isolated / "e").exists() and not (isolated / "c").exists()
 
 
-def test_the_opt_in_imports_the_recorded_class(isolated, capsys):
+def test_the_opt_in_imports_the_recorded_class(isolated, cli):
     name, marker = evil_module(isolated)
     spec = {"class_path": f"{name}.Net", "init_args": {"num_classes": 10}}
     ckpt = save_fit_checkpoint(isolated / "own.ckpt", model_spec=spec)
@@ -154,11 +167,12 @@ def test_the_opt_in_imports_the_recorded_class(isolated, capsys):
     torch.save(content, ckpt)
     sys.path.append(str(isolated))
     args = ["evaluate", "--ckpt", str(ckpt), "--out", "e", *TINY_EVAL, "--trust-class-path"]
-    assert main(args) == 0, capsys.readouterr().err
+    done = cli(*args)
+    assert done.returncode == 0, done.stderr
     assert marker.exists() and (isolated / "e" / "results.json").is_file()
 
 
-def test_recorded_data_never_downloads_or_creates_folders(isolated, monkeypatch, capsys):
+def test_recorded_data_never_downloads_or_creates_folders(isolated, monkeypatch, cli):
     import urllib.request
 
     def offline(*args, **kwargs):
@@ -172,35 +186,39 @@ def test_recorded_data_never_downloads_or_creates_folders(isolated, monkeypatch,
     }
     rgb = SmallCNN(in_channels=3, num_classes=10, input_size=32)
     ckpt = save_fit_checkpoint(isolated / "cifar.ckpt", model=rgb, datamodule=data)
-    assert main(["evaluate", "--ckpt", str(ckpt), "--out", "e", *TINY_EVAL]) == 2
-    _err(capsys, "cifar.ckpt", "data_dir=", "does not exist here", "--data-config")
-    assert main(["certify", "--ckpt", str(ckpt), "--out", "c", *TINY_CERTIFY]) == 2
-    _err(capsys, "--data-config")
+    done = cli("evaluate", "--ckpt", str(ckpt), "--out", "e", *TINY_EVAL)
+    assert done.returncode == 2
+    _err(done, "cifar.ckpt", "data_dir=", "does not exist here", "--data-config")
+    done = cli("certify", "--ckpt", str(ckpt), "--out", "c", *TINY_CERTIFY)
+    assert done.returncode == 2
+    _err(done, "--data-config")
     assert not (isolated / "nowhere").exists()
     empty = isolated / "empty_data"
     empty.mkdir()
     data["init_args"]["data_dir"] = str(empty)  # the folder exists, the files do not
     save_fit_checkpoint(ckpt, model=rgb, datamodule=data)
-    assert main(["evaluate", "--ckpt", str(ckpt), "--out", "e", *TINY_EVAL]) == 2
-    _err(capsys, "CIFAR10DataModule", "--data-config")
+    done = cli("evaluate", "--ckpt", str(ckpt), "--out", "e", *TINY_EVAL)
+    assert done.returncode == 2
+    _err(done, "CIFAR10DataModule", "--data-config")
     assert list(empty.iterdir()) == [] and not (isolated / "e").exists()
 
 
-def test_a_python_tag_in_data_config_is_a_user_error(ckpt, isolated, capsys):
+def test_a_python_tag_in_data_config_is_a_user_error(ckpt, isolated, cli):
     marker = isolated / "MARKER_yaml"
     (isolated / "data.yaml").write_text(
         f"data: !!python/object/apply:os.system ['touch {marker}']\n"
     )
     args = ["evaluate", "--ckpt", str(ckpt), "--data-config", "data.yaml", *TINY_EVAL]
-    assert main(args) == 2
-    _err(capsys, "`--data-config`", "data.yaml", "not a plain YAML config")
+    done = cli(*args)
+    assert done.returncode == 2
+    _err(done, "`--data-config`", "data.yaml", "not a plain YAML config")
     assert not marker.exists()
 
 
 # -- held-out subsets ----------------------------------------------------------------------------
 
 
-def test_n_samples_takes_a_stratified_subset_and_says_so(isolated, capsys):
+def test_n_samples_takes_a_stratified_subset_and_says_so(isolated, cli):
     root = image_folder(isolated / "images", {"a": 15, "b": 15, "c": 15})
     data = {
         "class_path": "robust_train.data.ImageFolderDataModule",
@@ -209,9 +227,9 @@ def test_n_samples_takes_a_stratified_subset_and_says_so(isolated, capsys):
     net = SmallCNN(in_channels=1, num_classes=3, input_size=8)
     ckpt = save_fit_checkpoint(isolated / "folder.ckpt", model=net, datamodule=data)
     args = ["evaluate", "--ckpt", str(ckpt), "--out", "e", *TINY_EVAL, "--n-samples", "12"]
-    assert main(args) == 0
-    captured = capsys.readouterr()
-    assert "12 of the 45 test images: a seeded class-stratified subset (seed 0)" in captured.err
+    done = cli(*args)
+    assert done.returncode == 0
+    assert "12 of the 45 test images: a seeded class-stratified subset (seed 0)" in done.stderr
     (result,) = json.loads((isolated / "e" / "results.json").read_text()).values()
     assert result["subset"]["per_class"] == {"0": 4, "1": 4, "2": 4}
     assert result["subset"]["selection"] == "seeded class-stratified subset"
@@ -221,37 +239,45 @@ def test_n_samples_takes_a_stratified_subset_and_says_so(isolated, capsys):
 # -- one-line errors naming flags ----------------------------------------------------------------
 
 
-def test_errors_name_flags_and_folders_are_called_folders(ckpt, isolated, capsys):
-    assert main(["evaluate", "--ckpt", str(ckpt), "--n-samples", "0", "--out", "e"]) == 2
-    _err(capsys, "`--n-samples` must be > 0")
-    assert main(["certify", "--ckpt", str(ckpt), "--sigma", "0"]) == 2
-    _err(capsys, "`--sigma` must be > 0")
+def test_errors_name_flags_and_folders_are_called_folders(ckpt, isolated, cli):
+    done = cli("evaluate", "--ckpt", str(ckpt), "--n-samples", "0", "--out", "e")
+    assert done.returncode == 2
+    _err(done, "`--n-samples` must be > 0")
+    done = cli("certify", "--ckpt", str(ckpt), "--sigma", "0")
+    assert done.returncode == 2
+    _err(done, "`--sigma` must be > 0")
     (isolated / "folder").mkdir()
-    assert main(["evaluate", "--ckpt", "folder", "--out", "e"]) == 2
-    _err(capsys, "`--ckpt` 'folder' is a directory")
-    assert main(["certify", "--ckpt", "folder"]) == 2
-    _err(capsys, "`--ckpt` 'folder' is a directory")
+    done = cli("evaluate", "--ckpt", "folder", "--out", "e")
+    assert done.returncode == 2
+    _err(done, "`--ckpt` 'folder' is a directory")
+    done = cli("certify", "--ckpt", "folder")
+    assert done.returncode == 2
+    _err(done, "`--ckpt` 'folder' is a directory")
     (isolated / "data.yaml").write_text("data: {class_path: robust_train.data.DigitsDataModule}\n")
     weights = ["--model", "torch.nn.Linear", "--data-config", "data.yaml", "--out", "e"]
-    assert main(["evaluate", *weights, "--weights", "folder"]) == 2
-    _err(capsys, "`--weights` 'folder' is a directory")
+    done = cli("evaluate", *weights, "--weights", "folder")
+    assert done.returncode == 2
+    _err(done, "`--weights` 'folder' is a directory")
     assert not (isolated / "e").exists()
 
 
-def test_random_bytes_as_weights_never_suggest_unsafe_loading(isolated, capsys):
+def test_random_bytes_as_weights_never_suggest_unsafe_loading(isolated, cli):
     (isolated / "data.yaml").write_text("data: {class_path: robust_train.data.DigitsDataModule}\n")
     generator = torch.Generator().manual_seed(0)
     noise = torch.randint(0, 256, (4096,), generator=generator, dtype=torch.uint8).numpy()
     for name, head in (("noise.pt", b""), ("pickle_like.pt", b"\x80\x02"), ("zip_like.pt", b"PK")):
         (isolated / name).write_bytes(head + noise.tobytes())
         args = ["evaluate", "--model", "robust_train.models.SmallCNN", "--weights", name]
-        assert main([*args, "--data-config", "data.yaml", "--out", "e"]) == 2
-        line = _err(capsys, "`--weights`", name, "tensors-only")
+        done = cli(*args, "--data-config", "data.yaml", "--out", "e")
+        assert done.returncode == 2
+        line = _err(done, "`--weights`", name, "tensors-only")
         assert "weights_only" not in line and "False" not in line, line
 
 
-def test_certify_counts_noise_draws_with_noise_samples(ckpt, capsys):
-    assert main(["certify", "--ckpt", str(ckpt), "--n-samples", "10"]) == 2
-    _err(capsys, "`--noise-samples`", "`--n-images`")
-    assert main(["certify", "--ckpt", str(ckpt), "--noise-samples", "0"]) == 2
-    _err(capsys, "`--noise-samples` must be > 0")
+def test_certify_counts_noise_draws_with_noise_samples(ckpt, cli):
+    done = cli("certify", "--ckpt", str(ckpt), "--n-samples", "10")
+    assert done.returncode == 2
+    _err(done, "`--noise-samples`", "`--n-images`")
+    done = cli("certify", "--ckpt", str(ckpt), "--noise-samples", "0")
+    assert done.returncode == 2
+    _err(done, "`--noise-samples` must be > 0")

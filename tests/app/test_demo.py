@@ -1,7 +1,7 @@
-"""`robust-train demo` on MNIST-5k: the command end to end (`--quick`, in a process of the warm
-console, tests/support/warm_console.py: its own process, without the console script's seconds of
-imports; tests/package/test_wheel.py runs it through the installed console script), claim,
-flags."""
+"""`robust-train demo` on MNIST-5k: the command end to end (`--quick`, as the getting-started
+page runs it: in a process of the warm console, tests/support/warm_console.py, its own process
+without the console script's seconds of imports; tests/package/test_wheel.py runs the demo from
+the installed wheel), claim, flags."""
 
 from __future__ import annotations
 
@@ -39,15 +39,14 @@ def judged(line: str, measured: dict[str, float], margin: float, scale: float = 
 
 
 @pytest.fixture(scope="module")
-def quick_run(tmp_path_factory, shared_console):
-    """The command in a process of the warm console, W&B left at its default."""
-    out = tmp_path_factory.mktemp("demo")
-    proc = shared_console(
-        "demo", "--quick", "--seed", "1", "--out", str(out / "run"),
-        "--trainer.enable_progress_bar=false", cwd=out, timeout=600,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return out / "run", proc.stdout
+def quick_run(docs_shell_run):
+    """The getting-started page's `robust-train demo --quick` (its shell blocks run once per test
+    run, by whichever of this module and tests/docs/test_docs_code.py comes first): the command
+    in a process of the warm console, from an empty folder, W&B left at its default."""
+    run = docs_shell_run("getting-started.md")
+    block = run.block_running("robust-train demo --quick")
+    assert block.returncode == 0, run.failure()
+    return run.work / "runs" / "demo", block.stdout
 
 
 @pytest.mark.slow

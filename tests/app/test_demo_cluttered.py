@@ -40,11 +40,13 @@ def test_unknown_data_is_refused_naming_the_choices(capsys):
 
 
 @pytest.mark.slow
-def test_quick_cluttered_demo_runs_the_pair_and_scores_localisation(tmp_path, monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "disabled")
+def test_quick_cluttered_demo_runs_the_pair_and_scores_localisation(tmp_path, cli):
+    """In-process, one epoch of each fit (the pair, not its training, is under test)."""
     out = tmp_path / "run"
     argv = ["--data", "cluttered_mnist5k", "--quick", "--out", str(out), "--n-samples", "4"]
-    assert demo.main([*argv, "--trainer.enable_progress_bar=false"]) == 0
+    argv += ["--epochs", "1", "--trainer.enable_progress_bar=false"]
+    done = cli("demo", *argv, cwd=tmp_path, env={"WANDB_MODE": "disabled"})
+    assert done.returncode == 0, done.stderr[-3000:]
     report = (out / "report.md").read_text()
     assert "cluttered MNIST-5k" in report and "reference, not a check" in report
     results = json.loads((out / "results.json").read_text())

@@ -1,7 +1,8 @@
 """Run folders are claimed, not guessed: `claim_run_folder` creates `version_<N>` with an
 exclusive mkdir, so callers racing for the same experiment each get their own folder; a failed fit
 releases what it claimed (and what Lightning's own loggers wrote); `--experiment` stays a plain
-name under `--checkpoint_root`. In-process, through `robust_train.app.cli.main`."""
+name under `--checkpoint_root`. In-process, through the `cli` fixture (the console script's entry
+point)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ import threading
 from pathlib import Path
 
 import pytest
-
-from robust_train.app.cli import main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 DIGITS = ["--config", str(CONFIGS / "digits_baseline.yaml")]
@@ -62,13 +61,14 @@ def test_release_removes_only_an_unused_claim_and_the_folders_it_created(tmp_pat
 
 
 @pytest.mark.parametrize("name", ["../../escaped", "ABSOLUTE", "a/b", ".."])
-def test_experiment_must_be_a_plain_run_name(tmp_path: Path, monkeypatch, capsys, name: str):
+def test_experiment_must_be_a_plain_run_name(tmp_path: Path, monkeypatch, cli, name: str):
     name = str(tmp_path / "absolute_run") if name == "ABSOLUTE" else name
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")
     args = ["fit", *DIGITS, *TINY, "--trainer.logger=false", "--experiment", name]
-    assert main(args) == 2
-    line = capsys.readouterr().err.strip().splitlines()[-1]
+    done = cli(*args)
+    assert done.returncode == 2
+    line = done.stderr.strip().splitlines()[-1]
     assert line.startswith("robust-train: error: `--experiment`") and "plain run name" in line
     assert _everything(tmp_path) == ["work"]  # nothing written, inside or outside
     assert not (tmp_path.parent / "escaped").exists()
@@ -83,55 +83,58 @@ def test_experiment_must_be_a_plain_run_name(tmp_path: Path, monkeypatch, capsys
     ],
 )
 def test_fit_refuses_a_model_that_does_not_fit_the_classes_before_training(
-    tmp_path: Path, monkeypatch, capsys, flags: list[str], fragment: str
+    tmp_path: Path, monkeypatch, cli, flags: list[str], fragment: str
 ):
     """Checked with the probe `evaluate` uses, before the model summary or any step; with
     `--trainer.logger null` (Lightning's own CSV logger) nothing is left either."""
     monkeypatch.chdir(tmp_path)
-    assert main(["fit", *DIGITS, *TINY, "--trainer.logger", "null", *flags]) == 2
-    captured = capsys.readouterr()
-    line = captured.err.strip().splitlines()[-1]
+    done = cli("fit", *DIGITS, *TINY, "--trainer.logger", "null", *flags)
+    assert done.returncode == 2
+    line = done.stderr.strip().splitlines()[-1]
     assert fragment in line and "DigitsDataModule) has 10 classes" in line, line
-    assert "out of bounds" not in captured.err and "Trainer.fit" not in captured.err
+    assert "out of bounds" not in done.stderr and "Trainer.fit" not in done.stderr
     assert _everything(tmp_path) == []  # no run folder, no lightning_logs/version_0
 
 
 def test_a_fit_failing_while_the_model_is_built_leaves_no_empty_runs_folder(
-    tmp_path: Path, monkeypatch, capsys
+    tmp_path: Path, monkeypatch, cli
 ):
     """A fine-tune config whose `init_checkpoint` is not found from here (the default W&B
     logger): one line, exit 2, and no runs/ or checkpoints/ left behind."""
     monkeypatch.chdir(tmp_path)
     args = ["fit", "--config", str(CONFIGS / "finetune_digits_checkpoint.yaml"), *TINY]
-    assert main([*args, "--model.init_checkpoint", "checkpoints/not_here.ckpt"]) == 2
-    assert "not_here.ckpt" in capsys.readouterr().err
+    done = cli(*args, "--model.init_checkpoint", "checkpoints/not_here.ckpt")
+    assert done.returncode == 2
+    assert "not_here.ckpt" in done.stderr
     assert _everything(tmp_path) == []
 
 
 @pytest.mark.slow
 def test_a_fit_stopping_mid_run_removes_what_lightning_s_csv_logger_wrote(
-    tmp_path: Path, monkeypatch, capsys
+    tmp_path: Path, monkeypatch, cli
 ):
     """A non-finite loss at the first step with `--trainer.logger null`: Lightning's CSVLogger
     would leave lightning_logs/version_0/hparams.yaml; nothing is left."""
     monkeypatch.chdir(tmp_path)
     args = ["fit", *DIGITS, *TINY, "--trainer.logger", "null", "--trainer.limit_train_batches=2"]
-    assert main([*args, "--model.optimizer.init_args.lr=1e12"]) == 2
-    assert "non-finite loss" in capsys.readouterr().err
+    done = cli(*args, "--model.optimizer.init_args.lr=1e12")
+    assert done.returncode == 2
+    assert "non-finite loss" in done.stderr
     assert _everything(tmp_path) == []
 
 
 @pytest.mark.slow
 def test_limit_train_batches_1_is_one_batch_and_the_fit_prints_its_run_folder(
-    tmp_path: Path, monkeypatch, capsys, recwarn
+    tmp_path: Path, monkeypatch, cli, recwarn
 ):
     import torch
     import yaml
 
     monkeypatch.chdir(tmp_path)
-    assert main(["fit", *DIGITS, *TINY, "--trainer.logger=false"]) == 0
+    done = cli("fit", *DIGITS, *TINY, "--trainer.logger=false")
+    assert done.returncode == 0, done.stderr[-3000:]
     run = tmp_path / "checkpoints" / "digits_baseline" / "version_0"
-    assert f"run folder: {run}" in capsys.readouterr().out
+    assert f"run folder: {run}" in done.stdout
     config = yaml.safe_load((run / "config.yaml").read_text())
     assert config["trainer"]["limit_train_batches"] == 1
     assert isinstance(config["trainer"]["limit_train_batches"], int)

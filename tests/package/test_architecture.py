@@ -11,6 +11,7 @@ through `sys.path`, and all three keep every function body within 60 lines.
 from __future__ import annotations
 
 import ast
+import functools
 import subprocess
 import sys
 from collections import defaultdict
@@ -38,6 +39,12 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 APPLICATION = len(LAYERS) - 1
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """A source file's syntax tree, parsed once per test process (the tests only read it)."""
+    return ast.parse(path.read_text())
+
+
 def modules(package: Path = PACKAGE) -> dict[str, Path]:
     found = {}
     for path in sorted(package.rglob("*.py")):
@@ -50,7 +57,7 @@ def imports(path: Path, known: dict[str, Path], root: str = "robust_train") -> s
     """`root` modules that `path` imports anywhere: `from a import b` needs a.b when it is
     a module, and the package a itself unless every imported name is one of its modules."""
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if node.module.split(".")[0] == root:
                 named = {f"{node.module}.{a.name}" for a in node.names}
@@ -202,7 +209,7 @@ def test_benchmarks_never_import_the_experiments() -> None:
 def test_scripts_import_each_other_as_a_package_without_editing_sys_path(folder: Path) -> None:
     edits = []
     for path in sorted(folder.glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Attribute) and node.attr == "path":
                 if isinstance(node.value, ast.Name) and node.value.id == "sys":
                     edits.append(f"{path.name}:{node.lineno}")
@@ -224,7 +231,7 @@ def body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
 def long_functions(folder: Path, limit: int = MAX_BODY_LINES) -> list[str]:
     found = []
     for path in sorted(folder.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 if (n := body_lines(node)) > limit:
                     found.append(f"{path.relative_to(folder.parent)}:{node.lineno} {node.name} {n}")
@@ -245,7 +252,7 @@ def private_imports(path: Path, package: str) -> list[str]:
     """The underscore names (modules, or names in a module) that `path` imports from another
     top-level package of robust_train than its own `package`."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             targets = [f"{node.module}.{alias.name}" for alias in node.names]
         elif isinstance(node, ast.Import):

@@ -34,20 +34,12 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = list_shipped()
-DEMO_QUICK = [
-    "demo",
-    "--quick",
-    "--seed",
-    "0",
-    "--out",
-    "run",
-    "--trainer.enable_progress_bar=false",
-]
-# One process of the fresh venv for three tests (each `robust-train` process pays seconds of
+# One process of the fresh venv for most tests (each `robust-train` process pays seconds of
 # imports): the entry point of the installed console script, `robust_train.app.cli.main`, prints
-# every shipped config, evaluates a shipped checkpoint by name and fine-tunes a shipped config,
-# each in its own folder; stdout, stderr and exit code of each as JSON. (The console script
-# itself runs from the venv in test_assets_... and test_quick_demo_....)
+# every shipped config, evaluates a shipped checkpoint by name, fine-tunes a shipped config, locates
+# and copies a shipped file and runs the quick demo (one epoch of each fit, 4 test images), each in
+# its own folder; stdout, stderr and exit code of each as JSON. (The console script itself runs
+# from the venv in test_the_console_script_lists_the_assets.)
 WHEEL_COMMANDS = """
 import contextlib, io, json, os, sys, yaml
 from robust_train.app.cli import main
@@ -65,7 +57,7 @@ def run(argv, cwd):
     return {"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
 
 
-work, evaluate, fit = sys.argv[1:4]
+work, evaluate, fit, assets, demo = sys.argv[1:6]
 seen = {}
 for name in list_shipped("configs"):
     done = run(["fit", "--config", name, "--print_config"], work)
@@ -80,6 +72,11 @@ results["fit"] = run(
     ["fit", "--config", "configs/finetune_digits_checkpoint.yaml", "--trainer.max_epochs=1",
      "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
      "--trainer.logger=false", "--trainer.enable_progress_bar=false"], fit)
+results["assets_path"] = run(["assets", "path", "mnist5k_robust.ckpt"], assets)
+results["assets_copy"] = run(["assets", "copy", "configs/mnist5k_baseline.yaml", "."], assets)
+results["demo"] = run(
+    ["demo", "--quick", "--epochs", "1", "--n-samples", "4", "--seed", "0", "--out", "run",
+     "--trainer.enable_progress_bar=false"], demo)
 print(json.dumps(results))
 """
 
@@ -110,7 +107,9 @@ def _ok(proc: subprocess.CompletedProcess[str]) -> str:
 def dist(tmp_path_factory) -> dict[str, Path]:
     """The sdist, and the wheel built from the unpacked sdist (what `python -m build` does)."""
     out = tmp_path_factory.mktemp("dist")
-    _ok(_run(sys.executable, "-m", "build", "--outdir", out, REPO, cwd=out))
+    # Without an isolated build environment (each costs a venv and a setuptools install): `build`
+    # still checks that this environment satisfies the build-system requirements.
+    _ok(_run(sys.executable, "-m", "build", "--no-isolation", "--outdir", out, REPO, cwd=out))
     (wheel,) = out.glob("*.whl")
     (sdist,) = out.glob("*.tar.gz")
     return {"wheel": wheel, "sdist": sdist}
@@ -190,26 +189,29 @@ def test_the_installed_package_is_the_wheel_not_the_checkout(fresh):
     assert (version, license_id, typed) == (robust_train.__version__, "Apache-2.0", "True")
 
 
-def test_assets_are_listed_located_and_copied(fresh):
-    work = fresh["work"] / "assets"
-    work.mkdir()
-    listing = _ok(_run("robust-train", "assets", "list", cwd=work, venv=fresh["venv"]))
+def test_the_console_script_lists_the_assets(fresh):
+    """The installed console script, from the venv's bin folder, in a process of its own."""
+    listing = _ok(_run("robust-train", "assets", "list", cwd=fresh["work"], venv=fresh["venv"]))
     assert all(name in listing for name in SHIPPED)
-    path = _ok(_run("robust-train", "assets", "path", "mnist5k_robust.ckpt", cwd=work,
-                    venv=fresh["venv"])).strip()  # fmt: skip
+
+
+def test_assets_are_located_and_copied(fresh, commands):
+    path = _done(commands["assets_path"]).strip()
     assert Path(path).is_file() and Path(path).resolve().is_relative_to(fresh["venv"].resolve())
-    _ok(_run("robust-train", "assets", "copy", "configs/mnist5k_baseline.yaml", ".", cwd=work,
-             venv=fresh["venv"]))  # fmt: skip
-    assert (work / "mnist5k_baseline.yaml").is_file()
+    _done(commands["assets_copy"])
+    assert (fresh["work"] / "assets" / "mnist5k_baseline.yaml").is_file()
 
 
-def test_quick_demo_runs_from_an_empty_folder(fresh):
+def test_quick_demo_runs_from_an_empty_folder(fresh, commands):
     work = fresh["work"] / "demo"
-    work.mkdir()
-    out = _ok(_run("robust-train", *DEMO_QUICK, cwd=work, venv=fresh["venv"]))
+    out = _done(commands["demo"])
     results = json.loads((work / "run" / "results.json").read_text())
     assert set(results) == {"natural", "robust"} and (work / "run" / "report.md").is_file()
     assert "claim:" in out
+    for name in ("natural", "robust"):  # each fit's checkpoint, under --out of the empty folder
+        checkpoint = Path(results[name]["checkpoint"])
+        checkpoint = checkpoint if checkpoint.is_absolute() else work / checkpoint
+        assert checkpoint.is_file() and checkpoint.resolve().is_relative_to(work.resolve())
 
 
 @pytest.fixture(scope="module")
@@ -219,8 +221,9 @@ def commands(fresh) -> dict:
     work = fresh["work"]
     (work / "fit" / "checkpoints").mkdir(parents=True)
     (work / "fit" / "checkpoints" / "digits_baseline.ckpt").write_bytes(b"not a checkpoint")
-    (work / "evaluate").mkdir()
-    folders = [work, work / "evaluate", work / "fit"]
+    folders = [work, work / "evaluate", work / "fit", work / "assets", work / "demo"]
+    for folder in folders[1:]:
+        folder.mkdir(exist_ok=True)
     return json.loads(_ok(_run(fresh["python"], "-c", WHEEL_COMMANDS, *folders, cwd=work)))
 
 

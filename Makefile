@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint docs install clean checkpoints
+.PHONY: demo test test-fast test-heavy test-all lint docs install clean checkpoints
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,11 +22,21 @@ demo: $(STAMP)
 # reorder, by number of tests, would leave long one-test modules for the end).
 XDIST := -n auto --dist loadscope --no-loadscope-reorder
 
+# Three tiers: `make test` (the package, its CLI and docs; within 5 minutes on 2 cores),
+# `make test-fast` (in-process tests only), `make test-heavy` (the `heavy` end-to-end runs of what
+# surrounds the package: the wheel in a fresh venv, the site in a browser, DDP, the studies' and
+# benchmarks' quick runs). `make test-all` runs every test; CI runs test and test-heavy.
 test: $(STAMP)
-	$(BIN)/pytest -q $(XDIST)
+	$(BIN)/pytest -q $(XDIST) -m "not heavy"
 
 test-fast: $(STAMP)
-	$(BIN)/pytest -q $(XDIST) -m "not slow"
+	$(BIN)/pytest -q $(XDIST) -m "not slow and not heavy"
+
+test-heavy: $(STAMP)
+	$(BIN)/pytest -q $(XDIST) -m heavy
+
+test-all: $(STAMP)
+	$(BIN)/pytest -q $(XDIST)
 
 # The documentation site (mkdocs-material + mkdocstrings), warnings as errors, into site/. The
 # marker file says so: tests/docs/test_site.py opens this build when it is newer than its sources.

@@ -39,7 +39,7 @@ def test_unknown_data_is_refused_naming_the_choices(capsys):
     assert "argument --data: invalid choice: 'cifar'" in capsys.readouterr().err
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # two fits and an evaluation at 64 px RGB
 def test_quick_cluttered_demo_runs_the_pair_and_scores_localisation(tmp_path, cli):
     """In-process, one epoch of each fit (the pair, not its training, is under test)."""
     out = tmp_path / "run"

@@ -75,7 +75,7 @@ def _check_record(text: str, path: Path, title: str) -> None:
     assert "Targets:" in written and ("met (" in written or "MISSED (" in written)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # a benchmark's quick run
 def test_bench_train_step_quick(bench, tmp_path):
     results = tmp_path / "RESULTS.md"
     text = bench("bench_train_step").main(["--quick", "--results", str(results)])
@@ -83,7 +83,7 @@ def test_bench_train_step_quick(bench, tmp_path):
     assert "curvature zero_order" in text and "ResNet18CIFAR" in text
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # a benchmark's quick run
 def test_bench_eval_quick(bench, tmp_path):
     results = tmp_path / "RESULTS.md"
     text = bench("bench_eval").main(["--quick", "--settings", "digits", "--results", str(results)])
@@ -96,7 +96,7 @@ def test_bench_eval_quick(bench, tmp_path):
     assert lipschitz and all(float(d) <= 1e-4 for d in lipschitz), lipschitz
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # a benchmark's quick run
 def test_bench_monitor_quick(bench, tmp_path):
     results = tmp_path / "RESULTS.md"
     config = str(BENCHMARKS.parent / "configs" / "digits_baseline.yaml")
@@ -105,7 +105,7 @@ def test_bench_monitor_quick(bench, tmp_path):
     assert "| digits_baseline.yaml | default | 1 |" in text
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # a benchmark's quick run
 def test_gpu_check_cpu_smoke_writes_its_results(bench, tmp_path):
     results = bench("gpu_check").main(["--cpu-smoke", "--out", str(tmp_path / "gpu")])
     written = (tmp_path / "gpu.json").read_text()
@@ -115,7 +115,7 @@ def test_gpu_check_cpu_smoke_writes_its_results(bench, tmp_path):
     assert all(a["ratio"] > 0 for a in results["attack"].values())
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # a benchmark's quick run
 def test_bench_train_step_registry_quick(bench, tmp_path):
     from robust_train.regularizers import PENALTIES
 
@@ -145,7 +145,7 @@ def test_bench_step_224_levers_change_only_their_options_of_the_shipped_recipe(b
     assert [b.penalised(terms[f"batch fraction {f}"], 8) for f in ("0.1", "0.5")] == [1, 4]
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # a benchmark's quick run
 def test_bench_step_224_quick(bench, tmp_path):
     import json
 
@@ -190,7 +190,7 @@ for name in sys.argv[1:]:
 """
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # a benchmark's quick run
 def test_every_script_runs_as_a_module_from_the_repository_root():
     """`python -m benchmarks.<script> --help` and `python -m experiments.<study> --help` (runpy,
     as -m does) from the root, with no PYTHONPATH: the packages import their own modules, no

@@ -53,7 +53,7 @@ def _finished_summary(run: Path, cwd: Path, wait_s: float = 90.0) -> dict:
         time.sleep(1.0)
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # W&B's own CLI in subprocesses
 def test_leet_reads_the_offline_run_of_a_fit(tmp_path: Path, cli):
     # the monitor uncapped: under its 10 % cap this 2 x 3-batch fit leaves no room for an image
     config = tmp_path / CONFIG.name

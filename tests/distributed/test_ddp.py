@@ -226,7 +226,7 @@ def ddp_run(tmp_path_factory, shared_console):
     )
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # two processes of DDP
 def test_ddp_ran_two_ranks(ddp_run):
     output, logged = ddp_run["output"], ddp_run["logged"]
     assert "GLOBAL_RANK: 1, MEMBER: 2/2" in output and "distributed_backend=gloo" in output
@@ -238,7 +238,7 @@ def test_ddp_ran_two_ranks(ddp_run):
     assert "It is recommended to use `self.log('train/" not in output
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # two processes of DDP
 def test_ddp_weights_equal_one_process_replay_of_averaged_gradients(ddp_run):
     """Double backprop under DDP: the trained weights are those of SGD on the two ranks'
     gradients averaged (not on one rank's, not on their sum)."""
@@ -263,7 +263,7 @@ def test_ddp_weights_equal_one_process_replay_of_averaged_gradients(ddp_run):
     assert moved > 1e-2 and off_rank0 > 0.1 * moved
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # two processes of DDP
 def test_ddp_monitor_values_equal_one_process(ddp_run):
     model, data_config = load_checkpoint(ddp_run["ckpt"])
     dm = instantiate(data_config)

@@ -23,7 +23,7 @@ BROWSER_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]  # fmt: skip
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.heavy  # the built site in a headless browser
 
 
 # What the site is built from: a build older than any of these files is stale.

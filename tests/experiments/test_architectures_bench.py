@@ -67,7 +67,7 @@ def test_cells_say_what_was_not_measured(arch):
     assert arch.cell([0.4, 0.6], 2) == "0.500 ± 0.141"
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # the study's quick run
 def test_a_quick_run_writes_every_cell_and_resumes_without_refitting(arch, tmp_path, capsys):
     out, md = tmp_path / "run", tmp_path / "ARCH.md"
     argv = [

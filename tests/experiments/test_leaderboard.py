@@ -102,7 +102,7 @@ def selection(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # the study's quick run
 def test_selection_never_reads_the_test_split(selection: Path, tmp_path: Path, monkeypatch):
     """The selection ran to its picks under the sentinel; an eval job under it does not."""
     results = json.loads((selection / "results.json").read_text())
@@ -123,7 +123,7 @@ def test_selection_never_reads_the_test_split(selection: Path, tmp_path: Path, m
         )
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # the study's quick run
 def test_quick_leaderboard_three_seeds_every_explainer_full_preset_and_resume(
     selection: Path, tmp_path: Path
 ):

@@ -30,7 +30,7 @@ import torch
 import robust_train
 from robust_train.core.resources import list_shipped
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.heavy  # the wheel and sdist built and installed into a fresh venv
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = list_shipped()

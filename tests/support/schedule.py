@@ -4,9 +4,10 @@
 loadscope --no-loadscope-reorder`). A long module that starts last leaves one worker busy while
 the others idle, so the modules are sorted longest first, each module's tests in their own order.
 
-A module's length is what the last full run measured (its tests' setup, call and teardown
-seconds, kept in pytest's cache under `robust_train/module_seconds`, rewritten at the end of
-each run that selected tests by neither `-k` nor `-m`). A module the cache does not know (a fresh
+A module's length is what the last run of the same tier measured (its tests' setup, call and
+teardown seconds, kept in pytest's cache under `robust_train/module_seconds/<-m expression>`,
+rewritten at the end of each run that selected no tests by `-k`: each tier, `make test`'s
+"not heavy" among them, keeps its own table). A module the cache does not know (a fresh
 checkout, a new module) is estimated from its markers: `slow` marks a test over about 3 s, so
 SLOW_SECONDS for each slow test and FAST_SECONDS for each other. Stale figures only cost time,
 never a result.
@@ -31,6 +32,13 @@ def module_of(nodeid: str) -> str:
     return nodeid.partition("::")[0]
 
 
+def cache_key(config: pytest.Config) -> str:
+    """The cache entry of this run's tier: one per `-m` expression (a tier measures its own part
+    of each module)."""
+    expression = config.getoption("markexpr", "") or "all"
+    return f"{CACHE_KEY}/{expression.replace(' ', '_')}"
+
+
 def estimated_seconds(items: list[pytest.Item], cached: dict[str, float]) -> dict[str, float]:
     """Each module's seconds: the cached measurement, else the estimate from its markers."""
     estimate: defaultdict[str, float] = defaultdict(float)
@@ -43,7 +51,7 @@ def estimated_seconds(items: list[pytest.Item], cached: dict[str, float]) -> dic
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The longest modules first (a stable sort: each module's tests keep their order)."""
     cache = getattr(config, "cache", None)
-    cached = cache.get(CACHE_KEY, {}) if cache is not None else {}
+    cached = cache.get(cache_key(config), {}) if cache is not None else {}
     seconds = estimated_seconds(items, cached if isinstance(cached, dict) else {})
     items.sort(key=lambda item: -seconds[module_of(item.nodeid)])
 
@@ -60,9 +68,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     cache = getattr(config, "cache", None)
     if cache is None or os.environ.get("PYTEST_XDIST_WORKER") or not _measured:
         return
-    if config.getoption("keyword", "") or config.getoption("markexpr", ""):
-        return  # a selection measures parts of modules
-    cached = cache.get(CACHE_KEY, {})
+    if config.getoption("keyword", ""):
+        return  # a selection by name measures parts of modules
+    key = cache_key(config)
+    cached = cache.get(key, {})
     merged = {**(cached if isinstance(cached, dict) else {})}
     merged.update({module: round(s, 2) for module, s in sorted(_measured.items())})
-    cache.set(CACHE_KEY, merged)
+    cache.set(key, merged)

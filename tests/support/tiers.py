@@ -1,8 +1,9 @@
-"""The fast tier runs in-process, a pytest plugin (registered in tests/conftest.py).
+"""The test tiers, a pytest plugin (registered in tests/conftest.py).
 
 A test outside the slow tier (`make test-fast`, `-m "not slow"`) that starts a Python subprocess
 fails, naming the fix: mark it `slow`, or run the command in-process (the `cli` fixture,
-tests/support/in_process.py).
+tests/support/in_process.py). A `heavy` test (`make test-heavy`; `make test` leaves it out) is
+slow too: the mark implies `slow`, so `make test-fast` never selects it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,14 @@ def _starts_python(args: object) -> bool:
     first = args if isinstance(args, (str, os.PathLike)) else next(iter(args), "")  # type: ignore[call-overload]
     program = Path(str(first).split()[0]) if str(first).strip() else Path()
     return program.name.startswith("python") or program.parent == PYTHON_BIN
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every `heavy` test is `slow` too (before `-m` selects: this hook runs first)."""
+    for item in items:
+        if item.get_closest_marker("heavy") is not None and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)

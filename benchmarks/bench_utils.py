@@ -242,6 +242,7 @@ class Record:
         self.start = datetime.datetime.now(datetime.timezone.utc)
         self.load_start = load_average()
         self.machine = machine(args, device)
+        self.device = device.type
         self.sections: list[str] = []
         print(f"{title}: {self.machine}; load average {self.load_start}\n", flush=True)
 
@@ -270,6 +271,7 @@ class Record:
             "quick": bool(self.args.quick),
             "command": self.command,
             "machine": self.machine,
+            "device": self.device,
             "started": self.start.isoformat(timespec="seconds"),
             "load_average": {"start": self.load_start, "end": load_average()},
             "seconds": round(seconds, 1),

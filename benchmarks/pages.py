@@ -1,8 +1,9 @@
 """The benchmark results as data, and the page generated from them.
 
 Each benchmark keeps one record, `benchmarks/results/NAME.json`: the latest full run of
-`python -m benchmarks run NAME` (`bench_utils.Record.as_dict`: title, command, machine, start,
-load average, seconds, its sections as printed). A full run replaces its benchmark's record and
+`python -m benchmarks run NAME` (`bench_utils.Record.as_dict`: title, command, machine, device,
+start, load average, seconds, its sections as printed); a run on a GPU keeps its own,
+`NAME_cuda.json`, beside the CPU one. A full run replaces its benchmark's record and
 rewrites `benchmarks/RESULTS.md` from all of them; `python -m benchmarks page` rewrites the page
 alone. The page is the records rendered in registry order (a record whose name is not a
 registered benchmark, such as a summary written by hand, follows them by name), so it is the
@@ -41,7 +42,9 @@ def render_record(record: Mapping[str, Any]) -> str:
     them out), then its sections."""
     start = datetime.datetime.fromisoformat(record["started"])
     quick = " (quick)" if record.get("quick") else ""
-    head = [f"## {record['title']}{quick} — {start:%Y-%m-%d %H:%M} UTC", ""]
+    device = record.get("device", "cpu")
+    where = "" if device == "cpu" else f" on {device}"
+    head = [f"## {record['title']}{where}{quick} — {start:%Y-%m-%d %H:%M} UTC", ""]
     if "command" in record:
         load = record["load_average"]
         head += [
@@ -63,8 +66,8 @@ def read_records(folder: Path) -> dict[str, dict[str, Any]]:
 
 def render_page(records: Mapping[str, Mapping[str, Any]], order: Sequence[str]) -> str:
     """The page: the header, the benchmarks of `order` without a record named, then one section
-    per record, those named in `order` first and in its order, the rest by name."""
-    names = [n for n in order if n in records] + sorted(n for n in records if n not in order)
+    per record in `page_order`."""
+    names = page_order(records, order)
     missing = [n for n in order if n not in records]
     header = HEADER
     if missing:
@@ -72,11 +75,27 @@ def render_page(records: Mapping[str, Mapping[str, Any]], order: Sequence[str]) 
     return "\n".join([header, *(render_record(records[n]) for n in names)])
 
 
+def record_name(title: str, device: str) -> str:
+    """The name of a benchmark's record: its title on the CPU, `TITLE_DEVICE` on another device
+    (a GPU run does not replace the CPU record)."""
+    return title if device == "cpu" else f"{title}_{device}"
+
+
 def registry_order() -> list[str]:
     """The registered benchmarks that record through `bench_utils.Record`, in registry order."""
     from benchmarks.registry import BENCHMARKS
 
     return [name for name, entry in BENCHMARKS.items() if entry.json]
+
+
+def page_order(records: Mapping[str, Any], order: Sequence[str]) -> list[str]:
+    """The names of `records` in page order: each name of `order` followed by its records on
+    other devices, then the rest by name."""
+    names = []
+    for name in order:
+        names += [name] if name in records else []
+        names += sorted(n for n in records if n.startswith(f"{name}_") and n not in order)
+    return names + sorted(n for n in records if n not in names)
 
 
 def write_page(page: Path = PAGE) -> Path:
@@ -94,7 +113,7 @@ def save_record(record: Mapping[str, Any], page: Path = PAGE) -> Path:
     """
     folder = records_dir(page)
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{record['title']}.json"
+    path = folder / f"{record_name(record['title'], record.get('device', 'cpu'))}.json"
     path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     write_page(page)
     return path

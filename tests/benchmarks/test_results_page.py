@@ -23,7 +23,8 @@ def test_the_committed_page_is_its_records_rendered():
     assert pages.PAGE.read_text() == expected, "run `python -m benchmarks page` and commit"
     for name, record in records.items():  # one record per registered benchmark, full runs only
         assert not record["quick"], name
-        assert name not in BENCHMARKS or record["title"] == name, name
+        device = record.get("device", "cpu")
+        assert name not in BENCHMARKS or pages.record_name(record["title"], device) == name
 
 
 def _run(tmp_path, title: str, flags: list[str], section: str) -> str:
@@ -50,6 +51,11 @@ def test_a_full_run_replaces_its_record_and_the_page_keeps_registry_order(tmp_pa
     stored = json.loads((tmp_path / "results" / f"{second}.json").read_text())
     assert stored["sections"] == ["new table"] and not stored["quick"]
     assert pages.render_record(stored) == text
+    gpu = {**stored, "device": "cuda", "sections": ["gpu table"]}
+    assert pages.save_record(gpu, page) == tmp_path / "results" / f"{second}_cuda.json"
+    written = page.read_text()  # the GPU record beside the CPU one, which stays
+    assert written.index(f"## {second} — ") < written.index(f"## {second} on cuda — ")
+    assert "new table" in written and written.endswith("gpu table\n")
     missing = [n for n in order if n not in (first, second)]
     assert "No full run recorded: " + ", ".join(f"`{n}`" for n in missing) + "." in written
 

@@ -120,7 +120,6 @@ def part_size(args, record: bu.Record) -> None:
 
 def main(argv: Sequence[str] | None = None) -> str:
     parser = bu.base_parser(__doc__.splitlines()[0])
-    parser.set_defaults(results=Path(__file__).resolve().parent / "CERTIFY.md")
     parser.add_argument("--images", type=int, default=None, help="images per model (4)")
     parser.add_argument("--ns", type=int, nargs="+", default=None, help="(100 300 1000 3000)")
     parser.add_argument("--size-n", type=int, default=None, help="n of part (b) (300)")

@@ -12,7 +12,7 @@ round (bench_utils.time_interleaved; process CPU time, one thread):
 - penalty step: one training step of RobustClassifier with ExplanationSmoothness (radius 0.3,
   cosine, one sample) on the explainer: forward, penalty (two maps with create_graph), backward.
 
-    python -m benchmarks.bench_lrp            # ~15 min on one core (results: benchmarks/RESULTS.md)
+    python -m benchmarks run bench_lrp        # ~15 min on one core; its record: RESULTS.md
     python -m benchmarks.bench_lrp --quick    # smoke run
 """
 

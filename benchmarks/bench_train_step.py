@@ -7,7 +7,7 @@ are timed in one process, interleaved round by round; ratios are to the plain st
 round. Peak memory: bench_utils.peak_memory, one step after a warm-up step (so Adam's state
 already exists and is not counted).
 
-    python -m benchmarks.bench_train_step            # full run, appends to benchmarks/RESULTS.md
+    python -m benchmarks.bench_train_step            # full run: its record, RESULTS.md
     python -m benchmarks.bench_train_step --quick --no-write
     python -m benchmarks.bench_train_step --device cuda --precision bf16 --models resnet18
     python -m benchmarks.bench_train_step --penalties registry --models smallcnn mnist28 smallcnn32

@@ -1,4 +1,4 @@
-"""Shared pieces of the benchmarks: flags, interleaved timing, peak memory, the RESULTS.md record.
+"""Shared pieces of the benchmarks: flags, interleaved timing, peak memory, the record of a run.
 
 Timing: every variant of a benchmark runs in the same process, interleaved round by round
 (A B C, then C B A, ...), so a background load slows all of them alike; each variant's time is
@@ -33,7 +33,9 @@ from pathlib import Path
 
 import torch
 
-RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+from benchmarks import pages
+
+RESULTS = pages.PAGE
 
 
 def base_parser(description: str) -> argparse.ArgumentParser:
@@ -44,8 +46,14 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (default 1)")
     parser.add_argument("--repeats", type=int, default=None, help="interleaved rounds per variant")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--results", type=Path, default=RESULTS, help="markdown file to append to")
-    parser.add_argument("--no-write", action="store_true", help="print only, do not append")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="the results page a run's record is stored beside, in results/ (default: "
+        "benchmarks/RESULTS.md for a full run; a --quick run stores nothing without it)",
+    )
+    parser.add_argument("--no-write", action="store_true", help="print only, store nothing")
     parser.add_argument(
         "--json", type=Path, default=None, help="also write the record as JSON to this file"
     )
@@ -216,7 +224,12 @@ def verdict(value: float, limit: float, tolerance: float = 0.0) -> str:
 
 
 class Record:
-    """What one run prints and appends to RESULTS.md: title, command, machine, load, sections."""
+    """What one run prints and stores: title, command, machine, load, sections.
+
+    `finish` writes the record as JSON to --json, and, for a full run, stores it as its
+    benchmark's record beside the --results page and rewrites that page (`benchmarks.pages`).
+    A --quick run stores nothing unless --results names a page, and never the committed one.
+    """
 
     def __init__(
         self, title: str, args: argparse.Namespace, device: torch.device, argv: Sequence[str] | None
@@ -229,6 +242,7 @@ class Record:
         self.start = datetime.datetime.now(datetime.timezone.utc)
         self.load_start = load_average()
         self.machine = machine(args, device)
+        self.device = device.type
         self.sections: list[str] = []
         print(f"{title}: {self.machine}; load average {self.load_start}\n", flush=True)
 
@@ -238,35 +252,17 @@ class Record:
         self.sections.append(text)
 
     def finish(self) -> str:
-        """The whole record; appended to --results unless --no-write."""
+        """The whole record as markdown; written as described in the class docstring unless
+        --no-write."""
         elapsed = (datetime.datetime.now(datetime.timezone.utc) - self.start).total_seconds()
-        head = [
-            f"## {self.title}{' (quick)' if self.args.quick else ''} — "
-            f"{self.start:%Y-%m-%d %H:%M} UTC",
-            "",
-            f"- command: `{self.command}`",
-            f"- machine: {self.machine}",
-            f"- load average (1, 5, 15 min): {self.load_start} at start, {load_average()} at end; "
-            f"run took {elapsed:.0f} s",
-            "",
-        ]
-        text = "\n".join(head) + "\n" + "\n\n".join(self.sections) + "\n"
-        if not self.args.no_write and getattr(self.args, "json", None):
-            self.write_json(self.args.json, elapsed)
+        data = self.as_dict(elapsed)
         if not self.args.no_write:
-            self.args.results.parent.mkdir(parents=True, exist_ok=True)
-            new = not self.args.results.exists()
-            with open(self.args.results, "a") as f:
-                f.write(
-                    (
-                        "# Benchmark results\n\nAppended by the scripts in benchmarks/ "
-                        "(see benchmarks/README.md).\n\n"
-                        if new
-                        else "\n"
-                    )
-                    + text
-                )
-        return text
+            if getattr(self.args, "json", None):
+                self.write_json(self.args.json, data)
+            page = results_page(self.args)
+            if page is not None:
+                print(f"stored {pages.save_record(data, page)}; rewrote {page}", flush=True)
+        return pages.render_record(data)
 
     def as_dict(self, seconds: float) -> dict[str, object]:
         """The record as data: title, command, machine, start, load, seconds, its sections."""
@@ -275,16 +271,28 @@ class Record:
             "quick": bool(self.args.quick),
             "command": self.command,
             "machine": self.machine,
+            "device": self.device,
             "started": self.start.isoformat(timespec="seconds"),
             "load_average": {"start": self.load_start, "end": load_average()},
             "seconds": round(seconds, 1),
             "sections": list(self.sections),
         }
 
-    def write_json(self, path: Path, seconds: float) -> None:
-        """Write `as_dict` to `path` (its folder made when missing)."""
+    def write_json(self, path: Path, data: dict[str, object]) -> None:
+        """Write `data` (the record as `as_dict` gives it) to `path`, its folder made when
+        missing."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.as_dict(seconds), indent=1) + "\n")
+        path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+
+
+def results_page(args: argparse.Namespace) -> Path | None:
+    """The page a run stores its record beside: --results, else the committed page for a full
+    run; None for a --quick run without --results or one that names the committed page."""
+    page = args.results
+    if args.quick and (page is None or Path(page).resolve() == pages.PAGE):
+        print("--quick: the committed results are left as they are", flush=True)
+        return None
+    return pages.PAGE if page is None else Path(page)
 
 
 def record_models(title: str, args: argparse.Namespace, device: torch.device, argv, run) -> str:

@@ -6,6 +6,7 @@
 #   3. bench_eval_224 on CUDA: seconds per image of `robust-train evaluate` at 224 x 224 per
 #      explainer, the default settings (attack ensemble) and the fast preset.
 # Results: benchmarks/gpu_check_results.{json,md}, runs/benchmarks/{bench_step_224,bench_eval_224}_cuda.json
+#   and the records benchmarks/results/{bench_step_224,bench_eval_224}_cuda.json (RESULTS.md)
 # and benchmarks/RESULTS.md (appended).
 #   bash benchmarks/gpu_check.sh                 # on a GPU machine; without one: skipped, exit 0
 #   bash benchmarks/gpu_check.sh --cpu-smoke     # anywhere, toy sizes, to check the script

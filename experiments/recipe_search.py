@@ -159,8 +159,9 @@ def search_one(name: str, seed: int, runs: Path, n: int) -> Path:
     model, cost = fit(name, seed, runs / f"{name}_s{seed}.ckpt")
     row = {"name": name, "seed": seed, "changes": CANDIDATES[name], **cost,
            "val_acc": er.accuracy(model, *er.split("val")),
-           "test_acc": er.accuracy(model, *er.split("test")),
-           **proxy(model, PROXY_MAPS, n)}  # fmt: skip
+           "test_acc": er.accuracy(model, *er.split("test"))}  # fmt: skip
+    if CANDIDATES[name].get("weight") != 0.0:  # the natural fine-tune is the cost unit only
+        row.update(proxy(model, PROXY_MAPS, n))
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(row) + "\n")
     tmp.replace(path)
@@ -201,21 +202,30 @@ def _cost(row: dict[str, Any], natural: dict[str, Any] | None) -> tuple[str, str
     return f"{epochs:.2f}", f"{(6 + epochs) / 6:.2f}x"
 
 
+def _level(row: dict[str, Any], name: str | None) -> str:
+    """One proxy level of a candidate (None: the mean of its maps); "-" for the cost unit."""
+    if "proxy" not in row:
+        return "-"
+    value = row["proxy"][name] if name else _mean(list(row["proxy"].values()))
+    return f"{value:.3f}"
+
+
 def candidate_table(found: dict[tuple[str, int], dict[str, Any]]) -> dict[str, Any]:
     """Every candidate: its changes, accuracy, cost, each proxy map, and whether it is on the
     front of (val accuracy, mean proxy intersection)."""
     from experiments.every_map import pareto
 
+    found = {key: r for key, r in found.items() if "proxy" in r or key[0] == "natural"}
     points = {f"{n} s{s}": (r["val_acc"], _mean(list(r["proxy"].values())))
-              for (n, s), r in found.items() if n != "natural"}  # fmt: skip
+              for (n, s), r in found.items() if "proxy" in r}  # fmt: skip
     front = set(pareto(points)) if points else set()
     rows = []
     for (name, seed), r in sorted(found.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         epochs, whole = _cost(r, found.get(("natural", seed)))
         changes = ", ".join(f"{k} {v}" for k, v in r["changes"].items()) or "(the shipped recipe)"
         rows.append([name, str(seed), changes, f"{r['val_acc']:.3f}", f"{r['test_acc']:.3f}",
-                     epochs, whole, *(f"{r['proxy'][m]:.3f}" for m in PROXY_MAPS),
-                     f"{_mean(list(r['proxy'].values())):.3f}",
+                     epochs, whole, *(_level(r, m) for m in PROXY_MAPS),
+                     _level(r, None),
                      "yes" if f"{name} s{seed}" in front else ""])  # fmt: skip
     labels = ["saliency", "Grad-CAM", "DeepLIFT"]
     return {

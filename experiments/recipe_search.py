@@ -45,9 +45,11 @@ import torch
 
 RESULTS = Path(__file__).resolve().parent / "results" / "recipe_search.json"
 PROXY_MAPS = ("saliency", "grad_cam", "deeplift")
-# Changes to the shipped recipe; "epochs" and "lr" are the fit's, the rest the penalty's options.
+# Changes to the shipped recipe; "epochs" and "lr" are the fit's, "checkpoint" a file scored
+# as it is (no fit), the rest the penalty's options.
 CANDIDATES: dict[str, dict[str, Any]] = {
     "natural": {"weight": 0.0},
+    "shipped_checkpoint": {"checkpoint": "mnist5k_robust"},  # not fitted: the shipped file
     "shipped": {},
     "w6": {"weight": 6.0},
     "corner": {"start": "corner"},
@@ -115,6 +117,8 @@ def fit(name: str, seed: int, ckpt: Path) -> tuple[Any, dict[str, Any]]:
 
     options = recipe(name)
     fit_options = {k: options.pop(k) for k in FIT_KEYS}
+    if "checkpoint" in options:
+        return load_classifier(options["checkpoint"]), {}
     if ckpt.exists():
         return load_classifier(ckpt), {}
     options["seed"] = seed

@@ -45,11 +45,9 @@ import torch
 
 RESULTS = Path(__file__).resolve().parent / "results" / "recipe_search.json"
 PROXY_MAPS = ("saliency", "grad_cam", "deeplift")
-# Changes to the shipped recipe; "epochs" and "lr" are the fit's, "checkpoint" a file scored
-# as it is (no fit), the rest the penalty's options.
+# Changes to the shipped recipe; "epochs" and "lr" are the fit's, the rest the penalty's options.
 CANDIDATES: dict[str, dict[str, Any]] = {
     "natural": {"weight": 0.0},
-    "shipped_checkpoint": {"checkpoint": "mnist5k_robust"},  # not fitted: the shipped file
     "shipped": {},
     "w6": {"weight": 6.0},
     "corner": {"start": "corner"},
@@ -117,8 +115,6 @@ def fit(name: str, seed: int, ckpt: Path) -> tuple[Any, dict[str, Any]]:
 
     options = recipe(name)
     fit_options = {k: options.pop(k) for k in FIT_KEYS}
-    if "checkpoint" in options:
-        return load_classifier(options["checkpoint"]), {}
     if ckpt.exists():
         return load_classifier(ckpt), {}
     options["seed"] = seed
@@ -153,18 +149,24 @@ def proxy(model: Any, maps: tuple[str, ...], n: int) -> dict[str, Any]:
     }
 
 
-def search_one(name: str, seed: int, runs: Path, n: int) -> Path:
-    """Fit and score one candidate unless its result file is there; return the file."""
+def search_one(name: str, seed: int, runs: Path, n: int, checkpoint: str | None = None) -> Path:
+    """Fit and score one candidate unless its result file is there; return the file. With
+    `checkpoint`, score that file as it is under the tag `name` (no fit)."""
     from experiments import explainer_recipes as er
+    from robust_train.models import load_classifier
 
     path = runs / f"{name}_s{seed}.json"
     if path.exists():
         return path
-    model, cost = fit(name, seed, runs / f"{name}_s{seed}.ckpt")
-    row = {"name": name, "seed": seed, "changes": CANDIDATES[name], **cost,
+    if checkpoint is None:
+        changes = CANDIDATES[name]
+        model, cost = fit(name, seed, runs / f"{name}_s{seed}.ckpt")
+    else:
+        changes, model, cost = {"checkpoint": checkpoint}, load_classifier(checkpoint), {}
+    row = {"name": name, "seed": seed, "changes": changes, **cost,
            "val_acc": er.accuracy(model, *er.split("val")),
            "test_acc": er.accuracy(model, *er.split("test"))}  # fmt: skip
-    if CANDIDATES[name].get("weight") != 0.0:  # the natural fine-tune is the cost unit only
+    if changes.get("weight") != 0.0:  # the natural fine-tune is the cost unit only
         row.update(proxy(model, PROXY_MAPS, n))
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(row) + "\n")
@@ -293,7 +295,14 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m experiments run recipe_search")
     parser.add_argument("step", choices=("search", "full", "collect"))
-    parser.add_argument("--candidates", nargs="+", default=list(CANDIDATES))
+    parser.add_argument("--candidates", nargs="*", default=list(CANDIDATES))
+    parser.add_argument(
+        "--checkpoint",
+        nargs="+",
+        default=[],
+        metavar="TAG=PATH",
+        help="search: also score these files as they are (no fit)",
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--images", type=int, default=10, help="val images of the proxy")
     parser.add_argument("--full-images", type=int, default=20, help="test images of `full`")
@@ -304,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.candidates:
         if name not in CANDIDATES:
             parser.error(f"`--candidates` must be some of {sorted(CANDIDATES)}, got {name!r}")
+    files = dict(c.split("=", 1) for c in args.checkpoint if "=" in c)
+    if len(files) != len(args.checkpoint):
+        parser.error(f"`--checkpoint` takes TAG=PATH, got {args.checkpoint}")
     for flag in ("images", "full_images"):
         if getattr(args, flag) < 1:
             parser.error(f"`--{flag.replace('_', '-')}` must be >= 1, got {getattr(args, flag)}")
@@ -313,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
         data = collect(args.runs, args.results)
         print(f"wrote {args.results} ({len(data['tables']['candidates']['rows'])} candidates)")
         return 0
+    for tag, file in files.items():
+        print(f"{tag}: {search_one(tag, 0, args.runs, args.images, file)}", flush=True)
     for seed in args.seeds:
         for name in args.candidates:
             if args.step == "search":

@@ -155,6 +155,9 @@ def _share_above(values: list[float], reference: list[float]) -> str:
     return f"{above / len(pairs):.3f} ({above}/{len(pairs)})"
 
 
+mean_cell, share_above = _cell, _share_above  # what other experiments' tables use
+
+
 def load_jobs(runs: Path) -> dict[tuple[str, str], dict[int, dict[str, Any]]]:
     """The finished jobs by (model, map), then by chunk."""
     jobs: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}

@@ -243,13 +243,48 @@ def candidate_table(found: dict[tuple[str, int], dict[str, Any]]) -> dict[str, A
     }  # fmt: skip
 
 
-def full_table(runs: Path) -> dict[str, Any]:
-    """Each candidate measured under the full ensemble beside the shipped robust model's
-    levels on the same images (experiments/results/ensemble_maps.json)."""
+def _per_image(folder: Path, tag: str) -> dict[str, dict[int, float]]:
+    """Each map's top-100 intersection per test image index in one folder of ensemble_maps
+    jobs of model `tag` (all its chunks)."""
+    from experiments import ensemble_maps as em
+
+    out: dict[str, dict[int, float]] = {}
+    for (model, name), chunks in em.load_jobs(folder).items():
+        if model == tag:
+            job = em.merged(chunks, sorted(chunks))
+            values = job["per_image"][em.TOPK.format(m=name)]
+            out[name] = dict(zip(job["index"], values, strict=True))
+    return out
+
+
+def paired(new: dict[int, float], old: dict[int, float]) -> tuple[str, str]:
+    """The mean per-image difference new - old with its 95% t interval, and on how many images
+    new is above / below old (images measured in both).
+
+    Examples:
+        >>> paired({1: 0.5, 2: 0.7, 3: 0.6}, {1: 0.4, 2: 0.7, 3: 0.5, 4: 0.1})[1]
+        '2 / 0 of 3'
+    """
+    from experiments.ensemble_maps import mean_interval
+
+    both = [i for i in new if i in old and new[i] == new[i] and old[i] == old[i]]
+    if not both:
+        return "-", "-"
+    mean, low, high, _ = mean_interval([new[i] - old[i] for i in both])
+    above = sum(new[i] > old[i] for i in both)
+    below = sum(new[i] < old[i] for i in both)
+    return f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]", f"{above} / {below} of {len(both)}"
+
+
+def full_table(runs: Path, before: Path | None = None) -> dict[str, Any]:
+    """Each candidate measured under the full ensemble beside the shipped robust model on the
+    same images: its level on experiments/ENSEMBLE_MAPS.md, and with `before` (that page's job
+    folder) the paired per-image difference."""
     from experiments import ensemble_maps as em
 
     shipped = json.loads(em.RESULTS.read_text())["tables"]["maps"]["rows"]
-    before = {row[0]: (row[3], row[4]) for row in shipped}
+    levels = {row[0]: row[3] for row in shipped}
+    old = _per_image(before, "robust") if before else {}
     rows = []
     for folder in sorted((runs / "full").glob("*")):
         jobs = {m: em.merged(c, sorted(c)) for (_, m), c in em.load_jobs(folder).items()}
@@ -258,21 +293,23 @@ def full_table(runs: Path) -> dict[str, Any]:
         for name in [m for m in em.LABELS if m in jobs]:
             values = jobs[name]["per_image"][em.TOPK.format(m=name)]
             reference = [ref.get(i, math.nan) for i in jobs[name]["index"]]
-            label = em.LABELS[name]
-            rows.append([folder.name, label, str(len(values)), before.get(label, ("-",))[0],
-                         em._cell(values), em._cell(reference),
-                         em._share_above(values, reference),
+            diff = paired(dict(zip(jobs[name]["index"], values, strict=True)), old.get(name, {}))
+            rows.append([folder.name, em.LABELS[name], str(len(values)),
+                         levels.get(em.LABELS[name], "-"), em.mean_cell(values), *diff,
+                         em.mean_cell(reference), em.share_above(values, reference),
                          f"{jobs[name]['cpu_seconds'] / max(1, len(values)):.1f}"])  # fmt: skip
     return {
         "columns": ["candidate", "map", "images", "shipped robust", "candidate",
+                    "candidate - shipped (paired)", "images above / below shipped",
                     "map = input (candidate)", "candidate above map = input", "CPU s per image"],
-        "align": "|---" * 8 + "|",
+        "align": "|---" * 10 + "|",
         "rows": rows,
     }  # fmt: skip
 
 
-def collect(runs: Path, results: Path = RESULTS) -> dict[str, Any]:
-    """Write the results file from the finished candidates and full checks; return it."""
+def collect(runs: Path, results: Path = RESULTS, before: Path | None = None) -> dict[str, Any]:
+    """Write the results file from the finished candidates and full checks (`before`: the
+    ensemble_maps jobs of the shipped pair, for paired differences); return it."""
     found = load_search(runs)
     if not found:
         raise FileNotFoundError(f"`--runs` {str(runs)!r} holds no finished candidate")
@@ -284,7 +321,7 @@ def collect(runs: Path, results: Path = RESULTS) -> dict[str, Any]:
                   "2 restarts, betas 3 and 10, 500 search queries"},
         "candidates": {f"{n}_s{s}": {k: v for k, v in r.items() if k != "per_image"}
                        for (n, s), r in found.items()},
-        "tables": {"candidates": candidate_table(found), "full": full_table(runs)},
+        "tables": {"candidates": candidate_table(found), "full": full_table(runs, before)},
     }  # fmt: skip
     results.write_text(json.dumps(data, indent=1) + "\n")
     return data
@@ -309,6 +346,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--maps", nargs="+", choices=sorted(em.LABELS), default=list(em.MAPS))
     parser.add_argument("--runs", type=Path, default=Path("runs/recipe_search"))
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        help="collect: ensemble_maps job folder of the shipped pair (paired)",
+    )
     args = parser.parse_args(argv)
     for name in args.candidates:
         if name not in CANDIDATES:
@@ -322,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     args.runs.mkdir(parents=True, exist_ok=True)
     if args.step == "collect":
-        data = collect(args.runs, args.results)
+        data = collect(args.runs, args.results, args.before)
         print(f"wrote {args.results} ({len(data['tables']['candidates']['rows'])} candidates)")
         return 0
     for tag, file in files.items():

@@ -307,6 +307,32 @@ def full_table(runs: Path, before: Path | None = None) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def check_table(
+    found: dict[tuple[str, int], dict[str, Any]], full: dict[str, Any]
+) -> dict[str, Any]:
+    """Does the proxy order a fully measured candidate and the shipped model as the full
+    ensemble does? Per proxy map: both proxy levels (val images) and their difference beside
+    the full ensemble's paired difference (test images)."""
+    from experiments import ensemble_maps as em
+
+    rows = []
+    shipped = found.get(("shipped_before", 0))
+    for row in full["rows"]:
+        tag, seed = row[0].rsplit("_s", 1)
+        name = next((m for m in PROXY_MAPS if em.LABELS[m] == row[1]), None)
+        mine = found.get((tag, int(seed)))
+        if not (shipped and mine and name and "proxy" in mine):
+            continue
+        a, b = mine["proxy"][name], shipped["proxy"][name]
+        rows.append([tag, row[1], f"{a:.3f}", f"{b:.3f}", f"{a - b:+.3f}", row[5]])
+    return {
+        "columns": ["candidate", "map", "proxy: candidate", "proxy: shipped", "proxy difference",
+                    "full ensemble difference (paired)"],
+        "align": "|---" * 6 + "|",
+        "rows": rows,
+    }  # fmt: skip
+
+
 def collect(runs: Path, results: Path = RESULTS, before: Path | None = None) -> dict[str, Any]:
     """Write the results file from the finished candidates and full checks (`before`: the
     ensemble_maps jobs of the shipped pair, for paired differences); return it."""
@@ -323,6 +349,7 @@ def collect(runs: Path, results: Path = RESULTS, before: Path | None = None) -> 
                        for (n, s), r in found.items()},
         "tables": {"candidates": candidate_table(found), "full": full_table(runs, before)},
     }  # fmt: skip
+    data["tables"]["check"] = check_table(found, data["tables"]["full"])
     results.write_text(json.dumps(data, indent=1) + "\n")
     return data
 

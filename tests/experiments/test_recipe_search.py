@@ -44,3 +44,35 @@ def test_the_candidates_table_costs_and_front(tmp_path):
     # The front of (val accuracy, mean proxy): corner is beaten by shipped on both.
     assert [got[n][-1] for n in ("shipped", "w6", "corner")] == ["yes", "yes", ""]
     assert got["natural"][7:] == ["-", "-", "-", "-", ""]  # the cost unit, not a candidate
+
+
+def _job(name, chunk, values, ref=None):
+    from experiments import ensemble_maps as em
+
+    index = [10 * chunk + i for i in range(len(values))]
+    per_image = {em.TOPK.format(m=name): values}
+    if ref is not None:
+        per_image[em.REFERENCE] = ref
+    cost = {"members": [], "cpu_seconds": 1.0, "seconds": 1.0, "images": len(values)}
+    return {"model": "robust", "explainer": name, "chunk": chunk, "index": index,
+            "per_image": per_image, "cpu_seconds": 4.0,
+            "attack_cost": {f"{name}/topk": cost}}  # fmt: skip
+
+
+def test_the_full_check_is_paired_with_the_shipped_model_and_checks_the_proxy(tmp_path):
+    before, after = tmp_path / "before", tmp_path / "runs" / "full" / "corner_s0"
+    for folder, sal, cam in ((before, [0.5, 0.6], [0.2, 0.2]), (after, [0.6, 0.5], [0.3, 0.3])):
+        folder.mkdir(parents=True)
+        for name, values in (("saliency", sal), ("grad_cam", cam)):
+            job = _job(name, 0, values, ref=[0.55, 0.55] if name == "saliency" else None)
+            (folder / f"robust__{name}__000.json").write_text(json.dumps(job))
+    full = rs.full_table(tmp_path / "runs", before)
+    rows = {row[1]: row for row in full["rows"]}
+    assert rows["saliency"][5].startswith("+0.000 [") and rows["saliency"][6] == "1 / 1 of 2"
+    assert rows["Grad-CAM"][5].startswith("+0.100 [") and rows["Grad-CAM"][6] == "2 / 0 of 2"
+    assert rows["saliency"][8] == "0.500 (1/2)"  # 0.6 > 0.55, 0.5 < 0.55
+    found = {("corner", 0): _row("corner", 0.97, [0.58, 0.18, 0.6], []),
+             ("shipped_before", 0): _row("shipped", 0.97, [0.53, 0.2, 0.6], [])}  # fmt: skip
+    check = {row[1]: row for row in rs.check_table(found, full)["rows"]}
+    assert check["saliency"][2:5] == ["0.580", "0.530", "+0.050"]
+    assert check["Grad-CAM"][4] == "-0.020" and check["Grad-CAM"][5] == rows["Grad-CAM"][5]

@@ -200,7 +200,8 @@ def load_search(runs: Path) -> dict[tuple[str, int], dict[str, Any]]:
 
 def _cost(row: dict[str, Any], natural: dict[str, Any] | None) -> tuple[str, str]:
     """The fine-tune's cost in natural epochs and the whole recipe's (6 natural epochs plus the
-    fine-tune, over 6), from the epochs' CPU seconds beside the same seed's natural fine-tune."""
+    fine-tune, over 6), from the epochs' CPU seconds beside the natural fine-tune's (the same
+    seed's, else seed 0's)."""
     if not row.get("epoch_cpu_s") or not natural or not natural.get("epoch_cpu_s"):
         return "-", "-"
     unit = sum(natural["epoch_cpu_s"]) / len(natural["epoch_cpu_s"])
@@ -227,7 +228,7 @@ def candidate_table(found: dict[tuple[str, int], dict[str, Any]]) -> dict[str, A
     front = set(pareto(points)) if points else set()
     rows = []
     for (name, seed), r in sorted(found.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        epochs, whole = _cost(r, found.get(("natural", seed)))
+        epochs, whole = _cost(r, found.get(("natural", seed), found.get(("natural", 0))))
         changes = ", ".join(f"{k} {v}" for k, v in r["changes"].items()) or "(the shipped recipe)"
         rows.append([name, str(seed), changes, f"{r['val_acc']:.3f}", f"{r['test_acc']:.3f}",
                      epochs, whole, *(_level(r, m) for m in PROXY_MAPS),

@@ -82,9 +82,18 @@ def settings(explainer: str, n: int, reference: bool) -> Any:
     )
 
 
-def run_job(model_tag: str, explainer: str, chunk: int, size: int, runs: Path, total: int) -> Path:
+def run_job(
+    model_tag: str,
+    explainer: str,
+    chunk: int,
+    size: int,
+    runs: Path,
+    total: int,
+    checkpoint: str | None = None,
+) -> Path:
     """Measure one (model, map, chunk of `size` images) job unless its file is there; return the
-    file. Chunk c holds images c * size to (c + 1) * size - 1 of `images(total)`."""
+    file. Chunk c holds images c * size to (c + 1) * size - 1 of `images(total)` (chosen by the
+    shipped pair); `checkpoint` replaces the model's shipped checkpoint (another fit of it)."""
     from robust_train.evaluation.engine import run_parts, summarize
     from robust_train.models import load_classifier
 
@@ -94,7 +103,8 @@ def run_job(model_tag: str, explainer: str, chunk: int, size: int, runs: Path, t
     x, y, index = images(total)
     part = slice(chunk * size, (chunk + 1) * size)
     x, y, index = x[part], y[part], index[part]
-    model = load_classifier(MODELS[model_tag])
+    checkpoint = checkpoint or MODELS[model_tag]
+    model = load_classifier(checkpoint)
     start, cpu = time.perf_counter(), time.process_time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -103,7 +113,7 @@ def run_job(model_tag: str, explainer: str, chunk: int, size: int, runs: Path, t
         )
     out = summarize(evaluation)
     out.pop("_examples", None)
-    out.update(model=model_tag, checkpoint=MODELS[model_tag], explainer=explainer, index=index,
+    out.update(model=model_tag, checkpoint=checkpoint, explainer=explainer, index=index,
                chunk=chunk, wall_seconds=time.perf_counter() - start,
                cpu_seconds=time.process_time() - cpu,
                machine=f"{platform.machine()}, {torch.get_num_threads()} torch thread(s)",
@@ -143,6 +153,9 @@ def _share_above(values: list[float], reference: list[float]) -> str:
         return "-"
     above = sum(v > r for v, r in pairs)
     return f"{above / len(pairs):.3f} ({above}/{len(pairs)})"
+
+
+mean_cell, share_above = _cell, _share_above  # what other experiments' tables use
 
 
 def load_jobs(runs: Path) -> dict[tuple[str, str], dict[int, dict[str, Any]]]:
@@ -299,6 +312,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk", type=int, default=10, help="images per job")
     parser.add_argument("--runs", type=Path, default=Path("runs/ensemble_maps"))
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--robust-ckpt",
+        default=None,
+        help="measure this checkpoint as the robust model (same images)",
+    )
     args = parser.parse_args(argv)
     for flag in ("images", "chunk"):
         if getattr(args, flag) < 1:
@@ -310,7 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for name, chunk in plan(args.maps, args.images, args.chunk):
         for tag in args.models:
-            path = run_job(tag, name, chunk, args.chunk, args.runs, args.images)
+            ckpt = args.robust_ckpt if tag == "robust" else None
+            path = run_job(tag, name, chunk, args.chunk, args.runs, args.images, ckpt)
             print(f"{tag} {name} {chunk}: {path}", flush=True)
     return 0
 

@@ -34,6 +34,12 @@ EXPERIMENTS: dict[str, Entry] = {
         page="ENSEMBLE_MAPS.md",
         write_page=TABLES,
     ),
+    "recipe_search": Entry(
+        "experiments.recipe_search",
+        "the every-map recipe tuned against the attack ensemble: candidates, proxy, full check",
+        page="RECIPE_SEARCH.md",
+        write_page=TABLES,
+    ),
     "architectures": Entry(
         "experiments.architectures",
         "one recipe, weights unchanged, on several architectures",

@@ -2,7 +2,9 @@
 
 penalty(x) = sum_e w_e * d(E_e(x), E_e(x')), summed over a tuple of differentiable explainers E_e
 with weights w_e, all at the SAME perturbed point x' (uniform in B_inf(x, radius), or moved by a
-few projected sign-ascent steps on the weighted sum itself), d the map distance of
+few projected sign-ascent steps on the weighted sum itself; with `start="corner"` the ascent
+starts at a random vertex of the ball, x + radius * random signs, where a gradient-free random
+search of the ball puts its points), d the map distance of
 `ExplanationSmoothness` (1 - cosine by default) between importance maps. It is the explanation
 smoothness penalty of SENN / IGR / FAR (`robust_train.regularizers.smoothness`) over several maps
 at once: a model fine-tuned on one map protects that map, not the map its user acts on.
@@ -56,6 +58,7 @@ from robust_train.regularizers.options import AscentOptions, PenaltyCall, penalt
 
 __all__ = [
     "GRADIENT_FAMILY",
+    "STARTS",
     "MultiMapOptions",
     "MultiMapSmoothness",
     "gradient_family_maps",
@@ -64,6 +67,8 @@ __all__ = [
 
 # The maps read off one gradient of the target logit (input and Grad-CAM's layer).
 GRADIENT_FAMILY = ("saliency", "input_x_gradient", "grad_cam")
+# Where the perturbed point starts: a uniform point of the ball, or one of its vertices.
+STARTS = ("uniform", "corner")
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,9 @@ class MultiMapOptions(AscentOptions):
         map_weights: one non-negative weight per explainer (default 1 each), not all zero.
         distance: "cosine" (1 - cosine), "l1" (sum-normalised maps) or "l2" (max-normalised).
         layer: Grad-CAM's layer (a dotted module name); None: Grad-CAM's own default.
+        start: where x' starts before the ascent: "uniform" (a uniform point of the ball) or
+            "corner" (a uniform random vertex of the ball: x + radius * random signs, each
+            pixel's sign drawn from the same uniform draw).
     """
 
     radius: float = 0.3
@@ -86,6 +94,7 @@ class MultiMapOptions(AscentOptions):
     map_weights: tuple[float, ...] | None = None
     distance: str = "cosine"
     layer: str | None = None
+    start: str = "uniform"
     others: dict[str, Any] = field(init=False, repr=False, compare=False)
     piecewise: bool = field(init=False, repr=False, compare=False)
 
@@ -118,6 +127,7 @@ class MultiMapOptions(AscentOptions):
                 raise ValueError(f"`map_weights` must not be all zero, got {list(weights)}")
         super().__post_init__()
         check_choice(self.distance, "distance", DISTANCES)
+        check_choice(self.start, "start", STARTS)
         if self.layer is not None and not isinstance(self.layer, str):
             raise TypeError(f"`layer` must be a module name or None, got {self.layer!r}")
 
@@ -240,6 +250,8 @@ def _multi_map(call: PenaltyCall[MultiMapOptions]) -> tuple[Tensor, bool]:
     model, target, o, x0 = call.model, call.target, call.options, call.inputs.detach()
     clean = _maps(model, x0, target, o, create_graph=True)
     delta = sample_in_ball(x0, o.radius, 1, "linf", call.generator)
+    if o.start == "corner":
+        delta = torch.where(delta >= 0, o.radius, -o.radius).to(delta)
     reference = {k: v.detach() for k, v in clean.items()}
     flat = False
     for i in range(o.n_ascent_steps):

@@ -29,10 +29,11 @@ def test_ensemble_work_counts_members_restarts_and_search():
         input_reference=False,
     )  # fmt: skip
     # members k4, k8 (= 2 x 4 = k) and beta1, beta3 (the options' beta 10 is k4's own); each
-    # 2 restarts x (4 steps + 1), one direction (saliency: the surrogate); then 7 queries
-    assert total_work(build_parts(s, 8, 8), 1) == 4 * 2 * 5 + 7
+    # 2 restarts x (4 steps + the start's map, a quarter step), one direction (saliency: the
+    # surrogate); then 7 queries of a map each
+    assert total_work(build_parts(s, 8, 8), 1) == 4 * 2 * 4.25 + 7 * 0.25
     one = EvaluationSettings(**{**vars(s), "ensemble": False})
-    assert total_work(build_parts(one, 8, 8), 1) == 5
+    assert total_work(build_parts(one, 8, 8), 1) == 4.25
     # the ensemble states its members: the same plan as the estimate
     x = torch.rand(2, 1, 8, 8)
     out = ensemble_attack(
@@ -47,7 +48,7 @@ def test_a_map_that_moves_on_a_relu_model_counts_two_directions():
         parts=("fragility",), explainers=("grad_cam",), attacks=("topk",), n_steps=2,
         ensemble=False, input_reference=False,
     )  # fmt: skip
-    assert total_work(build_parts(s, 8, 8), 3) == 2 * 1 * 3 * 3  # model and surrogate
+    assert total_work(build_parts(s, 8, 8), 3) == 2 * 1 * 2.25 * 3  # model and surrogate
 
 
 @pytest.mark.slow  # timed: a few seconds on a loaded machine

@@ -7,23 +7,24 @@ model over one image (a forward is one pass, a backward two):
 
 - a map of a gradient explainer: a forward and a backward, 3 passes, times its points
   (integrated gradients' `n_steps`, SmoothGrad's `n_samples`, a perturbation mask's steps);
-- an attack step: the map with its graph (3), the backward through that graph (double
-  backprop, twice the map: 6) and the map of the new iterate that scores it (3), 12 passes:
-  the unit;
+- an attack step: the map with its graph and the backward through that graph (double
+  backprop: the backward of the map's forward and of its backward, about four maps: 12) and
+  the map of the new iterate that scores it (3), 15 passes: the unit;
 - a random-sign draw, a random-search query, a Lipschitz sample: one map and its label, a
-  quarter of a step;
-- a forward alone (a fidelity-curve step), a twelfth;
-- the reference "map = input" calls no explainer: each of its steps or draws is the forward
-  that checks the label.
+  fifth of a step;
+- a forward alone (a fidelity-curve step), a fifteenth;
+- the reference "map = input" calls no explainer: each of its draws is the forward that checks
+  the label, each of its steps two (the direction's map and the scored iterate's map each
+  check the label).
 
 Examples:
     >>> from robust_train.evaluation import EvaluationSettings
     >>> s = EvaluationSettings(ig_steps=8).resolved(8, 8)
     >>> unit_costs("saliency", s)
-    UnitCosts(step=1.0, map=0.25, forward=0.08333333333333333)
+    UnitCosts(step=1.0, map=0.2, forward=0.06666666666666667)
     >>> unit_costs("integrated_gradients", s).step
     8.0
-    >>> unit_costs("input_reference", s).step == unit_costs("saliency", s).forward
+    >>> unit_costs("input_reference", s).map == unit_costs("saliency", s).forward
     True
 """
 
@@ -39,7 +40,7 @@ __all__ = ["FORWARD_PASSES", "MAP_PASSES", "STEP_PASSES", "UnitCosts", "map_poin
 
 FORWARD_PASSES = 1.0
 MAP_PASSES = 3.0  # a forward and a backward
-STEP_PASSES = 12.0  # map with graph (3) + double backprop (6) + the scored iterate's map (3)
+STEP_PASSES = 15.0  # map with graph and its double backprop (12) + the scored iterate's map (3)
 MODEL_FREE = ("input_reference",)  # maps that call no model: only the label check's forward
 POINT_KEYWORDS = ("n_steps", "n_samples")  # keywords that multiply a map's passes
 
@@ -103,5 +104,5 @@ def unit_costs(explainer: Any, settings: Any) -> UnitCosts:
     forward = FORWARD_PASSES / STEP_PASSES
     points = map_points(explainer, settings)
     if points == 0:
-        return UnitCosts(step=forward, map=forward, forward=forward)
+        return UnitCosts(step=2 * forward, map=forward, forward=forward)
     return UnitCosts(step=points, map=points * MAP_PASSES / STEP_PASSES, forward=forward)

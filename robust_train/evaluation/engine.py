@@ -140,8 +140,8 @@ def total_work(parts: list[EvaluationPart], n_images: int) -> float:
     Examples:
         >>> s = EvaluationSettings(parts=("lipschitz",), explainers=("saliency",),
         ...                        lipschitz_samples=3)
-        >>> total_work(build_parts(s, 8, 8), n_images=10)  # 4 maps of a quarter step, 10 images
-        10.0
+        >>> total_work(build_parts(s, 8, 8), n_images=10)  # 4 maps of a fifth of a step each
+        8.0
     """
     return float(sum(part.work() for part in parts) * n_images)
 

@@ -172,8 +172,10 @@ class FragilityPart(EvaluationPart):
             return (s.noise_draws + 1) * cost.map
         follows = self.follows_model(explainer)
         # "all": "surrogate" alone for a piecewise-constant map, else "model" and "surrogate"
-        # (and "exact" for a map with a final clamp, not known before the probe)
-        smooth = explainer_spec(explainer).piecewise_constant or not follows
+        # (and "exact" for a map with a final clamp, not known before the probe); the probe
+        # sees ReLU calls in any map that calls a ReLU model, the label check of a map that
+        # does not follow the model included
+        smooth = explainer_spec(explainer).piecewise_constant
         n_dirs = 1 if smooth or s.direction != "all" or s.surrogate_beta is None else 2
         restart = s.n_steps * cost.step + cost.map
         if not s.ensemble:

@@ -13,9 +13,9 @@ model over one image (a forward is one pass, a backward two):
 - a random-sign draw, a random-search query, a Lipschitz sample: one map and its label, a
   fifth of a step;
 - a forward alone (a fidelity-curve step), a fifteenth;
-- the reference "map = input" calls no explainer: each of its draws is the forward that checks
-  the label, each of its steps two (the direction's map and the scored iterate's map each
-  check the label).
+- the reference "map = input" calls no explainer, but each of its maps forwards the model to
+  check the label, and a scored iterate's logits take another forward: a draw is two forwards,
+  a step three.
 
 Examples:
     >>> from robust_train.evaluation import EvaluationSettings
@@ -24,7 +24,7 @@ Examples:
     UnitCosts(step=1.0, map=0.2, forward=0.06666666666666667)
     >>> unit_costs("integrated_gradients", s).step
     8.0
-    >>> unit_costs("input_reference", s).map == unit_costs("saliency", s).forward
+    >>> unit_costs("input_reference", s).map == 2 * unit_costs("saliency", s).forward
     True
 """
 
@@ -104,5 +104,5 @@ def unit_costs(explainer: Any, settings: Any) -> UnitCosts:
     forward = FORWARD_PASSES / STEP_PASSES
     points = map_points(explainer, settings)
     if points == 0:
-        return UnitCosts(step=2 * forward, map=forward, forward=forward)
+        return UnitCosts(step=3 * forward, map=2 * forward, forward=forward)
     return UnitCosts(step=points, map=points * MAP_PASSES / STEP_PASSES, forward=forward)

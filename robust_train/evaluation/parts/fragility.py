@@ -157,8 +157,18 @@ class FragilityPart(EvaluationPart):
         the random-sign baseline (a map each); for a gradient attack, its directions x restarts
         x (steps and the start's map), and with `ensemble` that for every member of the
         ensemble (`plan_members`, at least two restarts each) plus the random search's queries
-        (a map each)."""
-        return float(sum(self._attack_work(attack, e) for e, attack in self.pairs()))
+        (a map each); then each attacked explainer's clean-map measures (`_map_work`)."""
+        attacks = sum(self._attack_work(attack, e) for e, attack in self.pairs())
+        return float(attacks + sum(self._map_work(e) for e, _ in self._by_explainer()))
+
+    def _map_work(self, explainer: object) -> float:
+        """The clean-map measures of an attacked explainer, in forwards: its chance levels'
+        random maps (each ranked like a forward of the model) and a layer explainer's fidelity
+        curves (their forwards)."""
+        measures = self.map_measures(explainer)
+        draws = CHANCE_DRAWS * sum(m in ("random_topk", "random_lens") for m in measures)
+        curves = 2 * self.settings.fidelity_steps if "fidelity" in measures else 0
+        return (draws + curves) * unit_costs(explainer, self.settings).forward
 
     def follows_model(self, explainer: object) -> bool:
         """Whether the explainer's map changes with the model (so that surrogates of its

@@ -12,16 +12,16 @@ own predictions (so every image is attacked, as correctly classified ones are). 
 
 Each explainer of the preset runs alone (the preset with `explainers=(name,)`; the reference's
 attacks run with the first explainer), so every row is what that explainer adds. Per row: the
-work the engine plans (`total_work`, in attack steps and explainer calls per image, which the
-progress bar's time left is based on), the process CPU seconds (one thread: `--threads`) and
-wall seconds per image, and the seconds per unit of work. `--presets` picks presets; a preset
-left out of the measured ones but named in `--estimate` is not run: its seconds per image are
-estimated from its planned work and the seconds per unit measured for the same explainer in
-the first measured preset (marked "estimated"). `--explainers` replaces the presets' explainers
-(saliency and input x gradient) with others (grad_cam, ...). `--cache DIR` keeps each measured
-row as a JSON file in DIR and reads it back instead of measuring again, so that a long run
-stopped half way continues where it stopped when run again with the same flags. `--device cuda`
-runs on a GPU (wall time).
+work the engine plans (`total_work`, in attack steps per image, each kind of work weighed by its
+passes, which the progress bar's time left is based on), the process CPU seconds (one thread:
+`--threads`) and wall seconds per image, and the seconds per unit of work. `--presets` picks
+presets; a preset left out of the measured ones but named in `--estimate` is not run: its
+seconds per image are estimated from its planned work and the seconds per unit measured for the
+same explainer in the first measured preset (marked "estimated"). `--explainers` replaces the
+presets' explainers (saliency and input x gradient) with others (grad_cam, ...). `--cache DIR`
+keeps each measured row as a JSON file in DIR and reads it back instead of measuring again, so
+that a long run stopped half way continues where it stopped when run again with the same flags.
+`--device cuda` runs on a GPU (wall time).
 
     python -m benchmarks run bench_eval_224                  # fast measured, default estimated
     python -m benchmarks run bench_eval_224 --presets default fast --images 1
@@ -73,9 +73,9 @@ def make_setup(size: int, n_images: int, device: torch.device) -> tuple[Any, Any
 
 
 class EtaLog:
-    """The progress bar of `robust-train evaluate` (`engine.progress_bar`: the same total and
-    tqdm's default smoothing), written to a buffer; at each update it keeps the seconds spent,
-    the share done and the time left the bar would print."""
+    """The progress bar of `robust-train evaluate` (`engine.progress_bar`: the same weighted
+    total and its average rate, no smoothing), written to a buffer; at each update it keeps the
+    seconds spent, the share done and the time left the bar would print."""
 
     def __init__(self) -> None:
         self.points: list[tuple[float, float, float]] = []  # (seconds spent, share, time left)
@@ -86,13 +86,16 @@ class EtaLog:
         from robust_train.evaluation import total_work
 
         log = self
-        bar = tqdm(total=total_work(parts, n_images), file=io.StringIO(), mininterval=0.0)
+        bar = tqdm(
+            total=total_work(parts, n_images), file=io.StringIO(), mininterval=0.0, smoothing=0.0
+        )
         update = bar.update
 
         def logged(n: float = 1) -> Any:
             out = update(n)
             info = bar.format_dict
-            rate, total = info.get("rate"), info["total"] or 1.0
+            total, spent = info["total"] or 1.0, info["elapsed"]
+            rate = info.get("rate") or (info["n"] / spent if spent > 0 else None)
             left = (total - info["n"]) / rate if rate else float("nan")
             log.points.append((info["elapsed"], info["n"] / total, left))
             return out
@@ -239,11 +242,11 @@ def main(argv: Sequence[str] | None = None) -> str:
         f"### ResNet-18, {args.size}x{args.size}, {args.images} image(s), "
         f"{args.threads} thread(s)\n\n"
         "Each explainer alone with its preset's parts and attacks (the reference's attacks "
-        "with the first explainer); work: attack steps and explainer calls per image "
-        "(`total_work`); estimated rows: work x the seconds per unit measured for that "
-        "explainer. Time left / true: the time left the progress bar of `robust-train evaluate` "
-        "would print (its first estimate, and at the first update past 25 % of the work) over "
-        "the wall time the run then took.\n\n"
+        "with the first explainer); work: attack steps per image, each kind of work weighed "
+        "by its passes (`total_work`); estimated rows: work x the seconds per unit measured for "
+        "that explainer. Time left / true: the time left the progress bar of "
+        "`robust-train evaluate` would print (its first estimate, and at the first update past "
+        "25 % of the work) over the wall time the run then took.\n\n"
         + bu.table(
             [
                 "preset",

@@ -297,7 +297,7 @@ class RobustnessCallback(Callback):
         return allowed
 
     def work_per_image(self) -> float | None:
-        """The work of one evaluation per image, in attack steps (explainer calls), when the
+        """The work of one evaluation per image, in attack steps (`total_work`), when the
         monitor knows it before running (None: its first evaluation times one image instead)."""
         return None
 

@@ -4,10 +4,9 @@ A monitor under a cap (`max_overhead`) has no measured cost before its first eva
 than run that evaluation on one image to time it (which alone can exceed the cap on a large
 model), it times what one attack step costs (the map of one image with its graph, the gradient
 of the map through it, and the plain map that ranks the new point) and multiplies it by the
-evaluation's work per image (`robust_train.evaluation.engine.total_work`: attack steps,
-explainer calls and a third per forward). Every unit is costed as an attack step, the most
-expensive of them, so the estimate errs on the side of the cap for parts made of plain
-explainer calls.
+evaluation's work per image (`robust_train.evaluation.engine.total_work`, counted in attack
+steps of a one-pass map: plain maps, forwards and integrated gradients' points weighed by their
+passes, `robust_train.evaluation.cost`).
 """
 
 from __future__ import annotations

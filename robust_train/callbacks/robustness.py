@@ -191,7 +191,7 @@ class RobustnessMonitor(RobustnessCallback):
         return f"{PREFIX}seconds/total" if len(self.parts) > 1 else super().seconds_key
 
     def work_per_image(self) -> float | None:
-        """Attack steps (explainer calls) per image of one evaluation of every part."""
+        """The work per image of one evaluation of every part, in attack steps (`total_work`)."""
         return total_work(self.parts, 1)
 
     def resolve(self, height: int, width: int) -> None:

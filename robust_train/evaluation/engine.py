@@ -133,26 +133,31 @@ def run_parts(
 
 def total_work(parts: list[EvaluationPart], n_images: int) -> float:
     """The whole evaluation's work, known before it starts: every part's `work()` per image
-    (explainer calls: attack steps, Lipschitz samples, curve steps) times the images.
+    times the images, in attack steps of a one-pass map (attack steps, and random-sign draws,
+    search queries, Lipschitz samples and curve forwards weighed by their passes:
+    `robust_train.evaluation.cost`).
 
     Examples:
         >>> s = EvaluationSettings(parts=("lipschitz",), explainers=("saliency",),
         ...                        lipschitz_samples=3)
-        >>> total_work(build_parts(s, 8, 8), n_images=10)
-        40.0
+        >>> total_work(build_parts(s, 8, 8), n_images=10)  # 4 maps of a fifth of a step each
+        8.0
     """
     return float(sum(part.work() for part in parts) * n_images)
 
 
 def progress_bar(parts: list[EvaluationPart], n_images: int, *, enabled: bool) -> Any:
     """One line on stderr for the whole evaluation: the share of `total_work` done, the time
-    spent and the time left (estimated from the rate so far)."""
+    spent and the time left: the weighted work left times the seconds per weighted unit over
+    all the time spent so far (no smoothing: a stretch of cheap or dear work does not swing it).
+    """
     return tqdm(
         total=total_work(parts, n_images),
         desc="evaluation",
         disable=not enabled,
         leave=False,
-        unit="call",
+        smoothing=0.0,
+        unit="step",
         bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed} spent, {remaining} left{postfix}",
     )
 

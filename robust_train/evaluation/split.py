@@ -44,22 +44,23 @@ def _check_settings_fit(
 
 def plan_lines(settings: EvaluationSettings, shape: torch.Size) -> str:
     """What an evaluation of images of `shape` (B, C, H, W) is about to run: its budget and
-    protocol (`budget_line`) and the explainer calls it plans per image (`total_work`, what the
+    protocol (`budget_line`) and the work it plans per image (`total_work`, in attack steps:
+    random-sign draws, search queries, samples and forwards weighed by their cost; what the
     progress line's time left is counted in).
 
     Examples:
         >>> s = EvaluationSettings(parts=("lipschitz",), explainers=("saliency",),
         ...                        lipschitz_samples=3)
         >>> print(plan_lines(s, torch.Size([10, 1, 8, 8])).splitlines()[1])
-        planned: 4 explainer calls per image, 40 in all
+        planned: 0.8 attack steps of work per image, 8 in all
     """
     parts = build_parts(settings, *shape[-2:])
     resolved = parts[0].settings if parts else settings
     named = {k: list(v) if isinstance(v, tuple) else v for k, v in resolved.as_dict().items()}
     per_image = total_work(parts, 1)
     return (
-        f"{budget_line(named, shape[0])}\nplanned: {per_image:,.0f} explainer calls per image, "
-        f"{per_image * shape[0]:,.0f} in all"
+        f"{budget_line(named, shape[0])}\nplanned: {per_image:,.{1 if per_image < 10 else 0}f} "
+        f"attack steps of work per image, {per_image * shape[0]:,.0f} in all"
     )
 
 

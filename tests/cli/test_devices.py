@@ -111,9 +111,11 @@ def test_total_work_is_known_before_any_work():
         parts=("fragility", "lipschitz"), explainers=("saliency",), attacks=("random_sign", "topk"),
         n_steps=4, noise_draws=3, lipschitz_samples=5, input_reference=False, ensemble=False,
     )  # fmt: skip
-    # fragility: random_sign draws 3 (+1 clean map), topk 1 restart x (4 steps + 1); Lipschitz 5 + 1
-    # (the ensemble's members: tests/evaluation/test_time_left.py)
-    assert total_work(build_parts(s, 8, 8), 10) == (4 + 5 + 6) * 10
+    # in attack steps: random_sign draws 3 (+1 clean map), a fifth of a step each; topk 1 restart
+    # x (4 steps + the start's map); the chance levels' 32 random maps (a forward each);
+    # Lipschitz 5 + 1 maps (the ensemble's members: tests/evaluation/test_time_left.py)
+    per_image = 4 * 0.2 + 4.2 + 32 / 15 + 6 * 0.2
+    assert total_work(build_parts(s, 8, 8), 10) == pytest.approx(per_image * 10)
 
 
 def test_progress_reaches_the_total_in_steps_with_time_left(monkeypatch, capsys):

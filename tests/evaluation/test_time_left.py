@@ -29,10 +29,12 @@ def test_ensemble_work_counts_members_restarts_and_search():
         input_reference=False,
     )  # fmt: skip
     # members k4, k8 (= 2 x 4 = k) and beta1, beta3 (the options' beta 10 is k4's own); each
-    # 2 restarts x (4 steps + 1), one direction (saliency: the surrogate); then 7 queries
-    assert total_work(build_parts(s, 8, 8), 1) == 4 * 2 * 5 + 7
+    # 2 restarts x (4 steps + the start's map, a fifth of a step), one direction (saliency: the
+    # surrogate); then 7 queries of a map each; the chance levels' 2 x 16 random maps (forwards)
+    chance = 2 * 16 / 15
+    assert total_work(build_parts(s, 8, 8), 1) == pytest.approx(4 * 2 * 4.2 + 7 * 0.2 + chance)
     one = EvaluationSettings(**{**vars(s), "ensemble": False})
-    assert total_work(build_parts(one, 8, 8), 1) == 5
+    assert total_work(build_parts(one, 8, 8), 1) == pytest.approx(4.2 + chance)
     # the ensemble states its members: the same plan as the estimate
     x = torch.rand(2, 1, 8, 8)
     out = ensemble_attack(
@@ -47,7 +49,9 @@ def test_a_map_that_moves_on_a_relu_model_counts_two_directions():
         parts=("fragility",), explainers=("grad_cam",), attacks=("topk",), n_steps=2,
         ensemble=False, input_reference=False,
     )  # fmt: skip
-    assert total_work(build_parts(s, 8, 8), 3) == 2 * 1 * 3 * 3  # model and surrogate
+    # model and surrogate, each 2 steps and the start's map; chance levels and fidelity curves
+    maps = (2 * 16 + 2 * s.fidelity_steps) / 15
+    assert total_work(build_parts(s, 8, 8), 3) == pytest.approx((2 * 1 * 2.2 + maps) * 3)
 
 
 @pytest.mark.slow  # timed: a few seconds on a loaded machine

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, TypeVar
 from torch import Tensor, nn
 
 from robust_train.core.registry import Registry
+from robust_train.evaluation.cost import unit_costs
 from robust_train.evaluation.measures import part_key
 from robust_train.explain import bind_settings, explainer_name
 
@@ -106,12 +107,13 @@ class EvaluationPart:
         self.masks: Tensor | None = None
 
     def work(self) -> float:
-        """Estimated work per image, in explainer calls (gradient evaluations), known before
-        any work: the engine's overall progress and time left weigh the parts by it. The
-        default is one call per explainer; a part whose cost grows with a setting (steps,
-        samples) says so. A part may call `self.advance(units)` as it goes; whatever it has not
-        reported is counted when it returns."""
-        return float(len(self.settings.explainers))
+        """Estimated work per image, in attack steps of a one-pass map (each kind of work
+        weighed by its passes: `robust_train.evaluation.cost`), known before any work: the
+        engine's overall progress and time left weigh the parts by it. The default is one map
+        per explainer; a part whose cost grows with a setting (steps, samples) says so. A part
+        may call `self.advance(units)` as it goes; whatever it has not reported is counted when
+        it returns."""
+        return float(sum(unit_costs(e, self.settings).map for e in self.settings.explainers))
 
     def keys(self) -> tuple[str, ...]:
         """The measure keys this part reports."""

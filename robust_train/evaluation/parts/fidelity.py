@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from robust_train.evaluation.cost import unit_costs
 from robust_train.evaluation.measures import part_key
 from robust_train.evaluation.parts.base import (
     Curve,
@@ -42,9 +43,11 @@ class FidelityPart(MapPart):
         }
 
     def work(self) -> float:
-        """Per explainer one map and two curves of `fidelity_steps` forwards (a forward counted
-        as a third of an explainer call)."""
-        return len(self.settings.explainers) * (1 + 2 * self.settings.fidelity_steps / 3)
+        """Work per image, in attack steps (`robust_train.evaluation.cost`): per explainer one
+        map and two curves of `fidelity_steps` forwards."""
+        s = self.settings
+        costs = [unit_costs(e, s) for e in s.explainers]
+        return float(sum(c.map + 2 * s.fidelity_steps * c.forward for c in costs))
 
     def measure(self, item: ExplainerMap, out: PartOutput) -> None:
         s = self.settings

@@ -47,6 +47,7 @@ from robust_train.attacks import ensemble_attack, fragility_attack, get_objectiv
 from robust_train.attacks.defaults import target_region
 from robust_train.attacks.ensemble import plan_members, single_attack_cost
 from robust_train.attacks.result import LENS_WINDOW, FragilityResult
+from robust_train.evaluation.cost import unit_costs
 from robust_train.evaluation.measures import Measure, attack_key, part_key, register_measure
 from robust_train.evaluation.parts.base import (
     AttackExamples,
@@ -152,35 +153,49 @@ class FragilityPart(EvaluationPart):
         return tuple(keys)
 
     def work(self) -> float:
-        """Explainer calls per image: the noise draws of the random-sign baseline; for a
-        gradient attack, its directions x restarts x (steps + 1), and with `ensemble` that for
-        every member of the ensemble (`plan_members`, at least two restarts each) plus the
-        random search's queries."""
-        return float(sum(self._attack_work(attack, e) for e, attack in self.pairs()))
+        """Work per image, in attack steps (`robust_train.evaluation.cost`): the noise draws of
+        the random-sign baseline (a map each); for a gradient attack, its directions x restarts
+        x (steps and the start's map), and with `ensemble` that for every member of the
+        ensemble (`plan_members`, at least two restarts each) plus the random search's queries
+        (a map each); then each attacked explainer's clean-map measures (`_map_work`)."""
+        attacks = sum(self._attack_work(attack, e) for e, attack in self.pairs())
+        return float(attacks + sum(self._map_work(e) for e, _ in self._by_explainer()))
+
+    def _map_work(self, explainer: object) -> float:
+        """The clean-map measures of an attacked explainer, in forwards: its chance levels'
+        random maps (each ranked like a forward of the model) and a layer explainer's fidelity
+        curves (their forwards)."""
+        measures = self.map_measures(explainer)
+        draws = CHANCE_DRAWS * sum(m in ("random_topk", "random_lens") for m in measures)
+        curves = 2 * self.settings.fidelity_steps if "fidelity" in measures else 0
+        return (draws + curves) * unit_costs(explainer, self.settings).forward
 
     def follows_model(self, explainer: object) -> bool:
         """Whether the explainer's map changes with the model (so that surrogates of its
         ReLUs change the attack's direction)."""
         return True
 
-    def _attack_work(self, attack: str, explainer: object) -> int:
-        s = self.settings
+    def _attack_work(self, attack: str, explainer: object) -> float:
+        s, cost = self.settings, unit_costs(explainer, self.settings)
         objective = get_objective(attack)
         if not objective.needs_gradient:
-            return s.noise_draws + 1
+            return (s.noise_draws + 1) * cost.map
         follows = self.follows_model(explainer)
         # "all": "surrogate" alone for a piecewise-constant map, else "model" and "surrogate"
-        # (and "exact" for a map with a final clamp, not known before the probe)
-        smooth = explainer_spec(explainer).piecewise_constant or not follows
+        # (and "exact" for a map with a final clamp, not known before the probe); the probe
+        # sees ReLU calls in any map that calls a ReLU model, the label check of a map that
+        # does not follow the model included
+        smooth = explainer_spec(explainer).piecewise_constant
         n_dirs = 1 if smooth or s.direction != "all" or s.surrogate_beta is None else 2
+        restart = s.n_steps * cost.step + cost.map
         if not s.ensemble:
-            return n_dirs * s.n_restarts * (s.n_steps + 1)
+            return n_dirs * s.n_restarts * restart
         assert s.k is not None and s.measure_k is not None, "resolved settings"
         size = max(s.k, 2 * s.measure_k)  # the image's pixels bound k; 2 m is capped by them
         members = plan_members(objective, s, s.ensemble_betas, size=size, beta_matters=follows)
-        restarts = max(s.n_restarts, 2) * (s.n_steps + 1)
+        restarts = max(s.n_restarts, 2) * restart
         steps = sum((1 if m.direction == "surrogate" else n_dirs) * restarts for m in members)
-        return steps + s.search_queries
+        return steps + s.search_queries * cost.map
 
     def map_measures(self, explainer: object) -> tuple[str, ...]:
         """Measures of the explainer's clean maps reported beside its attacks."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from robust_train.evaluation.cost import unit_costs
 from robust_train.evaluation.measures import part_key
 from robust_train.evaluation.parts.base import EvaluationPart, PartOutput, register_part
 from robust_train.explain import bind_settings, explainer_name
@@ -27,8 +28,12 @@ class LipschitzPart(EvaluationPart):
         return self.explainer_keys(("lipschitz",))
 
     def work(self) -> float:
-        """Explainer calls per image: `lipschitz_samples` + 1 per explainer."""
-        return float(len(self.settings.explainers) * (self.settings.lipschitz_samples + 1))
+        """Work per image, in attack steps (`robust_train.evaluation.cost`): per explainer
+        `lipschitz_samples` + 1 maps (steps of a gradient search)."""
+        s = self.settings
+        costs = [unit_costs(e, s) for e in s.explainers]
+        each = [c.step if s.lipschitz_search == "gradient" else c.map for c in costs]
+        return float(sum(each) * (s.lipschitz_samples + 1))
 
     def run(
         self, model: nn.Module, inputs: Tensor, labels: Tensor, predictions: Tensor

@@ -20,6 +20,14 @@ the model computes softplus_ascent_beta when one of the maps is piecewise consta
 networks (saliency, input x gradient), and Grad-CAM's final ReLU its scale-free softplus
 surrogate; the penalty itself is computed on the model and the exact maps.
 
+Modes: by default (`model_mode="eval"`) every forward of the penalty runs with the model in eval
+mode, every submodule's own flag restored afterwards: BatchNorm normalises with its running
+statistics and leaves them unchanged, Dropout is off. The penalty then constrains the maps the
+model is explained with after training, each image's map does not depend on the other images of
+the penalised sub-batch, and the running statistics are not updated with the perturbed points
+x' (each training step would otherwise move them several times towards a few perturbed images).
+`model_mode="unchanged"` runs the penalty in the model's own modes.
+
 Example:
     >>> import torch
     >>> from torch import nn
@@ -33,6 +41,7 @@ Example:
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +51,7 @@ from torch import Tensor, nn
 
 from robust_train.core.balls import project_offset, step_direction
 from robust_train.core.options import takes_options
-from robust_train.core.runtime import require_grad_mode
+from robust_train.core.runtime import eval_mode, require_grad_mode
 from robust_train.core.validation import check_choice, check_non_negative
 from robust_train.explain.autograd import prepare_inputs, target_scores
 from robust_train.explain.clamp import clamp_positive, direction_surrogates
@@ -64,6 +73,8 @@ __all__ = [
 
 # The maps read off one gradient of the target logit (input and Grad-CAM's layer).
 GRADIENT_FAMILY = ("saliency", "input_x_gradient", "grad_cam")
+# The modes the penalty's forwards run in (`MultiMapOptions.model_mode`).
+MODEL_MODES = ("eval", "unchanged")
 
 
 @dataclass(frozen=True)
@@ -79,6 +90,11 @@ class MultiMapOptions(AscentOptions):
         map_weights: one non-negative weight per explainer (default 1 each), not all zero.
         distance: "cosine" (1 - cosine), "l1" (sum-normalised maps) or "l2" (max-normalised).
         layer: Grad-CAM's layer (a dotted module name); None: Grad-CAM's own default.
+        model_mode: "eval" (every forward of the penalty in eval mode: BatchNorm with its
+            running statistics, left unchanged, Dropout off; every submodule's own flag
+            restored) or "unchanged" (the model's own modes: in training, BatchNorm normalises
+            with the penalised images' statistics and updates its running statistics with them
+            and with the perturbed points).
     """
 
     radius: float = 0.3
@@ -86,6 +102,7 @@ class MultiMapOptions(AscentOptions):
     map_weights: tuple[float, ...] | None = None
     distance: str = "cosine"
     layer: str | None = None
+    model_mode: str = "eval"
     others: dict[str, Any] = field(init=False, repr=False, compare=False)
     piecewise: bool = field(init=False, repr=False, compare=False)
 
@@ -118,6 +135,7 @@ class MultiMapOptions(AscentOptions):
                 raise ValueError(f"`map_weights` must not be all zero, got {list(weights)}")
         super().__post_init__()
         check_choice(self.distance, "distance", DISTANCES)
+        check_choice(self.model_mode, "model_mode", MODEL_MODES)
         if self.layer is not None and not isinstance(self.layer, str):
             raise TypeError(f"`layer` must be a module name or None, got {self.layer!r}")
 
@@ -236,7 +254,14 @@ def multi_map_smoothness(call: PenaltyCall[MultiMapOptions]) -> Tensor:
 
 
 def _multi_map(call: PenaltyCall[MultiMapOptions]) -> tuple[Tensor, bool]:
-    """The penalty (B,) and whether the first ascent step had a zero direction everywhere."""
+    """The penalty (B,) and whether the first ascent step had a zero direction everywhere, in
+    the mode `model_mode` asks for."""
+    modes = eval_mode(call.model) if call.options.model_mode == "eval" else nullcontext()
+    with modes:
+        return _multi_map_in_mode(call)
+
+
+def _multi_map_in_mode(call: PenaltyCall[MultiMapOptions]) -> tuple[Tensor, bool]:
     model, target, o, x0 = call.model, call.target, call.options, call.inputs.detach()
     clean = _maps(model, x0, target, o, create_graph=True)
     delta = sample_in_ball(x0, o.radius, 1, "linf", call.generator)

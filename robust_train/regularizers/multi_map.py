@@ -20,23 +20,15 @@ the model computes softplus_ascent_beta when one of the maps is piecewise consta
 networks (saliency, input x gradient), and Grad-CAM's final ReLU its scale-free softplus
 surrogate; the penalty itself is computed on the model and the exact maps.
 
-Modes: by default (`model_mode="eval"`) every forward of the penalty runs with the model in eval
-mode, every submodule's own flag restored afterwards: BatchNorm normalises with its running
-statistics and leaves them unchanged, Dropout is off. The penalty then constrains the maps the
-model is explained with after training, each image's map does not depend on the other images of
-the penalised sub-batch, and the running statistics are not updated with the perturbed points
-x' (each training step would otherwise move them several times towards a few perturbed images).
-`model_mode="unchanged"` runs the penalty in the model's own modes.
-
-Example:
-    >>> import torch
-    >>> from torch import nn
-    >>> net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(),
-    ...                     nn.Linear(4 * 8 * 8, 3))
-    >>> x, y = torch.rand(2, 1, 8, 8), torch.tensor([0, 2])
-    >>> multi_map_smoothness(net, x, y, explainers=("input_x_gradient", "grad_cam"),
-    ...                      layer="1", radius=0.1).shape
-    torch.Size([2])
+Modes (`model_mode`): "unchanged" (the default) runs the penalty's forwards in the model's own
+modes, so in training each BatchNorm normalises with the statistics of the penalised images
+(clean, then perturbed) and updates its running statistics with them. "frozen" keeps the same
+modes and normalisation but leaves the running statistics as they were
+(`robust_train.core.runtime.running_statistics_kept`): the statistics the model is evaluated with
+then come from the training forwards of clean images only. "eval" runs the penalty in eval mode
+(running statistics, Dropout off; every submodule's flag restored): the penalty then constrains
+the eval-mode maps while the task loss trains the batch-statistics network, and training can
+exploit the difference (eval-mode accuracy can collapse while training accuracy stays high).
 """
 
 from __future__ import annotations
@@ -51,7 +43,7 @@ from torch import Tensor, nn
 
 from robust_train.core.balls import project_offset, step_direction
 from robust_train.core.options import takes_options
-from robust_train.core.runtime import eval_mode, require_grad_mode
+from robust_train.core.runtime import eval_mode, require_grad_mode, running_statistics_kept
 from robust_train.core.validation import check_choice, check_non_negative
 from robust_train.explain.autograd import prepare_inputs, target_scores
 from robust_train.explain.clamp import clamp_positive, direction_surrogates
@@ -74,7 +66,7 @@ __all__ = [
 # The maps read off one gradient of the target logit (input and Grad-CAM's layer).
 GRADIENT_FAMILY = ("saliency", "input_x_gradient", "grad_cam")
 # The modes the penalty's forwards run in (`MultiMapOptions.model_mode`).
-MODEL_MODES = ("eval", "unchanged")
+MODEL_MODES = ("unchanged", "frozen", "eval")
 
 
 @dataclass(frozen=True)
@@ -90,11 +82,11 @@ class MultiMapOptions(AscentOptions):
         map_weights: one non-negative weight per explainer (default 1 each), not all zero.
         distance: "cosine" (1 - cosine), "l1" (sum-normalised maps) or "l2" (max-normalised).
         layer: Grad-CAM's layer (a dotted module name); None: Grad-CAM's own default.
-        model_mode: "eval" (every forward of the penalty in eval mode: BatchNorm with its
-            running statistics, left unchanged, Dropout off; every submodule's own flag
-            restored) or "unchanged" (the model's own modes: in training, BatchNorm normalises
-            with the penalised images' statistics and updates its running statistics with them
-            and with the perturbed points).
+        model_mode: the modes of the penalty's forwards: "unchanged" (the model's own: in
+            training, BatchNorm normalises with the penalised images' statistics and updates
+            its running statistics with them and with the perturbed points), "frozen" (the
+            same, the running statistics left as they were) or "eval" (eval mode: BatchNorm
+            with its running statistics, Dropout off; every submodule's flag restored).
     """
 
     radius: float = 0.3
@@ -102,7 +94,7 @@ class MultiMapOptions(AscentOptions):
     map_weights: tuple[float, ...] | None = None
     distance: str = "cosine"
     layer: str | None = None
-    model_mode: str = "eval"
+    model_mode: str = "unchanged"
     others: dict[str, Any] = field(init=False, repr=False, compare=False)
     piecewise: bool = field(init=False, repr=False, compare=False)
 
@@ -256,8 +248,9 @@ def multi_map_smoothness(call: PenaltyCall[MultiMapOptions]) -> Tensor:
 def _multi_map(call: PenaltyCall[MultiMapOptions]) -> tuple[Tensor, bool]:
     """The penalty (B,) and whether the first ascent step had a zero direction everywhere, in
     the mode `model_mode` asks for."""
-    modes = eval_mode(call.model) if call.options.model_mode == "eval" else nullcontext()
-    with modes:
+    mode = call.options.model_mode
+    modes = {"eval": eval_mode, "frozen": running_statistics_kept}.get(mode, nullcontext)
+    with modes(call.model):
         return _multi_map_in_mode(call)
 
 

@@ -1,8 +1,9 @@
-"""The multi-map penalty on networks with BatchNorm: by default its forwards run in eval mode, so
-the running statistics are not updated with the perturbed points, each image's penalty does not
-depend on the other images of the batch, the value equals the penalty of the model put in eval
-mode by hand, every module's own flag comes back, and the gradient still reaches the BatchNorm
-parameters; `model_mode="unchanged"` keeps the model's own (training) modes."""
+"""The multi-map penalty on networks with BatchNorm (`model_mode`): by default ("unchanged") its
+forwards run in the model's training mode and update the running statistics with the perturbed
+points; "frozen" computes the same value and gradient but leaves the running statistics as they
+were; "eval" equals the penalty of the model put in eval mode by hand, each image's penalty then
+depends on that image only, and every module's own flag comes back. In every mode the gradient
+reaches the BatchNorm parameters."""
 
 from __future__ import annotations
 
@@ -47,31 +48,34 @@ def buffers(net: nn.Module) -> list[torch.Tensor]:
     return [b.clone() for b in net.buffers()]
 
 
-def test_default_leaves_running_statistics_and_modes_as_they_were():
+@pytest.mark.parametrize("mode", ["frozen", "eval"])
+def test_running_statistics_and_modes_are_left_as_they_were(mode):
     net, (x, y) = bn_net(), batch()
     net[4].eval()  # a frozen BatchNorm inside a training model stays frozen
     before = buffers(net)
-    value = MultiMapSmoothness(seed=0, **OPTIONS)(net, x, y)
+    value = MultiMapSmoothness(seed=0, model_mode=mode, **OPTIONS)(net, x, y)
     assert value.shape == (6,) and bool(torch.isfinite(value).all())
     assert float(value.detach().sum()) > 0
     assert all(torch.equal(a, b) for a, b in zip(before, buffers(net), strict=True))
     assert [m.training for m in net] == [True] * 4 + [False] + [True] * 3
 
 
-def test_unchanged_mode_trains_batchnorm_on_the_perturbed_points():
+def test_default_trains_batchnorm_on_the_perturbed_points():
     net, (x, y) = bn_net(), batch()
     before = net[1].num_batches_tracked.clone()
-    MultiMapSmoothness(seed=0, model_mode="unchanged", **OPTIONS)(net, x, y)
+    MultiMapSmoothness(seed=0, **OPTIONS)(net, x, y)
     # clean maps, one ascent step and the final maps: three forwards update the statistics
     assert int(net[1].num_batches_tracked - before) == 3
     assert not torch.allclose(net[1].running_mean, bn_net()[1].running_mean)
 
 
-def test_default_equals_the_penalty_of_the_model_in_eval_mode():
+def test_frozen_equals_unchanged_and_eval_equals_the_model_in_eval_mode():
     x, y = batch()
-    value = MultiMapSmoothness(seed=0, **OPTIONS)(bn_net(), x, y)
-    reference = MultiMapSmoothness(seed=0, model_mode="unchanged", **OPTIONS)(bn_net().eval(), x, y)
-    in_train = MultiMapSmoothness(seed=0, model_mode="unchanged", **OPTIONS)(bn_net(), x, y)
+    in_train = MultiMapSmoothness(seed=0, **OPTIONS)(bn_net(), x, y)
+    frozen = MultiMapSmoothness(seed=0, model_mode="frozen", **OPTIONS)(bn_net(), x, y)
+    value = MultiMapSmoothness(seed=0, model_mode="eval", **OPTIONS)(bn_net(), x, y)
+    reference = MultiMapSmoothness(seed=0, **OPTIONS)(bn_net().eval(), x, y)
+    torch.testing.assert_close(frozen, in_train, rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(value, reference, rtol=1e-5, atol=1e-7)
     assert not torch.allclose(value, in_train, rtol=1e-3)
 
@@ -86,9 +90,15 @@ def test_each_image_penalty_depends_on_that_image_only(mode, independent):
     assert torch.allclose(a[0], b[0], rtol=1e-5, atol=1e-7) == independent
 
 
-def test_default_gradient_reaches_batchnorm_parameters():
+@pytest.mark.parametrize("mode", ["unchanged", "frozen", "eval"])
+def test_gradient_reaches_batchnorm_parameters_after_a_training_forward(mode):
     net, (x, y) = bn_net(), batch()
-    MultiMapSmoothness(seed=0, **OPTIONS)(net, x, y).mean().backward()
+    loss = torch.nn.functional.cross_entropy(net(x), y)  # the module's clean forward first
+    before = buffers(net)
+    penalty = MultiMapSmoothness(seed=0, model_mode=mode, **OPTIONS)(net, x, y)
+    kept = all(torch.equal(a, b) for a, b in zip(before, buffers(net), strict=True))
+    assert kept == (mode != "unchanged")
+    (loss + penalty.mean()).backward()
     for bn in (net[1], net[4]):
         assert bn.weight.grad is not None and float(bn.weight.grad.abs().sum()) > 0
 

@@ -153,7 +153,9 @@ def run_eval(args: argparse.Namespace) -> None:
 
 
 def _cell(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+    if value is None or math.isnan(value):
+        return "-"
+    return f"{value:.1e}" if abs(value) >= 1e4 else f"{value:.{digits}f}"
 
 
 def table_rows(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -250,9 +252,8 @@ def run_table(args: argparse.Namespace) -> None:
     tables = table_rows(results)
     # the attack ensemble's measurements (`eval --protocol ensemble`, another --out folder)
     ensemble = read_jobs(Path(args.ensemble_out), {}) if args.ensemble_out else []
-    tables["ensemble"] = table_rows(ensemble)["measures"] if ensemble else tables["measures"]
-    if not ensemble:
-        tables["ensemble"] = {**tables["ensemble"], "rows": []}
+    if ensemble:
+        tables["ensemble"] = table_rows(ensemble)["measures"]
     tables["diagnosis"] = diagnosis_table(Path(args.out) / "diagnosis")
     data = {"tables": tables, "results": results + ensemble}
     path = RESULTS / "cluttered.json"

@@ -220,8 +220,9 @@ DIAGNOSIS_COLUMNS = {
     "fidelity/grad_cam@layer2": "Grad-CAM fidelity layer2",
     "fidelity/grad_cam@layer3": "layer3",
     "fidelity/grad_cam@layer4": "layer4",
-    "relevance_mass/grad_cam": "Grad-CAM rel. mass layer2",
-    "peak_to_mean/grad_cam": "Grad-CAM peak / mean layer2",
+    "fidelity/grad_cam": "Grad-CAM fidelity default layer",
+    "relevance_mass/grad_cam": "Grad-CAM rel. mass",
+    "peak_to_mean/grad_cam": "Grad-CAM peak / mean",
 }
 
 

@@ -187,10 +187,12 @@ def table_rows(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         if r["stamp"]["explainers"] != list(EXPLAINERS):
             continue
         arch, kind = r["label"].split("/", 1)
-        natural = [s for label, s in fits.items() if label.startswith(f"{arch}/natural")]
+        natural = [
+            s for label, s in fits.items() if label.startswith(f"{arch}/") and "natural" in label
+        ]
         own = r.get("fit_cpu_seconds")
         ratio = None
-        if own is not None and natural and natural[0] and not kind.startswith("natural"):
+        if own is not None and natural and natural[0] and "natural" not in kind:
             ratio = (natural[0] + own) / natural[0]
         cost_rows.append([r["label"], str(r["n_attacked"]), _cell(r.get("seconds"), 0),
                           _cell(own, 0), _cell(ratio, 2), _cell(r["mask_area"])])  # fmt: skip

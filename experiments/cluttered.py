@@ -22,7 +22,8 @@ label -> CPU seconds), when given.
 
 `table` writes experiments/results/cluttered.json (the page's tables) from `--out`/jobs, with
 the fit costs of `--fit-times` and each fine-tune's cost x natural, (natural + fine-tune) /
-natural;
+natural, the rows of `--ensemble-out`/jobs (an `eval --protocol ensemble` folder) and those of
+`--out`/diagnosis (`experiments.cluttered_diagnosis`);
 `figures` writes docs/images/cluttered_attacked_maps.png (clean and attacked maps of the first
 correctly classified test images, the ground-truth outline drawn on each).
 """
@@ -152,7 +153,9 @@ def run_eval(args: argparse.Namespace) -> None:
 
 
 def _cell(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+    if value is None or math.isnan(value):
+        return "-"
+    return f"{value:.1e}" if abs(value) >= 1e4 else f"{value:.{digits}f}"
 
 
 def table_rows(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -184,10 +187,12 @@ def table_rows(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         if r["stamp"]["explainers"] != list(EXPLAINERS):
             continue
         arch, kind = r["label"].split("/", 1)
-        natural = [s for label, s in fits.items() if label.startswith(f"{arch}/natural")]
+        natural = [
+            s for label, s in fits.items() if label.startswith(f"{arch}/") and "natural" in label
+        ]
         own = r.get("fit_cpu_seconds")
         ratio = None
-        if own is not None and natural and natural[0] and not kind.startswith("natural"):
+        if own is not None and natural and natural[0] and "natural" not in kind:
             ratio = (natural[0] + own) / natural[0]
         cost_rows.append([r["label"], str(r["n_attacked"]), _cell(r.get("seconds"), 0),
                           _cell(own, 0), _cell(ratio, 2), _cell(r["mask_area"])])  # fmt: skip
@@ -208,15 +213,52 @@ def table_rows(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     }
 
 
-def run_table(args: argparse.Namespace) -> None:
-    results = [json.loads(p.read_text()) for p in sorted((Path(args.out) / "jobs").glob("*.json"))]
-    if not results:
-        raise SystemExit(f"no results under {args.out}/jobs: run `eval` first")
-    fit_times = json.loads(Path(args.fit_times).read_text()) if args.fit_times else {}
+DIAGNOSIS_COLUMNS = {
+    "accuracy": "accuracy",
+    "accuracy_recomputed_bn": "accuracy, BN statistics recomputed",
+    "bn_log_var_gap": "BN variance gap",
+    "cosine_eval_vs_batch/grad_cam": "Grad-CAM cosine eval vs batch statistics",
+    "fidelity/saliency": "saliency fidelity",
+    "fidelity/grad_cam@layer2": "Grad-CAM fidelity layer2",
+    "fidelity/grad_cam@layer3": "layer3",
+    "fidelity/grad_cam@layer4": "layer4",
+    "fidelity/grad_cam": "Grad-CAM fidelity default layer",
+    "relevance_mass/grad_cam": "Grad-CAM rel. mass",
+    "peak_to_mean/grad_cam": "Grad-CAM peak / mean",
+}
+
+
+def diagnosis_table(folder: Path) -> dict[str, Any]:
+    """The table of `experiments.cluttered_diagnosis`'s results under `folder` (one row each)."""
+    results = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    rows = [
+        [r["label"], *(_cell(r.get(key)) for key in DIAGNOSIS_COLUMNS)]
+        for r in sorted(results, key=lambda r: r["label"])
+    ]
+    columns = ["model", *DIAGNOSIS_COLUMNS.values()]
+    return {"columns": columns, "align": "|---" * len(columns) + "|", "rows": rows}
+
+
+def read_jobs(folder: Path, fit_times: dict[str, float]) -> list[dict[str, Any]]:
+    results = [json.loads(p.read_text()) for p in sorted((folder / "jobs").glob("*.json"))]
     for result in results:
         if result["label"] in fit_times:
             result["fit_cpu_seconds"] = fit_times[result["label"]]
-    data = {"tables": table_rows(results), "results": results}
+    return results
+
+
+def run_table(args: argparse.Namespace) -> None:
+    fit_times = json.loads(Path(args.fit_times).read_text()) if args.fit_times else {}
+    results = read_jobs(Path(args.out), fit_times)
+    if not results:
+        raise SystemExit(f"no results under {args.out}/jobs: run `eval` first")
+    tables = table_rows(results)
+    # the attack ensemble's measurements (`eval --protocol ensemble`, another --out folder)
+    ensemble = read_jobs(Path(args.ensemble_out), {}) if args.ensemble_out else []
+    if ensemble:
+        tables["ensemble"] = table_rows(ensemble)["measures"]
+    tables["diagnosis"] = diagnosis_table(Path(args.out) / "diagnosis")
+    data = {"tables": tables, "results": results + ensemble}
     path = RESULTS / "cluttered.json"
     path.write_text(json.dumps(data, indent=1) + "\n")
     print(f"wrote {path}")
@@ -276,6 +318,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--protocol", choices=("fast", "ensemble"), default="fast")
     parser.add_argument("--explainers", nargs="+", default=list(EXPLAINERS))
     parser.add_argument("--fit-times", default=None, help="JSON: label -> fit CPU seconds")
+    parser.add_argument("--ensemble-out", default=None, help="table: the ensemble's --out")
     parser.add_argument("--example", type=int, default=0, help="figures: which correct image")
     args = parser.parse_args(argv)
     if args.command in ("eval", "figures") and not args.model:

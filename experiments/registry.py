@@ -133,6 +133,12 @@ EXPERIMENTS: dict[str, Entry] = {
         page="FAITHFULNESS.md",
         write_page=TABLES,
     ),
+    "cluttered_diagnosis": Entry(
+        "experiments.cluttered_diagnosis",
+        "why a fine-tuned ResNet-18's Grad-CAM loses its fidelity: BatchNorm modes and layers",
+        page="CLUTTERED.md",
+        write_page=TABLES,
+    ),
     "attack_figure": Entry(
         "experiments.attack_figure",
         "the README's figure: one top-k attack on a natural and a robust model's saliency",

@@ -5,6 +5,8 @@ Every explainer, attack, metric, penalty and monitor uses these helpers instead 
 - `eval_mode(model)`: eval mode for the duration of a block; on exit EVERY submodule gets its
   own train/eval flag back (a frozen BatchNorm inside a training model stays frozen), which
   `model.train(was_training)` does not do.
+- `running_statistics_kept(model)`: normalisation layers keep their running statistics through a
+  block: its forwards normalise as each layer's mode says but update a copy, dropped on exit.
 - `require_grad_mode(caller)`: the clear error for `torch.inference_mode` (Lightning's validation
   and test loops), under which no input gradient can be taken and `torch.enable_grad()` does not
   help.
@@ -42,6 +44,7 @@ __all__ = [
     "predict",
     "require_grad_mode",
     "row_chunks",
+    "running_statistics_kept",
     "set_threads",
 ]
 
@@ -87,6 +90,40 @@ def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
     with modes_restored(model):
         model.eval()
         yield model
+
+
+@contextmanager
+def running_statistics_kept(model: nn.Module) -> Iterator[nn.Module]:
+    """Keep the running statistics of `model`'s normalisation layers through the block.
+
+    Inside the block every BatchNorm (any `torch.nn.modules.batchnorm._NormBase` that tracks
+    running statistics) computes as its mode says: in training it normalises with the batch's
+    statistics and updates its running statistics, but those of a copy; on exit the layer gets
+    its own tensors back, unchanged (no in-place write to them, so graphs that saved them stay
+    valid). Modes and parameters are not touched.
+
+    Examples:
+        >>> bn = torch.nn.BatchNorm1d(2).train()
+        >>> with running_statistics_kept(bn):
+        ...     _ = bn(torch.randn(8, 2) + 5)
+        >>> bn.running_mean.tolist(), int(bn.num_batches_tracked)
+        ([0.0, 0.0], 0)
+    """
+    from torch.nn.modules.batchnorm import _NormBase
+
+    kept: list[tuple[nn.Module, str, Tensor]] = []
+    for module in model.modules():
+        if isinstance(module, _NormBase) and module.track_running_stats:
+            for name in ("running_mean", "running_var", "num_batches_tracked"):
+                buffer = module._buffers.get(name)
+                if buffer is not None:
+                    kept.append((module, name, buffer))
+                    module._buffers[name] = buffer.clone()
+    try:
+        yield model
+    finally:
+        for module, name, buffer in kept:
+            module._buffers[name] = buffer
 
 
 def require_grad_mode(caller: str) -> None:

@@ -59,6 +59,9 @@ class VGGBN(RecordsConfig, nn.Module):
         hidden: width of the hidden fully connected layer.
         mean, std: normalisation statistics (None: 0 and 1).
         dropout: dropout probability before the last layer.
+        global_pool: average the last stage's output over its positions before the fully
+            connected layers (a head that does not depend on where the object is, as ResNet's),
+            instead of flattening it; for objects placed anywhere on a larger image.
 
     Examples:
         >>> import torch
@@ -79,6 +82,7 @@ class VGGBN(RecordsConfig, nn.Module):
         mean: float | Sequence[float] | None = None,
         std: float | Sequence[float] | None = None,
         dropout: float = 0.0,
+        global_pool: bool = False,
     ) -> None:
         super().__init__()
         check_positive_ints(
@@ -99,9 +103,16 @@ class VGGBN(RecordsConfig, nn.Module):
                 cin = cout
             layers.append(nn.MaxPool2d(2))
         self.features = nn.Sequential(*layers)
-        side = input_size // 2 ** len(widths)
+        if not isinstance(global_pool, bool):
+            raise TypeError(f"`global_pool` must be True or False, got {global_pool!r}")
+        side = 1 if global_pool else input_size // 2 ** len(widths)
+        head: list[nn.Module] = [nn.AdaptiveAvgPool2d(1)] if global_pool else []
         self.hidden = nn.Sequential(
-            nn.Flatten(), nn.Linear(cin * side * side, hidden), nn.ReLU(), nn.Dropout(dropout)
+            *head,
+            nn.Flatten(),
+            nn.Linear(cin * side * side, hidden),
+            nn.ReLU(),
+            nn.Dropout(dropout),
         )
         self.classifier = nn.Linear(hidden, num_classes)
 

@@ -22,19 +22,20 @@ the model computes softplus_ascent_beta when one of the maps is piecewise consta
 networks (saliency, input x gradient), and Grad-CAM's final ReLU its scale-free softplus
 surrogate; the penalty itself is computed on the model and the exact maps.
 
-Example:
-    >>> import torch
-    >>> from torch import nn
-    >>> net = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(),
-    ...                     nn.Linear(4 * 8 * 8, 3))
-    >>> x, y = torch.rand(2, 1, 8, 8), torch.tensor([0, 2])
-    >>> multi_map_smoothness(net, x, y, explainers=("input_x_gradient", "grad_cam"),
-    ...                      layer="1", radius=0.1).shape
-    torch.Size([2])
+Modes (`model_mode`): "unchanged" (the default) runs the penalty's forwards in the model's own
+modes, so in training each BatchNorm normalises with the statistics of the penalised images
+(clean, then perturbed) and updates its running statistics with them. "frozen" keeps the same
+modes and normalisation but leaves the running statistics as they were
+(`robust_train.core.runtime.running_statistics_kept`): the statistics the model is evaluated with
+then come from the training forwards of clean images only. "eval" runs the penalty in eval mode
+(running statistics, Dropout off; every submodule's flag restored): the penalty then constrains
+the eval-mode maps while the task loss trains the batch-statistics network, and training can
+exploit the difference (eval-mode accuracy can collapse while training accuracy stays high).
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +45,7 @@ from torch import Tensor, nn
 
 from robust_train.core.balls import project_offset, step_direction
 from robust_train.core.options import takes_options
-from robust_train.core.runtime import require_grad_mode
+from robust_train.core.runtime import eval_mode, require_grad_mode, running_statistics_kept
 from robust_train.core.validation import check_choice, check_non_negative
 from robust_train.explain.autograd import prepare_inputs, target_scores
 from robust_train.explain.clamp import clamp_positive, direction_surrogates
@@ -69,6 +70,8 @@ __all__ = [
 GRADIENT_FAMILY = ("saliency", "input_x_gradient", "grad_cam")
 # Where the perturbed point starts: a uniform point of the ball, or one of its vertices.
 STARTS = ("uniform", "corner")
+# The modes the penalty's forwards run in (`MultiMapOptions.model_mode`).
+MODEL_MODES = ("unchanged", "frozen", "eval")
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,11 @@ class MultiMapOptions(AscentOptions):
         start: where x' starts before the ascent: "uniform" (a uniform point of the ball) or
             "corner" (a uniform random vertex of the ball: x + radius * random signs, each
             pixel's sign drawn from the same uniform draw).
+        model_mode: the modes of the penalty's forwards: "unchanged" (the model's own: in
+            training, BatchNorm normalises with the penalised images' statistics and updates
+            its running statistics with them and with the perturbed points), "frozen" (the
+            same, the running statistics left as they were) or "eval" (eval mode: BatchNorm
+            with its running statistics, Dropout off; every submodule's flag restored).
     """
 
     radius: float = 0.3
@@ -95,6 +103,7 @@ class MultiMapOptions(AscentOptions):
     distance: str = "cosine"
     layer: str | None = None
     start: str = "uniform"
+    model_mode: str = "unchanged"
     others: dict[str, Any] = field(init=False, repr=False, compare=False)
     piecewise: bool = field(init=False, repr=False, compare=False)
 
@@ -128,6 +137,7 @@ class MultiMapOptions(AscentOptions):
         super().__post_init__()
         check_choice(self.distance, "distance", DISTANCES)
         check_choice(self.start, "start", STARTS)
+        check_choice(self.model_mode, "model_mode", MODEL_MODES)
         if self.layer is not None and not isinstance(self.layer, str):
             raise TypeError(f"`layer` must be a module name or None, got {self.layer!r}")
 
@@ -246,7 +256,15 @@ def multi_map_smoothness(call: PenaltyCall[MultiMapOptions]) -> Tensor:
 
 
 def _multi_map(call: PenaltyCall[MultiMapOptions]) -> tuple[Tensor, bool]:
-    """The penalty (B,) and whether the first ascent step had a zero direction everywhere."""
+    """The penalty (B,) and whether the first ascent step had a zero direction everywhere, in
+    the mode `model_mode` asks for."""
+    mode = call.options.model_mode
+    modes = {"eval": eval_mode, "frozen": running_statistics_kept}.get(mode, nullcontext)
+    with modes(call.model):
+        return _multi_map_in_mode(call)
+
+
+def _multi_map_in_mode(call: PenaltyCall[MultiMapOptions]) -> tuple[Tensor, bool]:
     model, target, o, x0 = call.model, call.target, call.options, call.inputs.detach()
     clean = _maps(model, x0, target, o, create_graph=True)
     delta = sample_in_ball(x0, o.radius, 1, "linf", call.generator)

@@ -468,6 +468,7 @@ def write_page(page: str = "LEADERBOARD.md") -> Path:
     page's prose (experiments/prose/<page>)."""
     import tempfile
 
+    from experiments.leaderboard_ensemble_report import page_lines
     from experiments.leaderboard_report import write_report
     from experiments.pages import IMAGES, PROSE, RESULTS, read_prose
 
@@ -478,7 +479,10 @@ def write_page(page: str = "LEADERBOARD.md") -> Path:
         )
     results["out"] = meta["out"]
     prose = read_prose(PROSE / page)
-    return write_report(results, ROOT / "experiments", images=IMAGES, prose=prose)
+    ensemble = page_lines(RESULTS / "leaderboard")
+    return write_report(
+        results, ROOT / "experiments", images=IMAGES, prose=prose, ensemble=ensemble
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

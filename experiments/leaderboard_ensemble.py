@@ -39,6 +39,7 @@ import dataclasses
 import gzip
 import json
 import math
+import os
 import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor
@@ -46,8 +47,10 @@ from pathlib import Path
 from typing import Any
 
 from experiments.leaderboard_ensemble_report import MAPS, ROWS, SEEDS
+from experiments.leaderboard_ensemble_report import REFERENCE as REFERENCE_KEY
 
 PROTOCOL = "ensemble"
+REFERENCE = "input_reference"  # the job kind of "map = input" alone
 RESULTS = Path(__file__).resolve().parent / "results" / "leaderboard"
 EXPORT = "ensemble_v1.jsonl.gz"
 
@@ -128,9 +131,15 @@ def fixed_images(n: int, chosen: dict[str, Any], lb_dir: Path, rows: tuple[str, 
 
 def settings(explainer: str, n: int, reference: bool, protocol: str = PROTOCOL) -> Any:
     """The protocol on one map, its top-k attack only (the fragility part with the random-map
-    chance level; "map = input" attacked too when `reference`)."""
+    chance level; "map = input" attacked too when `reference`). `explainer` REFERENCE: "map =
+    input" alone (a model whose map job was measured without it)."""
     from robust_train.evaluation import PROTOCOLS
 
+    if explainer == REFERENCE:
+        return dataclasses.replace(
+            PROTOCOLS[protocol], parts=(REFERENCE,), attacks=("topk",), explainers=("saliency",),
+            n_samples=n, input_reference=False,
+        )  # fmt: skip
     return dataclasses.replace(
         PROTOCOLS[protocol], parts=("fragility",), attacks=("topk",), explainers=(explainer,),
         n_samples=n, input_reference=reference,
@@ -138,7 +147,8 @@ def settings(explainer: str, n: int, reference: bool, protocol: str = PROTOCOL) 
 
 
 def run_job(job: EnsembleJob, out: str, lb_dir: str) -> dict[str, Any]:
-    """Measure one job on the run's images (OUT/meta.json) and write OUT/jobs/<id>.json."""
+    """Measure one job on the run's images (OUT/meta.json) and write OUT/jobs/<id>.json; a
+    job already stored there (another process finished it) is read, not measured again."""
     import torch
 
     from experiments.leaderboard import _quiet, test_split
@@ -146,6 +156,9 @@ def run_job(job: EnsembleJob, out: str, lb_dir: str) -> dict[str, Any]:
     from robust_train.evaluation.engine import run_parts, summarize
     from robust_train.models import load_classifier
 
+    target = Path(out) / "jobs" / f"{job.id}.json"
+    if target.is_file():
+        return dict(json.loads(target.read_text()))
     meta = json.loads((Path(out) / "meta.json").read_text())
     value = meta["chosen"][job.method]
     path = model_path(job.method, job.seed, value, Path(lb_dir), meta.get("quick", False))
@@ -167,16 +180,62 @@ def run_job(job: EnsembleJob, out: str, lb_dir: str) -> dict[str, Any]:
         "per_image": {k: [v if math.isfinite(v) else None for v in vals]
                       for k, vals in summary["per_image"].items()},
     }  # fmt: skip
-    target = Path(out) / "jobs" / f"{job.id}.json"
-    tmp = target.with_suffix(".tmp")
+    tmp = target.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(result))
     tmp.replace(target)
     return result
 
 
 def pending(out: Path, jobs: list[EnsembleJob]) -> list[EnsembleJob]:
-    """The jobs without a result in OUT/jobs (a restarted run skips the others)."""
-    return [j for j in jobs if not (out / "jobs" / f"{j.id}.json").is_file()]
+    """The jobs without a result in OUT/jobs (a restarted run skips the others), and after the
+    saliency jobs the "map = input" job of every model whose stored saliency job lacks it."""
+    todo = [j for j in jobs if not (out / "jobs" / f"{j.id}.json").is_file()]
+    refs = []
+    for j in jobs:
+        path = out / "jobs" / f"{j.id}.json"
+        ref = EnsembleJob(j.method, j.seed, REFERENCE)
+        if j.explainer == "saliency" and path.is_file() and not _has_reference(path, out, ref):
+            refs.append(ref)
+    first = [j for j in todo if j.explainer == "saliency"]
+    return [*first, *refs, *(j for j in todo if j.explainer != "saliency")]
+
+
+def _has_reference(path: Path, out: Path, ref: EnsembleJob) -> bool:
+    return (out / "jobs" / f"{ref.id}.json").is_file() or REFERENCE_KEY in json.loads(
+        path.read_text()
+    )["per_image"]
+
+
+def adopt(source: Path, out: Path) -> int:
+    """Store as this run's jobs the matching jobs of an `experiments.baselines` run folder
+    (`source`: its meta.json and jobs/): the same checkpoints, protocol and images (its image
+    indices must equal this run's), the top-k attack's and the chance levels' per-image values
+    kept and the job marked with its source; jobs this run has are left alone."""
+    meta = json.loads((out / "meta.json").read_text())
+    theirs = json.loads((source / "meta.json").read_text())
+    if theirs["indices"] != meta["indices"]:
+        raise SystemExit(f"--adopt {source}: other images than {out}/meta.json's")
+    written = 0
+    for path in sorted((source / "jobs").glob("*.json")):
+        job = json.loads(path.read_text())
+        method, _, seed = job["row"].partition("/s")
+        if method not in meta["rows"] or job["explainer"] not in MAPS or not seed.isdigit():
+            continue
+        target = out / "jobs" / f"{EnsembleJob(method, int(seed), job['explainer']).id}.json"
+        if target.is_file() or theirs["chosen"].get(method) != meta["chosen"][method]:
+            continue
+        keep = (f"attack/{job['explainer']}/topk/", "attack/input_reference/topk/", "fragility/")
+        result = {
+            "id": target.stem, "kind": "ensemble", "method": method, "seed": int(seed),
+            "value": meta["chosen"][method], "explainer": job["explainer"],
+            "indices": job["indices"], "protocol": meta["protocol"], "settings": None,
+            "attack_cost": None, "cpu_s": job["cpu_s"], "accuracy": job["accuracy"],
+            "per_image": {k: v for k, v in job["per_image"].items() if k.startswith(keep)},
+            "source": f"experiments.baselines run {source.name}",
+        }  # fmt: skip
+        target.write_text(json.dumps(result))
+        written += 1
+    return written
 
 
 def prepare(args: argparse.Namespace) -> dict[str, Any]:
@@ -208,6 +267,8 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> None:
     out = Path(args.out)
     prepare(args)
+    if args.adopt:
+        print(f"{adopt(Path(args.adopt), out)} jobs adopted from {args.adopt}", flush=True)
     todo = pending(out, plan(tuple(args.rows), tuple(args.seeds), tuple(args.maps)))
     print(f"{len(todo)} jobs to run", flush=True)
     if args.workers == 1:  # in this process, one job after the other
@@ -255,6 +316,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--maps", nargs="+", choices=MAPS, default=list(MAPS))
     p.add_argument("--protocol", default=PROTOCOL, help="a name of PROTOCOLS")
     p.add_argument("--quick", action="store_true", help="smoke run: the leaderboard's tiny fits")
+    p.add_argument(
+        "--adopt", metavar="DIR",
+        help="first store the matching jobs of an experiments.baselines run folder DIR (same "
+        "checkpoints, protocol and images) as this run's",
+    )  # fmt: skip
     p.add_argument("--export", metavar="JSONL", help="only write OUT's job results to JSONL")
     p.add_argument("--restore", metavar="JSONL", help="first put JSONL's job results into OUT")
     return p

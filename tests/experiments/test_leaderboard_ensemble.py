@@ -176,3 +176,48 @@ def test_a_tiny_run_measures_resumes_and_restores(tmp_path: Path) -> None:
     again = {j["id"]: j for j in report.load_jobs(tmp_path / "other")}
     assert len(again) == 2 and again["ens_adversarial_s0__saliency"]["indices"] == first["indices"]
     assert again["ens_natural_s0__saliency"] == json.loads(kept[0])  # restored, not run again
+
+
+def test_a_model_measured_without_map_input_gets_a_reference_job_after_the_saliency_jobs(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "jobs").mkdir()
+    for j in synthetic()[:3]:  # natural s0, s1 with the reference; adversarial s0 without
+        if j["method"] == "adversarial":
+            j["per_image"].pop(report.REFERENCE)
+        (tmp_path / "jobs" / f"{j['id']}.json").write_text(json.dumps(j))
+    jobs = ens.plan(("natural", "adversarial"), (0, 1), ("saliency", "grad_cam"))
+    todo = [j.id for j in ens.pending(tmp_path, jobs)]
+    assert todo[:2] == ["ens_adversarial_s1__saliency", "ens_adversarial_s0__input_reference"]
+    assert len(todo) == 2 + 4  # the reference once, then every Grad-CAM job
+    s = ens.settings(ens.REFERENCE, 3, False)
+    assert s.parts == (ens.REFERENCE,) and s.n_samples == 3
+
+
+def test_jobs_of_a_baselines_run_on_the_same_images_are_adopted_once(tmp_path: Path) -> None:
+    out, source = tmp_path / "run", tmp_path / "baselines"
+    (out / "jobs").mkdir(parents=True)
+    (source / "jobs").mkdir(parents=True)
+    chosen = {"natural": None, "adversarial": 0.05}
+    meta = {"rows": ["natural", "adversarial"], "chosen": chosen, "protocol": "ensemble"}
+    (out / "meta.json").write_text(json.dumps({**meta, "indices": [0, 1, 2, 3]}))
+    (source / "meta.json").write_text(json.dumps({"chosen": chosen, "indices": [0, 1, 2, 3]}))
+    key = report.TOPK.format(m="saliency")
+    noise = "attack/saliency/random_sign/topk_intersection"  # not the ensemble's: left out
+    theirs = {"indices": [0, 1, 2, 3], "cpu_s": 30.0, "accuracy": 0.97, "explainer": "saliency",
+              "per_image": {key: [0.5] * N, noise: [1.0] * N}}  # fmt: skip
+    for row in ("adversarial/s1", "shipped robust", "natural/s0"):
+        (source / "jobs" / f"{row.replace('/', '_')}.json").write_text(
+            json.dumps({**theirs, "row": row})
+        )
+    mine = job("natural", 0, "saliency", [0.1] * N, [0.6] * N)
+    (out / "jobs" / f"{mine['id']}.json").write_text(json.dumps(mine))
+    assert ens.adopt(source, out) == 1  # the shipped row is not a leaderboard row; natural s0 kept
+    adopted = json.loads((out / "jobs" / "ens_adversarial_s1__saliency.json").read_text())
+    assert adopted["per_image"] == {key: [0.5] * N} and adopted["value"] == 0.05
+    assert adopted["source"].startswith("experiments.baselines")
+    assert json.loads((out / "jobs" / f"{mine['id']}.json").read_text()) == mine
+    assert ens.adopt(source, out) == 0
+    (source / "meta.json").write_text(json.dumps({"chosen": chosen, "indices": [0, 1, 2, 5]}))
+    with pytest.raises(SystemExit, match="other images"):
+        ens.adopt(source, out)

@@ -69,7 +69,9 @@ def common(jobs: list[dict[str, Any]], explainer: str) -> list[int]:
     return [i for i in range(n) if all(j["per_image"][key][i] is not None for j in mine)]
 
 
-def _mean(values: list[Any], where: list[int]) -> float:
+def _mean(values: list[Any] | None, where: list[int]) -> float:
+    if values is None:  # a measure the job did not record
+        return math.nan
     picked = [values[i] for i in where if values[i] is not None]
     return statistics.mean(picked) if picked and len(picked) == len(where) else math.nan
 
@@ -99,7 +101,7 @@ def tables(jobs: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
                          math.nan) for s in seeds]  # fmt: skip
             cells = [row, _setting(row, meta), seed_cell(accs, len(seeds))]
             for m in maps:
-                per_seed = [_mean(done[(row, s, m)]["per_image"][key.format(m=m)], where[m])
+                per_seed = [_mean(done[(row, s, m)]["per_image"].get(key.format(m=m)), where[m])
                             if (row, s, m) in done else math.nan for s in seeds]  # fmt: skip
                 cells.append(seed_cell(per_seed, len(seeds)))
             table.append(cells)
@@ -161,10 +163,11 @@ def _above(done: dict[tuple[str, int, str], dict[str, Any]], refs: dict[tuple[st
 
 def cost_rows(jobs: list[dict[str, Any]], maps: list[str]) -> list[list[str]]:
     """Per map: models measured, CPU s per image, the members and on how many images (summed
-    over the models) each was the worst."""
+    over the models) each was the worst; jobs adopted from another run (no cost recorded) are
+    left out."""
     rows = []
     for m in maps:
-        mine = [j for j in jobs if j["explainer"] == m]
+        mine = [j for j in jobs if j["explainer"] == m and j.get("attack_cost")]
         images = sum(len(j["indices"]) for j in mine)
         worst: dict[str, int] = {}
         for j in mine:
@@ -207,6 +210,18 @@ def members_text(jobs: list[dict[str, Any]]) -> str:
     return "not recorded"
 
 
+def _adopted_text(jobs: list[dict[str, Any]]) -> str:
+    adopted = [j for j in jobs if j.get("source")]
+    if not adopted:
+        return ""
+    names = ", ".join(f"{j['method']} s{j['seed']} {LABELS[j['explainer']]}" for j in adopted)
+    return (
+        f" {len(adopted)} of the {len(jobs)} jobs were measured by the baselines run "
+        f"(`experiments.baselines`: the same checkpoints, protocol and images) and adopted "
+        f"(`--adopt`): {names}; they hold no random-map level and no cost note."
+    )
+
+
 def section_lines(jobs: list[dict[str, Any]], meta: dict[str, Any], source: str) -> list[str]:
     """The page's section: banner (PARTIAL when cells are missing), protocol, tables."""
     data = tables(jobs, meta)
@@ -222,7 +237,8 @@ def section_lines(jobs: list[dict[str, Any]], meta: dict[str, Any], source: str)
         "each) classifies correctly, the same for every row; each column keeps those where "
         "every model's clean map can be attacked (count in the last row). "
         f"Protocol `{protocol}` (`robust_train.evaluation.PROTOCOLS[{protocol!r}]`), members: "
-        f"{members_text(jobs)}; each image keeps its worst member. Job results: `{source}`.",
+        f"{members_text(jobs)}; each image keeps its worst member. Job results: `{source}`."
+        + _adopted_text(jobs),
         "",
         "Top-100 intersection kept under the ensemble (higher is more robust; mean ± standard "
         "deviation over 3 seeds):",

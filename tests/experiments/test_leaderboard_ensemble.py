@@ -218,6 +218,10 @@ def test_jobs_of_a_baselines_run_on_the_same_images_are_adopted_once(tmp_path: P
     assert adopted["source"].startswith("experiments.baselines")
     assert json.loads((out / "jobs" / f"{mine['id']}.json").read_text()) == mine
     assert ens.adopt(source, out) == 0
+    text = "\n".join(report.section_lines(report.load_jobs(out), {**meta, "seeds": [0, 1]}, "f"))
+    assert "1 of the 2 jobs were measured by the baselines run" in text
+    assert "(`--adopt`): adversarial s1 saliency;" in text
+    assert report.cost_rows(report.load_jobs(out), ["saliency"])[0][1] == "1"  # its own job only
     (source / "meta.json").write_text(json.dumps({"chosen": chosen, "indices": [0, 1, 2, 5]}))
     with pytest.raises(SystemExit, match="other images"):
         ens.adopt(source, out)

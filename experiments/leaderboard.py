@@ -26,6 +26,11 @@ gzip-compressed when the name ends in .gz),
 `--restore` puts them back into a run folder on another machine, which trains again only the
 models later jobs need.
 
+The page opens with every row under the attack ensemble (`experiments.leaderboard_ensemble`:
+natural, finetune_every_map, PGD adversarial and Gaussian-noise training, 3 seeds, the same test
+images, chance levels beside), whose exported job file page.json names under "ensemble"; this
+run's one-attack columns follow as the cheap protocol.
+
     OMP_NUM_THREADS=1 .venv/bin/python -m experiments.leaderboard --out runs/lb6 \
         --restore experiments/results/leaderboard/v6.jsonl.gz
     .venv/bin/python -m experiments.leaderboard --out runs/lb6 \

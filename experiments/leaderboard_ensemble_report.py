@@ -202,8 +202,10 @@ def _table(columns: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def members_text(jobs: list[dict[str, Any]]) -> str:
-    """The ensemble's members as one job's attack cost names them."""
-    for j in jobs:
+    """The ensemble's members as a map job's attack cost names them (saliency's first)."""
+    for j in sorted(
+        (j for j in jobs if j["explainer"] in MAPS), key=lambda j: MAPS.index(j["explainer"])
+    ):
         note = (j.get("attack_cost") or {}).get(f"{j['explainer']}/topk")
         if note:
             return ", ".join(f"`{m['name']}`" for m in note["members"])
@@ -211,12 +213,13 @@ def members_text(jobs: list[dict[str, Any]]) -> str:
 
 
 def _adopted_text(jobs: list[dict[str, Any]]) -> str:
-    adopted = [j for j in jobs if j.get("source")]
+    maps = [j for j in jobs if j["explainer"] in MAPS]
+    adopted = [j for j in maps if j.get("source")]
     if not adopted:
         return ""
     names = ", ".join(f"{j['method']} s{j['seed']} {LABELS[j['explainer']]}" for j in adopted)
     return (
-        f" {len(adopted)} of the {len(jobs)} jobs were measured by the baselines run "
+        f" {len(adopted)} of the {len(maps)} map jobs were measured by the baselines run "
         f"(`experiments.baselines`: the same checkpoints, protocol and images) and adopted "
         f"(`--adopt`): {names}; they hold no random-map level and no cost note."
     )

@@ -192,6 +192,11 @@ def test_a_model_measured_without_map_input_gets_a_reference_job_after_the_salie
     assert len(todo) == 2 + 4  # the reference once, then every Grad-CAM job
     s = ens.settings(ens.REFERENCE, 3, False)
     assert s.parts == (ens.REFERENCE,) and s.n_samples == 3
+    # A reference job's members (no surrogate for the input) never stand for the map's.
+    ref = {**job("adversarial", 0, ens.REFERENCE, [0.5] * N, [0.6] * N), "attack_cost": {
+        "input_reference/topk": {"members": [{"name": "k100", "worst_on": 4}]}}}  # fmt: skip
+    assert report.members_text([ref, *synthetic()]) == "`k100_beta3`, `search`"
+    assert report.tables([ref, *synthetic()], META)["maps"] == ["saliency", "grad_cam"]
 
 
 def test_jobs_of_a_baselines_run_on_the_same_images_are_adopted_once(tmp_path: Path) -> None:
@@ -219,7 +224,7 @@ def test_jobs_of_a_baselines_run_on_the_same_images_are_adopted_once(tmp_path: P
     assert json.loads((out / "jobs" / f"{mine['id']}.json").read_text()) == mine
     assert ens.adopt(source, out) == 0
     text = "\n".join(report.section_lines(report.load_jobs(out), {**meta, "seeds": [0, 1]}, "f"))
-    assert "1 of the 2 jobs were measured by the baselines run" in text
+    assert "1 of the 2 map jobs were measured by the baselines run" in text
     assert "(`--adopt`): adversarial s1 saliency;" in text
     assert report.cost_rows(report.load_jobs(out), ["saliency"])[0][1] == "1"  # its own job only
     (source / "meta.json").write_text(json.dumps({"chosen": chosen, "indices": [0, 1, 2, 5]}))

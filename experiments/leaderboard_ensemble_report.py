@@ -180,13 +180,15 @@ def cost_rows(jobs: list[dict[str, Any]], maps: list[str]) -> list[list[str]]:
 
 
 def missing(jobs: list[dict[str, Any]], rows: list[str], seeds: list[int]) -> list[str]:
-    """The planned (row, seed, map) cells without a job, grouped by row and seed."""
+    """The planned (row, seed, map) cells without a job, grouped by row and seed; a map no
+    row has is named once."""
     done = _by_model(jobs)
-    lost = []
+    none = [m for m in MAPS if not any(j["explainer"] == m for j in jobs)]
+    lost = [f"{', '.join(LABELS[m] for m in none)}: no row"] if none else []
     for row in rows:
         parts = []
         for s in seeds:
-            maps = [LABELS[m] for m in MAPS if (row, s, m) not in done]
+            maps = [LABELS[m] for m in MAPS if (row, s, m) not in done and m not in none]
             parts += [f"seed {s}: {', '.join(maps)}"] if maps else []
         lost += [f"{row} ({'; '.join(parts)})"] if parts else []
     return lost
@@ -208,7 +210,10 @@ def members_text(jobs: list[dict[str, Any]]) -> str:
     ):
         note = (j.get("attack_cost") or {}).get(f"{j['explainer']}/topk")
         if note:
-            return ", ".join(f"`{m['name']}`" for m in note["members"])
+            return "; ".join(
+                f"`{m['name']}` ({m['detail']})" if m.get("detail") else f"`{m['name']}`"
+                for m in note["members"]
+            )
     return "not recorded"
 
 

@@ -96,8 +96,8 @@ def test_missing_cells_make_the_section_partial_and_it_names_protocol_and_member
     lines = report.section_lines(synthetic(), META, "results/x.jsonl.gz")
     text = "\n".join(lines)
     assert "**PARTIAL" in text
-    assert "natural (seed 0: LRP, DeepLIFT, IG; seed 1: Grad-CAM, LRP, DeepLIFT, IG)" in text
-    assert "`ensemble` protocol" in text and "`k100_beta3`, `search`" in text
+    assert "LRP, DeepLIFT, IG: no row; natural (seed 1: Grad-CAM); adversarial (seed 0: " in text
+    assert "`ensemble` protocol" in text and "`k100_beta3`; `search`" in text
     assert "first 4 MNIST-5k test images" in text
     cost = {r[0]: r for r in report.tables(synthetic(), META)["cost"]}
     assert cost["saliency"] == ["saliency", "4", "2.0", "2", "k100_beta3 12, search 4"]
@@ -195,7 +195,7 @@ def test_a_model_measured_without_map_input_gets_a_reference_job_after_the_salie
     # A reference job's members (no surrogate for the input) never stand for the map's.
     ref = {**job("adversarial", 0, ens.REFERENCE, [0.5] * N, [0.6] * N), "attack_cost": {
         "input_reference/topk": {"members": [{"name": "k100", "worst_on": 4}]}}}  # fmt: skip
-    assert report.members_text([ref, *synthetic()]) == "`k100_beta3`, `search`"
+    assert report.members_text([ref, *synthetic()]) == "`k100_beta3`; `search`"
     assert report.tables([ref, *synthetic()], META)["maps"] == ["saliency", "grad_cam"]
 
 

@@ -26,6 +26,11 @@ gzip-compressed when the name ends in .gz),
 `--restore` puts them back into a run folder on another machine, which trains again only the
 models later jobs need.
 
+The page opens with every row under the attack ensemble (`experiments.leaderboard_ensemble`:
+natural, finetune_every_map, PGD adversarial and Gaussian-noise training, 3 seeds, the same test
+images, chance levels beside), whose exported job file page.json names under "ensemble"; this
+run's one-attack columns follow as the cheap protocol.
+
     OMP_NUM_THREADS=1 .venv/bin/python -m experiments.leaderboard --out runs/lb6 \
         --restore experiments/results/leaderboard/v6.jsonl.gz
     .venv/bin/python -m experiments.leaderboard --out runs/lb6 \
@@ -468,6 +473,7 @@ def write_page(page: str = "LEADERBOARD.md") -> Path:
     page's prose (experiments/prose/<page>)."""
     import tempfile
 
+    from experiments.leaderboard_ensemble_report import page_lines
     from experiments.leaderboard_report import write_report
     from experiments.pages import IMAGES, PROSE, RESULTS, read_prose
 
@@ -478,7 +484,10 @@ def write_page(page: str = "LEADERBOARD.md") -> Path:
         )
     results["out"] = meta["out"]
     prose = read_prose(PROSE / page)
-    return write_report(results, ROOT / "experiments", images=IMAGES, prose=prose)
+    ensemble = page_lines(RESULTS / "leaderboard")
+    return write_report(
+        results, ROOT / "experiments", images=IMAGES, prose=prose, ensemble=ensemble
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -283,12 +283,16 @@ def write_report(
     folder: Path,
     images: Path | None = None,
     prose: dict[str, str] | None = None,
+    ensemble: list[str] | None = None,
 ) -> Path:
     """LEADERBOARD.md in `folder` and the two trade-off plots in `images` (default: `folder`).
 
     `prose` holds the page's hand-written parts (`experiments.pages.read_prose`): "run" replaces
     the generated command line, "shipped" the shipped checkpoints' section, "notes" what follows
     the hand-written marker. Without it both sections are kept from the page already in `folder`.
+    `ensemble`: the section of every row under the attack ensemble
+    (`experiments.leaderboard_ensemble_report.page_lines`), placed first; the run's own table
+    then follows under the heading of the cheap protocol.
     """
     folder.mkdir(parents=True, exist_ok=True)
     images = images or folder
@@ -305,8 +309,21 @@ def write_report(
     banner = _banner_lines(results)
     if prose is not None and "run" in prose:
         banner = [*banner[:-2], prose["run"], ""]
+    cheap = []
+    if ensemble:
+        cheap = [
+            "## The cheap protocol: one top-k attack per map",
+            "",
+            "The leaderboard run's own columns: ONE top-k attack per map (attack k 200, 1 "
+            "restart), weaker than the ensemble above; kept for the columns the ensemble does "
+            "not measure (noise, fidelity, faithfulness, Lipschitz, cost).",
+            "",
+        ]
     lines = [
-        *banner,
+        *banner[:2],
+        *(ensemble or []),
+        *cheap,
+        *banner[2:],
         *_table_lines(results),
         f"![trade-off, saliency]({os.path.relpath(sal, folder)})",
         "",

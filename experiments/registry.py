@@ -18,6 +18,12 @@ EXPERIMENTS: dict[str, Entry] = {
         page="LEADERBOARD.md",
         write_page="experiments.leaderboard:write_page",
     ),
+    "leaderboard_ensemble": Entry(
+        "experiments.leaderboard_ensemble",
+        "every leaderboard row under the attack ensemble, same images, beside its chance levels",
+        page="LEADERBOARD.md",
+        write_page="experiments.leaderboard:write_page",
+    ),
     "every_map": Entry(
         "experiments.every_map",
         "fit and score candidate recipes for one model robust on every reported map",

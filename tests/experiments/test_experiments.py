@@ -82,6 +82,7 @@ def test_the_every_map_results_hold_its_tables() -> None:
 @pytest.mark.slow
 def test_the_leaderboard_page_is_rebuilt_from_its_compressed_job_results(tmp_path) -> None:
     from experiments import leaderboard as lb
+    from experiments.leaderboard_ensemble_report import page_lines
     from experiments.leaderboard_report import write_report
 
     meta = json.loads((pages.RESULTS / "leaderboard" / "page.json").read_text())
@@ -90,7 +91,8 @@ def test_the_leaderboard_page_is_rebuilt_from_its_compressed_job_results(tmp_pat
     results = lb.results_from_jobs(jobs, meta["methods"], tmp_path / "run")
     results["out"] = meta["out"]
     prose = pages.read_prose(pages.PROSE / "LEADERBOARD.md")
-    page = write_report(results, tmp_path, images=tmp_path / "img", prose=prose)
+    ensemble = page_lines(pages.RESULTS / "leaderboard")
+    page = write_report(results, tmp_path, images=tmp_path / "img", prose=prose, ensemble=ensemble)
     expected = (ROOT / "experiments" / "LEADERBOARD.md").read_text()
     assert page.read_text().replace("](img/", "](../docs/images/") == expected
 

@@ -135,7 +135,7 @@ def test_bad_arguments_are_one_line_before_any_work(tmp_path: Path) -> None:
     assert not (tmp_path / "jobs").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # the study's quick run
 def test_a_tiny_run_measures_resumes_and_restores(tmp_path: Path) -> None:
     """Two rows, one seed, saliency, 2 images, the cheap ensemble; the models are the shipped
     natural checkpoint under the fit names (nothing trains)."""

@@ -15,6 +15,7 @@ import torch
 from robust_train import RobustClassifier
 from robust_train.callbacks import FragilityMonitor
 from robust_train.callbacks._first_pass import step_seconds
+from robust_train.evaluation.cost import MAP_PASSES, STEP_PASSES
 from tests.support.monitor_helpers import TRAINER
 
 
@@ -54,6 +55,15 @@ def test_step_seconds_times_one_step_and_restores_the_model(trained_digits):
     seconds = step_seconds(net, torch.rand(1, 1, 8, 8))
     assert 0.1 <= seconds < 2.0  # two explained forwards of one image
     assert net.training and all(p.grad is None for p in net.parameters())
+
+
+def test_a_latency_bound_model_counts_a_step_as_its_map_over_the_maps_share(trained_digits):
+    """Each explained forward sleeps the same whatever its passes: a plain map costs 0.05 s, more
+    than its share of a step (MAP_PASSES / STEP_PASSES), so a step counts as 0.05 s x 5, not as
+    the probe's two forwards (0.1 s)."""
+    net = SlowExplained(copy.deepcopy(trained_digits[0]).train(), per_image=0.05, per_batch=0.0)
+    seconds = step_seconds(net, torch.rand(1, 1, 8, 8))
+    assert 0.05 * STEP_PASSES / MAP_PASSES * 0.95 <= seconds < 2.0
 
 
 @pytest.mark.slow  # sleeps about 2 s

@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import copy
 import logging
-import time
 
 import pytest
 import pytorch_lightning as pl
-import torch
 
 import robust_train.callbacks._budget as budget_module
 from robust_train import RobustClassifier
 from robust_train.callbacks import LipschitzMonitor
 from robust_train.callbacks._budget import OverheadBudget
-from tests.support.monitor_helpers import CHEAP_LIPSCHITZ, TRAINER
+from tests.support.monitor_helpers import CHEAP_LIPSCHITZ, TRAINER, SlowInEval
 
 TINY = {**CHEAP_LIPSCHITZ, "max_overhead": 1e-9, "log_images": False}
 
@@ -99,22 +97,6 @@ def test_resumed_run_keeps_its_budget(tmp_path, module, data, trained_digits, mo
     assert second.evaluated_epochs == []
     assert second.budget.per_image == first.budget.per_image > 0
     assert second.budget.spent_seconds == first.budget.spent_seconds
-
-
-class SlowInEval(torch.nn.Module):
-    """A model whose explainer calls (eval mode, gradients on) sleep per image (an evaluation at
-    224 px in miniature), and whose training forward sleeps per batch (the fit's own time)."""
-
-    def __init__(self, net: torch.nn.Module, per_image: float, per_batch: float) -> None:
-        super().__init__()
-        self.net, self.per_image, self.per_batch = net, per_image, per_batch
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.training:
-            time.sleep(self.per_batch)
-        elif torch.is_grad_enabled():  # an explainer call, not a plain prediction
-            time.sleep(self.per_image * x.shape[0])
-        return self.net(x)
 
 
 def test_budget_shrinks_evaluations_of_a_slow_model(monkeypatch):

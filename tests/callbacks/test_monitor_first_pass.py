@@ -16,23 +16,7 @@ from robust_train import RobustClassifier
 from robust_train.callbacks import FragilityMonitor
 from robust_train.callbacks._first_pass import step_seconds
 from robust_train.evaluation.cost import MAP_PASSES, STEP_PASSES
-from tests.support.monitor_helpers import TRAINER
-
-
-class SlowExplained(torch.nn.Module):
-    """Forwards with gradients on in eval mode (explainer calls, attack steps) sleep per image;
-    training forwards sleep per batch (the fit's own time)."""
-
-    def __init__(self, net: torch.nn.Module, per_image: float, per_batch: float) -> None:
-        super().__init__()
-        self.net, self.per_image, self.per_batch = net, per_image, per_batch
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.training:
-            time.sleep(self.per_batch)
-        elif torch.is_grad_enabled():
-            time.sleep(self.per_image * x.shape[0])
-        return self.net(x)
+from tests.support.monitor_helpers import TRAINER, SlowInEval
 
 
 def fit(net, data, monitor, epochs):
@@ -51,7 +35,7 @@ def monitor(max_overhead):
 
 
 def test_step_seconds_times_one_step_and_restores_the_model(trained_digits):
-    net = SlowExplained(copy.deepcopy(trained_digits[0]).train(), per_image=0.05, per_batch=0.0)
+    net = SlowInEval(copy.deepcopy(trained_digits[0]).train(), per_image=0.05, per_batch=0.0)
     seconds = step_seconds(net, torch.rand(1, 1, 8, 8))
     assert 0.1 <= seconds < 2.0  # two explained forwards of one image
     assert net.training and all(p.grad is None for p in net.parameters())
@@ -61,7 +45,7 @@ def test_a_latency_bound_model_counts_a_step_as_its_map_over_the_maps_share(trai
     """Each explained forward sleeps the same whatever its passes: a plain map costs 0.05 s, more
     than its share of a step (MAP_PASSES / STEP_PASSES), so a step counts as 0.05 s x 5, not as
     the probe's two forwards (0.1 s)."""
-    net = SlowExplained(copy.deepcopy(trained_digits[0]).train(), per_image=0.05, per_batch=0.0)
+    net = SlowInEval(copy.deepcopy(trained_digits[0]).train(), per_image=0.05, per_batch=0.0)
     seconds = step_seconds(net, torch.rand(1, 1, 8, 8))
     assert 0.05 * STEP_PASSES / MAP_PASSES * 0.95 <= seconds < 2.0
 
@@ -69,7 +53,7 @@ def test_a_latency_bound_model_counts_a_step_as_its_map_over_the_maps_share(trai
 @pytest.mark.slow  # sleeps about 2 s
 def test_first_pass_stays_within_the_cap(data, trained_digits, caplog, monkeypatch):
     monkeypatch.setattr(logging.getLogger("pytorch_lightning"), "propagate", True)
-    net = SlowExplained(copy.deepcopy(trained_digits[0]).train(), per_image=0.03, per_batch=0.1)
+    net = SlowInEval(copy.deepcopy(trained_digits[0]).train(), per_image=0.03, per_batch=0.1)
     capped = monitor(0.1)
     with caplog.at_level(logging.INFO):
         _, seconds = fit(net, data, capped, 3)

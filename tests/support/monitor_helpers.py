@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
 import pytorch_lightning as pl
+import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from tests.support.helpers import digits_tensors
@@ -43,3 +46,19 @@ class DigitsData(pl.LightningDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return DataLoader(self.test, batch_size=self.batch_size)
+
+
+class SlowInEval(torch.nn.Module):
+    """A model whose explainer calls (eval mode, gradients on) sleep per image (an evaluation at
+    224 px in miniature), and whose training forwards sleep per batch (the fit's own time)."""
+
+    def __init__(self, net: torch.nn.Module, per_image: float, per_batch: float) -> None:
+        super().__init__()
+        self.net, self.per_image, self.per_batch = net, per_image, per_batch
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            time.sleep(self.per_batch)
+        elif torch.is_grad_enabled():  # an explainer call, not a plain prediction
+            time.sleep(self.per_image * x.shape[0])
+        return self.net(x)

@@ -59,6 +59,7 @@ from robust_train.regularizers.options import AscentOptions, PenaltyCall, penalt
 
 __all__ = [
     "GRADIENT_FAMILY",
+    "MODEL_MODES",
     "STARTS",
     "MultiMapOptions",
     "MultiMapSmoothness",

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from robust_train.attacks._setup import check_k
 from robust_train.attacks.defaults import default_epsilon, default_k
 from robust_train.core.balls import NORMS
+from robust_train.core.options import option
 from robust_train.core.runtime import check_optional_positive
 from robust_train.core.validation import check_choice, check_positive
 
@@ -90,41 +91,30 @@ class AttackOptions:
             from the image size (`robust_train.core.runtime.auto_chunk`).
     """
 
-    epsilon: float | None = field(
-        default=None,
-        metadata={"help": "attack budget: L_inf (default 0.1 up to 28 px, else 8/255) or L2"},
+    epsilon: float | None = option(
+        None, "attack budget: L_inf (default 0.1 up to 28 px, else 8/255) or L2"
     )
-    norm: str = field(default="linf", metadata={"help": "the attack's ball: linf or l2"})
-    step_size: float | None = field(
-        default=None, metadata={"help": "attack step (default epsilon / 8, or 2 epsilon / steps)"}
+    norm: str = option("linf", "the attack's ball: linf or l2")
+    step_size: float | None = option(
+        None, "attack step (default epsilon / 8, or 2 epsilon / steps)"
     )
-    n_steps: int = field(default=50, metadata={"help": "attack steps per restart"})
-    k: int | None = field(
-        default=None, metadata={"help": "top-k size (default: an eighth of the pixels)"}
+    n_steps: int = option(50, "attack steps per restart")
+    k: int | None = option(None, "top-k size (default: an eighth of the pixels)")
+    measure_k: int | None = option(None, "k of the reported top-k intersection (default: k)")
+    n_restarts: int = option(1, "attack restarts, the worst kept")
+    noise_draws: int = option(
+        10,
+        "draws of the random_sign baseline x + epsilon * random signs, the worst "
+        "label-keeping one kept",
     )
-    measure_k: int | None = field(
-        default=None, metadata={"help": "k of the reported top-k intersection (default: k)"}
+    direction: str = option(
+        "all",
+        "attack directions: all (every candidate, the worst per image kept), "
+        "declared, model, surrogate or exact",
     )
-    n_restarts: int = field(default=1, metadata={"help": "attack restarts, the worst kept"})
-    noise_draws: int = field(
-        default=10,
-        metadata={
-            "help": "draws of the random_sign baseline x + epsilon * random signs, the worst "
-            "label-keeping one kept"
-        },
-    )
-    direction: str = field(
-        default="all",
-        metadata={
-            "help": "attack directions: all (every candidate, the worst per image kept), "
-            "declared, model, surrogate or exact"
-        },
-    )
-    surrogate_beta: float | None = field(
-        default=10.0, metadata={"help": "softplus beta of the attack's surrogate"}
-    )
-    internal_batch_size: int | None = field(
-        default=None, metadata={"help": "images per gradient computation (default: by size)"}
+    surrogate_beta: float | None = option(10.0, "softplus beta of the attack's surrogate")
+    internal_batch_size: int | None = option(
+        None, "images per gradient computation (default: by size)"
     )
 
     def __post_init__(self) -> None:

@@ -162,13 +162,9 @@ def attack_certificate(
         >>> bool((res.distance <= 0.2 + 1e-5).all()), res.overlap.shape
         (True, torch.Size([2]))
     """
-    check_images(inputs, "inputs")
-    _check_certificate(certificate, inputs)
-    radius = check_radius(radius, inputs[0].numel())
+    radius = _check_search(inputs, certificate, radius, measure_samples, seed)
     check_positive(radius, "radius")
     check_optional_positive(internal_batch_size, "internal_batch_size", integer=True)
-    check_optional_positive(measure_samples, "measure_samples", integer=True)
-    check_non_negative(seed, "seed", integer=True)
     soft = SoftSmoothedExplainer(
         certificate.explain,
         sigma=certificate.sigma,
@@ -239,12 +235,8 @@ def random_search(
 ) -> EmpiricalOverlap:
     """The lowest measured overlap over `n_points` random points of the L2 sphere of `radius`
     around each image (clamped to [0, 1], which keeps them in the ball)."""
-    check_images(inputs, "inputs")
-    _check_certificate(certificate, inputs)
-    radius = check_radius(radius, inputs[0].numel())
+    radius = _check_search(inputs, certificate, radius, measure_samples, seed)
     check_positive(n_points, "n_points", integer=True)
-    check_optional_positive(measure_samples, "measure_samples", integer=True)
-    check_non_negative(seed, "seed", integer=True)
     gen = torch.Generator().manual_seed(seed)
     best: EmpiricalOverlap | None = None
     for point in range(n_points):
@@ -262,6 +254,23 @@ def random_search(
         best = found if best is None else _lower_of(best, found)
     assert best is not None
     return best
+
+
+def _check_search(
+    inputs: Tensor,
+    certificate: ExplanationCertificate,
+    radius: float,
+    measure_samples: int | None,
+    seed: int,
+) -> float:
+    """The checks both searches of the ball (the attack, the random points) make before any work;
+    the checked radius."""
+    check_images(inputs, "inputs")
+    _check_certificate(certificate, inputs)
+    checked = check_radius(radius, inputs[0].numel())
+    check_optional_positive(measure_samples, "measure_samples", integer=True)
+    check_non_negative(seed, "seed", integer=True)
+    return checked
 
 
 def _check_certificate(certificate: object, inputs: Tensor) -> None:

@@ -4,7 +4,8 @@ A function or class that takes an option set declares `**options` and is decorat
 `takes_options(OptionsClass)`: its signature (what `help()`, IDEs, jsonargparse/LightningCLI and
 `inspect.signature` see) then lists every option as a keyword-only parameter with the dataclass's
 default, and `build_options` turns the keywords given into the checked dataclass. Adding an option
-is one edit: a field of the dataclass (with `metadata={"help": ...}` for the command line).
+is one edit: a field of the dataclass (`option(default, help)`: the help is what the command
+line shows).
 
 Examples:
     >>> from dataclasses import dataclass, field
@@ -26,10 +27,24 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["build_options", "option_names", "takes_options"]
+__all__ = ["build_options", "option", "option_names", "takes_options"]
 
 T = TypeVar("T")
 C = TypeVar("C", bound=Callable[..., Any])
+
+
+def option(default: Any, help_text: str) -> Any:
+    """A field of an option set: its `default` and the `help` the command line shows for it.
+
+    Examples:
+        >>> from dataclasses import dataclass, fields
+        >>> @dataclass(frozen=True)
+        ... class Steps:
+        ...     n_steps: int = option(3, "iterations")
+        >>> Steps().n_steps, fields(Steps)[0].metadata["help"]
+        (3, 'iterations')
+    """
+    return dataclasses.field(default=default, metadata={"help": help_text})
 
 
 def option_names(options_cls: type) -> tuple[str, ...]:

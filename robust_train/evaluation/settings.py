@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 from robust_train.attacks.ensemble import DEFAULT_BETAS
 from robust_train.attacks.objectives.base import OBJECTIVES, get_objective
 from robust_train.attacks.options import AttackOptions, check_linf_budget
+from robust_train.core.options import option
 from robust_train.core.validation import check_choice, check_non_negative, check_positive
 from robust_train.explain.registry import is_differentiable, resolve_explainer
 from robust_train.metrics.functional.fidelity import PERTURBATIONS
@@ -117,82 +118,46 @@ class EvaluationSettings:
     """
 
     attack: AttackOptions = field(default_factory=AttackOptions, metadata={"cli": False})
-    parts: tuple[str, ...] = field(
-        default=("fragility", "lipschitz", "fidelity"), metadata={"help": "evaluation parts run"}
+    parts: tuple[str, ...] = option(("fragility", "lipschitz", "fidelity"), "evaluation parts run")
+    n_samples: int = option(200, "held-out images evaluated")
+    explainers: tuple[str, ...] = option(
+        ("saliency", "input_x_gradient"),
+        "explainers every part measures (attacked, Lipschitz, fidelity)",
     )
-    n_samples: int = field(default=200, metadata={"help": "held-out images evaluated"})
-    explainers: tuple[str, ...] = field(
-        default=("saliency", "input_x_gradient"),
-        metadata={"help": "explainers every part measures (attacked, Lipschitz, fidelity)"},
+    attacks: tuple[str, ...] = option(DEFAULT_ATTACKS, "attack objectives")
+    correct_only: bool = option(True, "attack only correctly classified images")
+    input_reference: bool = option(
+        True, "also attack the reference explanation 'map = input' with every attack"
     )
-    attacks: tuple[str, ...] = field(
-        default=DEFAULT_ATTACKS, metadata={"help": "attack objectives"}
+    ensemble: bool = option(
+        True,
+        "run every gradient attack as the attack ensemble (several attacked sets, "
+        "surrogate betas, random starts, a random search), the worst per image kept",
     )
-    correct_only: bool = field(
-        default=True, metadata={"help": "attack only correctly classified images"}
+    ensemble_betas: tuple[float, ...] = option(
+        DEFAULT_BETAS, "softplus betas of the ensemble's members"
     )
-    input_reference: bool = field(
-        default=True,
-        metadata={"help": "also attack the reference explanation 'map = input' with every attack"},
+    search_queries: int = option(1000, "queries of the ensemble's random search (0: none)")
+    lipschitz_radius: float | None = option(
+        None, "L_inf radius of the Lipschitz estimate (default epsilon)"
     )
-    ensemble: bool = field(
-        default=True,
-        metadata={
-            "help": "run every gradient attack as the attack ensemble (several attacked sets, "
-            "surrogate betas, random starts, a random search), the worst per image kept"
-        },
+    lipschitz_samples: int = option(16, "explainer calls per image of the Lipschitz estimate")
+    lipschitz_search: str = option("random", "Lipschitz search: random or gradient")
+    lipschitz_normalize: str = option("max", "maps normalised before the ratio: max or none")
+    fidelity_steps: int = option(20, "steps of each MIF/LIF curve")
+    fidelity_perturbation: str = option("mean", "fill of removed pixels in the fidelity curves")
+    faithfulness_runs: int = option(100, "random subsets per image of the faithfulness correlation")
+    faithfulness_subset: int | None = option(
+        None, "pixels per subset of the faithfulness correlation (default H*W/8)"
     )
-    ensemble_betas: tuple[float, ...] = field(
-        default=DEFAULT_BETAS, metadata={"help": "softplus betas of the ensemble's members"}
-    )
-    search_queries: int = field(
-        default=1000, metadata={"help": "queries of the ensemble's random search (0: none)"}
-    )
-    lipschitz_radius: float | None = field(
-        default=None, metadata={"help": "L_inf radius of the Lipschitz estimate (default epsilon)"}
-    )
-    lipschitz_samples: int = field(
-        default=16, metadata={"help": "explainer calls per image of the Lipschitz estimate"}
-    )
-    lipschitz_search: str = field(
-        default="random", metadata={"help": "Lipschitz search: random or gradient"}
-    )
-    lipschitz_normalize: str = field(
-        default="max", metadata={"help": "maps normalised before the ratio: max or none"}
-    )
-    fidelity_steps: int = field(default=20, metadata={"help": "steps of each MIF/LIF curve"})
-    fidelity_perturbation: str = field(
-        default="mean", metadata={"help": "fill of removed pixels in the fidelity curves"}
-    )
-    faithfulness_runs: int = field(
-        default=100, metadata={"help": "random subsets per image of the faithfulness correlation"}
-    )
-    faithfulness_subset: int | None = field(
-        default=None,
-        metadata={"help": "pixels per subset of the faithfulness correlation (default H*W/8)"},
-    )
-    ig_steps: int = field(
-        default=16, metadata={"help": "integration points of integrated gradients"}
-    )
-    ig_baseline: float = field(
-        default=0.0, metadata={"help": "constant baseline image of integrated gradients"}
-    )
-    certify_sigma: float = field(
-        default=0.25, metadata={"help": "certified part: smoothing noise sigma"}
-    )
-    certify_samples: int = field(
-        default=500, metadata={"help": "certified part: noisy copies per image"}
-    )
-    certify_alpha: float = field(
-        default=0.05, metadata={"help": "certified part: failure probability per image"}
-    )
-    certify_radius: float | None = field(
-        default=None, metadata={"help": "certified part: L2 radius (default certify_sigma)"}
-    )
-    certify_attack_steps: int = field(
-        default=20, metadata={"help": "certified part: steps of the L2 attack (0: none)"}
-    )
-    seed: int = field(default=0, metadata={"help": "seed of every random draw"})
+    ig_steps: int = option(16, "integration points of integrated gradients")
+    ig_baseline: float = option(0.0, "constant baseline image of integrated gradients")
+    certify_sigma: float = option(0.25, "certified part: smoothing noise sigma")
+    certify_samples: int = option(500, "certified part: noisy copies per image")
+    certify_alpha: float = option(0.05, "certified part: failure probability per image")
+    certify_radius: float | None = option(None, "certified part: L2 radius (default certify_sigma)")
+    certify_attack_steps: int = option(20, "certified part: steps of the L2 attack (0: none)")
+    seed: int = option(0, "seed of every random draw")
     extra: dict[str, Any] = field(default_factory=dict, metadata={"cli": False})
 
     if TYPE_CHECKING:  # the generated __init__, with the attack's fields as keywords too

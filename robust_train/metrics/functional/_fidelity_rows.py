@@ -1,29 +1,47 @@
 """Rows of the perturbed-image batch of the perturbation measures (fidelity curves, faithfulness
-correlation): the checked per-pixel map, removal orders and masks, imputation noise, the forward of
-perturbed rows, scores."""
+correlation): their shared settings, the checked per-pixel map, removal orders and masks, the
+baseline of removed pixels (fill and imputation noise), the chunked forward of perturbed rows,
+scores."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from robust_train.core.runtime import row_chunks
-from robust_train.core.validation import check_maps
-from robust_train.metrics.functional._fidelity_fill import linear_imputation
+from robust_train.core.runtime import check_optional_positive, row_chunks
+from robust_train.core.validation import check_choice, check_maps, check_non_negative
+from robust_train.metrics.functional._fidelity_fill import constant_fill, linear_imputation
 
 __all__ = [
+    "PERTURBATIONS",
+    "RemovalBaseline",
     "RemovalMasks",
+    "check_removal_settings",
     "forward_chunks",
     "draw_imputation_noise",
     "perturbed_logits",
     "pixel_map",
+    "removal_baseline",
     "removal_masks",
+    "score_rows",
     "scores_of",
     "unit_importance",
 ]
+
+PERTURBATIONS = ("mean", "zero", "blur", "noise", "imputation")
+
+
+def check_removal_settings(
+    perturbation: str, imputation_noise: float, internal_batch_size: int | None
+) -> None:
+    """Check the settings every perturbation measure takes, naming the bad one and its value."""
+    check_choice(perturbation, "perturbation", PERTURBATIONS)
+    check_non_negative(imputation_noise, "imputation_noise")
+    check_optional_positive(internal_batch_size, "internal_batch_size", integer=True)
 
 
 def pixel_map(
@@ -64,6 +82,57 @@ def perturbed_logits(
     else:
         replaced = linear_imputation(clean, removed, fill[:, :, :1, :1]) + noise
     return model(torch.where(removed, replaced, clean))
+
+
+@dataclass(frozen=True)
+class RemovalBaseline:
+    """What replaces removed pixels: the constant `fill` (B, C, H, W) and, for "imputation", the
+    `noise` (B, C, H, W) added to imputed pixels (drawn once per image, the same for every row)."""
+
+    fill: Tensor
+    noise: Tensor | None
+
+    def logits(self, model: nn.Module, inputs: Tensor, image: Tensor, removed: Tensor) -> Tensor:
+        """Logits of the rows: image `image[r]` of `inputs` with its `removed[r]` pixels replaced
+        (see `perturbed_logits`)."""
+        noise = None if self.noise is None else self.noise[image]
+        return perturbed_logits(model, inputs[image], removed, self.fill[image], noise)
+
+
+def removal_baseline(
+    inputs: Tensor,
+    perturbation: str,
+    *,
+    mean: Tensor | float | None,
+    blur_sigma: float,
+    imputation_noise: float,
+    generator: torch.Generator | None,
+) -> RemovalBaseline:
+    """The baseline of `perturbation` for `inputs` (`constant_fill`, then the imputation noise),
+    drawn from `generator` in that order."""
+    fill = constant_fill(
+        inputs, perturbation, mean=mean, blur_sigma=blur_sigma, generator=generator
+    )
+    noise = None
+    if perturbation == "imputation":
+        noise = draw_imputation_noise(inputs, imputation_noise, generator)
+    return RemovalBaseline(fill, noise)
+
+
+def score_rows(
+    n_rows: int, chunk: int | None, like: Tensor, row_scores: Callable[[Tensor], Tensor]
+) -> Tensor:
+    """Scores (n_rows,) of a virtual batch of perturbed rows, `chunk` rows at a time:
+    `row_scores(rows)` scores the rows of indices `rows` (R,); device and dtype of `like`.
+
+    Examples:
+        >>> score_rows(5, 2, torch.zeros(1), lambda rows: rows * 10.0).tolist()
+        [0.0, 10.0, 20.0, 30.0, 40.0]
+    """
+    values = torch.empty(n_rows, device=like.device, dtype=like.dtype)
+    for start, stop in row_chunks(n_rows, chunk):
+        values[start:stop] = row_scores(torch.arange(start, stop, device=like.device))
+    return values
 
 
 def unit_importance(maps: Tensor, patch_size: int) -> Tensor:
@@ -147,8 +216,9 @@ def forward_chunks(model: nn.Module, inputs: Tensor, chunk: int | None) -> Tenso
     return logits
 
 
-def scores_of(logits: Tensor, target: Tensor, clean_prob: Tensor, score: str) -> Tensor:
-    """Per-row score of the target class (R,)."""
+def scores_of(logits: Tensor, target: Tensor, clean_prob: Tensor | None, score: str) -> Tensor:
+    """Per-row score of the target class (R,): "logit", "accuracy", "probability", or
+    "normalized_probability" (the probability divided by the row's `clean_prob`)."""
     if score == "logit":
         return logits.gather(1, target[:, None]).squeeze(1)
     if score == "accuracy":
@@ -156,4 +226,5 @@ def scores_of(logits: Tensor, target: Tensor, clean_prob: Tensor, score: str) ->
     prob = logits.softmax(1).gather(1, target[:, None]).squeeze(1)
     if score == "probability":
         return prob
+    assert clean_prob is not None, "normalized_probability needs the clean probability"
     return prob / clean_prob.clamp_min(torch.finfo(prob.dtype).tiny)

@@ -23,27 +23,17 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from robust_train.core.runtime import (
-    auto_chunk,
-    check_optional_positive,
-    make_generator,
-    row_chunks,
-)
-from robust_train.core.validation import (
-    check_choice,
-    check_images,
-    check_non_negative,
-    check_positive,
-    check_target,
-)
-from robust_train.metrics.functional._fidelity_fill import constant_fill
+from robust_train.core.runtime import auto_chunk, make_generator
+from robust_train.core.validation import check_choice, check_images, check_positive, check_target
 from robust_train.metrics.functional._fidelity_rows import (
-    draw_imputation_noise,
+    RemovalBaseline,
+    check_removal_settings,
     forward_chunks,
-    perturbed_logits,
     pixel_map,
+    removal_baseline,
+    score_rows,
+    scores_of,
 )
-from robust_train.metrics.functional.fidelity import PERTURBATIONS
 
 __all__ = ["FAITHFULNESS_SCORES", "default_subset_size", "faithfulness_correlation"]
 
@@ -117,8 +107,8 @@ def faithfulness_correlation(
     b, _, h, w = inputs.shape
     maps = _per_pixel(attributions, inputs)
     size = default_subset_size(h, w) if subset_size is None else subset_size
-    _check_arguments(n_runs, size, h * w, perturbation, score, imputation_noise)
-    check_optional_positive(internal_batch_size, "internal_batch_size", integer=True)
+    _check_arguments(n_runs, size, h * w, score)
+    check_removal_settings(perturbation, imputation_noise, internal_batch_size)
     gen = make_generator(generator, seed, inputs.device)
     chunk = internal_batch_size or auto_chunk(inputs.shape[1:], device=inputs.device)
     if subsets is None:
@@ -129,12 +119,16 @@ def faithfulness_correlation(
     with torch.no_grad():
         clean_logits = forward_chunks(model, inputs, chunk)
         target = check_target(target, b, num_classes=clean_logits.shape[1]).to(inputs.device)
-        fill = constant_fill(inputs, perturbation, mean=None, blur_sigma=2.0, generator=gen)
-        noise = None
-        if perturbation == "imputation":
-            noise = draw_imputation_noise(inputs, imputation_noise, gen)
-        perturbed = _perturbed_scores(model, inputs, target, subsets, fill, noise, score, chunk)
-        drops = _scores(clean_logits, target, score)[:, None] - perturbed
+        baseline = removal_baseline(
+            inputs,
+            perturbation,
+            mean=None,
+            blur_sigma=2.0,
+            imputation_noise=imputation_noise,
+            generator=gen,
+        )
+        perturbed = _perturbed_scores(model, inputs, target, subsets, baseline, score, chunk)
+        drops = scores_of(clean_logits, target, None, score)[:, None] - perturbed
         sums = maps.flatten(1).gather(1, subsets.flatten(1)).view(b, n_runs, size).sum(2)
     return pearson_rows(sums, drops)
 
@@ -156,35 +150,28 @@ def pearson_rows(a: Tensor, b: Tensor) -> Tensor:
     return r.float()
 
 
-def _scores(logits: Tensor, target: Tensor, score: str) -> Tensor:
-    values = logits if score == "logit" else logits.softmax(1)
-    return values.gather(1, target[:, None]).squeeze(1)
-
-
 def _perturbed_scores(
     model: nn.Module,
     inputs: Tensor,
     target: Tensor,
     subsets: Tensor,
-    fill: Tensor,
-    noise: Tensor | None,
+    baseline: RemovalBaseline,
     score: str,
     chunk: int,
 ) -> Tensor:
     """Scores (B, R) of every image with each of its subsets removed, `chunk` rows a forward."""
     b, runs, _ = subsets.shape
-    _, c, h, w = inputs.shape
-    values = torch.empty(b * runs, device=inputs.device, dtype=inputs.dtype)
+    _, _, h, w = inputs.shape
     flat = subsets.reshape(b * runs, -1)
-    for start, stop in row_chunks(b * runs, chunk):
-        image = torch.arange(start, stop, device=inputs.device) // runs
-        removed = torch.zeros(stop - start, h * w, dtype=torch.bool, device=inputs.device)
-        removed.scatter_(1, flat[start:stop], True)
-        removed = removed.view(-1, 1, h, w)
-        image_noise = None if noise is None else noise[image]
-        logits = perturbed_logits(model, inputs[image], removed, fill[image], image_noise)
-        values[start:stop] = _scores(logits, target[image], score)
-    return values.view(b, runs)
+
+    def row_scores(rows: Tensor) -> Tensor:
+        image = rows // runs
+        removed = torch.zeros(rows.numel(), h * w, dtype=torch.bool, device=inputs.device)
+        removed.scatter_(1, flat[rows], True)
+        logits = baseline.logits(model, inputs, image, removed.view(-1, 1, h, w))
+        return scores_of(logits, target[image], None, score)
+
+    return score_rows(b * runs, chunk, inputs, row_scores).view(b, runs)
 
 
 def _draw_subsets(
@@ -203,9 +190,7 @@ def _per_pixel(attributions: object, inputs: Tensor) -> Tensor:
     return pixel_map(attributions, inputs, "attributions", lambda e: e.sum(1))
 
 
-def _check_arguments(
-    n_runs: int, size: int, n_pixels: int, perturbation: str, score: str, noise: float
-) -> None:
+def _check_arguments(n_runs: int, size: int, n_pixels: int, score: str) -> None:
     check_positive(n_runs, "n_runs", integer=True)
     if n_runs < 2:
         raise ValueError(f"`n_runs` must be >= 2 (a correlation over runs), got {n_runs}")
@@ -214,9 +199,7 @@ def _check_arguments(
         raise ValueError(
             f"`subset_size` must be smaller than the {n_pixels} pixels of an image, got {size}"
         )
-    check_choice(perturbation, "perturbation", PERTURBATIONS)
     check_choice(score, "score", FAITHFULNESS_SCORES)
-    check_non_negative(noise, "imputation_noise")
 
 
 def _check_subsets(subsets: object, shape: tuple[int, int, int], n_pixels: int) -> None:

@@ -21,38 +21,35 @@ Design decisions:
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from robust_train.core.runtime import (
-    auto_chunk,
-    check_optional_positive,
-    make_generator,
-    row_chunks,
-)
+from robust_train.core.runtime import auto_chunk, make_generator
 from robust_train.core.validation import (
     check_bool,
     check_choice,
     check_finite,
     check_images,
-    check_non_negative,
     check_positive,
     check_target,
 )
 from robust_train.explain.maps import importance_map
-from robust_train.metrics.functional._fidelity_fill import constant_fill
 from robust_train.metrics.functional._fidelity_rows import (
-    draw_imputation_noise,
+    PERTURBATIONS,
+    RemovalBaseline,
+    RemovalMasks,
+    check_removal_settings,
     forward_chunks,
-    perturbed_logits,
     pixel_map,
+    removal_baseline,
     removal_masks,
+    score_rows,
     scores_of,
 )
 
-PERTURBATIONS = ("mean", "zero", "blur", "noise", "imputation")
 SCORES = ("normalized_probability", "probability", "logit", "accuracy")
 
 __all__ = ["FidelityCurves", "fidelity_curves", "fidelity_estimate", "PERTURBATIONS", "SCORES"]
@@ -146,12 +143,17 @@ def fidelity_curves(
         target = target.to(inputs.device)
         clean_prob = clean_logits.softmax(1).gather(1, target[:, None]).squeeze(1)
         masks = removal_masks(maps, patch_size, n_steps, include_end)
-        fill = constant_fill(inputs, perturbation, mean=mean, blur_sigma=blur_sigma, generator=gen)
-        noise = None
-        if perturbation == "imputation":
-            noise = draw_imputation_noise(inputs, imputation_noise, gen)
-        values = _perturbed_scores(
-            model, inputs, target, clean_prob, masks, fill, noise, score, internal_batch_size
+        baseline = removal_baseline(
+            inputs,
+            perturbation,
+            mean=mean,
+            blur_sigma=blur_sigma,
+            imputation_noise=imputation_noise,
+            generator=gen,
+        )
+        row_scores = _row_scores(model, inputs, target, clean_prob, masks, baseline, score)
+        values = score_rows(
+            inputs.shape[0] * 2 * masks.active.numel(), internal_batch_size, inputs, row_scores
         )
         curves = scores_of(clean_logits, target, clean_prob, score)[:, None, None]
         curves = curves.repeat(1, 2, masks.counts.numel())
@@ -174,38 +176,33 @@ def _check_curve_arguments(
     """Check the curve settings (naming each bad one); return the checked `mean`."""
     check_positive(n_steps, "n_steps", integer=True)
     check_positive(patch_size, "patch_size", integer=True)
-    check_choice(perturbation, "perturbation", PERTURBATIONS)
+    check_removal_settings(perturbation, imputation_noise, internal_batch_size)
     check_choice(score, "score", SCORES)
     check_positive(blur_sigma, "blur_sigma")
-    check_non_negative(imputation_noise, "imputation_noise")
     mean = _check_mean(mean, perturbation, inputs)
-    check_optional_positive(internal_batch_size, "internal_batch_size", integer=True)
     check_bool(include_end, "include_end")
     return mean
 
 
-def _perturbed_scores(
+def _row_scores(
     model: nn.Module,
     inputs: Tensor,
     target: Tensor,
     clean_prob: Tensor,
-    masks: Any,
-    fill: Tensor,
-    noise: Tensor | None,
+    masks: RemovalMasks,
+    baseline: RemovalBaseline,
     score: str,
-    internal_batch_size: int | None,
-) -> Tensor:
-    """Scores of every perturbed image (image-major, then order MIF/LIF, then step), chunked."""
+) -> Callable[[Tensor], Tensor]:
+    """Scores of rows of the perturbed batch (image-major, then order MIF/LIF, then step)."""
     n_active = masks.active.numel()
-    values = torch.empty(inputs.shape[0] * 2 * n_active, device=inputs.device, dtype=inputs.dtype)
-    for a, b in row_chunks(values.numel(), internal_batch_size):
-        rows = torch.arange(a, b, device=inputs.device)
+
+    def row_scores(rows: Tensor) -> Tensor:
         image = rows // (2 * n_active)
         removed = masks.pixels(image, (rows // n_active) % 2, masks.active[rows % n_active])
-        image_noise = None if noise is None else noise[image]
-        logits = perturbed_logits(model, inputs[image], removed, fill[image], image_noise)
-        values[a:b] = scores_of(logits, target[image], clean_prob[image], score)
-    return values
+        logits = baseline.logits(model, inputs, image, removed)
+        return scores_of(logits, target[image], clean_prob[image], score)
+
+    return row_scores
 
 
 def fidelity_estimate(curves: FidelityCurves) -> Tensor:

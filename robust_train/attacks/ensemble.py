@@ -15,7 +15,8 @@ intersection at `measure_k`, ties by the lowest Spearman correlation):
   (`FragilityObjective.uses_attack_k`);
 - "beta<b>": the softplus surrogate at each other beta of `betas`, at `k = measure_k` (only
   where the surrogate changes the map, so that the beta changes the direction: not on a model
-  without ReLU calls, nor for a map that ignores the model);
+  without ReLU calls, nor for a map that ignores the model, whose members also run one
+  direction each, `ExplainerSpec.model_free`: a second would repeat the first step for step);
 - every member runs `max(n_restarts, 2)` restarts: the first from the image, the others from
   uniform random points of the ball;
 - "search": a gradient-free random search of `search_queries` queries started from each image's
@@ -46,7 +47,7 @@ from robust_train.core.runtime import eval_mode
 from robust_train.core.validation import check_non_negative, check_positive
 from robust_train.explain.maps import importance_map
 from robust_train.explain.protocol import Explainer
-from robust_train.explain.registry import resolve_explainer
+from robust_train.explain.registry import explainer_spec, resolve_explainer
 from robust_train.explain.similarity import (
     center_of_mass_shift,
     kendall_tau,
@@ -240,6 +241,8 @@ def ensemble_attack(
     start, cpu = time.perf_counter(), time.process_time()
     runs = [_run_member(attack, seed + i, base, m, progress) for i, m in enumerate(members)]
     out, bound, best = _combine(objective_cls, base, runs, target_region)
+    if explainer_spec(explain).model_free:
+        out.notes.append("the map ignores the model: one direction per member, no surrogate beta")
     _refine(out, bound, best, model, explain, inputs, target, base, seed, search_queries)
     out.seconds, out.cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     _warn_unmeasured(out)
@@ -259,10 +262,13 @@ def _beta_matters(
 ) -> bool:
     """Whether the surrogate beta changes anything: the map of the first image differs under
     the softplus surrogate of the model's ReLUs (a model without ReLU calls, or a map that
-    ignores the model, such as "map = input", gives the same map at every beta)."""
+    ignores the model, such as "map = input", gives the same map at every beta; a map declared
+    `model_free` is not probed)."""
     beta = options.surrogate_beta
     if beta is None or options.direction not in ("all", "declared", "surrogate"):
         return False
+    if explainer_spec(explain).model_free:
+        return False  # declared: no surrogate of the model changes the map
     x, t = inputs[:1], target[:1]
     with torch.enable_grad():
         exact = importance_map(explain(model, x, t, create_graph=False)).detach()

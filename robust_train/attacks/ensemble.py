@@ -97,6 +97,11 @@ class MemberCost:
         mean_score: the mean over measured images of the member's own primary score (the
             objective's ranking: for "topk" the top-k intersection at `measure_k`; for the search
             the ensemble's final one), NaN when none was measured.
+        best_before_search: images where this gradient member's point was kept over the
+            other gradient members' (the lowest primary score, ties by the secondary one): the
+            point the random search starts from (0 for the search). Where the search lowers
+            nearly every image, `worst_on` says nothing of the gradient members; this says which
+            of them the search built on.
     """
 
     name: str
@@ -106,6 +111,7 @@ class MemberCost:
     maps: int
     worst_on: int = 0
     mean_score: float = float("nan")
+    best_before_search: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -334,13 +340,14 @@ def _combine(
     worst = torch.zeros(len(first), dtype=torch.long, device=best_x.device)
     measured = torch.zeros(len(first), dtype=torch.bool, device=best_x.device)
     improved, changes = measured.clone(), torch.zeros_like(first.n_label_changes)
-    scores, ties = [], []
-    for _, result, _ in runs:
+    scores, ties, kept = [], [], worst.clone()
+    for index, (_, result, _) in enumerate(runs):
         score = objective.score(result.attacked_map)
         scores.append(score[0])
         ties.append(score[1])
         ok = result.measured if result.measured is not None else torch.ones_like(measured)
         better = ok & FragilityObjective.better(score, best)
+        kept[better] = index  # the member whose point is kept (the search starts there)
         best_x[better], best_map[better] = result.adversarial[better], result.attacked_map[better]
         best = (torch.where(better, score[0], best[0]), torch.where(better, score[1], best[1]))
         measured, improved = measured | ok, improved | result.improved
@@ -359,6 +366,8 @@ def _combine(
         worst=worst,
         member_ties=torch.stack(ties),
     )
+    for i, member in enumerate(ensemble.members):  # the search's start points, by member
+        member.best_before_search = int(((kept == i) & measured).sum())
     ensemble.notes.append(f"objective {objective_cls.name}; scored at k={base.measure_k}")
     return ensemble, objective, best
 

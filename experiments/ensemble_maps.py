@@ -176,7 +176,9 @@ def merged(chunks: dict[int, dict[str, Any]], keep: list[int]) -> dict[str, Any]
     for attack, note in cost.items():
         others = [p["attack_cost"][attack] for p in parts[1:]]
         for i, member in enumerate(note["members"]):
-            member["worst_on"] += sum(o["members"][i]["worst_on"] for o in others)
+            for count in ("worst_on", "best_before_search"):  # the second: newer jobs only
+                if count in member:
+                    member[count] += sum(o["members"][i].get(count, 0) for o in others)
         for key in ("cpu_seconds", "seconds", "images"):
             note[key] += sum(o[key] for o in others)
         note["cpu_seconds_per_image"] = note["cpu_seconds"] / max(1, note["images"])

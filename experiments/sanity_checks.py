@@ -132,10 +132,12 @@ def lens_rows(model: Any, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
 
 # ------------------------------------------- randomisation over seeds (sections 5 and 6)
 SEEDS = (0, 1, 2)
-RANDOM_EXPLAINERS = ("saliency", "input_x_gradient", "integrated_gradients", "grad_cam", "lrp")
+RANDOM_EXPLAINERS = (
+    "saliency", "input_x_gradient", "integrated_gradients", "grad_cam", "lrp", "deeplift",
+)  # fmt: skip
 NAMES = {"saliency": "saliency", "input_x_gradient": "input x gradient",
          "integrated_gradients": "IG (zero baseline, 16 points)", "grad_cam": "Grad-CAM",
-         "lrp": "LRP (epsilon_plus)"}  # fmt: skip
+         "lrp": "LRP (epsilon_plus)", "deeplift": "DeepLIFT (zero baseline)"}  # fmt: skip
 LINES = (("topk", "top-100 ∩"), ("spearman", "Spearman (absolute)"),
          ("spearman_signed", "Spearman signed"), ("ssim", "SSIM"))  # fmt: skip
 

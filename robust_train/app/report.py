@@ -404,7 +404,8 @@ def chance_table(results: Mapping[str, Mapping[str, Any]], objective: str = "top
 
 def attack_cost_lines(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """One markdown bullet per model and attacked explainer/objective: what the attack ran
-    (its members: each one's mean score and the images where it gave the worst result) and
+    (its members: each one's mean score, the images where it gave the worst result and those
+    where its point was the random search's start) and
     what it cost (seconds per image, gradient steps and maps per image). Empty without the
     `attack_cost` notes.
 
@@ -420,7 +421,7 @@ def attack_cost_lines(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
     for name, result in results.items():
         for attack, cost in (result.get("attack_cost") or {}).items():
             members = ", ".join(
-                f"{m['name']} {_score(m.get('mean_score'))} (worst on {m['worst_on']})"
+                f"{m['name']} {_score(m.get('mean_score'))} ({_credit(m)})"
                 for m in cost.get("members", [])
             )
             cpu = cost.get("cpu_seconds_per_image")
@@ -433,6 +434,14 @@ def attack_cost_lines(results: Mapping[str, Mapping[str, Any]]) -> list[str]:
                 f"it was the worst): {members}"
             )
     return lines
+
+
+def _credit(member: Mapping[str, Any]) -> str:
+    """The images a member gave the worst result, and those where its point was the random
+    search's start (`MemberCost.best_before_search`, where it is above 0)."""
+    count = member.get("best_before_search")
+    start = f", search start on {count}" if isinstance(count, int) and count > 0 else ""
+    return f"worst on {member['worst_on']}{start}"
 
 
 def _score(value: Any) -> str:

@@ -21,7 +21,11 @@ A candidate is left out when it cannot differ: "surrogate" when the model makes 
 (a Softplus network: it is the model), "exact" when the map has no final clamp (it is
 "model"), and for a piecewise-constant map "model" and "exact" (their gradient is zero almost
 everywhere on a ReLU net, so they would be random walks). A probe (three maps of one image)
-finds out which; nothing else is measured twice.
+finds out which; nothing else is measured twice. A map that does not depend on the model
+(`ExplainerSpec.model_free`: the reference "map = input") runs "exact" alone, without a probe:
+every surrogate of the model gives it the same map and the same gradient, so any other candidate
+would repeat the same attack step for step (its label check calls the model's ReLUs, which a
+probe would count).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from torch import Tensor
 from robust_train.explain.clamp import smooth_map_clamps
 from robust_train.explain.maps import importance_map
 from robust_train.explain.protocol import Explainer
+from robust_train.explain.registry import explainer_spec
 from robust_train.models.softplus import smooth_relus
 
 __all__ = ["Direction", "directions"]
@@ -78,6 +83,10 @@ def directions(
         >>> [d.name for d in directions("all", None, piecewise_constant=True, explain=saliency,
         ...                             model=net, inputs=x, target=t)]
         ['exact']
+        >>> from robust_train.explain import input_reference
+        >>> [d.name for d in directions("all", 10.0, piecewise_constant=False,
+        ...                             explain=input_reference, model=net, inputs=x, target=t)]
+        ['exact']
     """
     model_dir = Direction("model", None, beta)
     surrogate = Direction("surrogate", beta, beta)
@@ -88,6 +97,8 @@ def directions(
         return [surrogate if piecewise_constant else model_dir]
     if choice != "all":
         return [{"model": model_dir, "surrogate": surrogate, "exact": exact}[choice]]
+    if explainer_spec(explain).model_free:
+        return [exact]
     relu_calls, has_clamp = _probe(explain, model, inputs[:1], target[:1], beta)
     if piecewise_constant:
         return [surrogate]

@@ -15,7 +15,8 @@ intersection at `measure_k`, ties by the lowest Spearman correlation):
   (`FragilityObjective.uses_attack_k`);
 - "beta<b>": the softplus surrogate at each other beta of `betas`, at `k = measure_k` (only
   where the surrogate changes the map, so that the beta changes the direction: not on a model
-  without ReLU calls, nor for a map that ignores the model);
+  without ReLU calls, nor for a map that ignores the model, whose members also run one
+  direction each, `ExplainerSpec.model_free`: a second would repeat the first step for step);
 - every member runs `max(n_restarts, 2)` restarts: the first from the image, the others from
   uniform random points of the ball;
 - "search": a gradient-free random search of `search_queries` queries started from each image's
@@ -46,7 +47,7 @@ from robust_train.core.runtime import eval_mode
 from robust_train.core.validation import check_non_negative, check_positive
 from robust_train.explain.maps import importance_map
 from robust_train.explain.protocol import Explainer
-from robust_train.explain.registry import resolve_explainer
+from robust_train.explain.registry import explainer_spec, resolve_explainer
 from robust_train.explain.similarity import (
     center_of_mass_shift,
     kendall_tau,
@@ -96,6 +97,11 @@ class MemberCost:
         mean_score: the mean over measured images of the member's own primary score (the
             objective's ranking: for "topk" the top-k intersection at `measure_k`; for the search
             the ensemble's final one), NaN when none was measured.
+        best_before_search: images where this gradient member's point was kept over the
+            other gradient members' (the lowest primary score, ties by the secondary one): the
+            point the random search starts from (0 for the search). Where the search lowers
+            nearly every image, `worst_on` says nothing of the gradient members; this says which
+            of them the search built on.
     """
 
     name: str
@@ -105,6 +111,7 @@ class MemberCost:
     maps: int
     worst_on: int = 0
     mean_score: float = float("nan")
+    best_before_search: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -240,6 +247,8 @@ def ensemble_attack(
     start, cpu = time.perf_counter(), time.process_time()
     runs = [_run_member(attack, seed + i, base, m, progress) for i, m in enumerate(members)]
     out, bound, best = _combine(objective_cls, base, runs, target_region)
+    if explainer_spec(explain).model_free:
+        out.notes.append("the map ignores the model: one direction per member, no surrogate beta")
     _refine(out, bound, best, model, explain, inputs, target, base, seed, search_queries)
     out.seconds, out.cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     _warn_unmeasured(out)
@@ -259,10 +268,13 @@ def _beta_matters(
 ) -> bool:
     """Whether the surrogate beta changes anything: the map of the first image differs under
     the softplus surrogate of the model's ReLUs (a model without ReLU calls, or a map that
-    ignores the model, such as "map = input", gives the same map at every beta)."""
+    ignores the model, such as "map = input", gives the same map at every beta; a map declared
+    `model_free` is not probed)."""
     beta = options.surrogate_beta
     if beta is None or options.direction not in ("all", "declared", "surrogate"):
         return False
+    if explainer_spec(explain).model_free:
+        return False  # declared: no surrogate of the model changes the map
     x, t = inputs[:1], target[:1]
     with torch.enable_grad():
         exact = importance_map(explain(model, x, t, create_graph=False)).detach()
@@ -328,13 +340,14 @@ def _combine(
     worst = torch.zeros(len(first), dtype=torch.long, device=best_x.device)
     measured = torch.zeros(len(first), dtype=torch.bool, device=best_x.device)
     improved, changes = measured.clone(), torch.zeros_like(first.n_label_changes)
-    scores, ties = [], []
-    for _, result, _ in runs:
+    scores, ties, kept = [], [], worst.clone()
+    for index, (_, result, _) in enumerate(runs):
         score = objective.score(result.attacked_map)
         scores.append(score[0])
         ties.append(score[1])
         ok = result.measured if result.measured is not None else torch.ones_like(measured)
         better = ok & FragilityObjective.better(score, best)
+        kept[better] = index  # the member whose point is kept (the search starts there)
         best_x[better], best_map[better] = result.adversarial[better], result.attacked_map[better]
         best = (torch.where(better, score[0], best[0]), torch.where(better, score[1], best[1]))
         measured, improved = measured | ok, improved | result.improved
@@ -353,6 +366,8 @@ def _combine(
         worst=worst,
         member_ties=torch.stack(ties),
     )
+    for i, member in enumerate(ensemble.members):  # the search's start points, by member
+        member.best_before_search = int(((kept == i) & measured).sum())
     ensemble.notes.append(f"objective {objective_cls.name}; scored at k={base.measure_k}")
     return ensemble, objective, best
 

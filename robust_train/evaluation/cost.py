@@ -34,14 +34,13 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from robust_train.explain import bind_settings, explainer_name
+from robust_train.explain import bind_settings, explainer_spec
 
 __all__ = ["FORWARD_PASSES", "MAP_PASSES", "STEP_PASSES", "UnitCosts", "map_points", "unit_costs"]
 
 FORWARD_PASSES = 1.0
 MAP_PASSES = 3.0  # a forward and a backward
 STEP_PASSES = 15.0  # map with graph and its double backprop (12) + the scored iterate's map (3)
-MODEL_FREE = ("input_reference",)  # maps that call no model: only the label check's forward
 POINT_KEYWORDS = ("n_steps", "n_samples")  # keywords that multiply a map's passes
 
 
@@ -65,7 +64,7 @@ class UnitCosts:
 def map_points(explainer: Any, settings: Any) -> float:
     """How many map-sized passes one map of `explainer` (bound to `settings`, as the parts bind
     it) costs: the product of its `n_steps` / `n_samples` keywords, 1 for a one-pass map, 0 for a
-    map that calls no model ("map = input").
+    map that calls no model ("map = input", `ExplainerSpec.model_free`).
 
     Args:
         explainer: an explainer name, spec or callable, as in `EvaluationSettings.explainers`.
@@ -74,7 +73,7 @@ def map_points(explainer: Any, settings: Any) -> float:
     Returns:
         The number of forward-and-backward passes of one map (float).
     """
-    if explainer_name(explainer) in MODEL_FREE:
+    if explainer_spec(explainer).model_free:
         return 0.0
     bound = bind_settings(explainer, settings)
     keywords = dict(getattr(bound, "keywords", None) or {})

@@ -20,7 +20,7 @@ from robust_train.explain.registry import register_explainer
 __all__ = ["input_reference"]
 
 
-@register_explainer("input_reference", piecewise_constant=False)
+@register_explainer("input_reference", piecewise_constant=False, model_free=True)
 def input_reference(
     model: nn.Module, inputs: Tensor, target: Tensor, *, create_graph: bool = False
 ) -> Tensor:
@@ -30,9 +30,11 @@ def input_reference(
     Differentiable: with `create_graph=True` the map is the identity function of the input, so
     an attack on it sees its true gradient. A fragility attack can still move this map only by
     moving the input: the top-k attack lowers the pixels of the clean top-k set and raises the
-    others (`piecewise_constant=False`: no softplus surrogate is needed; the model is used only
-    for the label check). Its importance map (`importance_map`: sum over channels of |x|) is
-    the image for a single-channel image in [0, 1].
+    others (`piecewise_constant=False`: no softplus surrogate is needed; `model_free=True`: the
+    model is used only for the label check, so an attack runs one direction, since every
+    surrogate of the model gives the same map and the same gradient). Its importance map
+    (`importance_map`: sum over channels of |x|) is the image for a single-channel image in
+    [0, 1].
 
     Args:
         model: the classifier (not used: the map does not depend on it).

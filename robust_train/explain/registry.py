@@ -17,7 +17,10 @@ capabilities on the spec; every caller reads them there, never a table of its ow
 - `settings`: evaluation settings its options follow (`{"ig_steps": "n_steps"}`: the evaluation's
   `ig_steps` is passed as `n_steps`), read by `bind_settings`;
 - `reported`: one of the maps users act on, which the leaderboard, the demo and the benchmark
-  pages report a column for (`reported_explainers()`).
+  pages report a column for (`reported_explainers()`);
+- `model_free`: the map does not depend on the model (the reference "map = input"): its value
+  and its input gradient are the same for every model and every surrogate of it, so an attack
+  takes one direction and no surrogate beta (the model is called at most to check `target`).
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ class ExplainerSpec:
     from_logits: FromLogits | None = None
     settings: Mapping[str, str] = field(default_factory=dict)
     reported: bool = False
+    model_free: bool = False
 
 
 EXPLAINERS: Registry[ExplainerSpec] = Registry("EXPLAINERS", "explainer")
@@ -79,6 +83,7 @@ def register_explainer(
     from_logits: FromLogits | None = None,
     settings: Mapping[str, str] | None = None,
     reported: bool = False,
+    model_free: bool = False,
 ) -> Callable[[F], F]:
     """Decorator: register an explainer function under `name`, with its capabilities.
 
@@ -117,6 +122,7 @@ def register_explainer(
             from_logits=from_logits,
             settings=MappingProxyType(dict(settings or {})),
             reported=reported,
+            model_free=model_free,
         )
         given = dict.fromkeys(spec.settings.values())
         _check_keywords(fn, given, f"register_explainer({name!r}, settings=...)")

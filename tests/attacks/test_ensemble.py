@@ -132,3 +132,22 @@ def test_bad_arguments_are_named():
         ensemble_attack(net, x, torch.tensor([0, 1]), betas=(), options=OPTIONS)
     with pytest.raises(ValueError, match="`search_queries`"):
         ensemble_attack(net, x, torch.tensor([0, 1]), search_queries=-1, options=OPTIONS)
+
+
+def test_the_search_start_is_credited_to_the_member_whose_point_was_kept(run):
+    """`best_before_search`: per image, the gradient member with the lowest (top-k intersection,
+    Spearman), the first one on a full tie; every measured image has one, the search none."""
+    *_, out = run
+    p, q = out.member_scores, out.member_ties  # a NaN never wins, as in the ensemble
+    kept = torch.zeros(p.shape[1], dtype=torch.long)
+    for j in range(1, p.shape[0]):
+        lower = (p[j] < p[kept, range(p.shape[1])]) | (
+            (p[j] == p[kept, range(p.shape[1])]) & (q[j] < q[kept, range(p.shape[1])])
+        )
+        kept[lower] = j
+    counts = [m.best_before_search for m in out.members]
+    assert counts[-1] == 0 and sum(counts) == int(out.result.measured.sum())
+    for i in range(p.shape[0]):
+        assert counts[i] == int(((kept == i) & out.result.measured).sum()), out.members[i].name
+    assert all(c > 0 for c in counts[:-1])  # the search built on every gradient member
+    assert out.cost()["members"][0]["best_before_search"] == counts[0]

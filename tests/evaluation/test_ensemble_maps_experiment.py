@@ -83,3 +83,12 @@ def test_cost_sums_the_chunks(results):
 def test_collect_refuses_an_empty_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match="--runs"):
         em.collect(tmp_path, tmp_path / "out.json")
+
+
+def test_merged_chunks_sum_the_search_starts_where_the_jobs_have_them():
+    chunks = {c: _job("robust", "saliency", c, [0.5, 0.6]) for c in (0, 1)}
+    for c, job in chunks.items():
+        job["attack_cost"]["saliency/topk"]["members"][0]["best_before_search"] = c + 2
+    members = em.merged(chunks, [0, 1])["attack_cost"]["saliency/topk"]["members"]
+    assert members[0]["best_before_search"] == 5 and members[0]["worst_on"] == 3
+    assert "best_before_search" not in members[1]  # older jobs: not invented

@@ -63,6 +63,10 @@ def test_values_are_the_ensembles_and_its_members_and_cost_are_stated(batch, ens
     assert cost["seconds"] > 0 and cost["images"] == 6
     lines = attack_cost_lines({"m": ensemble_result})
     assert any("saliency/topk" in line and "search" in line for line in lines)
+    starts = [m["best_before_search"] for m in cost["members"]]
+    assert starts[-1] == 0 and sum(starts) == int(direct.result.measured.sum())
+    first = next(m for m in cost["members"] if m["best_before_search"])
+    assert f"search start on {first['best_before_search']})" in lines[0]
 
 
 def test_the_fast_protocol_runs_one_attack(batch):

@@ -181,12 +181,12 @@ class FragilityPart(EvaluationPart):
         if not objective.needs_gradient:
             return (s.noise_draws + 1) * cost.map
         follows = self.follows_model(explainer)
-        # "all": "surrogate" alone for a piecewise-constant map, else "model" and "surrogate"
-        # (and "exact" for a map with a final clamp, not known before the probe); the probe
-        # sees ReLU calls in any map that calls a ReLU model, the label check of a map that
-        # does not follow the model included
-        smooth = explainer_spec(explainer).piecewise_constant
-        n_dirs = 1 if smooth or s.direction != "all" or s.surrogate_beta is None else 2
+        # "all": "surrogate" alone for a piecewise-constant map, "exact" alone for a map that
+        # ignores the model, else "model" and "surrogate" (and "exact" for a map with a final
+        # clamp, not known before the probe)
+        spec = explainer_spec(explainer)
+        one = spec.piecewise_constant or spec.model_free
+        n_dirs = 1 if one or s.direction != "all" or s.surrogate_beta is None else 2
         restart = s.n_steps * cost.step + cost.map
         if not s.ensemble:
             return n_dirs * s.n_restarts * restart

@@ -25,6 +25,7 @@ MAPS = ("saliency", "grad_cam", "lrp", "deeplift", "integrated_gradients")
 TOPK = "attack/{m}/topk/topk_intersection"
 LENS = "attack/{m}/topk/lens_topk"
 RANDOM = "fragility/{m}/random_topk"
+RANDOM_LENS = "fragility/{m}/random_lens"
 REFERENCE = "attack/input_reference/topk/topk_intersection"
 REFERENCE_LENS = "attack/input_reference/topk/lens_topk"
 
@@ -106,8 +107,7 @@ def tables(jobs: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
                 cells.append(seed_cell(per_seed, len(seeds)))
             table.append(cells)
         table.append(_chance_row("map = input (same ensemble)", refs[ref], jobs, maps, where))
-        if name == "topk":
-            table.append(_random_row(jobs, maps, where))
+        table.append(_random_row(jobs, maps, where, RANDOM if name == "topk" else RANDOM_LENS))
         table.append(["images (every row)", "", "all 1,000", *(str(len(where[m])) for m in maps)])
         out[name] = table
     out["above"] = [[row, *(_above(done, refs[REFERENCE], row, seeds, m, where[m]) for m in maps)]
@@ -133,12 +133,13 @@ def _chance_row(label: str, refs: dict[tuple[str, int], list[Any]], jobs: list[d
     return cells
 
 
-def _random_row(jobs: list[dict[str, Any]], maps: list[str],
-                where: dict[str, list[int]]) -> list[str]:  # fmt: skip
-    """Mean ± sd over the models of the top-k ∩ of each clean map with a uniformly random map."""
+def _random_row(jobs: list[dict[str, Any]], maps: list[str], where: dict[str, list[int]],
+                measure: str = RANDOM) -> list[str]:  # fmt: skip
+    """Mean ± sd over the models of the top-k ∩ (or LENS, `measure`) of each clean map with a
+    uniformly random map."""
     cells = ["random map", "-", ""]
     for m in maps:
-        key = RANDOM.format(m=m)
+        key = measure.format(m=m)
         values = [_mean(j["per_image"][key], where[m])
                   for j in jobs if j["explainer"] == m and key in j["per_image"]]  # fmt: skip
         cells.append(seed_cell(values, len(values)) if values else "not run")

@@ -25,6 +25,7 @@ def job(method: str, seed: int, m: str, topk: list, ref: list | None = None) -> 
         report.TOPK.format(m=m): topk,
         report.LENS.format(m=m): [None if v is None else min(1.0, v + 0.1) for v in topk],
         report.RANDOM.format(m=m): [0.1, 0.2, 0.1, 0.2],
+        report.RANDOM_LENS.format(m=m): [0.3, 0.4, 0.3, 0.4],
     }
     if ref is not None:
         per_image[report.REFERENCE] = ref
@@ -77,7 +78,9 @@ def test_chance_levels_sit_beside_every_column_on_the_same_images() -> None:
     )
     randoms = [statistics.mean([0.1, 0.2, 0.1])] * 4
     assert rows["random map"][3] == f"{randoms[0]:.3f} ± 0.000"
-    assert "random map" not in {r[0] for r in t["lens"]}  # no random-map LENS is measured
+    # The LENS table has its own random-map row, from the random map's LENS, not its top-k.
+    lens_random = [statistics.mean([0.3, 0.4, 0.3])] * 4
+    assert {r[0]: r for r in t["lens"]}["random map"][3] == f"{lens_random[0]:.3f} ± 0.000"
     assert {r[0]: r for r in t["lens"]}["map = input (same ensemble)"][3].startswith("0.6")
 
 

@@ -129,7 +129,7 @@ EXPERIMENTS: dict[str, Entry] = {
     ),
     "certify_curves": Entry(
         "experiments.certify_curves",
-        "randomized-smoothing certificate of the saliency map against the L2 radius, beside attacks",
+        "smoothed saliency: certified top-k overlap against the L2 radius, beside the attack",
         page="CERTIFY.md",
         write_page=TABLES,
     ),

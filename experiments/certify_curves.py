@@ -51,7 +51,7 @@ def section(summary: str, argv: Sequence[str], seconds: float) -> str:
     )
     return (
         f"## robust-train certify on the shipped MNIST-5k models — "
-        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC\n\n"
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC\n\n"
         f"- command: `robust-train {' '.join(argv)}`\n- machine: {machine}\n\n{body}\n"
     )
 

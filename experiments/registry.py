@@ -127,6 +127,12 @@ EXPERIMENTS: dict[str, Entry] = {
         page="CERTIFIED_FRONT.md",
         write_page=TABLES,
     ),
+    "certify_curves": Entry(
+        "experiments.certify_curves",
+        "smoothed saliency: certified top-k overlap against the L2 radius, beside the attack",
+        page="CERTIFY.md",
+        write_page=TABLES,
+    ),
     "cluttered": Entry(
         "experiments.cluttered",
         "natural vs every-map models on cluttered RGB digits, with ground-truth masks",

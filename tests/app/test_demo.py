@@ -179,8 +179,11 @@ def test_help_and_bad_flags_of_the_command(tmp_path, cli):
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == ["robust-train: error: `--seed` must be >= 0, got -1"]
     assert not (tmp_path / "x").exists(), "refused before any work"
-    with pytest.raises(FileNotFoundError, match="`--robust` config 'nope.yaml' does not exist"):
-        demo.main(["--robust", "nope.yaml", "--out", str(tmp_path / "y")])
+    missing = cli("demo", "--robust", "nope.yaml", "--out", tmp_path / "y", cwd=tmp_path)
+    assert missing.returncode == 2
+    assert missing.stderr.strip().splitlines() == [
+        "robust-train: error: `--robust` config 'nope.yaml' does not exist"
+    ]
     assert not (tmp_path / "y").exists()
 
 

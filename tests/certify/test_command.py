@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from robust_train.app.cli import main
 from robust_train.core.resources import shipped_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,12 +17,10 @@ FAST += ["--attack-samples", "2", "--random-points", "1", "--attack-radii", "0.1
 
 
 @pytest.mark.slow
-def test_certify_two_checkpoints_writes_results_summary_and_plot(tmp_path, capsys) -> None:
+def test_certify_two_checkpoints_writes_results_summary_and_plot(tmp_path, cli) -> None:
     out = tmp_path / "run"
-    assert (
-        main(["certify", "--ckpt", *PAIR, "--names", "base", "robust", "--out", str(out), *FAST])
-        == 0
-    )
+    done = cli("certify", "--ckpt", *PAIR, "--names", "base", "robust", "--out", out, *FAST)
+    assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads((out / "results.json").read_text())
     assert set(results["models"]) == {"base", "robust"} and len(results["images"]) == 3
     for model in results["models"].values():
@@ -38,10 +35,10 @@ def test_certify_two_checkpoints_writes_results_summary_and_plot(tmp_path, capsy
     assert "| L2 radius | base certified | base attack (UCB) |" in summary
     assert "smoothed" in summary and "not about the raw saliency map" in summary
     assert (out / "certify.png").stat().st_size > 10_000
-    assert "base: certified in" in capsys.readouterr().out
+    assert "base: certified in" in done.stdout
     # the same folder for other checkpoints is refused, for the same ones it is rewritten
-    assert main(["certify", "--ckpt", PAIR[0], "--out", str(out), *FAST]) == 2
-    assert "holds the results of other checkpoints" in capsys.readouterr().err
+    done = cli("certify", "--ckpt", PAIR[0], "--out", out, *FAST)
+    assert done.returncode == 2 and "holds the results of other checkpoints" in done.stderr
 
 
 @pytest.mark.parametrize(
@@ -57,16 +54,17 @@ def test_certify_two_checkpoints_writes_results_summary_and_plot(tmp_path, capsy
         (["--names", "a"], "`--names` ['a'] must be 2 distinct names"),
     ],
 )
-def test_user_errors_are_one_line_with_exit_code_2(args, message, capsys) -> None:
+def test_user_errors_are_one_line_with_exit_code_2(args, message, cli) -> None:
     ckpts = PAIR if "--names" in args else PAIR[:1]
-    assert main(["certify", "--ckpt", *ckpts, *args]) == 2
-    err = capsys.readouterr().err.strip()
+    done = cli("certify", "--ckpt", *ckpts, *args)
+    assert done.returncode == 2
+    err = done.stderr.strip()
     assert err.count("\n") == 0 and message in err, err
 
 
-def test_missing_checkpoint_and_radius_beyond_the_box(tmp_path, capsys) -> None:
-    assert main(["certify", "--ckpt", str(tmp_path / "none.ckpt")]) == 2
-    assert "does not exist" in capsys.readouterr().err
-    args = ["certify", "--ckpt", PAIR[0], "--radii", "9", "--out", str(tmp_path), *FAST[:4]]
-    assert main([*args, "--attack-steps", "0", "--random-points", "0"]) == 2
-    assert "exceeds sqrt(64) = 8" in capsys.readouterr().err
+def test_missing_checkpoint_and_radius_beyond_the_box(tmp_path, cli) -> None:
+    done = cli("certify", "--ckpt", tmp_path / "none.ckpt")
+    assert done.returncode == 2 and "does not exist" in done.stderr
+    args = ["certify", "--ckpt", PAIR[0], "--radii", "9", "--out", tmp_path, *FAST[:4]]
+    done = cli(*args, "--attack-steps", "0", "--random-points", "0")
+    assert done.returncode == 2 and "exceeds sqrt(64) = 8" in done.stderr

@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from robust_train.app.cli import main
 from robust_train.core.resources import shipped_checkpoint
 
 PAIR = [str(shipped_checkpoint(f"digits_{name}")) for name in ("baseline", "robust")]
@@ -16,11 +15,12 @@ FAST = ["--n-images", "3", "--k", "8", "--attack-steps", "1", "--random-points",
 
 
 @pytest.mark.slow
-def test_certify_bounds_writes_results_and_summary(tmp_path, capsys) -> None:
+def test_certify_bounds_writes_results_and_summary(tmp_path, cli) -> None:
     method = "crown"  # interval bounds, then back-substitution: both code paths
     out = tmp_path / "run"
     args = ["certify", "--method", method, "--ckpt", *PAIR, "--eps", "0", "0.01", "0.1"]
-    assert main([*args, "--out", str(out), *FAST]) == 0
+    done = cli(*args, "--out", out, *FAST)
+    assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads((out / "results.json").read_text())
     assert results["settings"]["method"] == method and len(results["images"]) == 3
     for model in results["models"].values():
@@ -33,7 +33,7 @@ def test_certify_bounds_writes_results_and_summary(tmp_path, capsys) -> None:
     summary = (out / "summary.md").read_text()
     assert f"# Deterministic certificate ({method}, saliency, top-8)" in summary
     assert "| L_inf radius | digits_baseline certified (median) |" in summary
-    assert "wrote" in capsys.readouterr().out
+    assert "wrote" in done.stdout
 
 
 @pytest.mark.parametrize(
@@ -47,7 +47,8 @@ def test_certify_bounds_writes_results_and_summary(tmp_path, capsys) -> None:
         (["--method", "interval", "--n-images", "0"], "`--n-images` must be > 0, got 0"),
     ],
 )
-def test_user_errors_are_one_line_with_exit_code_2(args, message, capsys) -> None:
-    assert main(["certify", "--ckpt", PAIR[0], *args]) == 2
-    err = capsys.readouterr().err.strip()
+def test_user_errors_are_one_line_with_exit_code_2(args, message, cli) -> None:
+    done = cli("certify", "--ckpt", PAIR[0], *args)
+    assert done.returncode == 2
+    err = done.stderr.strip()
     assert err.count("\n") == 0 and message in err, err

@@ -1,5 +1,5 @@
 """User errors through the real console script (and, for the cases that need no fresh
-interpreter, `robust_train.app.cli.main` in-process): one line `robust-train: error: ...` on stderr,
+interpreter, in-process through the `cli` fixture): one line `robust-train: error: ...` on stderr,
 exit code 2, no traceback (unless --debug); names checked before any work; failed starts leave
 no W&B run and no run folder; one help lists every command."""
 
@@ -101,18 +101,20 @@ def test_user_errors_are_one_line_with_exit_code_2(tmp_path: Path, console, cli)
             assert noise not in out[name].stderr + out[name].stdout, (name, noise)
 
 
-def test_debug_shows_the_traceback_and_compare_needs_two_checkpoints(tmp_path: Path, capsys):
-    from robust_train.app.cli import main
-
+def test_debug_shows_the_traceback_and_compare_needs_two_checkpoints(tmp_path: Path, cli):
     args = ["fit", *SMOOTH, "--trainer.logger=false", "--model.penalties.init_args.weight=-1"]
-    assert main(args) == 2
-    assert capsys.readouterr().err.strip() == "robust-train: error: `weight` must be >= 0, got -1.0"
+    done = cli(*args)
+    assert done.returncode == 2
+    *before, last = done.stderr.strip().splitlines()
+    assert last == "robust-train: error: `weight` must be >= 0, got -1.0"
+    assert before in ([], ["Seed set to 0"]), before  # Lightning's line, as from the script
     with pytest.raises(ValueError, match="must be >= 0"):  # --debug: the exception itself
-        main([*args, "--debug"])
-    assert main(["compare", str(tmp_path / "a.ckpt")]) == 2
-    assert "needs two or more checkpoints, got 1" in capsys.readouterr().err
-    assert main(["fit", *SMOOTH, "--trainer.max_epochz", "3"]) == 2
-    assert capsys.readouterr().err.strip() == (
+        cli(*args, "--debug")
+    done = cli("compare", tmp_path / "a.ckpt")
+    assert done.returncode == 2 and "needs two or more checkpoints, got 1" in done.stderr
+    done = cli("fit", *SMOOTH, "--trainer.max_epochz", "3")
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
         "robust-train: error: unrecognized arguments: "
         "--trainer.max_epochz 3 (did you mean --trainer.max_epochs?)"
     )

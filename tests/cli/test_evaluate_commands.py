@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from robust_train.app.cli import main
 from robust_train.app.lightning_cli import lightning_main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -31,7 +30,7 @@ FAST = [
 @pytest.fixture(scope="module")
 def baseline_ckpt(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("fit")
-    cli = lightning_main(
+    built = lightning_main(
         [
             "--config",
             str(CONFIGS / "digits_baseline.yaml"),
@@ -43,12 +42,13 @@ def baseline_ckpt(tmp_path_factory) -> Path:
         ],
         run=False,
     )
-    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    built.trainer.fit(built.model, datamodule=built.datamodule)
     return root / "digits_baseline" / "latest" / "last.ckpt"
 
 
-def test_evaluate_writes_results_and_summary(baseline_ckpt, tmp_path, capsys):
-    assert main(["evaluate", "--ckpt", str(baseline_ckpt), "--out", str(tmp_path), *FAST]) == 0
+def test_evaluate_writes_results_and_summary(baseline_ckpt, tmp_path, cli):
+    done = cli("evaluate", "--ckpt", baseline_ckpt, "--out", tmp_path, *FAST)
+    assert done.returncode == 0, done.stderr[-2000:]
     (result,) = json.loads((tmp_path / "results.json").read_text()).values()
     m = result["measures"]
     attacks = {k.split("/")[2] for k in m if k.startswith("attack/saliency/")}
@@ -59,37 +59,33 @@ def test_evaluate_writes_results_and_summary(baseline_ckpt, tmp_path, capsys):
     assert result["training_seconds"] > 0
     row = "| `attack/saliency/topk/topk_intersection` ↑ |"
     assert row in (tmp_path / "summary.md").read_text()
-    assert row in capsys.readouterr().out
+    assert row in done.stdout
 
 
-def test_test_subcommand_on_the_best_checkpoint_of_the_latest_run(baseline_ckpt, capsys):
+def test_test_subcommand_on_the_best_checkpoint_of_the_latest_run(baseline_ckpt, cli):
     """The README's `robust-train test --config ... --ckpt_path ...`."""
     root = baseline_ckpt.parents[2]
     before = sorted(p.name for p in (root / "digits_baseline").iterdir())
-    assert (
-        main(
-            [
-                "test",
-                "--config",
-                str(CONFIGS / "digits_baseline.yaml"),
-                "--checkpoint_root",
-                str(root),
-                "--ckpt_path",
-                "best",
-                "--trainer.logger=false",
-                "--trainer.enable_progress_bar=false",
-            ]
-        )
-        == 0
+    done = cli(
+        "test",
+        "--config",
+        CONFIGS / "digits_baseline.yaml",
+        "--checkpoint_root",
+        root,
+        "--ckpt_path",
+        "best",
+        "--trainer.logger=false",
+        "--trainer.enable_progress_bar=false",
     )
-    assert "test/acc" in capsys.readouterr().out
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "test/acc" in done.stdout
     assert (
         sorted(p.name for p in (root / "digits_baseline").iterdir()) == before
     )  # no new run folder
 
 
 def test_default_out_follows_the_checkpoint_path_and_never_mixes_checkpoints(
-    baseline_ckpt, tmp_path, monkeypatch, capsys
+    baseline_ckpt, tmp_path, monkeypatch, cli
 ):
     from robust_train.app.commands import default_out
     from robust_train.app.settings_flags import CommandParser, add_settings_arguments, settings_from
@@ -108,7 +104,7 @@ def test_default_out_follows_the_checkpoint_path_and_never_mixes_checkpoints(
     custom = settings_from(parser.parse_args(flags))
     rar = settings_from(parser.parse_args(["--protocol", "rar"]))
     assert default_out(a, rar).name == "rar" and default_out(a, custom).name.startswith("custom-")
-    assert main(["evaluate", "--ckpt", str(a), *flags, "--no-wandb"]) == 0
+    assert cli("evaluate", "--ckpt", a, *flags, "--no-wandb").returncode == 0
     out = tmp_path / default_out(a, custom)
     summary = (out / "summary.md").read_text()
     assert (
@@ -117,14 +113,12 @@ def test_default_out_follows_the_checkpoint_path_and_never_mixes_checkpoints(
         and "| n_samples | 24 |" in summary
     )
     assert "higher is more robust" in summary and "lower is more robust" in summary
-    capsys.readouterr()
-    assert main(["evaluate", "--ckpt", str(b), "--out", str(out), *FAST, "--attacks", "topk"]) == 2
-    assert "holds the results of other checkpoints" in capsys.readouterr().err
-    assert main(["evaluate", "--ckpt", str(a), "--out", str(out), *FAST, "--no-wandb"]) == 2
-    assert "holds the results of other settings" in capsys.readouterr().err
-    assert (
-        main(["evaluate", "--ckpt", str(a), *FAST, "--attacks", "topk", "--no-wandb"]) == 0
-    )  # same one: fine
+    done = cli("evaluate", "--ckpt", b, "--out", out, *FAST, "--attacks", "topk")
+    assert done.returncode == 2 and "holds the results of other checkpoints" in done.stderr
+    done = cli("evaluate", "--ckpt", a, "--out", out, *FAST, "--no-wandb")
+    assert done.returncode == 2 and "holds the results of other settings" in done.stderr
+    done = cli("evaluate", "--ckpt", a, *FAST, "--attacks", "topk", "--no-wandb")
+    assert done.returncode == 0  # same one: fine
 
 
 def test_protocol_preset_with_explicit_flags_on_top():
@@ -151,27 +145,13 @@ def test_protocol_preset_with_explicit_flags_on_top():
 
 
 @pytest.mark.slow
-def test_compare_writes_a_report_with_a_column_per_checkpoint(baseline_ckpt, tmp_path, capsys):
-    assert (
-        main(
-            [
-                "compare",
-                str(baseline_ckpt),
-                str(baseline_ckpt),
-                "--names",
-                "a",
-                "b",
-                "--out",
-                str(tmp_path),
-                "--attacks",
-                "topk",
-                "--explainers",
-                "saliency",
-                *FAST,
-            ]
-        )
-        == 0
-    )
+def test_compare_writes_a_report_with_a_column_per_checkpoint(baseline_ckpt, tmp_path, cli):
+    pair = [baseline_ckpt, baseline_ckpt]
+    done = cli(
+        "compare", *pair, "--names", "a", "b", "--out", tmp_path,
+        "--attacks", "topk", "--explainers", "saliency", *FAST,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
     text = (tmp_path / "report.md").read_text()
     assert "| measure | a | b |" in text
     assert (tmp_path / "robustness_per_epoch.png").is_file()  # from the checkpoints' history
@@ -181,12 +161,12 @@ def test_compare_writes_a_report_with_a_column_per_checkpoint(baseline_ckpt, tmp
     assert panels.shape[0] <= (3.0 * 2 + 0.6) * 110  # two rows of headline panels at most
     rows = matplotlib.image.imread(tmp_path / "verdict.png")
     assert rows.shape[0] <= 2 * 1.9 * 90 + 10  # a row per model and explainer
-    printed = capsys.readouterr().out
+    printed = done.stdout
     assert "\nbudget: L_inf epsilon" in printed
     assert "verdict (a): saliency: " in printed and "verdict (b): saliency: " in printed
-    again = ["compare", str(baseline_ckpt), str(baseline_ckpt), "--out", str(tmp_path), *FAST]
-    assert main([*again, "--names", "a", "b"]) == 2  # other settings: refused
-    assert "holds the results of other settings" in capsys.readouterr().err
+    again = cli("compare", *pair, "--out", tmp_path, *FAST, "--names", "a", "b")
+    assert again.returncode == 2  # other settings: refused
+    assert "holds the results of other settings" in again.stderr
     assert (tmp_path / "fidelity_curves.png").is_file() and (
         tmp_path / "attack_examples.png"
     ).is_file()
@@ -203,7 +183,8 @@ def test_accuracy_covers_the_whole_split(baseline_ckpt):
     assert len(full_x) > 300 and torch.equal(full_x[:10], x)
 
 
-def test_missing_checkpoint_is_named(tmp_path, capsys):
-    assert main(["evaluate", "--ckpt", str(tmp_path / "nope.ckpt")]) == 2
-    err = capsys.readouterr().err.strip()
+def test_missing_checkpoint_is_named(tmp_path, cli):
+    done = cli("evaluate", "--ckpt", tmp_path / "nope.ckpt")
+    assert done.returncode == 2
+    err = done.stderr.strip()
     assert err.startswith("robust-train: error: ") and "nope.ckpt" in err and "\n" not in err

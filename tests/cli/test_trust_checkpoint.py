@@ -1,6 +1,6 @@
 """Checkpoints you are handed, through the console script (`evaluate` in a process of its own, the
-warm console's, tests/support/warm_console.py; the others through its entry point
-`robust_train.app.cli.main` in-process): a file that carries a pickled call, or records a class path
+warm console's, tests/support/warm_console.py; the others in-process, through the `cli` fixture
+of tests/support/in_process.py): a file that carries a pickled call, or records a class path
 naming `subprocess.Popen`, runs nothing; the command exits with 2 and one line naming the file;
 `--trust-checkpoint` is the explicit opt-in."""
 
@@ -118,34 +118,31 @@ def test_crafted_checkpoints_run_nothing_and_exit_2(tmp_path: Path, crafted, con
     assert not (tmp_path / "runs").exists()  # compare refused before evaluating good.ckpt
 
 
-def test_opt_in_loads_and_export_writes_a_tensors_only_copy(tmp_path: Path, crafted, capsys):
-    from robust_train.app.cli import main
-
+def test_opt_in_loads_and_export_writes_a_tensors_only_copy(tmp_path: Path, crafted, cli):
     src, dst = crafted["object"], tmp_path / "shared.ckpt"
-    assert main(["export", str(src), str(dst)]) == 2
-    assert "Fraction" in capsys.readouterr().err
-    assert main(["export", str(src), str(dst), "--trust-checkpoint"]) == 0
+    refused = cli("export", src, dst)
+    assert refused.returncode == 2 and "Fraction" in refused.stderr
+    assert cli("export", src, dst, "--trust-checkpoint").returncode == 0
     copy_ = torch.load(dst, map_location="cpu", weights_only=True)  # plain values only now
     assert copy_["hyper_parameters"]["ratio"] == "Fraction(1, 3)"
     out = tmp_path / "eval"
-    assert main(["evaluate", "--ckpt", str(dst), "--out", str(out), *TINY_EVAL]) == 0
+    assert cli("evaluate", "--ckpt", dst, "--out", out, *TINY_EVAL).returncode == 0
     assert (out / "results.json").is_file()
     trusted = tmp_path / "eval_trusted"
-    args = ["evaluate", "--ckpt", str(src), "--out", str(trusted), *TINY_EVAL]
-    assert main(args) == 2 and not trusted.exists()
-    assert main([*args, "--trust-checkpoint"]) == 0
+    args = ["evaluate", "--ckpt", src, "--out", trusted, *TINY_EVAL]
+    assert cli(*args).returncode == 2 and not trusted.exists()
+    assert cli(*args, "--trust-checkpoint").returncode == 0
     assert (trusted / "results.json").is_file()
 
 
-def test_data_config_class_path_is_checked_before_it_is_called(tmp_path: Path, capsys):
-    from robust_train.app.cli import main
-
+def test_data_config_class_path_is_checked_before_it_is_called(tmp_path: Path, cli):
     config = tmp_path / "data.yaml"
     marker = tmp_path / "MARKER_yaml"
     config.write_text(
         f"data:\n  class_path: subprocess.Popen\n  init_args: {{args: [touch, {marker}]}}\n"
     )
-    args = ["evaluate", "--ckpt", str(SHIPPED), "--data-config", str(config), *TINY_EVAL]
-    assert main([*args, "--out", str(tmp_path / "e")]) == 2
-    assert "is not a pytorch_lightning.LightningDataModule subclass" in capsys.readouterr().err
+    done = cli("evaluate", "--ckpt", SHIPPED, "--data-config", config, *TINY_EVAL,
+               "--out", tmp_path / "e")  # fmt: skip
+    assert done.returncode == 2
+    assert "is not a pytorch_lightning.LightningDataModule subclass" in done.stderr
     assert not marker.exists()

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from robust_train.app.cli import main
 from robust_train.data import ImageFolderDataModule
 from robust_train.data.check import check_datamodule
 
@@ -58,14 +57,15 @@ def test_images_in_sub_folders_of_a_class_count(tmp_path: Path):
     assert ImageFolderDataModule(root, image_size=8).class_names == ["cat", "dog"]
 
 
-def test_check_data_and_fit_report_the_empty_class_folder(tmp_path: Path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)
+def test_check_data_and_fit_report_the_empty_class_folder(tmp_path: Path, cli):
     _images(tmp_path / "images", {"cat": 4, "dog": 4, "emu": 4, "yak": 0})
     (tmp_path / "cfg.yaml").write_text(CONFIG.format(logger="false"))
-    assert main(["check-data", "--config", "cfg.yaml"]) == 2
-    line = capsys.readouterr().err.strip().splitlines()[-1]
+    done = cli("check-data", "--config", "cfg.yaml", cwd=tmp_path)
+    assert done.returncode == 2
+    line = done.stderr.strip().splitlines()[-1]
     assert line.startswith("robust-train: error: ") and "['yak']" in line, line
-    assert main(["fit", "--config", "cfg.yaml"]) == 2
-    err = capsys.readouterr().err
+    done = cli("fit", "--config", "cfg.yaml", cwd=tmp_path)
+    assert done.returncode == 2
+    err = done.stderr
     assert "['yak']" in err.strip().splitlines()[-1] and "out of bounds" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.yaml", "images"]  # nothing left

@@ -12,7 +12,6 @@ import torch
 import wandb
 import yaml
 
-from robust_train.app.cli import main
 from tests.support.wandb_reader import read_run
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "digits_smoothness.yaml"
@@ -48,9 +47,9 @@ def _runs(folder: Path) -> list[Path]:
 
 
 @pytest.mark.slow
-def test_fit_resume_and_evaluate_share_one_complete_wandb_run(tmp_path: Path, monkeypatch):
+def test_fit_resume_and_evaluate_share_one_complete_wandb_run(tmp_path: Path, monkeypatch, cli):
     monkeypatch.chdir(tmp_path)
-    assert main(["fit", "--config", str(CONFIG), *TINY, "--trainer.max_epochs=2"]) == 0
+    assert cli("fit", "--config", CONFIG, *TINY, "--trainer.max_epochs=2").returncode == 0
     wandb.finish()
     folder = tmp_path / "checkpoints" / "digits_smoothness" / "latest"
     stored = torch.load(folder / "last.ckpt", map_location="cpu", weights_only=True)["wandb_run"]
@@ -80,21 +79,11 @@ def test_fit_resume_and_evaluate_share_one_complete_wandb_run(tmp_path: Path, mo
     assert first.summary["checkpoint/best_path"].endswith("best.ckpt")
 
     # Resume: the same W&B run continues; checkpoint artifacts work offline.
-    assert (
-        main(
-            [
-                "fit",
-                "--config",
-                str(CONFIG),
-                *TINY,
-                "--trainer.max_epochs=3",
-                "--ckpt_path",
-                "last",
-                "--trainer.logger.init_args.log_model=true",
-            ]
-        )
-        == 0
-    )
+    resumed = cli(
+        "fit", "--config", CONFIG, *TINY, "--trainer.max_epochs=3", "--ckpt_path", "last",
+        "--trainer.logger.init_args.log_model=true",
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
     wandb.finish()
     runs = _runs(tmp_path)
     assert len(runs) == 2 and all(stored["id"] in r.name for r in runs)
@@ -104,7 +93,7 @@ def test_fit_resume_and_evaluate_share_one_complete_wandb_run(tmp_path: Path, mo
     assert min(steps[1]) > max(steps[0]), "the resumed run continues the step axis"
 
     # evaluate adds its numbers to the summary of the run the checkpoint came from.
-    assert main(["evaluate", "--ckpt", str(folder / "best.ckpt"), *FAST_EVAL]) == 0
+    assert cli("evaluate", "--ckpt", folder / "best.ckpt", *FAST_EVAL).returncode == 0
     third = [r for r in _runs(tmp_path) if r not in runs]
     assert len(third) == 1 and stored["id"] in third[0].name
     summary = read_run(third[0]).summary

@@ -152,27 +152,6 @@ def test_console_script_reports_a_bad_value_in_one_line(tmp_path: Path, cli):
     assert not (tmp_path / "checkpoints").exists()
 
 
-@pytest.mark.slow
-def test_the_benchmark_runs_as_a_module(tmp_path: Path, monkeypatch):
-    """`python -m experiments.cheaper_robustness` as runpy runs it (what -m does), in this
-    process (one torch thread, the repository root on sys.path);
-    tests/benchmarks/test_benchmarks_smoke.py runs every benchmark module in a fresh interpreter."""
-    import runpy
-    import sys
-
-    root = CONFIGS.parent
-    out = tmp_path / "cheaper.md"
-    picked = ("full (the recipe)", "batch_fraction 0.25", "every_n_steps 4")
-    argv = ["--quick", "--out", str(out), "--variants", *picked]  # three: the others share code
-    monkeypatch.chdir(root)
-    monkeypatch.setattr(sys, "argv", ["experiments.cheaper_robustness", *argv])
-    runpy.run_module("experiments.cheaper_robustness", run_name="__main__", alter_sys=True)
-    text = out.read_text()
-    for name in ("natural", *picked):
-        assert f"| {name} |" in text
-    assert "| batch_fraction 0.5 |" not in text  # a variant not asked for does not run
-
-
 class _RecordsInputs(torch.nn.Module):
     """TinyCNN that records whether each forward's input requires grad, and its batch size."""
 

@@ -1,0 +1,25 @@
+"""experiments/cheaper_robustness.py (the study behind CHEAPER.md) runs: a quick run through its
+`main(argv)`, the function `python -m experiments run cheaper_robustness` calls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from experiments import cheaper_robustness
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_a_quick_run_measures_only_the_variants_asked_for(tmp_path: Path, monkeypatch):
+    out = tmp_path / "cheaper.md"
+    picked = ("full (the recipe)", "batch_fraction 0.25", "every_n_steps 4")
+    argv = ["--quick", "--out", str(out), "--variants", *picked]  # three: the others share code
+    monkeypatch.chdir(ROOT)
+    cheaper_robustness.main(argv)
+    text = out.read_text()
+    for name in ("natural", *picked):
+        assert f"| {name} |" in text
+    assert "| batch_fraction 0.5 |" not in text  # a variant not asked for does not run

@@ -42,7 +42,7 @@ from experiments import explainer_recipes as er
 from experiments.pages import IMAGES, RESULTS, tables_page
 from robust_train.core.resources import shipped_checkpoint
 
-OUT = Path("/work/runs/certify")
+OUT = Path("runs/certify")
 PAGE = "CERTIFIED_FRONT.md"
 EPSILONS = (0.005, 0.01, 0.02, 0.05)
 CROWN_EPSILONS = (0.005, 0.01)

@@ -27,8 +27,8 @@ the jobs that have one. `--export` writes them to one committed file (gzip when 
 `restore_jobs`: one JSON object a line, keyed by its "id").
 
     nohup nice -n 10 env OMP_NUM_THREADS=1 python -m experiments.leaderboard_ensemble \
-        --out /work/runs/leaderboard/ens --lb /work/runs/leaderboard/lb --workers 2 &
-    python -m experiments.leaderboard_ensemble --out /work/runs/leaderboard/ens \
+        --out runs/leaderboard/ens --lb runs/leaderboard/lb --workers 2 &
+    python -m experiments.leaderboard_ensemble --out runs/leaderboard/ens \
         --export experiments/results/leaderboard/ensemble_v1.jsonl.gz
 """
 

@@ -213,6 +213,72 @@ def table_rows(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     }
 
 
+# The issue's targets for a fine-tune against its architecture's natural model: (column, test).
+# A test takes the fine-tune's and the natural model's results and returns True, False or None
+# (a value missing). "top-k" is the top-k intersection under the top-k attack.
+TARGET_GAIN = 0.25  # each map's top-k under attack at least natural's + this
+
+
+def _get(r: dict[str, Any], key: str) -> float | None:
+    value = r.get(key)
+    return None if value is None or math.isnan(value) else float(value)
+
+
+def _at_least(a: float | None, b: float | None, margin: float = 0.0) -> bool | None:
+    return None if a is None or b is None else a >= b + margin
+
+
+def _target_tests() -> list[tuple[str, Any]]:
+    tests: list[tuple[str, Any]] = [
+        (
+            "accuracy within 1 point",
+            lambda r, n: _at_least(r["accuracy"], n["accuracy"], -0.01 - 1e-9),
+        ),
+        ("cost <= 2x", lambda r, n: None if r.get("cost") is None else r["cost"] <= 2.0),
+    ]
+    for e, shown in (("saliency", "saliency"), ("grad_cam", "Grad-CAM")):
+        topk = f"attack/{e}/topk/topk_intersection"
+        tests += [
+            (f"{shown} top-k >= natural + {TARGET_GAIN}",
+             lambda r, n, k=topk: _at_least(_get(r, k), _get(n, k), TARGET_GAIN)),
+            (f"{shown} top-k > map = input",
+             lambda r, n, k=topk: _at_least(
+                 _get(r, k), _get(r, "attack/input_reference/topk/topk_intersection"), 1e-9)),
+            (f"{shown} attacked rel. mass >= natural clean",
+             lambda r, n, e=e: _at_least(_get(r, f"attack/{e}/topk/relevance_mass"),
+                                         _get(n, f"localisation/{e}/relevance_mass"))),
+        ]  # fmt: skip
+    tests += [
+        ("Grad-CAM fidelity >= natural",
+         lambda r, n: _at_least(_get(r, "fidelity/grad_cam/fidelity"),
+                                _get(n, "fidelity/grad_cam/fidelity"))),
+        ("Grad-CAM rel. mass >= natural",
+         lambda r, n: _at_least(_get(r, "localisation/grad_cam/relevance_mass"),
+                                _get(n, "localisation/grad_cam/relevance_mass"))),
+    ]  # fmt: skip
+    return tests
+
+
+def targets_table(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Which targets each fine-tune meets against its architecture's natural model: "yes",
+    "no" or "-" (a value missing), and the count met. Results of the default explainer pair
+    only; a result may carry "cost" ((natural + fine-tune) / natural fit CPU seconds)."""
+    pairs = [r for r in results if r["stamp"]["explainers"] == list(EXPLAINERS)]
+    naturals = {r["label"].split("/")[0]: r for r in pairs if "natural" in r["label"]}
+    tests = _target_tests()
+    rows = []
+    for r in sorted(pairs, key=lambda r: r["label"]):
+        natural = naturals.get(r["label"].split("/")[0])
+        if "natural" in r["label"] or natural is None:
+            continue
+        verdicts = [test(r, natural) for _, test in tests]
+        cells = ["-" if v is None else ("yes" if v else "no") for v in verdicts]
+        met = f"{sum(v is True for v in verdicts)}/{len(verdicts)}"
+        rows.append([r["label"], natural["label"], *cells, met])
+    columns = ["model", "against", *(name for name, _ in tests), "met"]
+    return {"columns": columns, "align": "|---" * len(columns) + "|", "rows": rows}
+
+
 DIAGNOSIS_COLUMNS = {
     "accuracy": "accuracy",
     "accuracy_recomputed_bn": "accuracy, BN statistics recomputed",
@@ -253,6 +319,11 @@ def run_table(args: argparse.Namespace) -> None:
     if not results:
         raise SystemExit(f"no results under {args.out}/jobs: run `eval` first")
     tables = table_rows(results)
+    costs = {row[0]: row[4] for row in tables["cost"]["rows"]}
+    for result in results:
+        cost = costs.get(result["label"], "-")
+        result["cost"] = None if cost == "-" else float(cost)
+    tables["targets"] = targets_table(results)
     # the attack ensemble's measurements (`eval --protocol ensemble`, another --out folder)
     ensemble = read_jobs(Path(args.ensemble_out), {}) if args.ensemble_out else []
     if ensemble:

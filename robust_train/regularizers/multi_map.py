@@ -31,10 +31,21 @@ then come from the training forwards of clean images only. "eval" runs the penal
 (running statistics, Dropout off; every submodule's flag restored): the penalty then constrains
 the eval-mode maps while the task loss trains the batch-statistics network, and training can
 exploit the difference (eval-mode accuracy can collapse while training accuracy stays high).
+
+Anchor (`teacher`): by default x' is compared with the model's own clean maps, so the model can
+lower the penalty by making every map say less (a flat map is perfectly stable). With `teacher`,
+the path of a frozen checkpoint of the same architecture (typically the natural model a fine-tune
+starts from), x''s maps are compared with the TEACHER's clean maps instead (in eval mode, no
+gradient): the model can only lower the penalty by keeping, under perturbation, the maps the
+teacher read off the evidence. The ascent then moves x' away from the teacher's maps too, and the
+model's own clean maps are not computed.
 """
 
 from __future__ import annotations
 
+import copy
+import os
+import weakref
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +64,7 @@ from robust_train.explain.grad_cam import one_activation
 from robust_train.explain.layers import capture_output, find_layer
 from robust_train.explain.maps import importance_map
 from robust_train.explain.registry import explainer_spec, resolve_explainer
+from robust_train.models import load_classifier
 from robust_train.regularizers._penalty_parts import DISTANCES, map_distance, sample_in_ball
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
 from robust_train.regularizers.options import AscentOptions, PenaltyCall, penalty_function
@@ -65,6 +77,7 @@ __all__ = [
     "MultiMapSmoothness",
     "gradient_family_maps",
     "multi_map_smoothness",
+    "teacher_model",
 ]
 
 # The maps read off one gradient of the target logit (input and Grad-CAM's layer).
@@ -96,6 +109,10 @@ class MultiMapOptions(AscentOptions):
             its running statistics with them and with the perturbed points), "frozen" (the
             same, the running statistics left as they were) or "eval" (eval mode: BatchNorm
             with its running statistics, Dropout off; every submodule's flag restored).
+        teacher: None (compare x''s maps with the model's own clean maps) or the path of a
+            checkpoint of the same architecture (a `.ckpt` written by `robust-train fit`, or a
+            saved state dict) whose clean maps, in eval mode and without gradient, x''s maps are
+            compared with. Loaded into a copy of the penalised model at its first use.
     """
 
     radius: float = 0.3
@@ -105,6 +122,7 @@ class MultiMapOptions(AscentOptions):
     layer: str | None = None
     start: str = "uniform"
     model_mode: str = "unchanged"
+    teacher: str | None = None
     others: dict[str, Any] = field(init=False, repr=False, compare=False)
     piecewise: bool = field(init=False, repr=False, compare=False)
 
@@ -141,11 +159,60 @@ class MultiMapOptions(AscentOptions):
         check_choice(self.model_mode, "model_mode", MODEL_MODES)
         if self.layer is not None and not isinstance(self.layer, str):
             raise TypeError(f"`layer` must be a module name or None, got {self.layer!r}")
+        _check_teacher(self.teacher)
 
     @property
     def weights(self) -> tuple[float, ...]:
         """One weight per explainer (1 each when `map_weights` is None)."""
         return self.map_weights or (1.0,) * len(self.explainers)
+
+
+def _check_teacher(teacher: object) -> None:
+    """`teacher` is None or the path of an existing file."""
+    if teacher is None:
+        return
+    if not isinstance(teacher, str):
+        raise TypeError(f"`teacher` must be a checkpoint path or None, got {teacher!r}")
+    if not os.path.isfile(teacher):
+        raise FileNotFoundError(f"`teacher` must be an existing checkpoint file, got {teacher!r}")
+
+
+# Penalised model -> (teacher path, the teacher loaded into a copy of it), one load per pair.
+_TEACHERS: weakref.WeakKeyDictionary[nn.Module, tuple[str, nn.Module]] = weakref.WeakKeyDictionary()
+
+
+def teacher_model(model: nn.Module, path: str) -> nn.Module:
+    """The frozen teacher of `model`: `path`'s weights loaded into a copy of `model`, in eval
+    mode, its parameters not requiring grad; loaded once per model and path.
+
+    Args:
+        model: the penalised model (its architecture is copied, its weights are not used).
+        path: a checkpoint of that architecture (see `MultiMapOptions.teacher`).
+
+    Returns:
+        The teacher, on the device of `model`'s first parameter.
+
+    Raises:
+        CheckpointError: (a RuntimeError) `path` does not fit `model`'s architecture.
+
+    Example:
+        >>> import os, tempfile
+        >>> from torch import nn
+        >>> net = nn.Sequential(nn.Flatten(), nn.Linear(4, 2))
+        >>> file = os.path.join(tempfile.mkdtemp(), "teacher.pt")
+        >>> torch.save(net.state_dict(), file)
+        >>> teacher = teacher_model(net, file)
+        >>> teacher is not net, teacher.training, teacher is teacher_model(net, file)
+        (True, False, True)
+    """
+    known = _TEACHERS.get(model)
+    if known is not None and known[0] == path:
+        return known[1]
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    teacher = load_classifier(path, model=copy.deepcopy(model), map_location=device)
+    teacher.requires_grad_(False)
+    _TEACHERS[model] = (path, teacher)
+    return teacher
 
 
 def _as_tuple(value: Any, name: str) -> tuple[Any, ...]:
@@ -259,15 +326,22 @@ def multi_map_smoothness(call: PenaltyCall[MultiMapOptions]) -> Tensor:
 def _multi_map(call: PenaltyCall[MultiMapOptions]) -> tuple[Tensor, bool]:
     """The penalty (B,) and whether the first ascent step had a zero direction everywhere, in
     the mode `model_mode` asks for."""
-    mode = call.options.model_mode
+    mode, path = call.options.model_mode, call.options.teacher
+    teacher = None if path is None else teacher_model(call.model, path)  # before any mode change
     modes = {"eval": eval_mode, "frozen": running_statistics_kept}.get(mode, nullcontext)
     with modes(call.model):
-        return _multi_map_in_mode(call)
+        return _multi_map_in_mode(call, teacher)
 
 
-def _multi_map_in_mode(call: PenaltyCall[MultiMapOptions]) -> tuple[Tensor, bool]:
+def _multi_map_in_mode(
+    call: PenaltyCall[MultiMapOptions], teacher: nn.Module | None
+) -> tuple[Tensor, bool]:
     model, target, o, x0 = call.model, call.target, call.options, call.inputs.detach()
-    clean = _maps(model, x0, target, o, create_graph=True)
+    if teacher is None:
+        clean = _maps(model, x0, target, o, create_graph=True)
+    else:  # the frozen teacher's clean maps: a constant the model's perturbed maps must keep
+        clean = _maps(teacher, x0, target, o, create_graph=False)
+        clean = {k: v.detach() for k, v in clean.items()}
     delta = sample_in_ball(x0, o.radius, 1, "linf", call.generator)
     if o.start == "corner":
         delta = torch.where(delta >= 0, o.radius, -o.radius).to(delta)

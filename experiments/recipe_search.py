@@ -57,6 +57,13 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "corner_bf03_a0": {"start": "corner", "n_ascent_steps": 0, "batch_fraction": 0.3},
     "e3": {"epochs": 3},
     "corner_w10": {"start": "corner", "weight": 10.0},
+    "corner_w4": {"start": "corner", "weight": 4.0},
+    "corner_w5": {"start": "corner", "weight": 5.0},
+    "corner_a3_bf01": {"start": "corner", "n_ascent_steps": 3, "batch_fraction": 0.1},
+    "corner_gcp2": {"start": "corner", "map_powers": [1.0, 1.0, 2.0]},
+    "corner_gcp4": {"start": "corner", "map_powers": [1.0, 1.0, 4.0]},
+    "corner_w4_gcp2": {"start": "corner", "weight": 4.0, "map_powers": [1.0, 1.0, 2.0]},
+    "corner_w4_p2": {"start": "corner", "weight": 4.0, "map_powers": [2.0, 2.0, 2.0]},
 }
 FIT_KEYS = ("epochs", "lr")
 

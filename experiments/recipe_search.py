@@ -341,9 +341,16 @@ def check_table(
     }  # fmt: skip
 
 
-def collect(runs: Path, results: Path = RESULTS, before: Path | None = None) -> dict[str, Any]:
+def collect(
+    runs: Path,
+    results: Path = RESULTS,
+    before: Path | None = None,
+    diagnosis: Path | None = None,
+    png: Path | None = None,
+) -> dict[str, Any]:
     """Write the results file from the finished candidates and full checks (`before`: the
-    ensemble_maps jobs of the shipped pair, for paired differences); return it."""
+    ensemble_maps jobs of the shipped pair, for paired differences; `diagnosis`: the
+    recipe_gradcam results, as a table; `png`: the front's figure); return it."""
     found = load_search(runs)
     if not found:
         raise FileNotFoundError(f"`--runs` {str(runs)!r} holds no finished candidate")
@@ -358,6 +365,14 @@ def collect(runs: Path, results: Path = RESULTS, before: Path | None = None) -> 
         "tables": {"candidates": candidate_table(found), "full": full_table(runs, before)},
     }  # fmt: skip
     data["tables"]["check"] = check_table(found, data["tables"]["full"])
+    if diagnosis is not None and diagnosis.is_file():
+        from experiments.recipe_gradcam import diagnosis_table
+
+        data["tables"]["gradcam"] = diagnosis_table(json.loads(diagnosis.read_text()))
+    if png is not None:
+        from experiments.recipe_search_figure import draw_front
+
+        draw_front(found, png, PROXY_MAPS)
     results.write_text(json.dumps(data, indent=1) + "\n")
     return data
 
@@ -387,6 +402,18 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="collect: ensemble_maps job folder of the shipped pair (paired)",
     )
+    parser.add_argument(
+        "--diagnosis",
+        type=Path,
+        default=Path(__file__).resolve().parent / "results" / "recipe_gradcam.json",
+        help="collect: the recipe_gradcam results (a table where the file is there)",
+    )
+    parser.add_argument(
+        "--png",
+        type=Path,
+        default=None,
+        help="collect: draw the front here (docs/images/recipe_search_front.png on the page)",
+    )
     args = parser.parse_args(argv)
     for name in args.candidates:
         if name not in CANDIDATES:
@@ -400,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     args.runs.mkdir(parents=True, exist_ok=True)
     if args.step == "collect":
-        data = collect(args.runs, args.results, args.before)
+        data = collect(args.runs, args.results, args.before, args.diagnosis, args.png)
         print(f"wrote {args.results} ({len(data['tables']['candidates']['rows'])} candidates)")
         return 0
     for tag, file in files.items():

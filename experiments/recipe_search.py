@@ -64,6 +64,7 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "corner_gcp4": {"start": "corner", "map_powers": [1.0, 1.0, 4.0]},
     "corner_w4_gcp2": {"start": "corner", "weight": 4.0, "map_powers": [1.0, 1.0, 2.0]},
     "corner_w4_p2": {"start": "corner", "weight": 4.0, "map_powers": [2.0, 2.0, 2.0]},
+    "corner_w4_gcp4": {"start": "corner", "weight": 4.0, "map_powers": [1.0, 1.0, 4.0]},
 }
 FIT_KEYS = ("epochs", "lr")
 

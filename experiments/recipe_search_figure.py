@@ -43,18 +43,24 @@ def points(found: dict[tuple[str, int], dict[str, Any]], maps: tuple[str, ...]) 
 def draw_front(
     found: dict[tuple[str, int], dict[str, Any]], png: Path, maps: tuple[str, ...]
 ) -> Path:
-    """Four panels (each proxy map, and their mean): test accuracy (x) against the proxy's
-    top-100 intersection (y) of every candidate and seed; the shipped model as a red star, the
-    natural model's file as a grey square, the targets (horizontal) and the accuracy floor
-    (vertical) as dotted lines. Returns `png`."""
+    """Four panels (three proxy maps and their mean): test accuracy (x) against the proxy's
+    top-100 intersection (y) of every candidate and seed, the Pareto-optimal ones joined; the
+    shipped model as a red star, the natural model's file as a grey square, the targets
+    (horizontal) and the accuracy floor (vertical) as dotted lines. Returns `png`."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from experiments.every_map import pareto
+
     panels = points(found, maps)
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.2), sharex=True)
+    fig, grid = plt.subplots(2, 2, figsize=(11, 9), sharex=True)
+    axes = list(grid.flat)
     for ax, (panel, pts) in zip(axes, panels.items(), strict=True):
+        front = pareto({t: p for t, p in pts.items() if p[1] == p[1]})
+        ax.plot(*zip(*(pts[t] for t in front), strict=True), color="tab:blue", lw=0.8,
+                alpha=0.6, label="front")  # fmt: skip
         for tag, (acc, level) in pts.items():
             name = tag.rsplit(" s", 1)[0]
             style = {"shipped_before": ("*", "tab:red", 140), "natural_file": ("s", "grey", 50)}
@@ -68,7 +74,7 @@ def draw_front(
         ax.axvline(ACCURACY_FLOOR, color="tab:green", ls=":", lw=1, label="accuracy floor")
         ax.set_title(LABELS.get(panel, "mean of the three maps"), fontsize=10)
         ax.set_xlabel("test accuracy")
-    axes[0].set_ylabel("top-100 intersection under the proxy ensemble")
+        ax.set_ylabel("top-100 intersection under the proxy ensemble")
     axes[0].legend(loc="lower left", fontsize=7)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)

@@ -65,8 +65,12 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "corner_w4_gcp2": {"start": "corner", "weight": 4.0, "map_powers": [1.0, 1.0, 2.0]},
     "corner_w4_p2": {"start": "corner", "weight": 4.0, "map_powers": [2.0, 2.0, 2.0]},
     "corner_w4_gcp4": {"start": "corner", "weight": 4.0, "map_powers": [1.0, 1.0, 4.0]},
-    "corner_w4_gcp4_g05": {"start": "corner", "weight": 4.0, "map_weights": [0.5, 1.0, 0.5],
-                           "map_powers": [1.0, 1.0, 4.0]},  # fmt: skip
+    "corner_w4_gcp4_g05": {
+        "start": "corner",
+        "weight": 4.0,
+        "map_weights": [0.5, 1.0, 0.5],
+        "map_powers": [1.0, 1.0, 4.0],
+    },  # fmt: skip
 }
 FIT_KEYS = ("epochs", "lr")
 

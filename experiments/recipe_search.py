@@ -384,7 +384,7 @@ def collect(
     return data
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     from experiments import ensemble_maps as em
 
     parser = argparse.ArgumentParser(prog="python -m experiments run recipe_search")
@@ -421,6 +421,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="collect: draw the front here (docs/images/recipe_search_front.png on the page)",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     for name in args.candidates:
         if name not in CANDIDATES:

@@ -258,6 +258,36 @@ def candidate_table(found: dict[tuple[str, int], dict[str, Any]]) -> dict[str, A
     }  # fmt: skip
 
 
+def seed_table(found: dict[tuple[str, int], dict[str, Any]]) -> dict[str, Any]:
+    """Each candidate fitted at two seeds or more: its test accuracy and proxy levels as the
+    mean over the seeds with the lowest and highest seed's value.
+
+    Examples:
+        >>> row = lambda acc, s: {"test_acc": acc, "proxy": {m: s for m in PROXY_MAPS}}
+        >>> seed_table({("a", 0): row(0.96, 0.5), ("a", 1): row(0.98, 0.7),
+        ...             ("b", 0): row(0.9, 0.1)})["rows"][0][:4]
+        ['a', '0, 1', '0.970 (0.960-0.980)', '0.600 (0.500-0.700)']
+    """
+    names = sorted({n for (n, _), r in found.items() if "proxy" in r})
+    rows = []
+    for name in names:
+        seeds = sorted(s for (n, s), r in found.items() if n == name and "proxy" in r)
+        if len(seeds) < 2:
+            continue
+        runs = [found[(name, s)] for s in seeds]
+        columns = [[r["test_acc"] for r in runs]]
+        columns += [[r["proxy"][m] for r in runs] for m in PROXY_MAPS]
+        columns.append([_mean(list(r["proxy"].values())) for r in runs])
+        cells = [f"{_mean(c):.3f} ({min(c):.3f}-{max(c):.3f})" for c in columns]
+        rows.append([name, ", ".join(map(str, seeds)), *cells])
+    return {
+        "columns": ["candidate", "seeds", "test acc", "saliency", "Grad-CAM", "DeepLIFT",
+                    "mean of the three"],
+        "align": "|---" * 7 + "|",
+        "rows": rows,
+    }  # fmt: skip
+
+
 def _per_image(folder: Path, tag: str) -> dict[str, dict[int, float]]:
     """Each map's top-100 intersection per test image index in one folder of ensemble_maps
     jobs of model `tag` (all its chunks)."""
@@ -369,7 +399,8 @@ def collect(
                   "2 restarts, betas 3 and 10, 500 search queries"},
         "candidates": {f"{n}_s{s}": {k: v for k, v in r.items() if k != "per_image"}
                        for (n, s), r in found.items()},
-        "tables": {"candidates": candidate_table(found), "full": full_table(runs, before)},
+        "tables": {"candidates": candidate_table(found), "seeds": seed_table(found),
+                   "full": full_table(runs, before)},
     }  # fmt: skip
     data["tables"]["check"] = check_table(found, data["tables"]["full"])
     if diagnosis is not None and diagnosis.is_file():

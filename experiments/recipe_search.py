@@ -71,6 +71,14 @@ CANDIDATES: dict[str, dict[str, Any]] = {
         "map_weights": [0.5, 1.0, 0.5],
         "map_powers": [1.0, 1.0, 4.0],
     },  # fmt: skip
+    "corner_w4_gcp4_g05_dl": {
+        "start": "corner",
+        "weight": 4.0,
+        "explainers": ["saliency", "input_x_gradient", "grad_cam", "deeplift"],
+        "map_weights": [0.5, 1.0, 0.5, 1.0],
+        "map_powers": [1.0, 1.0, 4.0, 1.0],
+        "batch_fraction": 0.1,
+    },
 }
 FIT_KEYS = ("epochs", "lr")
 

@@ -44,9 +44,9 @@ def draw_front(
     found: dict[tuple[str, int], dict[str, Any]], png: Path, maps: tuple[str, ...]
 ) -> Path:
     """Four panels (three proxy maps and their mean): test accuracy (x) against the proxy's
-    top-100 intersection (y) of every candidate and seed, the Pareto-optimal ones joined; the
-    shipped model as a red star, the natural model's file as a grey square, the targets
-    (horizontal) and the accuracy floor (vertical) as dotted lines. Returns `png`."""
+    top-100 intersection (y) of every candidate and seed, the Pareto-optimal ones joined and
+    named; the shipped model as a red star, the natural model's file as a grey square, the
+    targets (horizontal) and the accuracy floor (vertical) as dotted lines. Returns `png`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -66,7 +66,7 @@ def draw_front(
             style = {"shipped_before": ("*", "tab:red", 140), "natural_file": ("s", "grey", 50)}
             marker, colour, size = style.get(name, ("o", "tab:blue", 25))
             ax.scatter([acc], [level], marker=marker, color=colour, s=size, zorder=3)
-            if name not in style:
+            if name not in style and tag in front:
                 ax.annotate(tag, (acc, level), textcoords="offset points", xytext=(3, 3),
                             fontsize=6)  # fmt: skip
         if panel in TARGETS:

@@ -57,6 +57,28 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "corner_bf03_a0": {"start": "corner", "n_ascent_steps": 0, "batch_fraction": 0.3},
     "e3": {"epochs": 3},
     "corner_w10": {"start": "corner", "weight": 10.0},
+    "corner_w4": {"start": "corner", "weight": 4.0},
+    "corner_w5": {"start": "corner", "weight": 5.0},
+    "corner_a3_bf01": {"start": "corner", "n_ascent_steps": 3, "batch_fraction": 0.1},
+    "corner_gcp2": {"start": "corner", "map_powers": [1.0, 1.0, 2.0]},
+    "corner_gcp4": {"start": "corner", "map_powers": [1.0, 1.0, 4.0]},
+    "corner_w4_gcp2": {"start": "corner", "weight": 4.0, "map_powers": [1.0, 1.0, 2.0]},
+    "corner_w4_p2": {"start": "corner", "weight": 4.0, "map_powers": [2.0, 2.0, 2.0]},
+    "corner_w4_gcp4": {"start": "corner", "weight": 4.0, "map_powers": [1.0, 1.0, 4.0]},
+    "corner_w4_gcp4_g05": {
+        "start": "corner",
+        "weight": 4.0,
+        "map_weights": [0.5, 1.0, 0.5],
+        "map_powers": [1.0, 1.0, 4.0],
+    },  # fmt: skip
+    "corner_w4_gcp4_g05_dl": {
+        "start": "corner",
+        "weight": 4.0,
+        "explainers": ["saliency", "input_x_gradient", "grad_cam", "deeplift"],
+        "map_weights": [0.5, 1.0, 0.5, 1.0],
+        "map_powers": [1.0, 1.0, 4.0, 1.0],
+        "batch_fraction": 0.1,
+    },
 }
 FIT_KEYS = ("epochs", "lr")
 
@@ -244,6 +266,36 @@ def candidate_table(found: dict[tuple[str, int], dict[str, Any]]) -> dict[str, A
     }  # fmt: skip
 
 
+def seed_table(found: dict[tuple[str, int], dict[str, Any]]) -> dict[str, Any]:
+    """Each candidate fitted at two seeds or more: its test accuracy and proxy levels as the
+    mean over the seeds with the lowest and highest seed's value.
+
+    Examples:
+        >>> row = lambda acc, s: {"test_acc": acc, "proxy": {m: s for m in PROXY_MAPS}}
+        >>> seed_table({("a", 0): row(0.96, 0.5), ("a", 1): row(0.98, 0.7),
+        ...             ("b", 0): row(0.9, 0.1)})["rows"][0][:4]
+        ['a', '0, 1', '0.970 (0.960-0.980)', '0.600 (0.500-0.700)']
+    """
+    names = sorted({n for (n, _), r in found.items() if "proxy" in r})
+    rows = []
+    for name in names:
+        seeds = sorted(s for (n, s), r in found.items() if n == name and "proxy" in r)
+        if len(seeds) < 2:
+            continue
+        runs = [found[(name, s)] for s in seeds]
+        columns = [[r["test_acc"] for r in runs]]
+        columns += [[r["proxy"][m] for r in runs] for m in PROXY_MAPS]
+        columns.append([_mean(list(r["proxy"].values())) for r in runs])
+        cells = [f"{_mean(c):.3f} ({min(c):.3f}-{max(c):.3f})" for c in columns]
+        rows.append([name, ", ".join(map(str, seeds)), *cells])
+    return {
+        "columns": ["candidate", "seeds", "test acc", "saliency", "Grad-CAM", "DeepLIFT",
+                    "mean of the three"],
+        "align": "|---" * 7 + "|",
+        "rows": rows,
+    }  # fmt: skip
+
+
 def _per_image(folder: Path, tag: str) -> dict[str, dict[int, float]]:
     """Each map's top-100 intersection per test image index in one folder of ensemble_maps
     jobs of model `tag` (all its chunks)."""
@@ -334,9 +386,16 @@ def check_table(
     }  # fmt: skip
 
 
-def collect(runs: Path, results: Path = RESULTS, before: Path | None = None) -> dict[str, Any]:
+def collect(
+    runs: Path,
+    results: Path = RESULTS,
+    before: Path | None = None,
+    diagnosis: Path | None = None,
+    png: Path | None = None,
+) -> dict[str, Any]:
     """Write the results file from the finished candidates and full checks (`before`: the
-    ensemble_maps jobs of the shipped pair, for paired differences); return it."""
+    ensemble_maps jobs of the shipped pair, for paired differences; `diagnosis`: the
+    recipe_gradcam results, as a table; `png`: the front's figure); return it."""
     found = load_search(runs)
     if not found:
         raise FileNotFoundError(f"`--runs` {str(runs)!r} holds no finished candidate")
@@ -348,14 +407,23 @@ def collect(runs: Path, results: Path = RESULTS, before: Path | None = None) -> 
                   "2 restarts, betas 3 and 10, 500 search queries"},
         "candidates": {f"{n}_s{s}": {k: v for k, v in r.items() if k != "per_image"}
                        for (n, s), r in found.items()},
-        "tables": {"candidates": candidate_table(found), "full": full_table(runs, before)},
+        "tables": {"candidates": candidate_table(found), "seeds": seed_table(found),
+                   "full": full_table(runs, before)},
     }  # fmt: skip
     data["tables"]["check"] = check_table(found, data["tables"]["full"])
+    if diagnosis is not None and diagnosis.is_file():
+        from experiments.recipe_gradcam import diagnosis_table
+
+        data["tables"]["gradcam"] = diagnosis_table(json.loads(diagnosis.read_text()))
+    if png is not None:
+        from experiments.recipe_search_figure import draw_front
+
+        draw_front(found, png, PROXY_MAPS)
     results.write_text(json.dumps(data, indent=1) + "\n")
     return data
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     from experiments import ensemble_maps as em
 
     parser = argparse.ArgumentParser(prog="python -m experiments run recipe_search")
@@ -380,6 +448,23 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="collect: ensemble_maps job folder of the shipped pair (paired)",
     )
+    parser.add_argument(
+        "--diagnosis",
+        type=Path,
+        default=Path(__file__).resolve().parent / "results" / "recipe_gradcam.json",
+        help="collect: the recipe_gradcam results (a table where the file is there)",
+    )
+    parser.add_argument(
+        "--png",
+        type=Path,
+        default=None,
+        help="collect: draw the front here (docs/images/recipe_search_front.png on the page)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     for name in args.candidates:
         if name not in CANDIDATES:
@@ -393,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     args.runs.mkdir(parents=True, exist_ok=True)
     if args.step == "collect":
-        data = collect(args.runs, args.results, args.before)
+        data = collect(args.runs, args.results, args.before, args.diagnosis, args.png)
         print(f"wrote {args.results} ({len(data['tables']['candidates']['rows'])} candidates)")
         return 0
     for tag, file in files.items():

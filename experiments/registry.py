@@ -46,6 +46,10 @@ EXPERIMENTS: dict[str, Entry] = {
         page="RECIPE_SEARCH.md",
         write_page=TABLES,
     ),
+    "recipe_gradcam": Entry(
+        "experiments.recipe_gradcam",
+        "why Grad-CAM does not move under the every-map penalty: its attacked maps described",
+    ),
     "architectures": Entry(
         "experiments.architectures",
         "one recipe, weights unchanged, on several architectures",

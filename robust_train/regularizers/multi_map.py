@@ -5,7 +5,8 @@ with weights w_e, all at the SAME perturbed point x' (uniform in B_inf(x, radius
 few projected sign-ascent steps on the weighted sum itself; with `start="corner"` the ascent
 starts at a random vertex of the ball, x + radius * random signs, where a gradient-free random
 search of the ball puts its points), d the map distance of
-`ExplanationSmoothness` (1 - cosine by default) between importance maps. It is the explanation
+`ExplanationSmoothness` (1 - cosine by default) between importance maps (each raised to its
+`map_powers` exponent, 1 by default). It is the explanation
 smoothness penalty of SENN / IGR / FAR (`robust_train.regularizers.smoothness`) over several maps
 at once: a model fine-tuned on one map protects that map, not the map its user acts on.
 
@@ -113,6 +114,11 @@ class MultiMapOptions(AscentOptions):
             checkpoint of the same architecture (a `.ckpt` written by `robust-train fit`, or a
             saved state dict) whose clean maps, in eval mode and without gradient, x''s maps are
             compared with. Loaded into a copy of the penalised model at its first use.
+        map_powers: one exponent >= 1 per explainer (default 1 each): each importance map is
+            raised to its power before the distance, which puts the distance's weight on the
+            map's largest values, the top-k set the attacks score (a coarse map such as
+            Grad-CAM at a 7 x 7 layer spreads its mass over every cell, and a distance of the
+            whole maps hardly sees its few top cells change places).
     """
 
     radius: float = 0.3
@@ -123,6 +129,7 @@ class MultiMapOptions(AscentOptions):
     start: str = "uniform"
     model_mode: str = "unchanged"
     teacher: str | None = None
+    map_powers: tuple[float, ...] | None = None
     others: dict[str, Any] = field(init=False, repr=False, compare=False)
     piecewise: bool = field(init=False, repr=False, compare=False)
 
@@ -153,6 +160,14 @@ class MultiMapOptions(AscentOptions):
                 check_non_negative(w, "map_weights")
             if not any(weights):
                 raise ValueError(f"`map_weights` must not be all zero, got {list(weights)}")
+        if self.map_powers is not None:
+            powers = tuple(float(p) for p in _as_tuple(self.map_powers, "map_powers"))
+            object.__setattr__(self, "map_powers", powers)
+            if len(powers) != len(names) or any(not p >= 1 for p in powers):
+                raise ValueError(
+                    f"`map_powers` must have one exponent >= 1 per explainer ({len(names)}), "
+                    f"got {list(powers)}"
+                )
         super().__post_init__()
         check_choice(self.distance, "distance", DISTANCES)
         check_choice(self.start, "start", STARTS)
@@ -165,6 +180,11 @@ class MultiMapOptions(AscentOptions):
     def weights(self) -> tuple[float, ...]:
         """One weight per explainer (1 each when `map_weights` is None)."""
         return self.map_weights or (1.0,) * len(self.explainers)
+
+    @property
+    def powers(self) -> tuple[float, ...]:
+        """One exponent per explainer (1 each when `map_powers` is None)."""
+        return self.map_powers or (1.0,) * len(self.explainers)
 
 
 def _check_teacher(teacher: object) -> None:
@@ -307,11 +327,16 @@ def _weighted_distance(
 ) -> Tensor:
     """sum_e w_e d(clean_e, pert_e), per sample (B,)."""
     parts = [
-        w * map_distance(clean[name], pert[name], o.distance)
-        for name, w in zip(o.explainers, o.weights, strict=True)
+        w * map_distance(_power(clean[name], p), _power(pert[name], p), o.distance)
+        for name, w, p in zip(o.explainers, o.weights, o.powers, strict=True)
         if w
     ]
     return torch.stack(parts).sum(0)
+
+
+def _power(maps: Tensor, power: float) -> Tensor:
+    """Importance maps (non-negative) raised to `power`; the maps themselves at power 1."""
+    return maps if power == 1 else maps.clamp_min(0) ** power
 
 
 @penalty_function(MultiMapOptions)

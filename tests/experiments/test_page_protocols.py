@@ -16,9 +16,8 @@ ATTACK_NUMBERS = re.compile(r"top-k attack|attack k|top-100|topk|∩")
 STATED = re.compile(
     r"under the attack ensemble|`ensemble` protocol|^> \*\*Attack protocol\.\*\*", re.M
 )
-# pages that their own studies rewrite, left to them: the cluttered benchmark's page, and the
-# recipe search's, whose candidates are scored under a cheaper proxy of the ensemble
-REWRITTEN_ELSEWHERE = {"CLUTTERED.md", "RECIPE_SEARCH.md"}
+# the cluttered benchmark's page, whose study rewrites its opening
+REWRITTEN_ELSEWHERE = {"CLUTTERED.md"}
 
 
 def _pages() -> list[str]:

@@ -15,6 +15,7 @@ from robust_train.attacks import AttackOptions, fragility_attack
 from robust_train.attacks.objectives.base import OBJECTIVES, register_objective
 from robust_train.attacks.objectives.topk import TopK
 from robust_train.core.balls import random_in_ball
+from tests.support.helpers import relu_conv_net
 
 OPTIONS = AttackOptions(epsilon=0.1, n_steps=3, k=8, measure_k=8, n_restarts=1)
 FROM_RANDOM = "topk_every_start_random"
@@ -22,15 +23,7 @@ FROM_RANDOM = "topk_every_start_random"
 
 @pytest.fixture(scope="module")
 def images():
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(
-        torch.nn.Conv2d(1, 4, 3, padding=1),
-        torch.nn.ReLU(),
-        torch.nn.Flatten(),
-        torch.nn.Linear(4 * 64, 8),
-        torch.nn.ReLU(),
-        torch.nn.Linear(8, 3),
-    ).eval()
+    net = relu_conv_net()
     x = torch.rand(64, 1, 8, 8, generator=torch.Generator().manual_seed(2))
     return net, x, net(x).argmax(1)
 

@@ -12,21 +12,14 @@ import torch
 from robust_train.attacks import AttackOptions, ensemble_attack, fragility_attack
 from robust_train.attacks.ensemble import plan_members
 from robust_train.attacks.objectives.base import get_objective
+from tests.support.helpers import relu_conv_net
 
 OPTIONS = AttackOptions(epsilon=0.1, n_steps=3, k=8, measure_k=8)
 BETAS = (1.0, 3.0, 10.0, 30.0)
 
 
 def _net() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(
-        torch.nn.Conv2d(1, 4, 3, padding=1),
-        torch.nn.ReLU(),
-        torch.nn.Flatten(),
-        torch.nn.Linear(4 * 64, 8),
-        torch.nn.ReLU(),
-        torch.nn.Linear(8, 3),
-    ).eval()
+    return relu_conv_net()
 
 
 @pytest.fixture(scope="module")

@@ -17,19 +17,14 @@ from robust_train.evaluation.cost import unit_costs
 from robust_train.evaluation.parts.input_reference import InputReferencePart
 from robust_train.explain import input_reference
 from robust_train.explain.registry import EXPLAINERS, explainer_spec, register_explainer
+from tests.support.helpers import relu_conv_net
 
 OPTIONS = AttackOptions(epsilon=0.1, n_steps=3, k=8, measure_k=8)
 TWIN = "undeclared_input_copy"
 
 
 def _net() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(
-        torch.nn.Conv2d(1, 4, 3, padding=1),
-        torch.nn.ReLU(),
-        torch.nn.Flatten(),
-        torch.nn.Linear(4 * 64, 3),
-    ).eval()
+    return relu_conv_net(hidden=None)
 
 
 @pytest.fixture()

@@ -20,6 +20,7 @@ from robust_train.explain import get_explainer, importance_map
 from robust_train.metrics.functional import spearman_correlation, topk_intersection
 from robust_train.models import MNISTConvNet, Normalize
 from tests.support.helpers import TinyCNN
+from tests.support.quantus_refs import quantus_mprt
 
 
 def _net() -> nn.Module:
@@ -41,8 +42,7 @@ def _net() -> nn.Module:
 def test_spearman_equals_quantus_mprt_on_the_same_random_network(build, explainer):
     """Quantus's MPRT (cascading top-down, skip_layers, last correlation, abs, no
     normalisation) against ours with Quantus's own fully randomised copy."""
-    quantus = pytest.importorskip("quantus")
-    from quantus.functions.similarity_func import correlation_spearman
+    pytest.importorskip("quantus")
     from quantus.helpers.model.pytorch_model import PyTorchModel
 
     model = build()
@@ -53,18 +53,7 @@ def test_spearman_equals_quantus_mprt_on_the_same_random_network(build, explaine
         explainer, **({"n_steps": 4} if explainer == "integrated_gradients" else {})
     )
 
-    def explain_func(model, inputs, targets, **kwargs):
-        return explain(model, torch.as_tensor(inputs), torch.as_tensor(targets)).detach().numpy()
-
-    metric = quantus.MPRT(
-        similarity_func=correlation_spearman, layer_order="top_down", seed=7,
-        return_last_correlation=True, skip_layers=True, abs=True, normalise=False,
-        disable_warnings=True,
-    )  # fmt: skip
-    theirs = metric(
-        model=model, x_batch=x.numpy(), y_batch=y.numpy(), a_batch=None,
-        explain_func=explain_func, device="cpu",
-    )  # fmt: skip
+    theirs = quantus_mprt(model, x, y, explain, last=True)
     wrapped = PyTorchModel(model=model, channel_first=True, softmax=False, device="cpu")
     *_, (_, random_model) = wrapped.get_random_layer_generator(order="top_down", seed=7)
     ours = randomization_similarity(model, random_model, x, y, explain, 10)

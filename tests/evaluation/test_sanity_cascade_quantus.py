@@ -10,12 +10,12 @@ import torch
 from robust_train.evaluation.parts.sanity import randomization_similarity, randomized_states
 from robust_train.explain import get_explainer
 from robust_train.models import MNISTConvNet
+from tests.support.quantus_refs import quantus_mprt
 
 
 @pytest.mark.parametrize("explainer", ["saliency", "input_x_gradient"])
 def test_each_stage_of_the_cascade_equals_quantus_mprt(explainer):
-    quantus = pytest.importorskip("quantus")
-    from quantus.functions.similarity_func import correlation_spearman
+    pytest.importorskip("quantus")
     from quantus.helpers.model.pytorch_model import PyTorchModel
 
     torch.manual_seed(0)
@@ -24,18 +24,7 @@ def test_each_stage_of_the_cascade_equals_quantus_mprt(explainer):
     y = model(x).argmax(1)
     explain = get_explainer(explainer)
 
-    def explain_func(model, inputs, targets, **kwargs):
-        return explain(model, torch.as_tensor(inputs), torch.as_tensor(targets)).detach().numpy()
-
-    metric = quantus.MPRT(
-        similarity_func=correlation_spearman, layer_order="top_down", seed=7,
-        return_last_correlation=False, skip_layers=False, abs=True, normalise=False,
-        disable_warnings=True,
-    )  # fmt: skip
-    theirs = metric(
-        model=model, x_batch=x.numpy(), y_batch=y.numpy(), a_batch=None,
-        explain_func=explain_func, device="cpu",
-    )  # fmt: skip
+    theirs = quantus_mprt(model, x, y, explain, last=False)
     stages = [name for name, _ in randomized_states(model, seed=7)]
     assert stages == [name for name in theirs if name != "original"]  # the same cascade
     wrapped = PyTorchModel(model=model, channel_first=True, softmax=False, device="cpu")

@@ -15,13 +15,11 @@ from robust_train.regularizers.multi_map import (
     _weighted_distance,
     multi_map_smoothness,
 )
+from tests.support.helpers import relu_conv_net
 
 
 def _net() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Conv2d(1, 3, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(3 * 6 * 6, 4)
-    ).eval()
+    return relu_conv_net(hidden=None, classes=4, channels=3, size=6)
 
 
 def _l1(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

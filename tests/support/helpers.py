@@ -81,6 +81,23 @@ class SmoothMLP(nn.Module):
         return self.net(x)
 
 
+def relu_conv_net(
+    hidden: int | None = 8, classes: int = 3, seed: int = 0, channels: int = 4, size: int = 8
+) -> nn.Module:
+    """A seeded ReLU network on 1 x `size` x `size` images in eval mode: one convolution to
+    `channels` channels, then a hidden layer of `hidden` units (None: none) and `classes`
+    logits."""
+    torch.manual_seed(seed)
+    width = channels * size * size
+    conv = nn.Conv2d(1, channels, 3, padding=1)  # built first: the seeded draws as written inline
+    head: list[nn.Module] = (
+        [nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, classes)]
+        if hidden is not None
+        else [nn.Linear(width, classes)]
+    )
+    return nn.Sequential(conv, nn.ReLU(), nn.Flatten(), *head).eval()
+
+
 def digits_tensors() -> tuple[Tensor, Tensor]:
     """scikit-learn's bundled 8x8 digits as images in [0, 1], shape (1797, 1, 8, 8), and labels."""
     from sklearn.datasets import load_digits

@@ -14,7 +14,9 @@ attack and under random signs ("noise") at L_inf `--epsilon` (8/255), the fideli
 (AUC_LIF - AUC_MIF) of its clean maps, and the relevance mass accuracy, relevance rank accuracy
 and pointing game of its clean and attacked maps; "map = input" (`input_reference`) is attacked
 and scored beside. The protocol is "fast" (one attack per objective, the engine's defaults for
-the image size, `robust_train.evaluation.PROTOCOLS`) or "ensemble" (`--protocol`). A job writes
+the image size, `robust_train.evaluation.PROTOCOLS`) or "ensemble" (`--protocol`), both with
+the image size's k (an eighth of the pixels) and sign steps scaled to the budget; the random
+map's top-k intersection (chance) is reported beside each map. A job writes
 `--out`/jobs/<arch>_<kind>.json (with `__<explainers>` where they are not the default pair) and
 is skipped when that file exists with the same settings, so
 a stopped run resumes. The fit cost of each checkpoint is read from `--fit-times` (a JSON of
@@ -22,7 +24,8 @@ label -> CPU seconds), when given.
 
 `table` writes experiments/results/cluttered.json (the page's tables) from `--out`/jobs, with
 the fit costs of `--fit-times` and each fine-tune's cost x natural, (natural + fine-tune) /
-natural, the rows of `--ensemble-out`/jobs (an `eval --protocol ensemble` folder) and those of
+natural, the rows of `--ensemble-out`/jobs (an `eval --protocol ensemble` folder; in the targets
+table each protocol's fine-tunes against its own natural model) and those of
 `--out`/diagnosis (`experiments.cluttered_diagnosis`);
 `figures` writes docs/images/cluttered_attacked_maps.png (clean and attacked maps of the first
 correctly classified test images, the ground-truth outline drawn on each).
@@ -86,12 +89,17 @@ def settings_for(args: argparse.Namespace, arch: str) -> Any:
     from robust_train.evaluation import PROTOCOLS
 
     base = PROTOCOLS[args.protocol]
+    # the image size's k (512 of 64 x 64 pixels) and a step scaled to the budget, whatever
+    # the protocol: the ensemble's own k 100 and step 0.015 are MNIST's, at a budget of 0.3
+    attack = dataclasses.replace(
+        base.attack, epsilon=args.epsilon, k=None, measure_k=None, step_size=None
+    )
     return dataclasses.replace(
         base,
+        attack=attack,
         parts=("fragility", "input_reference", "fidelity"),
         explainers=explainers_for(arch, tuple(args.explainers)),
         attacks=("topk", "random_sign"),
-        epsilon=args.epsilon,
         correct_only=True,
         input_reference=True,
         n_samples=args.images,
@@ -161,8 +169,8 @@ def _cell(value: float | None, digits: int = 3) -> str:
 def table_rows(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The page's tables from the jobs' results: one row per model and map."""
     columns = ["model", "map", "accuracy", "top-k under attack", "top-k under noise",
-               "fidelity", "rel. mass clean", "rel. mass attacked", "rank clean",
-               "rank attacked", "pointing clean", "pointing attacked"]  # fmt: skip
+               "top-k of a random map", "fidelity", "rel. mass clean", "rel. mass attacked",
+               "rank clean", "rank attacked", "pointing clean", "pointing attacked"]  # fmt: skip
     rows = []
     for r in sorted(results, key=lambda r: r["label"]):
         names = list(r["stamp"]["explainers"])
@@ -173,6 +181,7 @@ def table_rows(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
                 r["label"], shown, _cell(r["accuracy"]),
                 _cell(r.get(f"attack/{e}/topk/topk_intersection")),
                 _cell(r.get(f"attack/{e}/random_sign/topk_intersection")),
+                _cell(r.get(f"fragility/{e}/random_topk")),
                 _cell(r.get(f"fidelity/{e}/fidelity")),
                 _cell(r.get(f"localisation/{e}/relevance_mass")),
                 _cell(r.get(f"attack/{e}/topk/relevance_mass")),
@@ -259,23 +268,32 @@ def _target_tests() -> list[tuple[str, Any]]:
     return tests
 
 
+def _protocol(r: dict[str, Any]) -> str:
+    return str(r["stamp"].get("protocol", "fast"))
+
+
 def targets_table(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Which targets each fine-tune meets against its architecture's natural model: "yes",
-    "no" or "-" (a value missing), and the count met. Results of the default explainer pair
-    only; a result may carry "cost" ((natural + fine-tune) / natural fit CPU seconds)."""
+    """Which targets each fine-tune meets against its architecture's natural model measured by
+    the same protocol: "yes", "no" or "-" (a value missing), and the count met. Results of the
+    default explainer pair only, one row per fine-tune and protocol (the fast protocol's rows
+    first); a result may carry "cost" ((natural + fine-tune) / natural fit CPU seconds)."""
     pairs = [r for r in results if r["stamp"]["explainers"] == list(EXPLAINERS)]
-    naturals = {r["label"].split("/")[0]: r for r in pairs if "natural" in r["label"]}
+    naturals = {
+        (r["label"].split("/")[0], _protocol(r)): r for r in pairs if "natural" in r["label"]
+    }
     tests = _target_tests()
     rows = []
-    for r in sorted(pairs, key=lambda r: r["label"]):
-        natural = naturals.get(r["label"].split("/")[0])
+    for r in sorted(pairs, key=lambda r: (_protocol(r) != "fast", _protocol(r), r["label"])):
+        natural = naturals.get((r["label"].split("/")[0], _protocol(r)))
         if "natural" in r["label"] or natural is None:
             continue
         verdicts = [test(r, natural) for _, test in tests]
         cells = ["-" if v is None else ("yes" if v else "no") for v in verdicts]
         met = f"{sum(v is True for v in verdicts)}/{len(verdicts)}"
-        rows.append([r["label"], natural["label"], *cells, met])
-    columns = ["model", "against", *(name for name, _ in tests), "met"]
+        images = r["stamp"].get("images")
+        shown = _protocol(r) + ("" if images is None else f", first {images} images")
+        rows.append([r["label"], natural["label"], shown, *cells, met])
+    columns = ["model", "against", "protocol", *(name for name, _ in tests), "met"]
     return {"columns": columns, "align": "|---" * len(columns) + "|", "rows": rows}
 
 
@@ -323,9 +341,11 @@ def run_table(args: argparse.Namespace) -> None:
     for result in results:
         cost = costs.get(result["label"], "-")
         result["cost"] = None if cost == "-" else float(cost)
-    tables["targets"] = targets_table(results)
     # the attack ensemble's measurements (`eval --protocol ensemble`, another --out folder)
     ensemble = read_jobs(Path(args.ensemble_out), {}) if args.ensemble_out else []
+    for result in ensemble:  # the same checkpoint's fit cost
+        result["cost"] = next((r["cost"] for r in results if r["label"] == result["label"]), None)
+    tables["targets"] = targets_table(results + ensemble)
     if ensemble:
         tables["ensemble"] = table_rows(ensemble)["measures"]
     tables["diagnosis"] = diagnosis_table(Path(args.out) / "diagnosis")

@@ -37,6 +37,7 @@ import argparse
 import dataclasses
 import json
 import math
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,19 @@ def run_eval(args: argparse.Namespace) -> None:
         print(f"{label}: {result['seconds']:.0f} s, accuracy {result['accuracy']:.3f}", flush=True)
 
 
+def natural_key(label: str) -> tuple[str, int]:
+    """The architecture and seed of `ARCH/KIND` (KIND ending in `_s<seed>`, or seed 0): a model
+    is compared with the natural model of the same key.
+
+    Examples:
+        >>> natural_key("cnn/em_w3_r8_e16"), natural_key("resnet18/natural_s1")
+        (('cnn', 0), ('resnet18', 1))
+    """
+    arch, kind = label.split("/", 1)
+    seed = re.search(r"_s(\d+)$", kind)
+    return arch, int(seed.group(1)) if seed else 0
+
+
 def _cell(value: float | None, digits: int = 3) -> str:
     if value is None or math.isnan(value):
         return "-"
@@ -197,7 +211,9 @@ def table_rows(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             continue
         arch, kind = r["label"].split("/", 1)
         natural = [
-            s for label, s in fits.items() if label.startswith(f"{arch}/") and "natural" in label
+            s
+            for label, s in fits.items()
+            if natural_key(label) == natural_key(r["label"]) and "natural" in label
         ]
         own = r.get("fit_cpu_seconds")
         ratio = None
@@ -273,18 +289,19 @@ def _protocol(r: dict[str, Any]) -> str:
 
 
 def targets_table(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Which targets each fine-tune meets against its architecture's natural model measured by
-    the same protocol: "yes", "no" or "-" (a value missing), and the count met. Results of the
-    default explainer pair only, one row per fine-tune and protocol (the fast protocol's rows
-    first); a result may carry "cost" ((natural + fine-tune) / natural fit CPU seconds)."""
+    """Which targets each fine-tune meets against the natural model of its architecture and seed
+    (`natural_key`) measured by the same protocol: "yes", "no" or "-" (a value missing), and the
+    count met. Results of the default explainer pair only, one row per fine-tune and protocol
+    (the fast protocol's rows first); a result may carry "cost" ((natural + fine-tune) / natural
+    fit CPU seconds)."""
     pairs = [r for r in results if r["stamp"]["explainers"] == list(EXPLAINERS)]
     naturals = {
-        (r["label"].split("/")[0], _protocol(r)): r for r in pairs if "natural" in r["label"]
+        (natural_key(r["label"]), _protocol(r)): r for r in pairs if "natural" in r["label"]
     }
     tests = _target_tests()
     rows = []
     for r in sorted(pairs, key=lambda r: (_protocol(r) != "fast", _protocol(r), r["label"])):
-        natural = naturals.get((r["label"].split("/")[0], _protocol(r)))
+        natural = naturals.get((natural_key(r["label"]), _protocol(r)))
         if "natural" in r["label"] or natural is None:
             continue
         verdicts = [test(r, natural) for _, test in tests]

@@ -108,3 +108,18 @@ def test_the_table_command_puts_the_ensemble_rows_with_their_fit_cost(tmp_path, 
         ["cnn/natural", "saliency"],
         ["cnn/natural", "grad_cam"],
     ]
+
+
+def test_each_seed_is_compared_with_the_natural_model_of_its_seed():
+    with_fits = [
+        {**result("cnn/natural", "fast", 0.2), "fit_cpu_seconds": 400.0},
+        {**result("cnn/natural_s1", "fast", 0.6), "fit_cpu_seconds": 500.0},
+        {**result("cnn/tuned", "fast", 0.5), "fit_cpu_seconds": 100.0},
+        {**result("cnn/tuned_s1", "fast", 0.5), "fit_cpu_seconds": 100.0},
+    ]
+    targets = {t["model"]: t for t in named(targets_table(with_fits))}
+    assert targets["cnn/tuned"]["against"] == "cnn/natural"
+    assert targets["cnn/tuned_s1"]["against"] == "cnn/natural_s1"
+    assert targets["cnn/tuned_s1"]["saliency top-k >= natural + 0.25"] == "no"  # 0.5 < 0.85
+    cost = {r["model"]: r["cost x natural"] for r in named(table_rows(with_fits)["cost"])}
+    assert cost["cnn/tuned"] == "1.25" and cost["cnn/tuned_s1"] == "1.20"  # 500 / 400, 600 / 500

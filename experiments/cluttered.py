@@ -24,8 +24,9 @@ label -> CPU seconds), when given.
 
 `table` writes experiments/results/cluttered.json (the page's tables) from `--out`/jobs, with
 the fit costs of `--fit-times` and each fine-tune's cost x natural, (natural + fine-tune) /
-natural, the rows of `--ensemble-out`/jobs (an `eval --protocol ensemble` folder; in the targets
-table each protocol's fine-tunes against its own natural model) and those of
+natural, the rows of each `--ensemble-out` folder's jobs (other `eval` runs: the attack
+ensemble's, the fast protocol on its images; in the targets table each protocol's fine-tunes
+against the natural model measured the same way) and those of
 `--out`/diagnosis (`experiments.cluttered_diagnosis`);
 `figures` writes docs/images/cluttered_attacked_maps.png (clean and attacked maps of the first
 correctly classified test images, the ground-truth outline drawn on each).
@@ -180,19 +181,24 @@ def _cell(value: float | None, digits: int = 3) -> str:
     return f"{value:.1e}" if abs(value) >= 1e4 else f"{value:.{digits}f}"
 
 
-def table_rows(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The page's tables from the jobs' results: one row per model and map."""
+def table_rows(
+    results: list[dict[str, Any]], with_protocol: bool = False
+) -> dict[str, dict[str, Any]]:
+    """The page's tables from the jobs' results: one row per model and map (and protocol, in a
+    column after the model's when `with_protocol`)."""
     columns = ["model", "map", "accuracy", "top-k under attack", "top-k under noise",
                "top-k of a random map", "fidelity", "rel. mass clean", "rel. mass attacked",
                "rank clean", "rank attacked", "pointing clean", "pointing attacked"]  # fmt: skip
+    columns[1:1] = ["protocol"] if with_protocol else []
     rows = []
-    for r in sorted(results, key=lambda r: r["label"]):
+    for r in sorted(results, key=_row_order):
         names = list(r["stamp"]["explainers"])
         names += ["input_reference"] if names == list(EXPLAINERS) else []  # once per model
         for e in names:
             shown = "map = input" if e == "input_reference" else e
             rows.append([
-                r["label"], shown, _cell(r["accuracy"]),
+                r["label"], *([protocol_of(r)] if with_protocol else []), shown,
+                _cell(r["accuracy"]),
                 _cell(r.get(f"attack/{e}/topk/topk_intersection")),
                 _cell(r.get(f"attack/{e}/random_sign/topk_intersection")),
                 _cell(r.get(f"fragility/{e}/random_topk")),
@@ -284,32 +290,44 @@ def _target_tests() -> list[tuple[str, Any]]:
     return tests
 
 
-def _protocol(r: dict[str, Any]) -> str:
-    return str(r["stamp"].get("protocol", "fast"))
+def protocol_of(r: dict[str, Any]) -> str:
+    """How a result was measured: its protocol and the test images it started from.
+
+    Examples:
+        >>> protocol_of({"stamp": {"protocol": "ensemble", "images": 10}})
+        'ensemble, first 10 images'
+    """
+    images = r["stamp"].get("images")
+    protocol = str(r["stamp"].get("protocol", "fast"))
+    return protocol if images is None else f"{protocol}, first {images} images"
+
+
+def _row_order(r: dict[str, Any]) -> tuple[str, bool, int]:
+    """A model's rows together: the fast protocol's first, on the most images first."""
+    stamp = r["stamp"]
+    return r["label"], stamp.get("protocol", "fast") != "fast", -int(stamp.get("images") or 0)
 
 
 def targets_table(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Which targets each fine-tune meets against the natural model of its architecture and seed
-    (`natural_key`) measured by the same protocol: "yes", "no" or "-" (a value missing), and the
-    count met. Results of the default explainer pair only, one row per fine-tune and protocol
-    (the fast protocol's rows first); a result may carry "cost" ((natural + fine-tune) / natural
-    fit CPU seconds)."""
+    (`natural_key`) measured by the same protocol on the same images (`protocol_of`): "yes", "no"
+    or "-" (a value missing), and the count met. Results of the default explainer pair only, one
+    row per fine-tune and protocol (the fast protocol's first, on the most images first); a
+    result may carry "cost" ((natural + fine-tune) / natural fit CPU seconds)."""
     pairs = [r for r in results if r["stamp"]["explainers"] == list(EXPLAINERS)]
     naturals = {
-        (natural_key(r["label"]), _protocol(r)): r for r in pairs if "natural" in r["label"]
+        (natural_key(r["label"]), protocol_of(r)): r for r in pairs if "natural" in r["label"]
     }
     tests = _target_tests()
     rows = []
-    for r in sorted(pairs, key=lambda r: (_protocol(r) != "fast", _protocol(r), r["label"])):
-        natural = naturals.get((natural_key(r["label"]), _protocol(r)))
+    for r in sorted(pairs, key=_row_order):
+        natural = naturals.get((natural_key(r["label"]), protocol_of(r)))
         if "natural" in r["label"] or natural is None:
             continue
         verdicts = [test(r, natural) for _, test in tests]
         cells = ["-" if v is None else ("yes" if v else "no") for v in verdicts]
         met = f"{sum(v is True for v in verdicts)}/{len(verdicts)}"
-        images = r["stamp"].get("images")
-        shown = _protocol(r) + ("" if images is None else f", first {images} images")
-        rows.append([r["label"], natural["label"], shown, *cells, met])
+        rows.append([r["label"], natural["label"], protocol_of(r), *cells, met])
     columns = ["model", "against", "protocol", *(name for name, _ in tests), "met"]
     return {"columns": columns, "align": "|---" * len(columns) + "|", "rows": rows}
 
@@ -358,13 +376,13 @@ def run_table(args: argparse.Namespace) -> None:
     for result in results:
         cost = costs.get(result["label"], "-")
         result["cost"] = None if cost == "-" else float(cost)
-    # the attack ensemble's measurements (`eval --protocol ensemble`, another --out folder)
-    ensemble = read_jobs(Path(args.ensemble_out), {}) if args.ensemble_out else []
+    # measurements of other `eval` runs (the attack ensemble's, the fast protocol on its images)
+    ensemble = [r for folder in args.ensemble_out or [] for r in read_jobs(Path(folder), {})]
     for result in ensemble:  # the same checkpoint's fit cost
         result["cost"] = next((r["cost"] for r in results if r["label"] == result["label"]), None)
     tables["targets"] = targets_table(results + ensemble)
     if ensemble:
-        tables["ensemble"] = table_rows(ensemble)["measures"]
+        tables["ensemble"] = table_rows(ensemble, with_protocol=True)["measures"]
     tables["diagnosis"] = diagnosis_table(Path(args.out) / "diagnosis")
     data = {"tables": tables, "results": results + ensemble}
     path = RESULTS / "cluttered.json"
@@ -426,7 +444,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--protocol", choices=("fast", "ensemble"), default="fast")
     parser.add_argument("--explainers", nargs="+", default=list(EXPLAINERS))
     parser.add_argument("--fit-times", default=None, help="JSON: label -> fit CPU seconds")
-    parser.add_argument("--ensemble-out", default=None, help="table: the ensemble's --out")
+    parser.add_argument(
+        "--ensemble-out", nargs="+", default=None, help="table: other eval runs' --out folders"
+    )
     parser.add_argument("--example", type=int, default=0, help="figures: which correct image")
     args = parser.parse_args(argv)
     if args.command in ("eval", "figures") and not args.model:

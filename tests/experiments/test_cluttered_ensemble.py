@@ -81,33 +81,42 @@ def test_the_random_map_stands_beside_each_map_and_not_map_equals_input():
     assert rows["map = input"]["top-k of a random map"] == "-"
 
 
-def test_the_table_command_puts_the_ensemble_rows_with_their_fit_cost(tmp_path, monkeypatch):
-    fast, ensemble = tmp_path / "fast", tmp_path / "ensemble"
+def test_the_table_command_puts_the_other_runs_rows_with_their_fit_cost(tmp_path, monkeypatch):
+    fast, fast10, ensemble = tmp_path / "fast", tmp_path / "fast10", tmp_path / "ensemble"
     jobs = {
-        fast: [result("cnn/natural", "fast", 0.2), result("cnn/tuned", "fast", 0.5)],
+        fast: [
+            result("cnn/natural", "fast", 0.2, images=40),
+            result("cnn/tuned", "fast", 0.5, images=40),
+        ],
+        fast10: [result("cnn/natural", "fast", 0.2), result("cnn/tuned", "fast", 0.4)],
         ensemble: [result("cnn/natural", "ensemble", 0.1), result("cnn/tuned", "ensemble", 0.2)],
     }
     for folder, results in jobs.items():
         (folder / "jobs").mkdir(parents=True)
         for r in results:
+            if "images" in r:  # the fast runs on 40 images
+                r["stamp"]["images"] = r.pop("images")
             (folder / "jobs" / (r["label"].replace("/", "_") + ".json")).write_text(json.dumps(r))
     times = tmp_path / "times.json"
     times.write_text(json.dumps({"cnn/natural": 400.0, "cnn/tuned": 100.0}))
     monkeypatch.setattr(cluttered, "RESULTS", tmp_path)
-    given = ["--out", str(fast), "--fit-times", str(times), "--ensemble-out", str(ensemble)]
-    cluttered.main(["table", *given])
+    others = ["--ensemble-out", str(fast10), str(ensemble)]
+    cluttered.main(["table", "--out", str(fast), "--fit-times", str(times), *others])
     tables = json.loads((tmp_path / "cluttered.json").read_text())["tables"]
     targets = named(tables["targets"])
-    assert [t["protocol"] for t in targets] == [
-        "fast, first 10 images",
-        "ensemble, first 10 images",
+    protocols = ["fast, first 40 images", "fast, first 10 images", "ensemble, first 10 images"]
+    assert [t["protocol"] for t in targets] == protocols
+    assert [t["cost <= 2x"] for t in targets] == ["yes"] * 3  # (400 + 100) / 400 for each
+    saliency = [t["saliency top-k >= natural + 0.25"] for t in targets]
+    assert saliency == ["yes", "no", "no"]  # 0.5 vs 0.2, 0.4 vs 0.2, 0.2 vs 0.1 (its own run's)
+    rows = named(tables["ensemble"])
+    assert [(r["model"], r["protocol"], r["map"]) for r in rows][:4] == [
+        ("cnn/natural", "fast, first 10 images", "saliency"),
+        ("cnn/natural", "fast, first 10 images", "grad_cam"),
+        ("cnn/natural", "fast, first 10 images", "map = input"),
+        ("cnn/natural", "ensemble, first 10 images", "saliency"),
     ]
-    assert [t["cost <= 2x"] for t in targets] == ["yes", "yes"]  # (400 + 100) / 400 for both
-    assert targets[1]["saliency top-k >= natural + 0.25"] == "no"  # 0.2 < 0.1 + 0.25
-    assert [r[:2] for r in tables["ensemble"]["rows"]][:2] == [
-        ["cnn/natural", "saliency"],
-        ["cnn/natural", "grad_cam"],
-    ]
+    assert rows[3]["top-k under attack"] == "0.100" and len(rows) == 12
 
 
 def test_each_seed_is_compared_with_the_natural_model_of_its_seed():

@@ -14,7 +14,9 @@ attack and under random signs ("noise") at L_inf `--epsilon` (8/255), the fideli
 (AUC_LIF - AUC_MIF) of its clean maps, and the relevance mass accuracy, relevance rank accuracy
 and pointing game of its clean and attacked maps; "map = input" (`input_reference`) is attacked
 and scored beside. The protocol is "fast" (one attack per objective, the engine's defaults for
-the image size, `robust_train.evaluation.PROTOCOLS`) or "ensemble" (`--protocol`). A job writes
+the image size, `robust_train.evaluation.PROTOCOLS`) or "ensemble" (`--protocol`), both with
+the image size's k (an eighth of the pixels) and sign steps scaled to the budget; the random
+map's top-k intersection (chance) is reported beside each map. A job writes
 `--out`/jobs/<arch>_<kind>.json (with `__<explainers>` where they are not the default pair) and
 is skipped when that file exists with the same settings, so
 a stopped run resumes. The fit cost of each checkpoint is read from `--fit-times` (a JSON of
@@ -22,7 +24,9 @@ label -> CPU seconds), when given.
 
 `table` writes experiments/results/cluttered.json (the page's tables) from `--out`/jobs, with
 the fit costs of `--fit-times` and each fine-tune's cost x natural, (natural + fine-tune) /
-natural, the rows of `--ensemble-out`/jobs (an `eval --protocol ensemble` folder) and those of
+natural, the rows of each `--ensemble-out` folder's jobs (other `eval` runs: the attack
+ensemble's, the fast protocol on its images; in the targets table each protocol's fine-tunes
+against the natural model measured the same way) and those of
 `--out`/diagnosis (`experiments.cluttered_diagnosis`);
 `figures` writes docs/images/cluttered_attacked_maps.png (clean and attacked maps of the first
 correctly classified test images, the ground-truth outline drawn on each).
@@ -34,6 +38,7 @@ import argparse
 import dataclasses
 import json
 import math
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -86,12 +91,17 @@ def settings_for(args: argparse.Namespace, arch: str) -> Any:
     from robust_train.evaluation import PROTOCOLS
 
     base = PROTOCOLS[args.protocol]
+    # the image size's k (512 of 64 x 64 pixels) and a step scaled to the budget, whatever
+    # the protocol: the ensemble's own k 100 and step 0.015 are MNIST's, at a budget of 0.3
+    attack = dataclasses.replace(
+        base.attack, epsilon=args.epsilon, k=None, measure_k=None, step_size=None
+    )
     return dataclasses.replace(
         base,
+        attack=attack,
         parts=("fragility", "input_reference", "fidelity"),
         explainers=explainers_for(arch, tuple(args.explainers)),
         attacks=("topk", "random_sign"),
-        epsilon=args.epsilon,
         correct_only=True,
         input_reference=True,
         n_samples=args.images,
@@ -152,27 +162,46 @@ def run_eval(args: argparse.Namespace) -> None:
         print(f"{label}: {result['seconds']:.0f} s, accuracy {result['accuracy']:.3f}", flush=True)
 
 
+def natural_key(label: str) -> tuple[str, int]:
+    """The architecture and seed of `ARCH/KIND` (KIND ending in `_s<seed>`, or seed 0): a model
+    is compared with the natural model of the same key.
+
+    Examples:
+        >>> natural_key("cnn/em_w3_r8_e16"), natural_key("resnet18/natural_s1")
+        (('cnn', 0), ('resnet18', 1))
+    """
+    arch, kind = label.split("/", 1)
+    seed = re.search(r"_s(\d+)$", kind)
+    return arch, int(seed.group(1)) if seed else 0
+
+
 def _cell(value: float | None, digits: int = 3) -> str:
     if value is None or math.isnan(value):
         return "-"
     return f"{value:.1e}" if abs(value) >= 1e4 else f"{value:.{digits}f}"
 
 
-def table_rows(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The page's tables from the jobs' results: one row per model and map."""
+def table_rows(
+    results: list[dict[str, Any]], with_protocol: bool = False
+) -> dict[str, dict[str, Any]]:
+    """The page's tables from the jobs' results: one row per model and map (and protocol, in a
+    column after the model's when `with_protocol`)."""
     columns = ["model", "map", "accuracy", "top-k under attack", "top-k under noise",
-               "fidelity", "rel. mass clean", "rel. mass attacked", "rank clean",
-               "rank attacked", "pointing clean", "pointing attacked"]  # fmt: skip
+               "top-k of a random map", "fidelity", "rel. mass clean", "rel. mass attacked",
+               "rank clean", "rank attacked", "pointing clean", "pointing attacked"]  # fmt: skip
+    columns[1:1] = ["protocol"] if with_protocol else []
     rows = []
-    for r in sorted(results, key=lambda r: r["label"]):
+    for r in sorted(results, key=_row_order):
         names = list(r["stamp"]["explainers"])
         names += ["input_reference"] if names == list(EXPLAINERS) else []  # once per model
         for e in names:
             shown = "map = input" if e == "input_reference" else e
             rows.append([
-                r["label"], shown, _cell(r["accuracy"]),
+                r["label"], *([protocol_of(r)] if with_protocol else []), shown,
+                _cell(r["accuracy"]),
                 _cell(r.get(f"attack/{e}/topk/topk_intersection")),
                 _cell(r.get(f"attack/{e}/random_sign/topk_intersection")),
+                _cell(r.get(f"fragility/{e}/random_topk")),
                 _cell(r.get(f"fidelity/{e}/fidelity")),
                 _cell(r.get(f"localisation/{e}/relevance_mass")),
                 _cell(r.get(f"attack/{e}/topk/relevance_mass")),
@@ -188,7 +217,9 @@ def table_rows(results: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             continue
         arch, kind = r["label"].split("/", 1)
         natural = [
-            s for label, s in fits.items() if label.startswith(f"{arch}/") and "natural" in label
+            s
+            for label, s in fits.items()
+            if natural_key(label) == natural_key(r["label"]) and "natural" in label
         ]
         own = r.get("fit_cpu_seconds")
         ratio = None
@@ -259,23 +290,45 @@ def _target_tests() -> list[tuple[str, Any]]:
     return tests
 
 
+def protocol_of(r: dict[str, Any]) -> str:
+    """How a result was measured: its protocol and the test images it started from.
+
+    Examples:
+        >>> protocol_of({"stamp": {"protocol": "ensemble", "images": 10}})
+        'ensemble, first 10 images'
+    """
+    images = r["stamp"].get("images")
+    protocol = str(r["stamp"].get("protocol", "fast"))
+    return protocol if images is None else f"{protocol}, first {images} images"
+
+
+def _row_order(r: dict[str, Any]) -> tuple[str, bool, int]:
+    """A model's rows together: the fast protocol's first, on the most images first."""
+    stamp = r["stamp"]
+    return r["label"], stamp.get("protocol", "fast") != "fast", -int(stamp.get("images") or 0)
+
+
 def targets_table(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Which targets each fine-tune meets against its architecture's natural model: "yes",
-    "no" or "-" (a value missing), and the count met. Results of the default explainer pair
-    only; a result may carry "cost" ((natural + fine-tune) / natural fit CPU seconds)."""
+    """Which targets each fine-tune meets against the natural model of its architecture and seed
+    (`natural_key`) measured by the same protocol on the same images (`protocol_of`): "yes", "no"
+    or "-" (a value missing), and the count met. Results of the default explainer pair only, one
+    row per fine-tune and protocol (the fast protocol's first, on the most images first); a
+    result may carry "cost" ((natural + fine-tune) / natural fit CPU seconds)."""
     pairs = [r for r in results if r["stamp"]["explainers"] == list(EXPLAINERS)]
-    naturals = {r["label"].split("/")[0]: r for r in pairs if "natural" in r["label"]}
+    naturals = {
+        (natural_key(r["label"]), protocol_of(r)): r for r in pairs if "natural" in r["label"]
+    }
     tests = _target_tests()
     rows = []
-    for r in sorted(pairs, key=lambda r: r["label"]):
-        natural = naturals.get(r["label"].split("/")[0])
+    for r in sorted(pairs, key=_row_order):
+        natural = naturals.get((natural_key(r["label"]), protocol_of(r)))
         if "natural" in r["label"] or natural is None:
             continue
         verdicts = [test(r, natural) for _, test in tests]
         cells = ["-" if v is None else ("yes" if v else "no") for v in verdicts]
         met = f"{sum(v is True for v in verdicts)}/{len(verdicts)}"
-        rows.append([r["label"], natural["label"], *cells, met])
-    columns = ["model", "against", *(name for name, _ in tests), "met"]
+        rows.append([r["label"], natural["label"], protocol_of(r), *cells, met])
+    columns = ["model", "against", "protocol", *(name for name, _ in tests), "met"]
     return {"columns": columns, "align": "|---" * len(columns) + "|", "rows": rows}
 
 
@@ -323,11 +376,13 @@ def run_table(args: argparse.Namespace) -> None:
     for result in results:
         cost = costs.get(result["label"], "-")
         result["cost"] = None if cost == "-" else float(cost)
-    tables["targets"] = targets_table(results)
-    # the attack ensemble's measurements (`eval --protocol ensemble`, another --out folder)
-    ensemble = read_jobs(Path(args.ensemble_out), {}) if args.ensemble_out else []
+    # measurements of other `eval` runs (the attack ensemble's, the fast protocol on its images)
+    ensemble = [r for folder in args.ensemble_out or [] for r in read_jobs(Path(folder), {})]
+    for result in ensemble:  # the same checkpoint's fit cost
+        result["cost"] = next((r["cost"] for r in results if r["label"] == result["label"]), None)
+    tables["targets"] = targets_table(results + ensemble)
     if ensemble:
-        tables["ensemble"] = table_rows(ensemble)["measures"]
+        tables["ensemble"] = table_rows(ensemble, with_protocol=True)["measures"]
     tables["diagnosis"] = diagnosis_table(Path(args.out) / "diagnosis")
     data = {"tables": tables, "results": results + ensemble}
     path = RESULTS / "cluttered.json"
@@ -389,7 +444,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--protocol", choices=("fast", "ensemble"), default="fast")
     parser.add_argument("--explainers", nargs="+", default=list(EXPLAINERS))
     parser.add_argument("--fit-times", default=None, help="JSON: label -> fit CPU seconds")
-    parser.add_argument("--ensemble-out", default=None, help="table: the ensemble's --out")
+    parser.add_argument(
+        "--ensemble-out", nargs="+", default=None, help="table: other eval runs' --out folders"
+    )
     parser.add_argument("--example", type=int, default=0, help="figures: which correct image")
     args = parser.parse_args(argv)
     if args.command in ("eval", "figures") and not args.model:

@@ -57,6 +57,7 @@ from torch import Tensor, nn
 
 from robust_train.core.balls import project_offset, step_direction
 from robust_train.core.options import takes_options
+from robust_train.core.resources import resolve_file
 from robust_train.core.runtime import eval_mode, require_grad_mode, running_statistics_kept
 from robust_train.core.validation import check_choice, check_non_negative
 from robust_train.explain.autograd import prepare_inputs, target_scores
@@ -110,10 +111,11 @@ class MultiMapOptions(AscentOptions):
             its running statistics with them and with the perturbed points), "frozen" (the
             same, the running statistics left as they were) or "eval" (eval mode: BatchNorm
             with its running statistics, Dropout off; every submodule's flag restored).
-        teacher: None (compare x''s maps with the model's own clean maps) or the path of a
-            checkpoint of the same architecture (a `.ckpt` written by `robust-train fit`, or a
-            saved state dict) whose clean maps, in eval mode and without gradient, x''s maps are
-            compared with. Loaded into a copy of the penalised model at its first use.
+        teacher: None (compare x''s maps with the model's own clean maps) or a checkpoint of
+            the same architecture (a `.ckpt` written by `robust-train fit`, a saved state dict,
+            or a shipped checkpoint's name such as "mnist5k_baseline") whose clean maps, in eval
+            mode and without gradient, x''s maps are compared with. Loaded into a copy of the
+            penalised model at its first use.
         map_powers: one exponent >= 1 per explainer (default 1 each): each importance map is
             raised to its power before the distance, which puts the distance's weight on the
             map's largest values, the top-k set the attacks score (a coarse map such as
@@ -188,12 +190,13 @@ class MultiMapOptions(AscentOptions):
 
 
 def _check_teacher(teacher: object) -> None:
-    """`teacher` is None or the path of an existing file."""
+    """`teacher` is None, the path of an existing file or a shipped checkpoint's name (as
+    `load_classifier` reads it)."""
     if teacher is None:
         return
     if not isinstance(teacher, str):
         raise TypeError(f"`teacher` must be a checkpoint path or None, got {teacher!r}")
-    if not os.path.isfile(teacher):
+    if not os.path.isfile(resolve_file(teacher, "checkpoints", announce=None)):
         raise FileNotFoundError(f"`teacher` must be an existing checkpoint file, got {teacher!r}")
 
 

@@ -98,3 +98,16 @@ def test_bad_teacher_is_refused_with_its_value(tmp_path):
         MultiMapSmoothness(teacher=missing)
     with pytest.raises(TypeError, match=r"`teacher`.*3"):
         MultiMapSmoothness(teacher=3)
+
+
+def test_a_shipped_checkpoint_name_is_a_teacher_as_for_init_checkpoint():
+    from robust_train.models import load_classifier
+
+    term = MultiMapSmoothness(teacher="mnist5k_baseline")  # accepted: a shipped name
+    student = load_classifier("mnist5k_robust")
+    teacher = teacher_model(student, term.options.teacher)
+    natural = load_classifier("mnist5k_baseline")
+    pairs = zip(teacher.parameters(), natural.parameters(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
+    pairs = zip(teacher.parameters(), student.parameters(), strict=True)
+    assert not all(torch.equal(a, b) for a, b in pairs)

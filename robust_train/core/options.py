@@ -34,11 +34,14 @@ C = TypeVar("C", bound=Callable[..., Any])
 
 
 def option(
-    default: Any, help_text: str | None = None, *, check: Callable[[Any, str], None] | None = None
+    default: Any = dataclasses.MISSING,
+    help_text: str | None = None,
+    *,
+    check: Callable[[Any, str], None] | None = None,
 ) -> Any:
-    """A field of an option set: its `default`, the `help` the command line shows for it and
-    the `check` its value passes (`check(value, name)`, raising a ValueError that names the
-    field), run by `check_options`.
+    """A field of an option set: its `default` (none given: the option is required), the `help`
+    the command line shows for it and the `check` its value passes (`check(value, name)`,
+    raising a ValueError that names the field), run by `check_options`.
 
     Examples:
         >>> from dataclasses import dataclass, fields
@@ -204,4 +207,8 @@ def build_options(
             )
     if base is not None:  # checked already: passed on as it is when nothing changes
         return dataclasses.replace(base, **given) if given else base  # type: ignore[type-var]
-    return options_cls(**{**dict(defaults or {}), **given})
+    chosen = {**dict(defaults or {}), **given}
+    for f in option_fields(options_cls):
+        if _default(f) is inspect.Parameter.empty and f.name not in chosen:
+            raise TypeError(f"{where} missing required keyword argument {f.name!r}")
+    return options_cls(**chosen)

@@ -27,7 +27,14 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["build_options", "check_options", "option", "option_names", "takes_options"]
+__all__ = [
+    "build_options",
+    "check_options",
+    "option",
+    "option_names",
+    "split_options",
+    "takes_options",
+]
 
 T = TypeVar("T")
 C = TypeVar("C", bound=Callable[..., Any])
@@ -37,7 +44,7 @@ def option(
     default: Any = dataclasses.MISSING,
     help_text: str | None = None,
     *,
-    check: Callable[[Any, str], None] | None = None,
+    check: Callable[[Any, str], object] | None = None,
 ) -> Any:
     """A field of an option set: its `default` (none given: the option is required), the `help`
     the command line shows for it and the `check` its value passes (`check(value, name)`,
@@ -91,6 +98,25 @@ def option_names(options_cls: type) -> tuple[str, ...]:
         ('a',)
     """
     return tuple(f.name for f in option_fields(options_cls))
+
+
+def split_options(
+    given: Mapping[str, Any], options_cls: type
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The keywords of `given` that name options of `options_cls`, and the others: for a
+    callable that takes two option sets (`takes_options` on each) through one `**options`.
+
+    Examples:
+        >>> from dataclasses import dataclass
+        >>> @dataclass
+        ... class O:
+        ...     a: int = 1
+        >>> split_options({"a": 2, "b": 3}, O)
+        ({'a': 2}, {'b': 3})
+    """
+    names = set(option_names(options_cls))
+    mine = {k: v for k, v in given.items() if k in names}
+    return mine, {k: v for k, v in given.items() if k not in names}
 
 
 def option_fields(options_cls: type) -> tuple[dataclasses.Field[Any], ...]:

@@ -6,9 +6,12 @@ import dataclasses
 
 import pytest
 
+from robust_train.certify.attack import BallSearchOptions
 from robust_train.core.options import check_options, option
 from robust_train.core.validation import check_positive
+from robust_train.metrics.functional import RemovalOptions
 from robust_train.regularizers._inner import PGDOptions
+from robust_train.regularizers.lga import LGAOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,17 +39,23 @@ def test_help_is_kept_and_optional():
     assert "help" not in meta["second"] and "check" not in meta["free"]
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        ({"epsilon": 1.0}, "`epsilon` is an L_inf budget"),
-        ({"step_size": 0.0}, "`step_size` must be > 0, got 0.0"),
-        ({"n_steps": 1.5}, "`n_steps`"),
-        ({"n_steps": -1}, "`n_steps` must be >= 0, got -1"),
-        ({"random_start": 1}, "`random_start` must be a bool, got 1"),
-    ],
-)
-def test_pgd_options_refuse_each_bad_field(kwargs, message):
-    with pytest.raises((TypeError, ValueError), match=message):
-        PGDOptions(**kwargs)
+DECLARED = [PGDOptions, LGAOptions, BallSearchOptions, RemovalOptions]
+
+
+@pytest.mark.parametrize("options_cls", DECLARED, ids=lambda c: c.__name__)
+def test_every_declared_check_refuses_a_bad_value_naming_its_field(options_cls):
+    required = {"radius": 0.1} if options_cls is BallSearchOptions else {}
+    checked = [f.name for f in dataclasses.fields(options_cls) if "check" in f.metadata]
+    assert checked, "the option set declares its checks"
+    for name in checked:
+        with pytest.raises((TypeError, ValueError), match=f"`{name}`"):
+            options_cls(**{**required, name: -1})
+    options_cls(**required)  # the defaults pass their own checks
+
+
+def test_pgd_options_keep_their_messages():
+    with pytest.raises(ValueError, match="`epsilon` is an L_inf budget"):
+        PGDOptions(epsilon=1.0)
+    with pytest.raises(ValueError, match="`n_steps` must be >= 0, got -1"):
+        PGDOptions(n_steps=-1)
     assert PGDOptions(n_steps=0).n_steps == 0

@@ -16,11 +16,12 @@ from robust_train.attacks.objectives.base import (
     get_objective,
     register_objective,
 )
-from robust_train.attacks.options import AttackOptions
+from robust_train.attacks.options import AttackGoal, AttackOptions
 from robust_train.attacks.result import FragilityResult
 
 __all__ = [
     "OBJECTIVES",
+    "AttackGoal",
     "AttackOptions",
     "EnsembleResult",
     "FragilityObjective",

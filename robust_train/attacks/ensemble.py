@@ -40,9 +40,10 @@ from torch import Tensor, nn
 
 from robust_train.attacks.fragility import fragility_attack
 from robust_train.attacks.objectives.base import FragilityObjective, Score, get_objective
-from robust_train.attacks.options import AttackOptions
+from robust_train.attacks.options import AttackGoal, AttackOptions
 from robust_train.attacks.random_search import random_search
 from robust_train.attacks.result import FragilityResult
+from robust_train.core.options import build_options, takes_options
 from robust_train.core.runtime import eval_mode
 from robust_train.core.validation import check_non_negative, check_positive
 from robust_train.explain.maps import importance_map
@@ -181,19 +182,18 @@ def plan_members(
     return members
 
 
+@takes_options(AttackGoal)
 def ensemble_attack(
     model: nn.Module,
     inputs: Tensor,
     target: Tensor,
     *,
-    explainer: str | Explainer = "saliency",
-    objective: str = "topk",
-    target_region: Tensor | None = None,
     seed: int = 0,
     betas: Sequence[float] = DEFAULT_BETAS,
     search_queries: int = 100,
     options: AttackOptions | None = None,
     progress: bool = False,
+    **goal: Any,
 ) -> EnsembleResult:
     """Run every member of the ensemble and the random search; keep the worst per image.
 
@@ -212,6 +212,7 @@ def ensemble_attack(
             steps, restarts (at least 2 per member), k and measure_k, surrogate_beta,
             direction.
         progress: show each member's progress bar.
+        **goal: the fields of `AttackGoal` (explainer, objective, target_region: above).
 
     Returns:
         EnsembleResult: the worst-per-image `FragilityResult`, each member's cost and the
@@ -229,15 +230,16 @@ def ensemble_attack(
         >>> [m.name for m in out.members], out.result.topk_intersection.shape
         (['k4', 'k8', 'beta3', 'search'], torch.Size([4]))
     """
+    attacked = build_options(AttackGoal, goal, where="ensemble_attack")
     options = options or AttackOptions()
     betas = _check_betas(betas)
     check_non_negative(search_queries, "search_queries", integer=True)
-    objective_cls = get_objective(objective)
+    objective_cls = get_objective(attacked.objective)
     base = options.attack_options().resolved(*inputs.shape[-2:])
-    attack = _Attack(model, inputs, target, explainer, objective, target_region)
+    attack = _Attack(model, inputs, target, attacked)
     if not objective_cls.needs_gradient:
         return _single(attack, seed, base)
-    explain, _ = resolve_explainer(explainer, differentiable=True)
+    explain, _ = resolve_explainer(attacked.explainer, differentiable=True)
     with eval_mode(model):
         beta_matters = _beta_matters(explain, model, inputs, target, base)
     members = plan_members(
@@ -246,7 +248,7 @@ def ensemble_attack(
     )  # fmt: skip
     start, cpu = time.perf_counter(), time.process_time()
     runs = [_run_member(attack, seed + i, base, m, progress) for i, m in enumerate(members)]
-    out, bound, best = _combine(objective_cls, base, runs, target_region)
+    out, bound, best = _combine(objective_cls, base, runs, attacked.target_region)
     if explainer_spec(explain).model_free:
         out.notes.append("the map ignores the model: one direction per member, no surrogate beta")
     _refine(out, bound, best, model, explain, inputs, target, base, seed, search_queries)
@@ -290,19 +292,17 @@ class _Attack:
     model: nn.Module
     inputs: Tensor
     target: Tensor
-    explainer: object
-    objective: str
-    region: Tensor | None
+    goal: AttackGoal
 
     def run(
         self, options: AttackOptions, seed: int, progress: bool = False
     ) -> tuple[FragilityResult, float]:
         """`fragility_attack` at `options` and `seed`, and the seconds it took."""
         start = time.perf_counter()
+        g = self.goal
         result = fragility_attack(
-            self.model, self.inputs, self.target, explainer=self.explainer,  # type: ignore[arg-type]
-            objective=self.objective, target_region=self.region, seed=seed, progress=progress,
-            options=options,
+            self.model, self.inputs, self.target, explainer=g.explainer, objective=g.objective,
+            target_region=g.target_region, seed=seed, progress=progress, options=options,
         )  # fmt: skip
         return result, time.perf_counter() - start
 
@@ -489,7 +489,7 @@ def _single(attack: _Attack, seed: int, base: AttackOptions) -> EnsembleResult:
     """An objective that needs no gradient (random signs) runs once, as it is."""
     result, seconds = attack.run(base, seed)
     draws = result.n_restarts * result.n_steps
-    cost = MemberCost(attack.objective, f"{draws} draws", seconds, 0, draws, len(result))
+    cost = MemberCost(attack.goal.objective, f"{draws} draws", seconds, 0, draws, len(result))
     worst = torch.zeros(len(result), dtype=torch.long, device=attack.inputs.device)
     return EnsembleResult(result, [cost], result.topk_intersection[None], worst, seconds=seconds)
 

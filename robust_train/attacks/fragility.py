@@ -11,26 +11,23 @@ from robust_train.attacks import _loop
 from robust_train.attacks._directions import Direction
 from robust_train.attacks._setup import check_region, restart_seeds
 from robust_train.attacks.objectives.base import FragilityObjective, get_objective
-from robust_train.attacks.options import AttackOptions
+from robust_train.attacks.options import AttackGoal, AttackOptions
 from robust_train.attacks.result import FragilityResult
-from robust_train.core.options import build_options, takes_options
+from robust_train.core.options import build_options, split_options, takes_options
 from robust_train.core.runtime import auto_chunk, eval_mode, require_grad_mode
 from robust_train.core.validation import check_images, check_target
-from robust_train.explain.protocol import Explainer
 from robust_train.explain.registry import explainer_spec, resolve_explainer
 
 __all__ = ["fragility_attack"]
 
 
 @takes_options(AttackOptions)
+@takes_options(AttackGoal)
 def fragility_attack(
     model: nn.Module,
     inputs: Tensor,
     target: Tensor,
     *,
-    explainer: str | Explainer = "saliency",
-    objective: str = "topk",
-    target_region: Tensor | None = None,
     generator: torch.Generator | None = None,
     seed: int | None = None,
     progress: bool = False,
@@ -88,8 +85,9 @@ def fragility_attack(
         progress: show a tqdm bar over restarts x steps (with the rate and the time left).
         options: an `AttackOptions` to start from (e.g. an `EvaluationSettings`); keywords
             given beside it override its fields.
-        **kwargs: the attack's settings: the fields of `AttackOptions` (epsilon, step_size,
-            n_steps, k, measure_k, n_restarts, noise_draws, direction, surrogate_beta,
+        **kwargs: the fields of `AttackGoal` (explainer, objective, target_region: above) and
+            the attack's settings, the fields of `AttackOptions` (epsilon, step_size, n_steps,
+            k, measure_k, n_restarts, noise_draws, direction, surrogate_beta,
             internal_batch_size), defined and documented once there with their size-dependent
             defaults (epsilon 0.1 up to 28 px, else 8/255; k = H*W // 8; step epsilon / 8).
 
@@ -106,17 +104,16 @@ def fragility_attack(
         >>> bool((res.adversarial - x).abs().max() <= 0.05 + 1e-6), res.topk_intersection.shape
         (True, torch.Size([4]))
     """
+    given, settings = split_options(kwargs, AttackGoal)
     ctx = _context(
         model,
         inputs,
         target,
-        explainer=explainer,
-        objective=objective,
-        target_region=target_region,
+        goal=build_options(AttackGoal, given, where="fragility_attack"),
         generator=generator,
         seed=seed,
         progress=progress,
-        options=build_options(AttackOptions, kwargs, where="fragility_attack", base=options),
+        options=build_options(AttackOptions, settings, where="fragility_attack", base=options),
     )
     with eval_mode(model), torch.enable_grad():
         state = _loop.start(ctx)
@@ -138,9 +135,7 @@ def _context(
     inputs: Tensor,
     target: Tensor,
     *,
-    explainer: object,
-    objective: str,
-    target_region: Tensor | None,
+    goal: AttackGoal,
     generator: torch.Generator | None,
     seed: int | None,
     progress: bool,
@@ -152,10 +147,10 @@ def _context(
     check_images(inputs, "inputs")
     batch, _, height, width = inputs.shape
     target = check_target(target, batch).to(inputs.device)
-    objective_cls = get_objective(objective)
+    objective_cls = get_objective(goal.objective)
     resolved = objective_cls.schedule(options.attack_options().resolved(height, width))
-    region = _region(objective_cls, target_region, batch, height, width, inputs.device)
-    explain, name = resolve_explainer(explainer, differentiable=objective_cls.needs_gradient)
+    region = _region(objective_cls, goal.target_region, batch, height, width, inputs.device)
+    explain, name = resolve_explainer(goal.explainer, differentiable=objective_cls.needs_gradient)
     seeds = restart_seeds(generator, seed, resolved.n_restarts)
     require_grad_mode("fragility_attack")
     return _loop.AttackContext(

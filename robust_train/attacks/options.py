@@ -11,14 +11,23 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from torch import Tensor
+
 from robust_train.attacks._setup import check_k
 from robust_train.attacks.defaults import default_epsilon, default_k
 from robust_train.core.balls import NORMS
 from robust_train.core.options import option
 from robust_train.core.runtime import check_optional_positive
 from robust_train.core.validation import check_choice, check_positive
+from robust_train.explain.protocol import Explainer
 
-__all__ = ["DIRECTIONS", "AttackOptions", "check_linf_budget", "default_step_size"]
+__all__ = [
+    "DIRECTIONS",
+    "AttackGoal",
+    "AttackOptions",
+    "check_linf_budget",
+    "default_step_size",
+]
 
 # Which attack directions run (`robust_train.attacks._directions`): every candidate, keeping per
 # image the worst result; the one the explainer declares; or one of them.
@@ -54,6 +63,25 @@ def default_step_size(epsilon: float, n_steps: int) -> float:
         (0.05, 0.2)
     """
     return max(epsilon / 8, 2 * epsilon / n_steps)
+
+
+@dataclass(frozen=True)
+class AttackGoal:
+    """What an attack on an explanation moves, and by which objective: one declaration for
+    `fragility_attack` and `ensemble_attack`, which take these as keywords (checked there,
+    with the images, before any work).
+
+    Attributes:
+        explainer: a name for `robust_train.explain.get_explainer`, or a callable
+            `explainer(model, x, target, *, create_graph=False)`.
+        objective: a name in `robust_train.attacks.OBJECTIVES` ("topk", "mass_center",
+            "targeted", "random_sign", or one registered with `register_objective`).
+        target_region: bool (B or 1, H, W) region to pull importance into; "targeted" only.
+    """
+
+    explainer: str | Explainer = "saliency"
+    objective: str = "topk"
+    target_region: Tensor | None = None
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from robust_train.certify.certificate import (  # isort: skip
 )
 from robust_train.certify.soft import SoftSmoothedExplainer  # isort: skip
 from robust_train.certify.attack import (  # isort: skip
+    BallSearchOptions,
     EmpiricalOverlap,
     attack_certificate,
     measure_overlap,
@@ -67,6 +68,7 @@ from robust_train.certify.width_penalty import (  # isort: skip
 )
 
 __all__ = [
+    "BallSearchOptions",
     "BoundSettings",
     "CertifySettings",
     "DeterministicCertificate",

@@ -25,6 +25,8 @@ x itself (a point of the ball, where the overlap is that of every other point) a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -36,6 +38,7 @@ from robust_train.certify.sampling import sparsified_counts
 from robust_train.certify.soft import SoftSmoothedExplainer
 from robust_train.certify.statistics import simultaneous_bounds
 from robust_train.core.balls import random_on_sphere
+from robust_train.core.options import build_options, check_options, option, takes_options
 from robust_train.core.runtime import auto_chunk, check_optional_positive, eval_mode, predict
 from robust_train.core.validation import (
     check_images,
@@ -46,6 +49,7 @@ from robust_train.core.validation import (
 from robust_train.explain.similarity import topk_mask
 
 __all__ = [
+    "BallSearchOptions",
     "EmpiricalOverlap",
     "attack_certificate",
     "measure_overlap",
@@ -78,6 +82,30 @@ class EmpiricalOverlap:
     radius: float
     attack: FragilityResult | None = None
     note: str | None = None
+
+
+@dataclass(frozen=True)
+class BallSearchOptions:
+    """What both searches of the ball around each image (`attack_certificate`,
+    `random_search`) take: the ball and how its points are measured (`measure_overlap`).
+
+    Attributes:
+        radius: the L2 radius of the ball (pixel units; at most sqrt(C * H * W), checked against
+            the images).
+        measure_samples: noisy copies per image that measure a point (None: the certificate's).
+        seed: seed of the search and, plus one, of the measurement's noise.
+        internal_batch_size: noisy copies per explainer call (memory); None: `auto_chunk`.
+    """
+
+    radius: float = option(check=check_non_negative)
+    measure_samples: int | None = option(None, check=partial(check_optional_positive, integer=True))
+    seed: int = option(0, check=partial(check_non_negative, integer=True))
+    internal_batch_size: int | None = option(
+        None, check=partial(check_optional_positive, integer=True)
+    )
+
+    def __post_init__(self) -> None:
+        check_options(self)
 
 
 NO_DIRECTION = (
@@ -132,25 +160,25 @@ def measure_overlap(
     )
 
 
+@takes_options(BallSearchOptions)
 def attack_certificate(
     model: nn.Module,
     inputs: Tensor,
     certificate: ExplanationCertificate,
     *,
-    radius: float,
     n_steps: int = 20,
     n_restarts: int = 1,
     step_size: float | None = None,
     attack_samples: int = 16,
     temperature: float = 0.3,
     surrogate_beta: float | None = 10.0,
-    measure_samples: int | None = None,
-    seed: int = 0,
-    internal_batch_size: int | None = None,
     progress: bool = False,
+    **search: Any,
 ) -> EmpiricalOverlap:
     """The project's L2 fragility attack (top-k objective) on `SoftSmoothedExplainer`, measured
-    at its result by `measure_overlap` (module docstring). `step_size` defaults to radius / 8.
+    at its result by `measure_overlap` (module docstring). `step_size` defaults to radius / 8;
+    `search` takes the fields of `BallSearchOptions` (radius, required; measure_samples, seed,
+    internal_batch_size).
 
     Examples:
         >>> from robust_train.certify import certify_explanations
@@ -162,9 +190,10 @@ def attack_certificate(
         >>> bool((res.distance <= 0.2 + 1e-5).all()), res.overlap.shape
         (True, torch.Size([2]))
     """
-    radius = _check_search(inputs, certificate, radius, measure_samples, seed)
+    o = build_options(BallSearchOptions, search, where="attack_certificate")
+    radius = _check_search(inputs, certificate, o)
+    seed, internal_batch_size = o.seed, o.internal_batch_size
     check_positive(radius, "radius")
-    check_optional_positive(internal_batch_size, "internal_batch_size", integer=True)
     soft = SoftSmoothedExplainer(
         certificate.explain,
         sigma=certificate.sigma,
@@ -176,7 +205,7 @@ def attack_certificate(
     rows = internal_batch_size or max(
         1, auto_chunk(inputs.shape[1:], device=inputs.device, create_graph=True) // attack_samples
     )
-    measure = dict(n_samples=measure_samples, internal_batch_size=internal_batch_size)
+    measure = dict(n_samples=o.measure_samples, internal_batch_size=internal_batch_size)
     if not _depends_on_input(model, inputs[:rows], certificate.target[:rows], soft):
         found = measure_overlap(
             model, inputs, inputs, certificate, seed=seed + 1, radius=radius, **measure
@@ -222,20 +251,21 @@ def _depends_on_input(
     return grad is not None
 
 
+@takes_options(BallSearchOptions)
 def random_search(
     model: nn.Module,
     inputs: Tensor,
     certificate: ExplanationCertificate,
     *,
-    radius: float,
     n_points: int = 4,
-    measure_samples: int | None = None,
-    seed: int = 0,
-    internal_batch_size: int | None = None,
+    **search: Any,
 ) -> EmpiricalOverlap:
     """The lowest measured overlap over `n_points` random points of the L2 sphere of `radius`
-    around each image (clamped to [0, 1], which keeps them in the ball)."""
-    radius = _check_search(inputs, certificate, radius, measure_samples, seed)
+    around each image (clamped to [0, 1], which keeps them in the ball); `search` takes the
+    fields of `BallSearchOptions` (radius, required; measure_samples, seed,
+    internal_batch_size)."""
+    o = build_options(BallSearchOptions, search, where="random_search")
+    radius, seed = _check_search(inputs, certificate, o), o.seed
     check_positive(n_points, "n_points", integer=True)
     gen = torch.Generator().manual_seed(seed)
     best: EmpiricalOverlap | None = None
@@ -246,9 +276,9 @@ def random_search(
             inputs,
             (inputs + d).clamp(0, 1),
             certificate,
-            n_samples=measure_samples,
+            n_samples=o.measure_samples,
             seed=seed + 1 + point,
-            internal_batch_size=internal_batch_size,
+            internal_batch_size=o.internal_batch_size,
             radius=radius,
         )
         best = found if best is None else _lower_of(best, found)
@@ -257,20 +287,13 @@ def random_search(
 
 
 def _check_search(
-    inputs: Tensor,
-    certificate: ExplanationCertificate,
-    radius: float,
-    measure_samples: int | None,
-    seed: int,
+    inputs: Tensor, certificate: ExplanationCertificate, options: BallSearchOptions
 ) -> float:
-    """The checks both searches of the ball (the attack, the random points) make before any work;
-    the checked radius."""
+    """The checks both searches of the ball (the attack, the random points) make before any work
+    beside their options' own; the radius, checked against the images."""
     check_images(inputs, "inputs")
     _check_certificate(certificate, inputs)
-    checked = check_radius(radius, inputs[0].numel())
-    check_optional_positive(measure_samples, "measure_samples", integer=True)
-    check_non_negative(seed, "seed", integer=True)
-    return checked
+    return check_radius(options.radius, inputs[0].numel())
 
 
 def _check_certificate(certificate: object, inputs: Tensor) -> None:

@@ -22,8 +22,12 @@ from robust_train.explain.protocol import Explainer
 __all__ = ["SoftSmoothedExplainer"]
 
 
-class SoftSmoothedExplainer:
+class SoftSmoothedExplainer(Explainer):
     """Differentiable fixed-noise stand-in of the smoothed sparsified explainer (module docstring).
+
+    An `Explainer` (it implements the protocol, which it inherits): a call takes
+    `(model, inputs, target, *, create_graph=False, **options)` and passes `create_graph` and
+    the options on to the wrapped explainer.
 
     Examples:
         >>> from robust_train.explain import saliency
@@ -50,16 +54,10 @@ class SoftSmoothedExplainer:
         self.kappa, self.temperature, self.seed = kappa, temperature, seed
         self.__name__ = f"soft_smoothed_{getattr(explain, '__name__', 'explainer')}"
 
-    def __call__(
-        self,
-        model: nn.Module,
-        inputs: Tensor,
-        target: Tensor,
-        *,
-        create_graph: bool = False,
-        **options: Any,
-    ) -> Tensor:
-        """The soft smoothed map (B, 1, H, W) in [0, 1]; `options` go to the explainer."""
+    def __call__(self, model: nn.Module, inputs: Tensor, target: Tensor, **options: Any) -> Tensor:
+        """The soft smoothed map (B, 1, H, W) in [0, 1]; `options` (`create_graph` among them)
+        go to the explainer."""
+        options.setdefault("create_graph", False)  # the protocol's default, stated to the explainer
         batch, s = inputs.shape[0], self.n_samples
         gen = torch.Generator().manual_seed(self.seed)
         noise = torch.randn((s, *inputs.shape[1:]), generator=gen, dtype=inputs.dtype)
@@ -68,7 +66,6 @@ class SoftSmoothedExplainer:
             model,
             noisy.reshape(batch * s, *inputs.shape[1:]),
             target.repeat_interleave(s),
-            create_graph=create_graph,
             **options,
         )
         maps = importance_map(explanation)

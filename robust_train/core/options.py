@@ -4,8 +4,8 @@ A function or class that takes an option set declares `**options` and is decorat
 `takes_options(OptionsClass)`: its signature (what `help()`, IDEs, jsonargparse/LightningCLI and
 `inspect.signature` see) then lists every option as a keyword-only parameter with the dataclass's
 default, and `build_options` turns the keywords given into the checked dataclass. Adding an option
-is one edit: a field of the dataclass (`option(default, help)`: the help is what the command
-line shows).
+is one edit: a field of the dataclass (`option(default, help, check=...)`: the help is what the
+command line shows, the check what `check_options` runs on its value).
 
 Examples:
     >>> from dataclasses import dataclass, field
@@ -27,24 +27,63 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-__all__ = ["build_options", "option", "option_names", "takes_options"]
+__all__ = [
+    "build_options",
+    "check_options",
+    "option",
+    "option_names",
+    "split_options",
+    "takes_options",
+]
 
 T = TypeVar("T")
 C = TypeVar("C", bound=Callable[..., Any])
 
 
-def option(default: Any, help_text: str) -> Any:
-    """A field of an option set: its `default` and the `help` the command line shows for it.
+def option(
+    default: Any = dataclasses.MISSING,
+    help_text: str | None = None,
+    *,
+    check: Callable[[Any, str], object] | None = None,
+) -> Any:
+    """A field of an option set: its `default` (none given: the option is required), the `help`
+    the command line shows for it and the `check` its value passes (`check(value, name)`,
+    raising a ValueError that names the field), run by `check_options`.
 
     Examples:
         >>> from dataclasses import dataclass, fields
+        >>> from robust_train.core.validation import check_positive
         >>> @dataclass(frozen=True)
         ... class Steps:
-        ...     n_steps: int = option(3, "iterations")
+        ...     n_steps: int = option(3, "iterations", check=check_positive)
+        ...     def __post_init__(self) -> None:
+        ...         check_options(self)
         >>> Steps().n_steps, fields(Steps)[0].metadata["help"]
         (3, 'iterations')
+        >>> Steps(n_steps=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: `n_steps` must be > 0, got 0
     """
-    return dataclasses.field(default=default, metadata={"help": help_text})
+    metadata: dict[str, Any] = {}
+    if help_text is not None:
+        metadata["help"] = help_text
+    if check is not None:
+        metadata["check"] = check
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def check_options(options: Any) -> None:
+    """Run the `check` each field of the dataclass instance `options` declares (`option`), in
+    field order, on its value and name; an option set calls it from `__post_init__`.
+
+    Raises:
+        ValueError, TypeError: what the first failing check raises, naming the field.
+    """
+    for f in dataclasses.fields(options):
+        check = f.metadata.get("check")
+        if check is not None:
+            check(getattr(options, f.name), f.name)
 
 
 def option_names(options_cls: type) -> tuple[str, ...]:
@@ -59,6 +98,25 @@ def option_names(options_cls: type) -> tuple[str, ...]:
         ('a',)
     """
     return tuple(f.name for f in option_fields(options_cls))
+
+
+def split_options(
+    given: Mapping[str, Any], options_cls: type
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The keywords of `given` that name options of `options_cls`, and the others: for a
+    callable that takes two option sets (`takes_options` on each) through one `**options`.
+
+    Examples:
+        >>> from dataclasses import dataclass
+        >>> @dataclass
+        ... class O:
+        ...     a: int = 1
+        >>> split_options({"a": 2, "b": 3}, O)
+        ({'a': 2}, {'b': 3})
+    """
+    names = set(option_names(options_cls))
+    mine = {k: v for k, v in given.items() if k in names}
+    return mine, {k: v for k, v in given.items() if k not in names}
 
 
 def option_fields(options_cls: type) -> tuple[dataclasses.Field[Any], ...]:
@@ -175,4 +233,8 @@ def build_options(
             )
     if base is not None:  # checked already: passed on as it is when nothing changes
         return dataclasses.replace(base, **given) if given else base  # type: ignore[type-var]
-    return options_cls(**{**dict(defaults or {}), **given})
+    chosen = {**dict(defaults or {}), **given}
+    for f in option_fields(options_cls):
+        if _default(f) is inspect.Parameter.empty and f.name not in chosen:
+            raise TypeError(f"{where} missing required keyword argument {f.name!r}")
+    return options_cls(**chosen)

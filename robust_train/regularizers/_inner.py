@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +18,7 @@ from torch import Tensor, nn
 
 from robust_train.attacks.options import check_linf_budget
 from robust_train.core.balls import random_offset, step_direction
+from robust_train.core.options import check_options, option
 from robust_train.core.validation import check_bool, check_non_negative, check_positive
 
 
@@ -32,16 +34,13 @@ class PGDOptions:
         random_start: start at a uniform point of the ball.
     """
 
-    epsilon: float = 0.3
-    step_size: float = 0.01
-    n_steps: int = 40
-    random_start: bool = True
+    epsilon: float = option(0.3, check=check_linf_budget)
+    step_size: float = option(0.01, check=check_positive)
+    n_steps: int = option(40, check=partial(check_non_negative, integer=True))
+    random_start: bool = option(True, check=check_bool)
 
     def __post_init__(self) -> None:
-        check_linf_budget(self.epsilon, "epsilon")
-        check_positive(self.step_size, "step_size")
-        check_non_negative(self.n_steps, "n_steps", integer=True)
-        check_bool(self.random_start, "random_start")
+        check_options(self)
 
 
 def linf_pgd(

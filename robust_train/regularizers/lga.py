@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from robust_train.attacks.options import check_linf_budget
-from robust_train.core.options import takes_options
+from robust_train.core.options import check_options, option, takes_options
 from robust_train.core.validation import check_bool, check_non_negative
 from robust_train.explain import saliency
 from robust_train.explain.autograd import gradient_of_target
@@ -51,16 +51,13 @@ class LGAOptions:
             only. False differentiates through both.
     """
 
-    radius: float = 4 / 255
-    l2_weight: float = 1.0
-    cos_weight: float = 1.0
-    detach_clean: bool = True
+    radius: float = option(4 / 255, check=check_linf_budget)
+    l2_weight: float = option(1.0, check=check_non_negative)
+    cos_weight: float = option(1.0, check=check_non_negative)
+    detach_clean: bool = option(True, check=check_bool)
 
     def __post_init__(self) -> None:
-        check_linf_budget(self.radius, "radius")
-        check_non_negative(self.l2_weight, "l2_weight")
-        check_non_negative(self.cos_weight, "cos_weight")
-        check_bool(self.detach_clean, "detach_clean")
+        check_options(self)
 
 
 @penalty_function(LGAOptions, logits=True)

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import torch
 
-from robust_train.attacks import AttackOptions, _loop
+from robust_train.attacks import AttackGoal, AttackOptions, _loop
 from robust_train.attacks.fragility import _context
 
 OPTIONS = AttackOptions(epsilon=0.1, n_steps=2, k=4, step_size=0.05)
@@ -33,8 +33,8 @@ def _run(ctx: _loop.AttackContext) -> tuple[_loop.AttackState, torch.Tensor]:
 def test_the_context_is_frozen_and_the_state_holds_what_the_attack_finds() -> None:
     model, x = _relu_net(), torch.rand(4, 1, 4, 4)
     ctx = _context(
-        model, x, model(x).argmax(1), explainer="saliency", objective="topk",
-        target_region=None, generator=None, seed=0, progress=False, options=OPTIONS,
+        model, x, model(x).argmax(1), goal=AttackGoal("saliency", "topk"),
+        generator=None, seed=0, progress=False, options=OPTIONS,
     )  # fmt: skip
     with pytest.raises(dataclasses.FrozenInstanceError):
         ctx.options = OPTIONS  # type: ignore[misc]

@@ -5,7 +5,7 @@ surrogate that gives the direction), and equals a separate no-grad forward."""
 import torch
 from torch import nn
 
-from robust_train.attacks import AttackOptions, _loop, fragility_attack
+from robust_train.attacks import AttackGoal, AttackOptions, _loop, fragility_attack
 from robust_train.attacks.fragility import _context
 from robust_train.explain import get_explainer
 from robust_train.models.softplus import smoothing_active
@@ -43,9 +43,7 @@ def test_logits_equal_a_separate_forward_for_every_explainer() -> None:
             model,
             x,
             target,
-            explainer=explainer,
-            objective="topk",
-            target_region=None,
+            goal=AttackGoal(explainer, "topk"),
             generator=None,
             seed=0,
             progress=False,

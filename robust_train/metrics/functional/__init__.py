@@ -18,6 +18,7 @@ from robust_train.metrics.functional.confidence import (
 from robust_train.metrics.functional.faithfulness import faithfulness_correlation
 from robust_train.metrics.functional.fidelity import (
     FidelityCurves,
+    RemovalOptions,
     fidelity_curves,
     fidelity_estimate,
 )
@@ -35,6 +36,7 @@ from robust_train.metrics.functional.localisation import (
 __all__ = [
     "FidelityCurves",
     "MeanInterval",
+    "RemovalOptions",
     "center_of_mass",
     "center_of_mass_shift",
     "faithfulness_correlation",

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from robust_train.core.options import check_options, option
 from robust_train.core.runtime import check_optional_positive, row_chunks
 from robust_train.core.validation import check_choice, check_maps, check_non_negative
 from robust_train.metrics.functional._fidelity_fill import constant_fill, linear_imputation
@@ -20,7 +22,7 @@ __all__ = [
     "PERTURBATIONS",
     "RemovalBaseline",
     "RemovalMasks",
-    "check_removal_settings",
+    "RemovalOptions",
     "forward_chunks",
     "draw_imputation_noise",
     "perturbed_logits",
@@ -35,13 +37,39 @@ __all__ = [
 PERTURBATIONS = ("mean", "zero", "blur", "noise", "imputation")
 
 
-def check_removal_settings(
-    perturbation: str, imputation_noise: float, internal_batch_size: int | None
-) -> None:
-    """Check the settings every perturbation measure takes, naming the bad one and its value."""
-    check_choice(perturbation, "perturbation", PERTURBATIONS)
-    check_non_negative(imputation_noise, "imputation_noise")
-    check_optional_positive(internal_batch_size, "internal_batch_size", integer=True)
+@dataclass(frozen=True)
+class RemovalOptions:
+    """The settings every perturbation measure (`fidelity_curves`, `faithfulness_correlation`)
+    takes, declared and checked once: what fills the removed pixels, how many perturbed images
+    a forward holds, and the randomness.
+
+    Attributes:
+        perturbation: the baseline of removed pixels, one of `PERTURBATIONS` (each measure
+            states its default).
+        imputation_noise: std of the noise added to imputed pixels ("imputation").
+        internal_batch_size: most perturbed images per forward (None: from the image size).
+        generator, seed: randomness of "noise" and "imputation" (and of the measure's own
+            draws), exclusive.
+
+    Examples:
+        >>> RemovalOptions(perturbation="zero").imputation_noise
+        0.01
+        >>> RemovalOptions(perturbation="black")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: Unknown `perturbation` 'black'; expected one of [...]
+    """
+
+    perturbation: str = option("mean", check=partial(check_choice, choices=PERTURBATIONS))
+    imputation_noise: float = option(0.01, check=check_non_negative)
+    internal_batch_size: int | None = option(
+        None, check=partial(check_optional_positive, integer=True)
+    )
+    generator: torch.Generator | None = None
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        check_options(self)
 
 
 def pixel_map(

@@ -20,14 +20,17 @@ perturbed image of every run is one row of a virtual batch forwarded in chunks.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
+from robust_train.core.options import build_options, takes_options
 from robust_train.core.runtime import auto_chunk, make_generator
 from robust_train.core.validation import check_choice, check_images, check_positive, check_target
 from robust_train.metrics.functional._fidelity_rows import (
     RemovalBaseline,
-    check_removal_settings,
+    RemovalOptions,
     forward_chunks,
     pixel_map,
     removal_baseline,
@@ -38,6 +41,8 @@ from robust_train.metrics.functional._fidelity_rows import (
 __all__ = ["FAITHFULNESS_SCORES", "default_subset_size", "faithfulness_correlation"]
 
 FAITHFULNESS_SCORES = ("logit", "probability")
+# Its removal options' defaults that differ from `RemovalOptions`' (Quantus' baseline: black).
+REMOVAL_DEFAULTS = {"perturbation": "zero"}
 
 
 def default_subset_size(height: int, width: int) -> int:
@@ -50,6 +55,7 @@ def default_subset_size(height: int, width: int) -> int:
     return max(1, (height * width) // 8)
 
 
+@takes_options(RemovalOptions, defaults=REMOVAL_DEFAULTS)
 def faithfulness_correlation(
     model: nn.Module,
     inputs: Tensor,
@@ -58,13 +64,9 @@ def faithfulness_correlation(
     *,
     n_runs: int = 100,
     subset_size: int | None = None,
-    perturbation: str = "zero",
-    imputation_noise: float = 0.01,
     score: str = "logit",
     subsets: Tensor | None = None,
-    internal_batch_size: int | None = None,
-    generator: torch.Generator | None = None,
-    seed: int | None = None,
+    **removal: Any,
 ) -> Tensor:
     """Pearson correlation per image (B,) of score drops and attribution sums over random subsets.
 
@@ -85,6 +87,8 @@ def faithfulness_correlation(
             given subsets (e.g. a peer's) instead of drawing them.
         internal_batch_size: most perturbed images per forward (default from the image size).
         generator, seed: randomness of the subsets and of "noise"/"imputation".
+        **removal: perturbation, imputation_noise, internal_batch_size, generator, seed (above):
+            the fields of `RemovalOptions`, which every perturbation measure takes.
 
     Returns:
         (B,) correlations in [-1, 1], NaN where either side is constant over the runs; detached.
@@ -103,14 +107,15 @@ def faithfulness_correlation(
         >>> [round(v, 4) for v in r.tolist()]
         [1.0, 1.0]
     """
+    where = "faithfulness_correlation"
+    o = build_options(RemovalOptions, removal, where=where, defaults=REMOVAL_DEFAULTS)
     check_images(inputs)
     b, _, h, w = inputs.shape
     maps = _per_pixel(attributions, inputs)
     size = default_subset_size(h, w) if subset_size is None else subset_size
     _check_arguments(n_runs, size, h * w, score)
-    check_removal_settings(perturbation, imputation_noise, internal_batch_size)
-    gen = make_generator(generator, seed, inputs.device)
-    chunk = internal_batch_size or auto_chunk(inputs.shape[1:], device=inputs.device)
+    gen = make_generator(o.generator, o.seed, inputs.device)
+    chunk = o.internal_batch_size or auto_chunk(inputs.shape[1:], device=inputs.device)
     if subsets is None:
         subsets = _draw_subsets(b, n_runs, size, h * w, gen, inputs.device)
     else:
@@ -121,10 +126,10 @@ def faithfulness_correlation(
         target = check_target(target, b, num_classes=clean_logits.shape[1]).to(inputs.device)
         baseline = removal_baseline(
             inputs,
-            perturbation,
+            o.perturbation,
             mean=None,
             blur_sigma=2.0,
-            imputation_noise=imputation_noise,
+            imputation_noise=o.imputation_noise,
             generator=gen,
         )
         perturbed = _perturbed_scores(model, inputs, target, subsets, baseline, score, chunk)

@@ -22,11 +22,12 @@ Design decisions:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
+from robust_train.core.options import build_options, takes_options
 from robust_train.core.runtime import auto_chunk, make_generator
 from robust_train.core.validation import (
     check_bool,
@@ -41,7 +42,7 @@ from robust_train.metrics.functional._fidelity_rows import (
     PERTURBATIONS,
     RemovalBaseline,
     RemovalMasks,
-    check_removal_settings,
+    RemovalOptions,
     forward_chunks,
     pixel_map,
     removal_baseline,
@@ -52,7 +53,14 @@ from robust_train.metrics.functional._fidelity_rows import (
 
 SCORES = ("normalized_probability", "probability", "logit", "accuracy")
 
-__all__ = ["FidelityCurves", "fidelity_curves", "fidelity_estimate", "PERTURBATIONS", "SCORES"]
+__all__ = [
+    "FidelityCurves",
+    "PERTURBATIONS",
+    "RemovalOptions",
+    "SCORES",
+    "fidelity_curves",
+    "fidelity_estimate",
+]
 
 
 class FidelityCurves(NamedTuple):
@@ -63,6 +71,7 @@ class FidelityCurves(NamedTuple):
     lif: Tensor
 
 
+@takes_options(RemovalOptions)
 def fidelity_curves(
     model: nn.Module,
     inputs: Tensor,
@@ -72,14 +81,10 @@ def fidelity_curves(
     n_steps: int = 20,
     include_end: bool = True,
     patch_size: int = 1,
-    perturbation: str = "mean",
     mean: Tensor | float | None = None,
     blur_sigma: float = 2.0,
-    imputation_noise: float = 0.01,
     score: str = "normalized_probability",
-    internal_batch_size: int | None = None,
-    generator: torch.Generator | None = None,
-    seed: int | None = None,
+    **removal: Any,
 ) -> FidelityCurves:
     """MIF and LIF curves for every image (Brocki & Chung 2022).
 
@@ -103,6 +108,8 @@ def fidelity_curves(
         internal_batch_size: most perturbed images per forward (default: chosen from the image
             size, `robust_train.core.runtime.auto_chunk`: 83 for 28x28, 64 for 32x32).
         generator, seed: randomness for "noise" and "imputation".
+        **removal: perturbation, imputation_noise, internal_batch_size, generator, seed (above):
+            the fields of `RemovalOptions`, which every perturbation measure takes.
 
     Returns:
         FidelityCurves(fractions (S,), mif (B, S), lif (B, S)), detached.
@@ -119,22 +126,16 @@ def fidelity_curves(
         >>> curves.fractions.tolist(), curves.mif.shape, curves.mif[:, 0].tolist()
         ([0.0, 0.25, 0.5, 0.75, 1.0], torch.Size([2, 5]), [1.0, 1.0])
     """
+    o = build_options(RemovalOptions, removal, where="fidelity_curves")
     check_images(inputs)
     maps = _importance(importance, inputs)
     mean = _check_curve_arguments(
-        n_steps,
-        patch_size,
-        perturbation,
-        score,
-        blur_sigma,
-        imputation_noise,
-        mean,
-        inputs,
-        internal_batch_size,
-        include_end,
+        n_steps, patch_size, o.perturbation, score, blur_sigma, mean, inputs, include_end
     )
-    gen = make_generator(generator, seed, inputs.device)
-    internal_batch_size = internal_batch_size or auto_chunk(inputs.shape[1:], device=inputs.device)
+    gen = make_generator(o.generator, o.seed, inputs.device)
+    internal_batch_size = o.internal_batch_size or auto_chunk(
+        inputs.shape[1:], device=inputs.device
+    )
     with torch.no_grad():
         clean_logits = forward_chunks(model, inputs, internal_batch_size)
         if target is None:
@@ -145,10 +146,10 @@ def fidelity_curves(
         masks = removal_masks(maps, patch_size, n_steps, include_end)
         baseline = removal_baseline(
             inputs,
-            perturbation,
+            o.perturbation,
             mean=mean,
             blur_sigma=blur_sigma,
-            imputation_noise=imputation_noise,
+            imputation_noise=o.imputation_noise,
             generator=gen,
         )
         row_scores = _row_scores(model, inputs, target, clean_prob, masks, baseline, score)
@@ -167,16 +168,14 @@ def _check_curve_arguments(
     perturbation: str,
     score: str,
     blur_sigma: float,
-    imputation_noise: float,
     mean: Tensor | float | None,
     inputs: Tensor,
-    internal_batch_size: int | None,
     include_end: bool,
 ) -> Tensor | float | None:
-    """Check the curve settings (naming each bad one); return the checked `mean`."""
+    """Check the curve settings beside the removal options (naming each bad one); return the
+    checked `mean`."""
     check_positive(n_steps, "n_steps", integer=True)
     check_positive(patch_size, "patch_size", integer=True)
-    check_removal_settings(perturbation, imputation_noise, internal_batch_size)
     check_choice(score, "score", SCORES)
     check_positive(blur_sigma, "blur_sigma")
     mean = _check_mean(mean, perturbation, inputs)

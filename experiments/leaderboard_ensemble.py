@@ -53,6 +53,7 @@ PROTOCOL = "ensemble"
 REFERENCE = "input_reference"  # the job kind of "map = input" alone
 RESULTS = Path(__file__).resolve().parent / "results" / "leaderboard"
 EXPORT = "ensemble_v1.jsonl.gz"
+SHIPPED_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "mnist5k_finetune_every_map.yaml"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +71,10 @@ class EnsembleJob:
 
 def chosen_settings() -> dict[str, float | None]:
     """Each row's setting chosen by the leaderboard's CV rule, from the committed results: the
-    leaderboard's fit jobs (its page's job file) and baselines.json."""
+    leaderboard's fit jobs (its page's job file) and baselines.json; the shipped recipe's row
+    (`finetune_multi_map`) at the weight of its config (SHIPPED_CONFIG)."""
+    import yaml
+
     chosen: dict[str, float | None] = {"natural": None}
     base = json.loads((RESULTS.parent / "baselines.json").read_text())["chosen"]
     chosen.update({m: float(base[m]) for m in ("adversarial", "gaussian_noise")})
@@ -80,6 +84,8 @@ def chosen_settings() -> dict[str, float | None]:
             job = json.loads(line)
             if job["kind"] == "fit" and job["method"] == "finetune_every_map":
                 chosen["finetune_every_map"] = float(job["value"])
+    shipped = yaml.safe_load(SHIPPED_CONFIG.read_text())["model"]["penalties"][0]["init_args"]
+    chosen["finetune_multi_map"] = float(shipped["weight"])  # the shipped weight, not the CV's
     missing = [r for r in ROWS if r not in chosen]
     if missing:
         raise SystemExit(f"no chosen setting for {missing} in {RESULTS}")
@@ -245,15 +251,9 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
     (out / "jobs").mkdir(parents=True, exist_ok=True)
     path = out / "meta.json"
     if path.is_file():
-        return dict(json.loads(path.read_text()))
+        return add_rows(dict(json.loads(path.read_text())), args)
     chosen = chosen_settings()
-    fits = [(r, s) for s in args.seeds for r in args.rows]
-    calls = [(r, s, chosen[r], lb_dir, args.quick) for r, s in fits]
-    if args.workers == 1:
-        [model_path(*c) for c in calls]
-    else:  # the missing fits, in parallel
-        with ProcessPoolExecutor(args.workers) as pool:
-            list(pool.map(model_path, *zip(*calls, strict=True)))
+    _train(args, chosen, list(args.rows))
     rows, seeds = tuple(args.rows), tuple(args.seeds)
     meta = {
         "chosen": chosen, "protocol": args.protocol, "rows": list(rows), "seeds": list(seeds),
@@ -261,6 +261,47 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
         "indices": fixed_images(args.images, chosen, lb_dir, rows, seeds, args.quick),
     }  # fmt: skip
     path.write_text(json.dumps(meta, indent=1))
+    return meta
+
+
+def _train(args: argparse.Namespace, chosen: dict[str, Any], rows: list[str]) -> None:
+    """Every missing checkpoint of `rows` x the run's seeds (in parallel with --workers)."""
+    calls = [(r, s, chosen[r], Path(args.lb), args.quick) for s in args.seeds for r in rows]
+    if args.workers == 1:
+        [model_path(*c) for c in calls]
+    else:
+        with ProcessPoolExecutor(args.workers) as pool:
+            list(pool.map(model_path, *zip(*calls, strict=True)))
+
+
+def add_rows(meta: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """A resumed run that gains rows (`--rows` names some its meta.json lacks): their chosen
+    settings are added, their models trained, and they are scored on the run's images; the
+    images one of their models misclassifies are recorded under "misclassified" (the page
+    names them)."""
+    new = [r for r in args.rows if r not in meta["rows"]]
+    if not new:
+        return meta
+    import torch
+
+    from experiments.leaderboard import test_split
+    from robust_train.core.runtime import predict
+    from robust_train.models import load_classifier
+
+    chosen = chosen_settings()
+    _train(args, chosen, new)
+    x, y = test_split()
+    idx = torch.tensor(meta["indices"])
+    wrong = meta.setdefault("misclassified", {})
+    for row in new:
+        meta["chosen"][row] = chosen[row]
+        for seed in meta["seeds"]:
+            model = load_classifier(model_path(row, seed, chosen[row], Path(args.lb), args.quick))
+            bad = idx[predict(model, x[idx], 256) != y[idx]].tolist()
+            if bad:
+                wrong[f"{row}/s{seed}"] = bad
+    meta["rows"] = [r for r in ROWS if r in {*meta["rows"], *new}]
+    (Path(args.out) / "meta.json").write_text(json.dumps(meta, indent=1))
     return meta
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from experiments.support import read_text
 
 # The plan (`experiments.leaderboard_ensemble` runs it) and the keys its jobs record.
-ROWS = ("natural", "finetune_every_map", "adversarial", "gaussian_noise")
+ROWS = ("natural", "finetune_every_map", "finetune_multi_map", "adversarial", "gaussian_noise")
 SEEDS = (0, 1, 2)
 MAPS = ("saliency", "grad_cam", "lrp", "deeplift", "integrated_gradients")
 TOPK = "attack/{m}/topk/topk_intersection"
@@ -31,7 +31,8 @@ REFERENCE_LENS = "attack/input_reference/topk/lens_topk"
 
 LABELS = {"saliency": "saliency", "grad_cam": "Grad-CAM", "lrp": "LRP", "deeplift": "DeepLIFT",
           "integrated_gradients": "IG"}  # fmt: skip
-SETTING = {"finetune_every_map": "weight", "adversarial": "epsilon", "gaussian_noise": "sigma"}
+SETTING = {"finetune_every_map": "weight", "finetune_multi_map": "weight", "adversarial": "epsilon",
+           "gaussian_noise": "sigma"}  # fmt: skip
 
 
 def load_jobs(source: Path) -> list[dict[str, Any]]:

@@ -47,6 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from experiments.leaderboard_ensemble_report import MAPS, ROWS, SEEDS
+from experiments.leaderboard_ensemble_report import RANDOM as RANDOM_KEY
+from experiments.leaderboard_ensemble_report import RANDOM_LENS as RANDOM_LENS_KEY
 from experiments.leaderboard_ensemble_report import REFERENCE as REFERENCE_KEY
 
 PROTOCOL = "ensemble"
@@ -190,6 +192,54 @@ def run_job(job: EnsembleJob, out: str, lb_dir: str) -> dict[str, Any]:
     tmp.write_text(json.dumps(result))
     tmp.replace(target)
     return result
+
+
+def chance_levels(job: dict[str, Any], lb_dir: str, quick: bool = False) -> dict[str, list[Any]]:
+    """The random-map chance levels of a stored map job (`fragility/<map>/random_topk` and
+    `random_lens` per image) measured again without the ensemble: the same model, images and
+    protocol with the noise attack alone, whose clean maps and seeded random maps are the
+    ensemble's (the attack never changes them); for jobs adopted from a run that kept none."""
+    import torch
+
+    from experiments.leaderboard import _quiet, test_split
+    from robust_train.evaluation.engine import run_parts, summarize
+    from robust_train.models import load_classifier
+
+    model = load_classifier(
+        model_path(job["method"], job["seed"], job["value"], Path(lb_dir), quick)
+    )
+    _quiet()
+    x, y = test_split()
+    idx = torch.tensor(job["indices"])
+    m = job["explainer"]
+    s = dataclasses.replace(
+        settings(m, len(idx), False, job["protocol"]), attacks=("random_sign",), noise_draws=1
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        per_image = summarize(run_parts(model, x[idx], y[idx], s))["per_image"]
+    keys = (RANDOM_KEY.format(m=m), RANDOM_LENS_KEY.format(m=m))
+    return {k: [v if math.isfinite(v) else None for v in per_image[k]] for k in keys}
+
+
+def add_chance(out: Path, lb_dir: str, quick: bool = False) -> list[str]:
+    """Add the random-map levels (`chance_levels`) to every stored map job of OUT that lacks
+    them, marking the job's "chance" member; the ids of the jobs changed."""
+    changed = []
+    for path in sorted((out / "jobs").glob("*.json")):
+        job = json.loads(path.read_text())
+        if (
+            job["explainer"] not in MAPS
+            or RANDOM_KEY.format(m=job["explainer"]) in job["per_image"]
+        ):
+            continue
+        job["per_image"].update(chance_levels(job, lb_dir, quick))
+        job["chance"] = "random-map levels measured apart: the same clean maps, no attack"
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(job))
+        tmp.replace(path)
+        changed.append(job["id"])
+    return changed
 
 
 def pending(out: Path, jobs: list[EnsembleJob]) -> list[EnsembleJob]:
@@ -362,6 +412,10 @@ def parser() -> argparse.ArgumentParser:
         help="first store the matching jobs of an experiments.baselines run folder DIR (same "
         "checkpoints, protocol and images) as this run's",
     )  # fmt: skip
+    p.add_argument(
+        "--chance", action="store_true",
+        help="only add the random-map levels to the stored map jobs that lack them (no attack)",
+    )  # fmt: skip
     p.add_argument("--export", metavar="JSONL", help="only write OUT's job results to JSONL")
     p.add_argument("--restore", metavar="JSONL", help="first put JSONL's job results into OUT")
     return p
@@ -385,6 +439,12 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(args.restore).is_file():
             raise SystemExit(f"--restore: no such file {args.restore!r}")
         print(f"{restore(Path(args.restore), Path(args.out))} job results restored")
+    if args.chance:
+        if not (Path(args.out) / "jobs").is_dir():
+            raise SystemExit(f"--chance: no job results under --out {args.out!r}")
+        changed = add_chance(Path(args.out), args.lb, args.quick)
+        print(f"random-map levels added to {len(changed)} jobs: {', '.join(changed)}")
+        return 0
     run(args)
     return 0
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 
@@ -75,3 +77,41 @@ def test_a_resumed_run_gains_a_row_on_its_own_images(tmp_path: Path, monkeypatch
     assert json.loads((tmp_path / "meta.json").read_text()) == got
     assert ens.add_rows(got, args) is got  # nothing new: untouched
     assert "finetune_multi_map" in report.ROWS and report.SETTING["finetune_multi_map"] == "weight"
+
+
+def test_chance_levels_measured_apart_are_the_clean_maps_against_seeded_random_maps(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from experiments.leaderboard import test_split
+    from robust_train.evaluation import PROTOCOLS
+    from robust_train.evaluation.parts.fragility import random_map_level
+    from robust_train.explain import importance_map, saliency
+    from robust_train.models import load_classifier
+
+    shipped = ROOT / "robust_train" / "assets" / "checkpoints" / "mnist5k_baseline.ckpt"
+    monkeypatch.setattr(ens, "model_path", lambda *a: str(shipped))
+    indices = [0, 1, 3]
+    job = {"id": "ens_natural_s0__saliency", "method": "natural", "seed": 0, "value": None,
+           "explainer": "saliency", "indices": indices, "protocol": "ensemble",
+           "per_image": {report.TOPK.format(m="saliency"): [0.1, 0.2, 0.3]}}  # fmt: skip
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / f"{job['id']}.json").write_text(json.dumps(job))
+    done = {
+        **job,
+        "id": "ens_natural_s1__saliency",
+        "per_image": {report.RANDOM.format(m="saliency"): [0.5] * 3},
+    }
+    (tmp_path / "jobs" / f"{done['id']}.json").write_text(json.dumps(done))
+    assert ens.add_chance(tmp_path, "lb") == [job["id"]]  # the other has its level
+    got = json.loads((tmp_path / "jobs" / f"{job['id']}.json").read_text())
+    x, y = test_split()
+    model = load_classifier(str(shipped))
+    maps = importance_map(saliency(model, x[indices], y[indices]))
+    protocol = PROTOCOLS["ensemble"]
+    for measure, key in (("random_topk", report.RANDOM), ("random_lens", report.RANDOM_LENS)):
+        want = random_map_level(maps, protocol.measure_k, measure, protocol.seed)
+        values = got["per_image"][key.format(m="saliency")]
+        assert values == pytest.approx(want.tolist(), abs=1e-6)
+    assert 0.1 < statistics.mean(values) < 0.5 and got["chance"]
+    assert got["per_image"][report.TOPK.format(m="saliency")] == [0.1, 0.2, 0.3]  # kept
+    assert ens.add_chance(tmp_path, "lb") == []  # once

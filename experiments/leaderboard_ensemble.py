@@ -194,32 +194,38 @@ def run_job(job: EnsembleJob, out: str, lb_dir: str) -> dict[str, Any]:
     return result
 
 
-def chance_levels(job: dict[str, Any], lb_dir: str, quick: bool = False) -> dict[str, list[Any]]:
-    """The random-map chance levels of a stored map job (`fragility/<map>/random_topk` and
-    `random_lens` per image) measured again without the ensemble: the same model, images and
-    protocol with the noise attack alone, whose clean maps and seeded random maps are the
-    ensemble's (the attack never changes them); for jobs adopted from a run that kept none."""
+def random_map_levels(
+    checkpoint: str, explainer: str, indices: list[int], protocol: str = PROTOCOL
+) -> dict[str, list[Any]]:
+    """The random-map chance levels of a model's map on test images `indices`
+    (`fragility/<map>/random_topk` and `random_lens` per image, None where unmeasured) as the
+    protocol measures them beside its attack, measured without the attack: the protocol with
+    the noise attack alone, whose clean maps and seeded random maps are the same (an attack
+    never changes them); for job results that kept none."""
     import torch
 
     from experiments.leaderboard import _quiet, test_split
     from robust_train.evaluation.engine import run_parts, summarize
     from robust_train.models import load_classifier
 
-    model = load_classifier(
-        model_path(job["method"], job["seed"], job["value"], Path(lb_dir), quick)
-    )
+    model = load_classifier(checkpoint)
     _quiet()
     x, y = test_split()
-    idx = torch.tensor(job["indices"])
-    m = job["explainer"]
+    idx = torch.tensor(indices)
     s = dataclasses.replace(
-        settings(m, len(idx), False, job["protocol"]), attacks=("random_sign",), noise_draws=1
+        settings(explainer, len(idx), False, protocol), attacks=("random_sign",), noise_draws=1
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         per_image = summarize(run_parts(model, x[idx], y[idx], s))["per_image"]
-    keys = (RANDOM_KEY.format(m=m), RANDOM_LENS_KEY.format(m=m))
+    keys = (RANDOM_KEY.format(m=explainer), RANDOM_LENS_KEY.format(m=explainer))
     return {k: [v if math.isfinite(v) else None for v in per_image[k]] for k in keys}
+
+
+def chance_levels(job: dict[str, Any], lb_dir: str, quick: bool = False) -> dict[str, list[Any]]:
+    """`random_map_levels` of a stored map job: its model, map, images and protocol."""
+    path = model_path(job["method"], job["seed"], job["value"], Path(lb_dir), quick)
+    return random_map_levels(path, job["explainer"], job["indices"], job["protocol"])
 
 
 def add_chance(out: Path, lb_dir: str, quick: bool = False) -> list[str]:

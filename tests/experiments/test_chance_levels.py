@@ -5,8 +5,11 @@ from their results data."""
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
+
+import pytest
 
 from experiments import baselines as bl
 
@@ -50,3 +53,102 @@ def test_the_baselines_table_has_a_random_map_row_and_the_share_above_map_input(
     assert above["natural"] == ["0.50 (2/4)", "0.00 (0/3)"]  # 0.7 and 0.9 > 0.6; equal is not
     assert above["shipped robust"] == ["1.00 (2/2)", "not run"]
     assert above["adversarial"] == ["not run", "not run"]
+
+
+def test_the_sanity_pages_chance_rows_score_random_maps_on_the_correct_images_only() -> None:
+    import torch
+
+    from experiments import sanity_checks as sc
+    from robust_train.evaluation.parts.fragility import random_map_level
+    from robust_train.explain import importance_map
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(144, 2))
+    x = torch.rand(6, 1, 12, 12)
+    x[5] = 0.5  # a constant input: its map is left out
+    y = model(x).argmax(1)
+    y[0] = 1 - y[0]  # misclassified: left out
+    levels = sc.chance_rows(model, x, y)
+    assert set(levels) == set(sc.CHANCE_MAPS)
+    want = random_map_level(importance_map(x[1:5]), sc.K, "random_topk", 0).mean()
+    assert levels["map = input"][0] == pytest.approx(float(want), abs=1e-6)
+    for topk, lens in levels.values():
+        assert abs(topk - sc.K / 144) < 0.1 and topk <= lens <= 1.0  # k / (H W) in expectation
+
+
+# ------------------------------------------------------------------ every generated page's tables
+TOPK = re.compile(r"∩|top-k|top-\d+|LENS|topk", re.I)
+UNDER_ATTACK = re.compile(r"attack|ensemble", re.I)
+REFERENCE = "map = input"
+
+# Tables of the generated pages that print a top-k or LENS value under attack without both chance
+# levels beside it (a random map's score and "map = input" under the same attack), each with what
+# it lacks. A table that gains them must leave this list; a new table missing one fails.
+GAPS = {
+    "architectures:one-recipe-three-architectures": "both: 18 models of 3 architectures",
+    "cheaper:mean-over-the-two-seeds": "both: cheap-protocol recipe variants",
+    "cheaper:per-run": "both",
+    "cheaper:saliency-and-ig-together-input-x-2": "both",
+    "cheaper:the-shipped-recipe-and-every": "both",
+    "every_map:test-split-three-seeds": "both in the table (the page's prose has them)",
+    "independent_attacks:result-the-shipped-pair": "random map; map = input is a row label",
+    "lrp:summary": "both: LRP study models",
+    "lrp:surrogate": "both",
+    "lrp:sweep": "both: validation sweep",
+    "lrp:sweep-2": "both: validation sweep",
+    "lrp:table": "both",
+    "lrp:table-2": "both",
+    "measurements:3-grad-cam-the-default-layer-3": "both",
+    "new_explainers:2-fine-tuning-for-them-weight": "both: validation sweep",
+    "new_explainers:2-fine-tuning-for-them-weight-2": "both: validation sweep",
+    "recipe_search:full": "random map",
+    "recipe_search:gradcam": "both",
+}
+
+
+def _labels(table: dict) -> list[str]:
+    """The row labels: each row's first three cells (a model, a protocol and a map column)."""
+    return [str(cell) for row in table["rows"] for cell in row[:3]]
+
+
+def attacked_topk(table: dict) -> bool:
+    """Whether a results table prints a top-k or LENS value under attack: a column or row label
+    naming both, or a "map = input" column or row (a reference that exists only under attack).
+
+    Examples:
+        >>> attacked_topk({"columns": ["model", "sal ∩ attack"], "rows": [["a", "0.1"]]})
+        True
+        >>> attacked_topk({"columns": ["model", "top-k under noise"], "rows": [["a", "0.1"]]})
+        False
+    """
+    names = [*table["columns"], *_labels(table)]
+    return any(TOPK.search(n) and UNDER_ATTACK.search(n) for n in names) or any(
+        n.startswith(REFERENCE) for n in names
+    )
+
+
+def has_chance_levels(table: dict) -> bool:
+    """Whether a table names a random map's score and "map = input" in a column or row label."""
+    names = " ".join([*table["columns"], *_labels(table)]).lower()
+    return "random map" in names and REFERENCE in names
+
+
+def _gaps() -> dict[str, dict]:
+    from experiments.pages import RESULTS
+    from experiments.support import read_text
+
+    found = {}
+    for path in sorted(RESULTS.glob("*.json")):
+        for key, table in (json.loads(read_text(path)).get("tables") or {}).items():
+            if attacked_topk(table) and not has_chance_levels(table):
+                found[f"{path.stem}:{key}"] = table
+    return found
+
+
+def test_every_attacked_topk_table_of_a_page_stands_beside_its_chance_levels() -> None:
+    found = _gaps()
+    assert "ensemble_maps:maps" not in found and "cluttered:ensemble" not in found
+    assert sorted(set(found) - set(GAPS)) == [], (
+        "attacked top-k without a random map or map = input"
+    )
+    assert sorted(set(GAPS) - set(found)) == [], "these have their chance levels now: unlist them"

@@ -152,3 +152,27 @@ def test_every_attacked_topk_table_of_a_page_stands_beside_its_chance_levels() -
         "attacked top-k without a random map or map = input"
     )
     assert sorted(set(GAPS) - set(found)) == [], "these have their chance levels now: unlist them"
+
+
+def test_every_map_job_of_the_leaderboards_ensemble_section_stands_beside_its_chance_levels():
+    """From the committed job results the leaderboard page reads: every map job holds a random
+    map's level on each of its images, every model measured holds "map = input" under the same
+    ensemble, so no cell of the section's chance rows is missing."""
+    from experiments import leaderboard_ensemble_report as report
+    from experiments.pages import RESULTS
+
+    folder = RESULTS / "leaderboard"
+    jobs = report.load_jobs(folder / json.loads((folder / "page.json").read_text())["ensemble"])
+    maps = [j for j in jobs if j["explainer"] in report.MAPS]
+    assert maps
+    for j in maps:
+        for key in (report.RANDOM, report.RANDOM_LENS):
+            assert len(j["per_image"][key.format(m=j["explainer"])]) == len(j["indices"]), j["id"]
+    refs = report._references(jobs, report.REFERENCE)
+    assert {(j["method"], j["seed"]) for j in maps} <= set(refs)
+    meta = {"rows": list(report.ROWS), "seeds": list(report.SEEDS)}
+    for name in ("topk", "lens"):
+        chance = [
+            r for r in report.tables(jobs, meta)[name] if r[0].startswith(("map =", "random"))
+        ]
+        assert len(chance) == 2 and not any("not run" in c for r in chance for c in r), chance

@@ -239,15 +239,23 @@ def _adopted_text(jobs: list[dict[str, Any]]) -> str:
     )
 
 
-# Rows whose setting is not the leaderboard's CV choice, and what they are.
-ROW_NOTES = {
-    "finetune_multi_map": "`finetune_multi_map` is the shipped recipe "
-    "(configs/mnist5k_finetune_every_map.yaml: one multi-map penalty on the saliency, input x "
-    "gradient and Grad-CAM maps, Adam lr 0.004, 2 epochs) at the config's weight 3, not a CV "
-    "choice, fine-tuned from each seed's natural model of this table on the leaderboard's "
-    "4,000-image pool; `finetune_every_map` is the leaderboard's own every-map recipe (a "
-    "composed penalty) at the weight its CV rule chose.",
-}
+def row_notes(rows: list[str], chosen: dict[str, Any]) -> str:
+    """What the rows whose setting is not the leaderboard's CV choice are (the shipped recipe's
+    row, at its config's weight), for the section's opening paragraph."""
+    if "finetune_multi_map" not in rows:
+        return ""
+    from experiments.leaderboard_methods import METHODS, Plan
+
+    m, weight = METHODS["finetune_multi_map"], chosen.get("finetune_multi_map")
+    at = f"at the config's weight {weight:g}" if weight is not None else "at the config's weight"
+    return (
+        " `finetune_multi_map` is the shipped recipe (configs/mnist5k_finetune_every_map.yaml: "
+        f"one multi-map penalty on the {', '.join(m.fixed['explainers'])} maps, Adam lr "
+        f"{m.lr:g}, {Plan().finetune_epochs} epochs) {at}, not a CV choice, fine-tuned from each "
+        "seed's natural model of this table on the leaderboard's 4,000-image pool; "
+        "`finetune_every_map` is the leaderboard's own every-map recipe (a composed penalty) at "
+        "the weight its CV rule chose."
+    )
 
 
 def section_lines(jobs: list[dict[str, Any]], meta: dict[str, Any], source: str) -> list[str]:
@@ -267,7 +275,7 @@ def section_lines(jobs: list[dict[str, Any]], meta: dict[str, Any], source: str)
         f"Protocol `{protocol}` (`robust_train.evaluation.PROTOCOLS[{protocol!r}]`), members: "
         f"{members_text(jobs)}; each image keeps its worst member. Job results: `{source}`."
         + _adopted_text(jobs)
-        + "".join(f" {ROW_NOTES[r]}" for r in meta.get("rows", ROWS) if r in ROW_NOTES),
+        + row_notes(list(meta.get("rows", ROWS)), meta.get("chosen", {})),
         "",
         "Top-100 intersection kept under the ensemble (higher is more robust; mean ± standard "
         "deviation over 3 seeds):",

@@ -38,6 +38,9 @@ def test_the_row_is_the_shipped_config_on_the_leaderboards_pool() -> None:
     from robust_train.regularizers import get_penalty
 
     assert type(get_penalty("multi_map", seed=1, **job.kwargs())).__name__ == "MultiMapSmoothness"
+    note = report.row_notes(list(report.ROWS), {"finetune_multi_map": weight})
+    assert f"weight {weight:g}, not a CV choice" in note and f"lr {method.lr:g}" in note
+    assert report.row_notes(["natural", "adversarial"], {}) == ""
 
 
 class Thresholds(torch.nn.Module):

@@ -119,7 +119,8 @@ def run_job(row: str, explainer: str, out: str, lb_dir: str) -> dict[str, Any]:
         "accuracy": float((predict(model, x, 256) == y).float().mean()),
         "measures": {k: float(v) for k, v in r["measures"].items() if isinstance(v, float)},
         "per_image": {k: [None if not math.isfinite(v) else v for v in vals]
-                      for k, vals in r["per_image"].items() if k.startswith("attack/")},
+                      for k, vals in r["per_image"].items()
+                      if k.startswith(("attack/", "fragility/"))},
     }  # fmt: skip
     target = Path(out) / "jobs" / f"{_job_id(row, explainer)}.json"
     target.write_text(json.dumps(result))
@@ -228,10 +229,78 @@ def tables(out: Path) -> dict[str, Any]:
     ref_keys = [f"attack/input_reference/{a}/{m}" for a, m, _ in COLUMNS]
     ref_cells = [_cell([_mean_on(ref, k, where[MAPS[0]])]) for k in ref_keys]
     rows.append(["map = input (reference)", "-", "", *ref_cells, *ref_cells])
+    rows.append(_random_row(jobs, where))
     counts = [str(len(where[ex])) for ex in MAPS for _ in COLUMNS]
     rows.append(["images (every row)", "", "all 1,000", *counts])
     main = {"columns": columns, "align": "|" + "---|" * len(columns), "rows": rows}
-    return {"main": main, "cost": _cost_table(jobs)}
+    return {"main": main, "above": _above_table(jobs, groups, where), "cost": _cost_table(jobs)}
+
+
+RANDOM = {"topk_intersection": "random_topk", "lens_topk": "random_lens"}
+
+
+def _random_row(jobs: dict[str, dict[str, Any]], where: dict[str, list[int]]) -> list[str]:
+    """Mean ± sd over the models measured on each map of the top-k ∩ (LENS) of its clean maps
+    with uniformly random maps (`fragility/<map>/random_topk`, `random_lens`): the chance level
+    of the ensemble columns; "-" beside the noise columns."""
+    cells = ["random map (every model)", "-", ""]
+    for ex in MAPS:
+        mine = [j for j in jobs.values() if j["explainer"] == ex]
+        for attack, measure, _ in COLUMNS:
+            if attack != "topk":
+                cells.append("-")
+                continue
+            key = f"fragility/{ex}/{RANDOM[measure]}"
+            values = [_mean_on(j, key, where[ex]) for j in mine if key in j["per_image"]]
+            cells.append(_cell(values) if len(values) == len(mine) else "not run")
+    return cells
+
+
+def _above_table(
+    jobs: dict[str, dict[str, Any]], groups: dict[str, list[str]], where: dict[str, list[int]]
+) -> dict[str, Any]:
+    """Per row and map: the share of (model, image) pairs where the model's map keeps more of
+    its top-k under the ensemble than "map = input" does (the reference job's, natural seed 0)."""
+    ref = jobs.get(_job_id("natural/s0", MAPS[0]))
+    levels = None if ref is None else ref["per_image"].get(REFERENCE)
+    rows = []
+    for name, members in groups.items():
+        row = [name]
+        for ex in MAPS:
+            above = total = 0
+            for m in members:
+                job = jobs.get(_job_id(m, ex))
+                if job is None or levels is None:
+                    continue
+                values = job["per_image"][f"attack/{ex}/topk/topk_intersection"]
+                pairs = [(values[i], levels[i]) for i in where[ex] if levels[i] is not None]
+                above += sum(v > r for v, r in pairs)
+                total += len(pairs)
+            row.append(f"{above / total:.2f} ({above}/{total})" if total else "not run")
+        rows.append(row)
+    return {"columns": ["row", *MAPS], "align": "|" + "---|" * (1 + len(MAPS)), "rows": rows}
+
+
+REFERENCE = "attack/input_reference/topk/topk_intersection"
+
+
+def add_chance(out: Path, lb_dir: Path) -> list[str]:
+    """Add the random-map chance levels to every job of OUT that lacks them (a run that kept
+    only the attack keys), measured without the attack
+    (`experiments.leaderboard_ensemble.random_map_levels`); the jobs changed."""
+    from experiments.leaderboard_ensemble import random_map_levels
+
+    meta, changed = json.loads((out / "meta.json").read_text()), []
+    for path in sorted((out / "jobs").glob("*.json")):
+        job = json.loads(path.read_text())
+        if f"fragility/{job['explainer']}/random_topk" in job["per_image"]:
+            continue
+        checkpoint = _fit(job["row"], lb_dir, meta["chosen"])
+        job["per_image"].update(random_map_levels(checkpoint, job["explainer"], job["indices"]))
+        job["chance"] = "random-map levels measured apart: the same clean maps, no attack"
+        path.write_text(json.dumps(job))
+        changed.append(path.stem)
+    return changed
 
 
 def _setting(name: str, value: float) -> str:
@@ -288,9 +357,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--images", type=int, default=50)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--page", action="store_true", help="only write the page from --out")
+    parser.add_argument(
+        "--chance", action="store_true",
+        help="only add the random-map levels to the jobs under --out that lack them (no attack)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.images < 1:
         raise SystemExit(f"--images must be >= 1, got {args.images}")
+    if args.chance:
+        if not (Path(args.out) / "meta.json").is_file():
+            raise SystemExit(f"--chance: no run under --out {args.out!r} (no meta.json)")
+        changed = add_chance(Path(args.out), Path(args.leaderboard))
+        print(f"random-map levels added to {len(changed)} jobs: {', '.join(changed)}")
+        return
     if args.page:
         print(write_page(Path(args.out), Path(args.leaderboard)))
         return

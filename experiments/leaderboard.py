@@ -129,8 +129,8 @@ def _epochs(job: Job, plan: Plan) -> int:
 
 
 def _classifier(job: Job, steps: int) -> Any:
-    """MNISTConvNet(MODEL) with the job's penalty, Adam (a fine-tune: FINETUNE_LR, cosine to 0
-    over `steps`, from `job.init`)."""
+    """MNISTConvNet(MODEL) with the job's penalty, Adam (the method's `lr`, else a fine-tune:
+    FINETUNE_LR, cosine to 0 over `steps`, from `job.init`)."""
     import torch
 
     from robust_train import RobustClassifier
@@ -139,7 +139,7 @@ def _classifier(job: Job, steps: int) -> Any:
 
     m = METHODS[job.method]
     terms = [get_penalty(m.penalty, seed=job.seed, **job.kwargs())] if m.penalty else []
-    lr = FINETUNE_LR if m.finetuned else LR
+    lr = m.lr or (FINETUNE_LR if m.finetuned else LR)
     scheduler = None
     if m.finetuned:
         scheduler = lambda o: torch.optim.lr_scheduler.CosineAnnealingLR(o, T_max=steps)  # noqa: E731

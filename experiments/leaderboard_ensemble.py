@@ -47,12 +47,15 @@ from pathlib import Path
 from typing import Any
 
 from experiments.leaderboard_ensemble_report import MAPS, ROWS, SEEDS
+from experiments.leaderboard_ensemble_report import RANDOM as RANDOM_KEY
+from experiments.leaderboard_ensemble_report import RANDOM_LENS as RANDOM_LENS_KEY
 from experiments.leaderboard_ensemble_report import REFERENCE as REFERENCE_KEY
 
 PROTOCOL = "ensemble"
 REFERENCE = "input_reference"  # the job kind of "map = input" alone
 RESULTS = Path(__file__).resolve().parent / "results" / "leaderboard"
 EXPORT = "ensemble_v1.jsonl.gz"
+SHIPPED_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "mnist5k_finetune_every_map.yaml"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +73,10 @@ class EnsembleJob:
 
 def chosen_settings() -> dict[str, float | None]:
     """Each row's setting chosen by the leaderboard's CV rule, from the committed results: the
-    leaderboard's fit jobs (its page's job file) and baselines.json."""
+    leaderboard's fit jobs (its page's job file) and baselines.json; the shipped recipe's row
+    (`finetune_multi_map`) at the weight of its config (SHIPPED_CONFIG)."""
+    import yaml
+
     chosen: dict[str, float | None] = {"natural": None}
     base = json.loads((RESULTS.parent / "baselines.json").read_text())["chosen"]
     chosen.update({m: float(base[m]) for m in ("adversarial", "gaussian_noise")})
@@ -80,6 +86,8 @@ def chosen_settings() -> dict[str, float | None]:
             job = json.loads(line)
             if job["kind"] == "fit" and job["method"] == "finetune_every_map":
                 chosen["finetune_every_map"] = float(job["value"])
+    shipped = yaml.safe_load(SHIPPED_CONFIG.read_text())["model"]["penalties"][0]["init_args"]
+    chosen["finetune_multi_map"] = float(shipped["weight"])  # the shipped weight, not the CV's
     missing = [r for r in ROWS if r not in chosen]
     if missing:
         raise SystemExit(f"no chosen setting for {missing} in {RESULTS}")
@@ -186,6 +194,60 @@ def run_job(job: EnsembleJob, out: str, lb_dir: str) -> dict[str, Any]:
     return result
 
 
+def random_map_levels(
+    checkpoint: str, explainer: str, indices: list[int], protocol: str = PROTOCOL
+) -> dict[str, list[Any]]:
+    """The random-map chance levels of a model's map on test images `indices`
+    (`fragility/<map>/random_topk` and `random_lens` per image, None where unmeasured) as the
+    protocol measures them beside its attack, measured without the attack: the protocol with
+    the noise attack alone, whose clean maps and seeded random maps are the same (an attack
+    never changes them); for job results that kept none."""
+    import torch
+
+    from experiments.leaderboard import _quiet, test_split
+    from robust_train.evaluation.engine import run_parts, summarize
+    from robust_train.models import load_classifier
+
+    model = load_classifier(checkpoint)
+    _quiet()
+    x, y = test_split()
+    idx = torch.tensor(indices)
+    s = dataclasses.replace(
+        settings(explainer, len(idx), False, protocol), attacks=("random_sign",), noise_draws=1
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        per_image = summarize(run_parts(model, x[idx], y[idx], s))["per_image"]
+    keys = (RANDOM_KEY.format(m=explainer), RANDOM_LENS_KEY.format(m=explainer))
+    return {k: [v if math.isfinite(v) else None for v in per_image[k]] for k in keys}
+
+
+def chance_levels(job: dict[str, Any], lb_dir: str, quick: bool = False) -> dict[str, list[Any]]:
+    """`random_map_levels` of a stored map job: its model, map, images and protocol."""
+    path = model_path(job["method"], job["seed"], job["value"], Path(lb_dir), quick)
+    return random_map_levels(path, job["explainer"], job["indices"], job["protocol"])
+
+
+def add_chance(out: Path, lb_dir: str, quick: bool = False) -> list[str]:
+    """Add the random-map levels (`chance_levels`) to every stored map job of OUT that lacks
+    them, marking the job's "chance" member; the ids of the jobs changed."""
+    changed = []
+    for path in sorted((out / "jobs").glob("*.json")):
+        job = json.loads(path.read_text())
+        if (
+            job["explainer"] not in MAPS
+            or RANDOM_KEY.format(m=job["explainer"]) in job["per_image"]
+        ):
+            continue
+        job["per_image"].update(chance_levels(job, lb_dir, quick))
+        job["chance"] = "random-map levels measured apart: the same clean maps, no attack"
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(job))
+        tmp.replace(path)
+        changed.append(job["id"])
+    return changed
+
+
 def pending(out: Path, jobs: list[EnsembleJob]) -> list[EnsembleJob]:
     """The jobs without a result in OUT/jobs (a restarted run skips the others), and after the
     saliency jobs the "map = input" job of every model whose stored saliency job lacks it."""
@@ -245,15 +307,9 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
     (out / "jobs").mkdir(parents=True, exist_ok=True)
     path = out / "meta.json"
     if path.is_file():
-        return dict(json.loads(path.read_text()))
+        return add_rows(dict(json.loads(path.read_text())), args)
     chosen = chosen_settings()
-    fits = [(r, s) for s in args.seeds for r in args.rows]
-    calls = [(r, s, chosen[r], lb_dir, args.quick) for r, s in fits]
-    if args.workers == 1:
-        [model_path(*c) for c in calls]
-    else:  # the missing fits, in parallel
-        with ProcessPoolExecutor(args.workers) as pool:
-            list(pool.map(model_path, *zip(*calls, strict=True)))
+    _train(args, chosen, list(args.rows))
     rows, seeds = tuple(args.rows), tuple(args.seeds)
     meta = {
         "chosen": chosen, "protocol": args.protocol, "rows": list(rows), "seeds": list(seeds),
@@ -261,6 +317,47 @@ def prepare(args: argparse.Namespace) -> dict[str, Any]:
         "indices": fixed_images(args.images, chosen, lb_dir, rows, seeds, args.quick),
     }  # fmt: skip
     path.write_text(json.dumps(meta, indent=1))
+    return meta
+
+
+def _train(args: argparse.Namespace, chosen: dict[str, Any], rows: list[str]) -> None:
+    """Every missing checkpoint of `rows` x the run's seeds (in parallel with --workers)."""
+    calls = [(r, s, chosen[r], Path(args.lb), args.quick) for s in args.seeds for r in rows]
+    if args.workers == 1:
+        [model_path(*c) for c in calls]
+    else:
+        with ProcessPoolExecutor(args.workers) as pool:
+            list(pool.map(model_path, *zip(*calls, strict=True)))
+
+
+def add_rows(meta: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """A resumed run that gains rows (`--rows` names some its meta.json lacks): their chosen
+    settings are added, their models trained, and they are scored on the run's images; the
+    images one of their models misclassifies are recorded under "misclassified" (the page
+    names them)."""
+    new = [r for r in args.rows if r not in meta["rows"]]
+    if not new:
+        return meta
+    import torch
+
+    from experiments.leaderboard import test_split
+    from robust_train.core.runtime import predict
+    from robust_train.models import load_classifier
+
+    chosen = chosen_settings()
+    _train(args, chosen, new)
+    x, y = test_split()
+    idx = torch.tensor(meta["indices"])
+    wrong = meta.setdefault("misclassified", {})
+    for row in new:
+        meta["chosen"][row] = chosen[row]
+        for seed in meta["seeds"]:
+            model = load_classifier(model_path(row, seed, chosen[row], Path(args.lb), args.quick))
+            bad = idx[predict(model, x[idx], 256) != y[idx]].tolist()
+            if bad:
+                wrong[f"{row}/s{seed}"] = bad
+    meta["rows"] = [r for r in ROWS if r in {*meta["rows"], *new}]
+    (Path(args.out) / "meta.json").write_text(json.dumps(meta, indent=1))
     return meta
 
 
@@ -321,6 +418,10 @@ def parser() -> argparse.ArgumentParser:
         help="first store the matching jobs of an experiments.baselines run folder DIR (same "
         "checkpoints, protocol and images) as this run's",
     )  # fmt: skip
+    p.add_argument(
+        "--chance", action="store_true",
+        help="only add the random-map levels to the stored map jobs that lack them (no attack)",
+    )  # fmt: skip
     p.add_argument("--export", metavar="JSONL", help="only write OUT's job results to JSONL")
     p.add_argument("--restore", metavar="JSONL", help="first put JSONL's job results into OUT")
     return p
@@ -344,6 +445,12 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(args.restore).is_file():
             raise SystemExit(f"--restore: no such file {args.restore!r}")
         print(f"{restore(Path(args.restore), Path(args.out))} job results restored")
+    if args.chance:
+        if not (Path(args.out) / "jobs").is_dir():
+            raise SystemExit(f"--chance: no job results under --out {args.out!r}")
+        changed = add_chance(Path(args.out), args.lb, args.quick)
+        print(f"random-map levels added to {len(changed)} jobs: {', '.join(changed)}")
+        return 0
     run(args)
     return 0
 

@@ -19,7 +19,7 @@ from typing import Any
 from experiments.support import read_text
 
 # The plan (`experiments.leaderboard_ensemble` runs it) and the keys its jobs record.
-ROWS = ("natural", "finetune_every_map", "adversarial", "gaussian_noise")
+ROWS = ("natural", "finetune_every_map", "finetune_multi_map", "adversarial", "gaussian_noise")
 SEEDS = (0, 1, 2)
 MAPS = ("saliency", "grad_cam", "lrp", "deeplift", "integrated_gradients")
 TOPK = "attack/{m}/topk/topk_intersection"
@@ -31,7 +31,8 @@ REFERENCE_LENS = "attack/input_reference/topk/lens_topk"
 
 LABELS = {"saliency": "saliency", "grad_cam": "Grad-CAM", "lrp": "LRP", "deeplift": "DeepLIFT",
           "integrated_gradients": "IG"}  # fmt: skip
-SETTING = {"finetune_every_map": "weight", "adversarial": "epsilon", "gaussian_noise": "sigma"}
+SETTING = {"finetune_every_map": "weight", "finetune_multi_map": "weight", "adversarial": "epsilon",
+           "gaussian_noise": "sigma"}  # fmt: skip
 
 
 def load_jobs(source: Path) -> list[dict[str, Any]]:
@@ -224,10 +225,36 @@ def _adopted_text(jobs: list[dict[str, Any]]) -> str:
     if not adopted:
         return ""
     names = ", ".join(f"{j['method']} s{j['seed']} {LABELS[j['explainer']]}" for j in adopted)
+    chance = sum(bool(j.get("chance")) for j in adopted)
+    level = (
+        "their random-map levels were measured apart (`--chance`: the same clean maps and "
+        "seeded random maps, no attack)"
+        if chance == len(adopted)
+        else "they hold no random-map level"
+    )
     return (
         f" {len(adopted)} of the {len(maps)} map jobs were measured by the baselines run "
         f"(`experiments.baselines`: the same checkpoints, protocol and images) and adopted "
-        f"(`--adopt`): {names}; they hold no random-map level and no cost note."
+        f"(`--adopt`): {names}; {level} and no cost note."
+    )
+
+
+def row_notes(rows: list[str], chosen: dict[str, Any]) -> str:
+    """What the rows whose setting is not the leaderboard's CV choice are (the shipped recipe's
+    row, at its config's weight), for the section's opening paragraph."""
+    if "finetune_multi_map" not in rows:
+        return ""
+    from experiments.leaderboard_methods import METHODS, Plan
+
+    m, weight = METHODS["finetune_multi_map"], chosen.get("finetune_multi_map")
+    at = f"at the config's weight {weight:g}" if weight is not None else "at the config's weight"
+    return (
+        " `finetune_multi_map` is the shipped recipe (configs/mnist5k_finetune_every_map.yaml: "
+        f"one multi-map penalty on the {', '.join(m.fixed['explainers'])} maps, Adam lr "
+        f"{m.lr:g}, {Plan().finetune_epochs} epochs) {at}, not a CV choice, fine-tuned from each "
+        "seed's natural model of this table on the leaderboard's 4,000-image pool; "
+        "`finetune_every_map` is the leaderboard's own every-map recipe (a composed penalty) at "
+        "the weight its CV rule chose."
     )
 
 
@@ -247,7 +274,8 @@ def section_lines(jobs: list[dict[str, Any]], meta: dict[str, Any], source: str)
         "every model's clean map can be attacked (count in the last row). "
         f"Protocol `{protocol}` (`robust_train.evaluation.PROTOCOLS[{protocol!r}]`), members: "
         f"{members_text(jobs)}; each image keeps its worst member. Job results: `{source}`."
-        + _adopted_text(jobs),
+        + _adopted_text(jobs)
+        + row_notes(list(meta.get("rows", ROWS)), meta.get("chosen", {})),
         "",
         "Top-100 intersection kept under the ensemble (higher is more robust; mean ± standard "
         "deviation over 3 seeds):",

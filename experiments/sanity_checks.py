@@ -130,6 +130,65 @@ def lens_rows(model: Any, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
     return out
 
 
+# ------------------------------------------------- chance levels (sections 2 and 3)
+CHANCE_LABEL = "random map (chance, no attack), against "
+CHANCE_MAPS = ("saliency", "IG (zero baseline, 10 points)", "map = input")
+
+
+def chance_rows(model: Any, x: torch.Tensor, y: torch.Tensor) -> dict[str, tuple[float, float]]:
+    """Per map of sections 2 and 3 (saliency, IG as attacked there, the input itself): the mean
+    top-100 and LENS (3x3) intersections of its clean map with a uniformly random map, on the
+    images the model classifies correctly (`robust_train.evaluation.parts.fragility.
+    random_map_level`, seed 0, the level the engine prints beside its attacks; a constant map
+    is left out)."""
+    from robust_train.core.runtime import predict
+    from robust_train.evaluation.parts.fragility import random_map_level
+    from robust_train.explain import get_explainer, importance_map, saliency
+
+    keep = predict(model, x, 256) == y
+    x, y = x[keep], y[keep]
+    ig = get_explainer("integrated_gradients", n_steps=10, baseline=0.0)
+    maps = dict(zip(CHANCE_MAPS, (saliency(model, x, y), ig(model, x, y), x), strict=True))
+    out = {}
+    for name, explanation in maps.items():
+        clean = importance_map(explanation.detach())
+        flat = clean.flatten(1)
+        varied = flat.amax(1) > flat.amin(1)
+        out[name] = tuple(
+            float(random_map_level(clean[varied], K, m, 0).mean())
+            for m in ("random_topk", "random_lens")
+        )
+    return out  # type: ignore[return-value]
+
+
+def write_chance(images: int) -> None:
+    """The chance rows of sections 2 and 3 (`chance_rows` of both shipped models on the first
+    `images` test images) into results/sanity.json's tables, replacing earlier ones, and
+    SANITY.md from its prose."""
+    import json
+
+    from experiments.pages import RESULTS, tables_page
+    from robust_train.models import load_classifier
+
+    x, y = test_images(images)
+    levels = {name: chance_rows(load_classifier(p), x, y) for name, p in CHECKPOINTS.items()}
+    path = RESULTS / "sanity.json"
+    data = json.loads(path.read_text())
+    lens = data["tables"]["3-lens-how-much-of-the-fragility"]
+    lens["rows"] = [r for r in lens["rows"] if not r[0].startswith(CHANCE_LABEL)]
+    for name in CHANCE_MAPS:
+        for model in ("natural",) if name == "map = input" else tuple(levels):
+            topk, lensk = levels[model][name]
+            lens["rows"].append([f"{CHANCE_LABEL}{name}", model, f"{topk:.3f}", f"{lensk:.3f}",
+                                 f"{lensk - topk:+.3f}"])  # fmt: skip
+    ref = data["tables"]["2-the-reference-map-input-under"]
+    ref["rows"] = [r for r in ref["rows"] if not r[0].startswith(CHANCE_LABEL)]
+    ref["rows"].append([f"{CHANCE_LABEL}map = input (top-100 ∩)",
+                        *(f"{levels[m]['map = input'][0]:.3f}" for m in CHECKPOINTS)])  # fmt: skip
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    print(tables_page("SANITY.md"))
+
+
 # ------------------------------------------- randomisation over seeds (sections 5 and 6)
 SEEDS = (0, 1, 2)
 RANDOM_EXPLAINERS = (
@@ -324,6 +383,11 @@ def main(argv: list[str] | None = None) -> None:
         help="only sections 5-6 (curves over 3 seeds, data randomisation; random-label models "
         "kept in OUT), written into results/sanity.json and SANITY.md",
     )  # fmt: skip
+    parser.add_argument(
+        "--chance", action="store_true",
+        help="only the random-map rows of sections 2 and 3, written into results/sanity.json "
+        "and SANITY.md (no attack)",
+    )  # fmt: skip
     parser.add_argument("--epochs", type=int, default=10, help="of the random-label models")
     parser.add_argument("--lr", type=float, default=1e-3, help="Adam's, random-label models")
     parser.add_argument(
@@ -333,6 +397,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.images < 1 or args.epochs < 1:
         raise SystemExit(f"--images and --epochs must be >= 1, got {args.images}, {args.epochs}")
+    if args.chance:
+        write_chance(args.images)
+        return
     if args.randomisation:
         write_randomisation(
             args.images, args.epochs, Path(args.randomisation), args.lr, args.data_only

@@ -79,6 +79,28 @@ CANDIDATES: dict[str, dict[str, Any]] = {
         "map_powers": [1.0, 1.0, 4.0, 1.0],
         "batch_fraction": 0.1,
     },
+    # The top-k attack's own objective as the distance, alone and added to the L1.
+    "corner_tm": {"start": "corner", "distance": "topk_mass"},
+    "corner_w4_tm": {"start": "corner", "weight": 4.0, "distance": "topk_mass"},
+    "corner_l1tm": {"start": "corner", "distance": "l1_topk_mass"},
+    "corner_w4_l1tm": {"start": "corner", "weight": 4.0, "distance": "l1_topk_mass"},
+    # The cost spent on more epochs of a cheaper penalty (no ascent, a tenth of each batch).
+    "corner_w4_gcp2_a0_bf01_e3": {
+        "start": "corner",
+        "weight": 4.0,
+        "map_powers": [1.0, 1.0, 2.0],
+        "n_ascent_steps": 0,
+        "batch_fraction": 0.1,
+        "epochs": 3,
+    },
+    # DeepLIFT in place of input x gradient, on a tenth of each batch.
+    "corner_w4_gcp2_dlx_bf01": {
+        "start": "corner",
+        "weight": 4.0,
+        "explainers": ["saliency", "deeplift", "grad_cam"],
+        "map_powers": [1.0, 1.0, 2.0],
+        "batch_fraction": 0.1,
+    },
 }
 FIT_KEYS = ("epochs", "lr")
 

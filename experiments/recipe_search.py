@@ -84,6 +84,16 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "corner_w4_tm": {"start": "corner", "weight": 4.0, "distance": "topk_mass"},
     "corner_l1tm": {"start": "corner", "distance": "l1_topk_mass"},
     "corner_w4_l1tm": {"start": "corner", "weight": 4.0, "distance": "l1_topk_mass"},
+    # The share of the clean map's own top-k mass lost (0 for identical maps), with the L1.
+    "corner_l1tl": {"start": "corner", "distance": "l1_topk_lost"},
+    "corner_w4_l1tl": {"start": "corner", "weight": 4.0, "distance": "l1_topk_lost"},
+    "corner_w4_tl": {"start": "corner", "weight": 4.0, "distance": "topk_lost"},
+    "corner_w2_l1tm": {"start": "corner", "weight": 2.0, "distance": "l1_topk_mass"},
+    "corner_gcp2_l1tl": {
+        "start": "corner",
+        "distance": "l1_topk_lost",
+        "map_powers": [1.0, 1.0, 2.0],
+    },
     # The cost spent on more epochs of a cheaper penalty (no ascent, a tenth of each batch).
     "corner_w4_gcp2_a0_bf01_e3": {
         "start": "corner",

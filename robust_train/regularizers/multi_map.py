@@ -7,8 +7,9 @@ starts at a random vertex of the ball, x + radius * random signs, where a gradie
 search of the ball puts its points), d the map distance of
 `ExplanationSmoothness` (1 - cosine by default) between importance maps (each raised to its
 `map_powers` exponent, 1 by default), or the top-k attack's own objective ("topk_mass": the
-share of the perturbed map's mass outside the clean map's top-k set; "l1_topk_mass": that plus
-the L1 distance). It is the explanation
+share of the perturbed map's mass outside the clean map's top-k set; "topk_lost": the share of
+the clean map's own top-k mass that the perturbed map lost; "l1_topk_mass", "l1_topk_lost":
+either plus the L1 distance). It is the explanation
 smoothness penalty of SENN / IGR / FAR (`robust_train.regularizers.smoothness`) over several maps
 at once: a model fine-tuned on one map protects that map, not the map its user acts on.
 
@@ -79,6 +80,7 @@ __all__ = [
     "MODEL_MODES",
     "MULTI_MAP_DISTANCES",
     "STARTS",
+    "TOPK_DISTANCES",
     "MultiMapOptions",
     "MultiMapSmoothness",
     "gradient_family_maps",
@@ -94,7 +96,8 @@ STARTS = ("uniform", "corner")
 # The modes the penalty's forwards run in (`MultiMapOptions.model_mode`).
 MODEL_MODES = ("unchanged", "frozen", "eval")
 # The map distances: the smoothness penalty's, the top-k attack's objective, and the sum of both.
-MULTI_MAP_DISTANCES = (*DISTANCES, "topk_mass", "l1_topk_mass")
+TOPK_DISTANCES = ("topk_mass", "topk_lost", "l1_topk_mass", "l1_topk_lost")
+MULTI_MAP_DISTANCES = (*DISTANCES, *TOPK_DISTANCES)
 
 
 @dataclass(frozen=True)
@@ -111,7 +114,9 @@ class MultiMapOptions(AscentOptions):
         distance: "cosine" (1 - cosine), "l1" (sum-normalised maps), "l2" (max-normalised),
             "topk_mass" (`topk_mass_distance`: the share of the perturbed map's mass outside
             the clean map's top-`k` set, the top-k attack's objective; the ascent maximises
-            it too) or "l1_topk_mass" (the sum of "l1" and "topk_mass").
+            it too), "topk_lost" (`topk_mass_distance(relative=True)`: the share of the clean
+            map's own mass on that set that the perturbed map lost: 0 for identical maps),
+            "l1_topk_mass" or "l1_topk_lost" (the sum of "l1" and either).
         layer: Grad-CAM's layer (a dotted module name); None: Grad-CAM's own default.
         start: where x' starts before the ascent: "uniform" (a uniform point of the ball) or
             "corner" (a uniform random vertex of the ball: x + radius * random signs, each
@@ -354,24 +359,29 @@ def _weighted_distance(
 
 def _distance(clean: Tensor, pert: Tensor, o: MultiMapOptions) -> Tensor:
     """The distance `o.distance` between clean and perturbed maps (B, H, W), per sample (B,)."""
-    if o.distance not in ("topk_mass", "l1_topk_mass"):
+    if o.distance not in TOPK_DISTANCES:
         return map_distance(clean, pert, o.distance)
-    mass = topk_mass_distance(clean, pert, o.k)
-    return mass if o.distance == "topk_mass" else mass + map_distance(clean, pert, "l1")
+    mass = topk_mass_distance(clean, pert, o.k, relative=o.distance.endswith("lost"))
+    return mass + map_distance(clean, pert, "l1") if o.distance.startswith("l1") else mass
 
 
-def topk_mass_distance(clean: Tensor, pert: Tensor, k: int) -> Tensor:
-    """1 - the share of `pert`'s mass on the clean map's top-k set, per sample (B,).
+def topk_mass_distance(clean: Tensor, pert: Tensor, k: int, *, relative: bool = False) -> Tensor:
+    """1 - the share of `pert`'s mass on the clean map's top-k set, per sample (B,); with
+    `relative`, the share of the clean map's own mass on that set that `pert` lost.
 
-    The set is the k largest positive pixels of `clean` (`topk_support`), a constant: the value
-    has a gradient through `pert` only. It is the top-k fragility attack's objective: 0 when
-    every bit of the perturbed map's mass lies on the clean top-k set, 1 when none does. An
-    all-zero clean map defines no set; its value is 0.
+    The set is the k largest positive pixels of `clean` (`topk_support`), a constant, as is the
+    clean map's share: the value has a gradient through `pert` only. Without `relative` it is
+    the top-k fragility attack's objective: 0 when every bit of the perturbed map's mass lies on
+    the clean top-k set, 1 when none does, and a map is pushed to put all its mass on k pixels.
+    With `relative` it is max(0, 1 - share(pert) / share(clean)): 0 for identical maps (and for
+    a perturbed map more concentrated on the set than the clean one), 1 when none of the mass
+    stays. An all-zero clean map defines no set; its value is 0.
 
     Args:
         clean: importance maps (B, H, W) at x (non-negative).
         pert: importance maps (B, H, W) at x' (non-negative).
         k: the size of the top-k set, an int >= 1.
+        relative: measure the loss against the clean map's own share on the set.
 
     Returns:
         Values in [0, 1], shape (B,).
@@ -381,10 +391,17 @@ def topk_mass_distance(clean: Tensor, pert: Tensor, k: int) -> Tensor:
         >>> moved = torch.tensor([[[1.0, 0.0], [1.0, 0.0]]])
         >>> [topk_mass_distance(clean, m, 2).item() for m in (clean, moved, clean.flip(1))]
         [0.0, 0.5, 1.0]
+        >>> spread = torch.tensor([[[2.0, 1.0], [1.0, 0.0]]])
+        >>> topk_mass_distance(spread, spread, 1).item(), topk_mass_distance(
+        ...     spread, spread, 1, relative=True).item()
+        (0.5, 0.0)
     """
     support = topk_support(clean.detach(), k)
     informative = support.flatten(1).any(1).to(pert.dtype)
     inside = (normalize_map(pert, "sum") * support).flatten(1).sum(1)
+    if relative:
+        kept = (normalize_map(clean.detach(), "sum") * support).flatten(1).sum(1)
+        return (1 - inside / kept.clamp_min(1e-12)).clamp_min(0) * informative
     return (1 - inside) * informative
 
 

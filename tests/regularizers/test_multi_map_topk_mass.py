@@ -16,15 +16,24 @@ from robust_train.regularizers.multi_map import multi_map_smoothness, topk_mass_
 from tests.support.helpers import relu_conv_net
 
 
-def _outside_share(clean: torch.Tensor, pert: torch.Tensor, k: int) -> torch.Tensor:
+def _outside_share(
+    clean: torch.Tensor, pert: torch.Tensor, k: int, relative: bool = False
+) -> torch.Tensor:
     """Per image: 1 - (mass of `pert` on the k largest positive pixels of `clean`, ties to the
     lower index) / (mass of `pert`); 0 where `clean` has no positive pixel, 1 where `pert` is
-    all zero (no mass is left on the set)."""
+    all zero (no mass is left on the set). `relative`: 1 - that share over the clean map's own
+    share on the set, at least 0."""
     values = []
     for c, p in zip(clean.detach().flatten(1), pert.flatten(1), strict=True):
         order = sorted(range(c.numel()), key=lambda i: (-float(c[i]), i))[:k]
         top = [i for i in order if float(c[i]) > 0]
-        values.append(1 - p[top].sum() / p.sum().clamp_min(1e-12) if top else p.new_zeros(()))
+        if not top:
+            values.append(p.new_zeros(()))
+            continue
+        share = p[top].sum() / p.sum().clamp_min(1e-12)
+        if relative:
+            share = share / (c[top].sum() / c.sum())
+        values.append((1 - share).clamp_min(0))
     return torch.stack(values)
 
 
@@ -49,6 +58,27 @@ def test_limiting_cases():
     torch.testing.assert_close(topk_mass_distance(grown, clean, 16), torch.zeros(2))
 
 
+def test_relative_limiting_cases():
+    """Relative to the clean map's own share on its top-k set: a spread map against itself 0
+    (absolute: its mass outside the set); all the mass moved out 1; a map more concentrated on
+    the set than the clean one 0; half the clean share kept 0.5."""
+    spread = torch.rand(3, 5, 5, generator=torch.Generator().manual_seed(2)) + 0.1
+    k, flat = 4, spread.flatten(1)
+    top = torch.zeros_like(flat).scatter(1, flat.topk(k, 1).indices, 1.0).view_as(spread)
+    assert bool(topk_mass_distance(spread, spread, k).gt(0.5).all())
+    torch.testing.assert_close(topk_mass_distance(spread, spread, k, relative=True), torch.zeros(3))
+    out = topk_mass_distance(spread, spread * (1 - top), k, relative=True)
+    torch.testing.assert_close(out, torch.ones(3))
+    assert topk_mass_distance(spread, spread * top, k, relative=True).tolist() == [0.0] * 3
+    kept = (spread * top).flatten(1).sum(1) / flat.sum(1)  # the clean share on the set
+    half = spread * top * 0.5 + spread * (1 - top) * (1 - kept / 2).view(3, 1, 1) / (1 - kept).view(
+        3, 1, 1
+    )
+    want = torch.full((3,), 0.5)
+    torch.testing.assert_close(topk_mass_distance(spread, half, k, relative=True), want)
+    torch.testing.assert_close(want, _outside_share(spread, half, k, relative=True))
+
+
 def test_without_ascent_equals_the_reference_on_saliency_and_grad_cam():
     """n_ascent_steps=0, corner start: w_s * share(sal, sal') + w_c * share(cam, cam') at x and
     the vertex x + radius * sign(u) (u the generator's uniform draw), Grad-CAM at the input's
@@ -66,8 +96,12 @@ def test_without_ascent_equals_the_reference_on_saliency_and_grad_cam():
         _outside_share(cam, cam_p, k).gt(0).all()
     )
     shares = 2.0 * _outside_share(sal, sal_p, k) + 0.5 * _outside_share(cam, cam_p, k)
+    lost = 2.0 * _outside_share(sal, sal_p, k, True) + 0.5 * _outside_share(cam, cam_p, k, True)
     l1 = 2.0 * _l1(sal, sal_p) + 0.5 * _l1(cam, cam_p)
-    for distance, want in (("topk_mass", shares), ("l1_topk_mass", shares + l1)):
+    cases = {"topk_mass": shares, "l1_topk_mass": shares + l1, "topk_lost": lost,
+             "l1_topk_lost": lost + l1}  # fmt: skip
+    assert not torch.allclose(shares, lost)
+    for distance, want in cases.items():
         got = multi_map_smoothness(net, x, y, explainers=("saliency", "grad_cam"), k=k,
                                    distance=distance, radius=radius, n_ascent_steps=0,
                                    start="corner", map_weights=[2.0, 0.5],

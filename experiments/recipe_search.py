@@ -103,6 +103,30 @@ CANDIDATES: dict[str, dict[str, Any]] = {
         "batch_fraction": 0.1,
         "epochs": 3,
     },
+    # Two ascent steps on a tenth of each batch (about the cost of one on a fifth).
+    "corner_w4_gcp2_a2_bf01": {
+        "start": "corner",
+        "weight": 4.0,
+        "map_powers": [1.0, 1.0, 2.0],
+        "n_ascent_steps": 2,
+        "batch_fraction": 0.1,
+    },
+    # DeepLIFT beside the three maps at the shipped weight, on a tenth of each batch.
+    "corner_gcp2_dl_bf01": {
+        "start": "corner",
+        "explainers": ["saliency", "input_x_gradient", "grad_cam", "deeplift"],
+        "map_weights": [0.5, 1.0, 1.5, 1.0],
+        "map_powers": [1.0, 1.0, 2.0, 1.0],
+        "batch_fraction": 0.1,
+    },
+    # DeepLIFT in place of input x gradient without the ascent step, on a fifth of each batch.
+    "corner_w4_gcp2_dlx_a0": {
+        "start": "corner",
+        "weight": 4.0,
+        "explainers": ["saliency", "deeplift", "grad_cam"],
+        "map_powers": [1.0, 1.0, 2.0],
+        "n_ascent_steps": 0,
+    },
     # DeepLIFT in place of input x gradient, on a tenth of each batch.
     "corner_w4_gcp2_dlx_bf01": {
         "start": "corner",

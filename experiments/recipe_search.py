@@ -89,6 +89,13 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "corner_w4_l1tl": {"start": "corner", "weight": 4.0, "distance": "l1_topk_lost"},
     "corner_w4_tl": {"start": "corner", "weight": 4.0, "distance": "topk_lost"},
     "corner_w2_l1tm": {"start": "corner", "weight": 2.0, "distance": "l1_topk_mass"},
+    "corner_w2_gcp2_l1tm": {
+        "start": "corner",
+        "weight": 2.0,
+        "distance": "l1_topk_mass",
+        "map_powers": [1.0, 1.0, 2.0],
+    },
+    "corner_w25_l1tm": {"start": "corner", "weight": 2.5, "distance": "l1_topk_mass"},
     "corner_gcp2_l1tl": {
         "start": "corner",
         "distance": "l1_topk_lost",

@@ -138,6 +138,20 @@ CANDIDATES: dict[str, dict[str, Any]] = {
         "map_powers": [1.0, 1.0, 2.0],
         "n_ascent_steps": 0,
     },
+    # A penalty ball larger than the attack's (radius 0.3).
+    "corner_gcp2_r04": {"start": "corner", "map_powers": [1.0, 1.0, 2.0], "radius": 0.4},
+    "corner_w4_gcp2_r035": {
+        "start": "corner",
+        "weight": 4.0,
+        "map_powers": [1.0, 1.0, 2.0],
+        "radius": 0.35,
+    },
+    "corner_w4_gcp2_r04": {
+        "start": "corner",
+        "weight": 4.0,
+        "map_powers": [1.0, 1.0, 2.0],
+        "radius": 0.4,
+    },
     # DeepLIFT in place of input x gradient, on a tenth of each batch.
     "corner_w4_gcp2_dlx_bf01": {
         "start": "corner",

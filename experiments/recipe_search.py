@@ -140,6 +140,8 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     },
     # A penalty ball larger than the attack's (radius 0.3).
     "corner_gcp2_r04": {"start": "corner", "map_powers": [1.0, 1.0, 2.0], "radius": 0.4},
+    "corner_gcp2_r05": {"start": "corner", "map_powers": [1.0, 1.0, 2.0], "radius": 0.5},
+    "corner_r04": {"start": "corner", "radius": 0.4},
     "corner_w4_gcp2_r035": {
         "start": "corner",
         "weight": 4.0,

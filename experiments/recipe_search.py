@@ -21,6 +21,10 @@ images of experiments/ENSEMBLE_MAPS.md (`experiments.ensemble_maps.run_job`, its
 `<runs>/full/<name>_s<seed>/`, resumable), with "map = input" attacked with the candidate's label
 check.
 
+`cascade`: the cascading randomisation of experiments/SANITY.md (section 5: its images, seeds
+and explainers) on each --checkpoint TAG=PATH, one file `<runs>/cascade/<TAG>.json` each,
+skipped when there; `collect` puts its top-100 line beside the shipped pair's.
+
 `collect`: experiments/results/recipe_search.json from the runs (`python -m experiments page
 recipe_search` writes the page).
 
@@ -77,6 +81,85 @@ CANDIDATES: dict[str, dict[str, Any]] = {
         "explainers": ["saliency", "input_x_gradient", "grad_cam", "deeplift"],
         "map_weights": [0.5, 1.0, 0.5, 1.0],
         "map_powers": [1.0, 1.0, 4.0, 1.0],
+        "batch_fraction": 0.1,
+    },
+    # The top-k attack's own objective as the distance, alone and added to the L1.
+    "corner_tm": {"start": "corner", "distance": "topk_mass"},
+    "corner_w4_tm": {"start": "corner", "weight": 4.0, "distance": "topk_mass"},
+    "corner_l1tm": {"start": "corner", "distance": "l1_topk_mass"},
+    "corner_w4_l1tm": {"start": "corner", "weight": 4.0, "distance": "l1_topk_mass"},
+    # The share of the clean map's own top-k mass lost (0 for identical maps), with the L1.
+    "corner_l1tl": {"start": "corner", "distance": "l1_topk_lost"},
+    "corner_w4_l1tl": {"start": "corner", "weight": 4.0, "distance": "l1_topk_lost"},
+    "corner_w4_tl": {"start": "corner", "weight": 4.0, "distance": "topk_lost"},
+    "corner_w2_l1tm": {"start": "corner", "weight": 2.0, "distance": "l1_topk_mass"},
+    "corner_w2_gcp2_l1tm": {
+        "start": "corner",
+        "weight": 2.0,
+        "distance": "l1_topk_mass",
+        "map_powers": [1.0, 1.0, 2.0],
+    },
+    "corner_w25_l1tm": {"start": "corner", "weight": 2.5, "distance": "l1_topk_mass"},
+    "corner_gcp2_l1tl": {
+        "start": "corner",
+        "distance": "l1_topk_lost",
+        "map_powers": [1.0, 1.0, 2.0],
+    },
+    # The cost spent on more epochs of a cheaper penalty (no ascent, a tenth of each batch).
+    "corner_w4_gcp2_a0_bf01_e3": {
+        "start": "corner",
+        "weight": 4.0,
+        "map_powers": [1.0, 1.0, 2.0],
+        "n_ascent_steps": 0,
+        "batch_fraction": 0.1,
+        "epochs": 3,
+    },
+    # Two ascent steps on a tenth of each batch (about the cost of one on a fifth).
+    "corner_w4_gcp2_a2_bf01": {
+        "start": "corner",
+        "weight": 4.0,
+        "map_powers": [1.0, 1.0, 2.0],
+        "n_ascent_steps": 2,
+        "batch_fraction": 0.1,
+    },
+    # DeepLIFT beside the three maps at the shipped weight, on a tenth of each batch.
+    "corner_gcp2_dl_bf01": {
+        "start": "corner",
+        "explainers": ["saliency", "input_x_gradient", "grad_cam", "deeplift"],
+        "map_weights": [0.5, 1.0, 1.5, 1.0],
+        "map_powers": [1.0, 1.0, 2.0, 1.0],
+        "batch_fraction": 0.1,
+    },
+    # DeepLIFT in place of input x gradient without the ascent step, on a fifth of each batch.
+    "corner_w4_gcp2_dlx_a0": {
+        "start": "corner",
+        "weight": 4.0,
+        "explainers": ["saliency", "deeplift", "grad_cam"],
+        "map_powers": [1.0, 1.0, 2.0],
+        "n_ascent_steps": 0,
+    },
+    # A penalty ball larger than the attack's (radius 0.3).
+    "corner_gcp2_r04": {"start": "corner", "map_powers": [1.0, 1.0, 2.0], "radius": 0.4},
+    "corner_gcp2_r05": {"start": "corner", "map_powers": [1.0, 1.0, 2.0], "radius": 0.5},
+    "corner_r04": {"start": "corner", "radius": 0.4},
+    "corner_w4_gcp2_r035": {
+        "start": "corner",
+        "weight": 4.0,
+        "map_powers": [1.0, 1.0, 2.0],
+        "radius": 0.35,
+    },
+    "corner_w4_gcp2_r04": {
+        "start": "corner",
+        "weight": 4.0,
+        "map_powers": [1.0, 1.0, 2.0],
+        "radius": 0.4,
+    },
+    # DeepLIFT in place of input x gradient, on a tenth of each batch.
+    "corner_w4_gcp2_dlx_bf01": {
+        "start": "corner",
+        "weight": 4.0,
+        "explainers": ["saliency", "deeplift", "grad_cam"],
+        "map_powers": [1.0, 1.0, 2.0],
         "batch_fraction": 0.1,
     },
 }
@@ -207,6 +290,37 @@ def run_full(name: str, seed: int, runs: Path, maps: list[str], images: int, chu
         path = em.run_job("robust", explainer, c, chunk, runs / "full" / ckpt.stem, images,
                           str(ckpt))  # fmt: skip
         print(f"{name} s{seed} {explainer} {c}: {path}", flush=True)
+
+
+def run_cascade(tag: str, checkpoint: str, runs: Path, images: int = 32) -> Path:
+    """The cascading randomisation curves of `checkpoint` as SANITY.md's section 5 measures them
+    (`sanity_checks.seeded_sanity` on its first `images` test images), written to
+    `<runs>/cascade/<tag>.json` unless there; returns the file."""
+    from experiments.sanity_checks import curve_table, seeded_sanity, test_images
+    from robust_train.models import load_classifier
+
+    path = runs / "cascade" / f"{tag}.json"
+    if not path.exists():
+        x, y = test_images(images)
+        table = curve_table({tag: seeded_sanity(load_classifier(checkpoint), x, y)}, "cascade")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(table, indent=1, ensure_ascii=False) + "\n")
+    return path
+
+
+def cascade_table(runs: Path, sanity: Path = RESULTS.parent / "sanity.json") -> dict[str, Any]:
+    """The top-100 line of the cascading randomisation per explainer: the shipped pair's (from
+    SANITY.md's results) and each candidate's under `<runs>/cascade/`, layers randomised from
+    the top (lower: the map depends more on the layers randomised)."""
+    shipped = json.loads(sanity.read_text())["tables"]["5-cascade-curves"]
+    found = [json.loads(p.read_text()) for p in sorted((runs / "cascade").glob("*.json"))]
+    names = {"natural": "shipped natural", "robust": "shipped robust"}
+    rows = []
+    for explainer in dict.fromkeys(r[0] for r in shipped["rows"]):
+        for table in (shipped, *found):
+            rows += [[r[0], names.get(r[1], r[1]), *r[2:]] for r in table["rows"]
+                     if r[0] == explainer and r[2] == "top-100 ∩"]  # fmt: skip
+    return {"columns": shipped["columns"], "align": shipped["align"], "rows": rows}
 
 
 def _mean(values: list[float]) -> float:
@@ -411,6 +525,7 @@ def collect(
                    "full": full_table(runs, before)},
     }  # fmt: skip
     data["tables"]["check"] = check_table(found, data["tables"]["full"])
+    data["tables"]["cascade"] = cascade_table(runs)
     if diagnosis is not None and diagnosis.is_file():
         from experiments.recipe_gradcam import diagnosis_table
 
@@ -427,14 +542,14 @@ def _parser() -> argparse.ArgumentParser:
     from experiments import ensemble_maps as em
 
     parser = argparse.ArgumentParser(prog="python -m experiments run recipe_search")
-    parser.add_argument("step", choices=("search", "full", "collect"))
+    parser.add_argument("step", choices=("search", "full", "cascade", "collect"))
     parser.add_argument("--candidates", nargs="*", default=list(CANDIDATES))
     parser.add_argument(
         "--checkpoint",
         nargs="+",
         default=[],
         metavar="TAG=PATH",
-        help="search: also score these files as they are (no fit)",
+        help="search: also score these files as they are (no fit); cascade: these files",
     )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--images", type=int, default=10, help="val images of the proxy")
@@ -480,6 +595,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.step == "collect":
         data = collect(args.runs, args.results, args.before, args.diagnosis, args.png)
         print(f"wrote {args.results} ({len(data['tables']['candidates']['rows'])} candidates)")
+        return 0
+    if args.step == "cascade":
+        for tag, file in files.items():
+            print(f"{tag}: {run_cascade(tag, file, args.runs)}", flush=True)
         return 0
     for tag, file in files.items():
         print(f"{tag}: {search_one(tag, 0, args.runs, args.images, file)}", flush=True)

@@ -6,7 +6,10 @@ few projected sign-ascent steps on the weighted sum itself; with `start="corner"
 starts at a random vertex of the ball, x + radius * random signs, where a gradient-free random
 search of the ball puts its points), d the map distance of
 `ExplanationSmoothness` (1 - cosine by default) between importance maps (each raised to its
-`map_powers` exponent, 1 by default). It is the explanation
+`map_powers` exponent, 1 by default), or the top-k attack's own objective ("topk_mass": the
+share of the perturbed map's mass outside the clean map's top-k set; "topk_lost": the share of
+the clean map's own top-k mass that the perturbed map lost; "l1_topk_mass", "l1_topk_lost":
+either plus the L1 distance). It is the explanation
 smoothness penalty of SENN / IGR / FAR (`robust_train.regularizers.smoothness`) over several maps
 at once: a model fine-tuned on one map protects that map, not the map its user acts on.
 
@@ -59,13 +62,14 @@ from robust_train.core.balls import project_offset, step_direction
 from robust_train.core.options import takes_options
 from robust_train.core.resources import resolve_file
 from robust_train.core.runtime import eval_mode, require_grad_mode, running_statistics_kept
-from robust_train.core.validation import check_choice, check_non_negative
+from robust_train.core.validation import check_choice, check_non_negative, check_positive
 from robust_train.explain.autograd import prepare_inputs, target_scores
 from robust_train.explain.clamp import clamp_positive, direction_surrogates
 from robust_train.explain.grad_cam import one_activation
 from robust_train.explain.layers import capture_output, find_layer
-from robust_train.explain.maps import importance_map
+from robust_train.explain.maps import importance_map, normalize_map
 from robust_train.explain.registry import explainer_spec, resolve_explainer
+from robust_train.explain.similarity import topk_support
 from robust_train.models import load_classifier
 from robust_train.regularizers._penalty_parts import DISTANCES, map_distance, sample_in_ball
 from robust_train.regularizers.base import PenaltyTerm, register_penalty
@@ -74,12 +78,15 @@ from robust_train.regularizers.options import AscentOptions, PenaltyCall, penalt
 __all__ = [
     "GRADIENT_FAMILY",
     "MODEL_MODES",
+    "MULTI_MAP_DISTANCES",
     "STARTS",
+    "TOPK_DISTANCES",
     "MultiMapOptions",
     "MultiMapSmoothness",
     "gradient_family_maps",
     "multi_map_smoothness",
     "teacher_model",
+    "topk_mass_distance",
 ]
 
 # The maps read off one gradient of the target logit (input and Grad-CAM's layer).
@@ -88,6 +95,9 @@ GRADIENT_FAMILY = ("saliency", "input_x_gradient", "grad_cam")
 STARTS = ("uniform", "corner")
 # The modes the penalty's forwards run in (`MultiMapOptions.model_mode`).
 MODEL_MODES = ("unchanged", "frozen", "eval")
+# The map distances: the smoothness penalty's, the top-k attack's objective, and the sum of both.
+TOPK_DISTANCES = ("topk_mass", "topk_lost", "l1_topk_mass", "l1_topk_lost")
+MULTI_MAP_DISTANCES = (*DISTANCES, *TOPK_DISTANCES)
 
 
 @dataclass(frozen=True)
@@ -101,7 +111,12 @@ class MultiMapOptions(AscentOptions):
             in `GRADIENT_FAMILY` share one forward and backward, the others run at their
             defaults (Grad-CAM's layer: `layer`).
         map_weights: one non-negative weight per explainer (default 1 each), not all zero.
-        distance: "cosine" (1 - cosine), "l1" (sum-normalised maps) or "l2" (max-normalised).
+        distance: "cosine" (1 - cosine), "l1" (sum-normalised maps), "l2" (max-normalised),
+            "topk_mass" (`topk_mass_distance`: the share of the perturbed map's mass outside
+            the clean map's top-`k` set, the top-k attack's objective; the ascent maximises
+            it too), "topk_lost" (`topk_mass_distance(relative=True)`: the share of the clean
+            map's own mass on that set that the perturbed map lost: 0 for identical maps),
+            "l1_topk_mass" or "l1_topk_lost" (the sum of "l1" and either).
         layer: Grad-CAM's layer (a dotted module name); None: Grad-CAM's own default.
         start: where x' starts before the ascent: "uniform" (a uniform point of the ball) or
             "corner" (a uniform random vertex of the ball: x + radius * random signs, each
@@ -121,6 +136,9 @@ class MultiMapOptions(AscentOptions):
             map's largest values, the top-k set the attacks score (a coarse map such as
             Grad-CAM at a 7 x 7 layer spreads its mass over every cell, and a distance of the
             whole maps hardly sees its few top cells change places).
+        k: the size of the clean top-k set of the "topk_mass" distances (the attack's k: the
+            number of pixels of the importance map it scores; Grad-CAM's map is compared at the
+            input's size, as the attack scores it).
     """
 
     radius: float = 0.3
@@ -132,6 +150,7 @@ class MultiMapOptions(AscentOptions):
     model_mode: str = "unchanged"
     teacher: str | None = None
     map_powers: tuple[float, ...] | None = None
+    k: int = 100
     others: dict[str, Any] = field(init=False, repr=False, compare=False)
     piecewise: bool = field(init=False, repr=False, compare=False)
 
@@ -171,7 +190,8 @@ class MultiMapOptions(AscentOptions):
                     f"got {list(powers)}"
                 )
         super().__post_init__()
-        check_choice(self.distance, "distance", DISTANCES)
+        check_choice(self.distance, "distance", MULTI_MAP_DISTANCES)
+        check_positive(self.k, "k", integer=True)
         check_choice(self.start, "start", STARTS)
         check_choice(self.model_mode, "model_mode", MODEL_MODES)
         if self.layer is not None and not isinstance(self.layer, str):
@@ -330,11 +350,59 @@ def _weighted_distance(
 ) -> Tensor:
     """sum_e w_e d(clean_e, pert_e), per sample (B,)."""
     parts = [
-        w * map_distance(_power(clean[name], p), _power(pert[name], p), o.distance)
+        w * _distance(_power(clean[name], p), _power(pert[name], p), o)
         for name, w, p in zip(o.explainers, o.weights, o.powers, strict=True)
         if w
     ]
     return torch.stack(parts).sum(0)
+
+
+def _distance(clean: Tensor, pert: Tensor, o: MultiMapOptions) -> Tensor:
+    """The distance `o.distance` between clean and perturbed maps (B, H, W), per sample (B,)."""
+    if o.distance not in TOPK_DISTANCES:
+        return map_distance(clean, pert, o.distance)
+    mass = topk_mass_distance(clean, pert, o.k, relative=o.distance.endswith("lost"))
+    return mass + map_distance(clean, pert, "l1") if o.distance.startswith("l1") else mass
+
+
+def topk_mass_distance(clean: Tensor, pert: Tensor, k: int, *, relative: bool = False) -> Tensor:
+    """1 - the share of `pert`'s mass on the clean map's top-k set, per sample (B,); with
+    `relative`, the share of the clean map's own mass on that set that `pert` lost.
+
+    The set is the k largest positive pixels of `clean` (`topk_support`), a constant, as is the
+    clean map's share: the value has a gradient through `pert` only. Without `relative` it is
+    the top-k fragility attack's objective: 0 when every bit of the perturbed map's mass lies on
+    the clean top-k set, 1 when none does, and a map is pushed to put all its mass on k pixels.
+    With `relative` it is max(0, 1 - share(pert) / share(clean)): 0 for identical maps (and for
+    a perturbed map more concentrated on the set than the clean one), 1 when none of the mass
+    stays. An all-zero clean map defines no set; its value is 0.
+
+    Args:
+        clean: importance maps (B, H, W) at x (non-negative).
+        pert: importance maps (B, H, W) at x' (non-negative).
+        k: the size of the top-k set, an int >= 1.
+        relative: measure the loss against the clean map's own share on the set.
+
+    Returns:
+        Values in [0, 1], shape (B,).
+
+    Example:
+        >>> clean = torch.tensor([[[3.0, 1.0], [0.0, 0.0]]])
+        >>> moved = torch.tensor([[[1.0, 0.0], [1.0, 0.0]]])
+        >>> [topk_mass_distance(clean, m, 2).item() for m in (clean, moved, clean.flip(1))]
+        [0.0, 0.5, 1.0]
+        >>> spread = torch.tensor([[[2.0, 1.0], [1.0, 0.0]]])
+        >>> topk_mass_distance(spread, spread, 1).item(), topk_mass_distance(
+        ...     spread, spread, 1, relative=True).item()
+        (0.5, 0.0)
+    """
+    support = topk_support(clean.detach(), k)
+    informative = support.flatten(1).any(1).to(pert.dtype)
+    inside = (normalize_map(pert, "sum") * support).flatten(1).sum(1)
+    if relative:
+        kept = (normalize_map(clean.detach(), "sum") * support).flatten(1).sum(1)
+        return (1 - inside / kept.clamp_min(1e-12)).clamp_min(0) * informative
+    return (1 - inside) * informative
 
 
 def _power(maps: Tensor, power: float) -> Tensor:

@@ -27,7 +27,8 @@ from experiments.support import read_text
 MNIST = 28 * 28
 
 # "<results file stem>:<table key>" -> (k, pixels per image, the columns holding a top-k
-# intersection of a map with its clean map: under attack or under noise).
+# intersection of a map with its clean map: under attack or under noise; in a table of one row
+# per quantity, the columns of the models).
 EXPECTED: dict[str, tuple[int, int, tuple[str, ...]]] = {
     "architectures:one-recipe-three-architectures": (100, MNIST, tuple(
         f"{m} ∩ attack" for m in ("sal", "IG", "Grad-CAM", "LRP", "DeepLIFT")
@@ -39,6 +40,8 @@ EXPECTED: dict[str, tuple[int, int, tuple[str, ...]]] = {
         "saliency top-100 under attack (range over seeds)",)),
     "cheaper:the-shipped-recipe-and-every": (100, MNIST, (
         "saliency top-100 under attack (range over seeds)",)),
+    "every_map:test-split-three-seeds": (100, MNIST, (
+        "natural (shipped)", "every-map, 3 seeds (mean ± sd)", "seed 0 (shipped)")),
     "independent_attacks:result-the-shipped-pair": (100, MNIST, (
         "attack top-100 ∩ [95% CI]", "noise top-100 ∩ [95% CI]")),
     "lrp:summary": (100, MNIST, ("saliency ∩ (attack on saliency)", "lrp ∩ (attack on lrp)")),

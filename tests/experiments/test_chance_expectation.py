@@ -12,6 +12,7 @@ import pytest
 from experiments import chance
 
 
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # scipy's kurtosis at k = N
 @pytest.mark.parametrize(("k", "pixels"), [(100, 784), (1, 1), (7, 64), (200, 3072)])
 def test_the_expectation_is_the_hypergeometric_mean_over_k(k, pixels) -> None:
     from scipy.stats import hypergeom
@@ -77,3 +78,17 @@ def test_the_stored_tables_hold_the_rows_the_code_computes(tmp_path) -> None:
     assert chance.add_expected_rows(tmp_path) == [stem]
     again = json.loads((tmp_path / f"{stem}.json").read_text())["tables"][name]["rows"]
     assert again == json.loads((RESULTS / f"{stem}.json").read_text())["tables"][name]["rows"]
+
+
+def test_each_listed_table_is_scored_at_the_k_its_columns_name() -> None:
+    import re
+
+    from experiments.pages import RESULTS
+    from experiments.support import read_text
+
+    for key, (k, pixels, _columns) in chance.EXPECTED.items():
+        stem, name = key.split(":")
+        table = json.loads(read_text(RESULTS / f"{stem}.json"))["tables"][name]
+        named = {int(n) for n in re.findall(r"top-(\d+)", " ".join(table["columns"]))}
+        assert named <= {k}, key
+        assert pixels == 28 * 28, key  # every listed study is on MNIST-5k

@@ -446,7 +446,8 @@ def paired(new: dict[int, float], old: dict[int, float]) -> tuple[str, str]:
 def full_table(runs: Path, before: Path | None = None) -> dict[str, Any]:
     """Each candidate measured under the full ensemble beside the shipped robust model on the
     same images: its level on experiments/ENSEMBLE_MAPS.md, and with `before` (that page's job
-    folder) the paired per-image difference."""
+    folder) the paired per-image difference; beside it "map = input" under the same ensemble and
+    the level of a uniformly random map on the same images (the jobs' seeded random maps)."""
     from experiments import ensemble_maps as em
 
     shipped = json.loads(em.RESULTS.read_text())["tables"]["maps"]["rows"]
@@ -460,16 +461,19 @@ def full_table(runs: Path, before: Path | None = None) -> dict[str, Any]:
         for name in [m for m in em.LABELS if m in jobs]:
             values = jobs[name]["per_image"][em.TOPK.format(m=name)]
             reference = [ref.get(i, math.nan) for i in jobs[name]["index"]]
+            random = jobs[name]["per_image"].get(em.RANDOM.format(m=name))
             diff = paired(dict(zip(jobs[name]["index"], values, strict=True)), old.get(name, {}))
             rows.append([folder.name, em.LABELS[name], str(len(values)),
                          levels.get(em.LABELS[name], "-"), em.mean_cell(values), *diff,
                          em.mean_cell(reference), em.share_above(values, reference),
+                         em.mean_cell(random) if random else "not run",
                          f"{jobs[name]['cpu_seconds'] / max(1, len(values)):.1f}"])  # fmt: skip
     return {
         "columns": ["candidate", "map", "images", "shipped robust", "candidate",
                     "candidate - shipped (paired)", "images above / below shipped",
-                    "map = input (candidate)", "candidate above map = input", "CPU s per image"],
-        "align": "|---" * 10 + "|",
+                    "map = input (candidate)", "candidate above map = input",
+                    "random map (candidate)", "CPU s per image"],
+        "align": "|---" * 11 + "|",
         "rows": rows,
     }  # fmt: skip
 

@@ -46,11 +46,13 @@ def test_the_candidates_table_costs_and_front(tmp_path):
     assert got["natural"][7:] == ["-", "-", "-", "-", ""]  # the cost unit, not a candidate
 
 
-def _job(name, chunk, values, ref=None):
+def _job(name, chunk, values, ref=None, random=None):
     from experiments import ensemble_maps as em
 
     index = [10 * chunk + i for i in range(len(values))]
     per_image = {em.TOPK.format(m=name): values}
+    if random is not None:
+        per_image[em.RANDOM.format(m=name)] = random
     if ref is not None:
         per_image[em.REFERENCE] = ref
     cost = {"members": [], "cpu_seconds": 1.0, "seconds": 1.0, "images": len(values)}
@@ -64,13 +66,17 @@ def test_the_full_check_is_paired_with_the_shipped_model_and_checks_the_proxy(tm
     for folder, sal, cam in ((before, [0.5, 0.6], [0.2, 0.2]), (after, [0.6, 0.5], [0.3, 0.3])):
         folder.mkdir(parents=True)
         for name, values in (("saliency", sal), ("grad_cam", cam)):
-            job = _job(name, 0, values, ref=[0.55, 0.55] if name == "saliency" else None)
+            job = _job(name, 0, values, ref=[0.55, 0.55] if name == "saliency" else None,
+                       random=[0.12, 0.14] if name == "saliency" else None)  # fmt: skip
             (folder / f"robust__{name}__000.json").write_text(json.dumps(job))
     full = rs.full_table(tmp_path / "runs", before)
     rows = {row[1]: row for row in full["rows"]}
     assert rows["saliency"][5].startswith("+0.000 [") and rows["saliency"][6] == "1 / 1 of 2"
     assert rows["Grad-CAM"][5].startswith("+0.100 [") and rows["Grad-CAM"][6] == "2 / 0 of 2"
     assert rows["saliency"][8] == "0.500 (1/2)"  # 0.6 > 0.55, 0.5 < 0.55
+    col = full["columns"].index("random map (candidate)")
+    assert rows["saliency"][col].startswith("0.130 [") and rows["Grad-CAM"][col] == "not run"
+    assert len(full["columns"]) == len(full["align"].split("|")) - 2 == len(rows["saliency"])
     found = {("corner", 0): _row("corner", 0.97, [0.58, 0.18, 0.6], []),
              ("shipped_before", 0): _row("shipped", 0.97, [0.53, 0.2, 0.6], [])}  # fmt: skip
     check = {row[1]: row for row in rs.check_table(found, full)["rows"]}

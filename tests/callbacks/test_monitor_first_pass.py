@@ -61,7 +61,9 @@ def test_first_pass_stays_within_the_cap(data, trained_digits, caplog, monkeypat
     # (a quarter), and the last takes what fits, if anything
     assert capped.evaluated_epochs in ([], [2])
     share = capped.budget.spent_seconds / seconds
-    assert 0 < share <= 0.1 + 0.02, (share, capped.budget.state_dict())
+    # the cap is 0.1 of the fit's time; the slack covers the timing noise of a loaded machine
+    # (the uncapped monitor below spends above 0.3)
+    assert 0 < share <= 0.1 + 0.05, (share, capped.budget.state_dict())
     notes = " ".join(r.getMessage() for r in caplog.records)
     assert "skipping epoch 0" in notes and "one image estimated at" in notes
     # no cap: every pass on every image, far above the cap's share

@@ -27,7 +27,8 @@ the fit costs of `--fit-times` and each fine-tune's cost x natural, (natural + f
 natural, the rows of each `--ensemble-out` folder's jobs (other `eval` runs: the attack
 ensemble's, the fast protocol on its images; in the targets table each protocol's fine-tunes
 against the natural model measured the same way) and those of
-`--out`/diagnosis (`experiments.cluttered_diagnosis`);
+`--out`/diagnosis (`experiments.cluttered_diagnosis`) and `--out`/head
+(`experiments.cluttered_head`);
 `figures` writes docs/images/cluttered_attacked_maps.png (clean and attacked maps of the first
 correctly classified test images, the ground-truth outline drawn on each).
 """
@@ -46,6 +47,7 @@ from typing import Any
 
 import torch
 
+from experiments.cluttered_head import head_table
 from experiments.pages import IMAGES, RESULTS
 
 EPSILON = 8 / 255
@@ -405,6 +407,7 @@ def run_table(args: argparse.Namespace) -> None:
     if ensemble:
         tables["ensemble"] = table_rows(ensemble, with_protocol=True)["measures"]
     tables["diagnosis"] = diagnosis_table(Path(args.out) / "diagnosis")
+    tables["head"] = head_table(Path(args.out) / "head")
     data = {"tables": tables, "results": results + ensemble}
     path = RESULTS / "cluttered.json"
     path.write_text(json.dumps(data, indent=1) + "\n")

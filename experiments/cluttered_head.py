@@ -103,7 +103,7 @@ def short_fit(variant: str, steps: int) -> dict[str, Any]:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
             hits.append(float((out.argmax(1) == y).float().mean()))
             if len(losses) >= steps:
                 break

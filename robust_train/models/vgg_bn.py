@@ -76,6 +76,10 @@ class VGGBN(RecordsConfig, nn.Module):
             channel's maximum (a `nn.MaxPool2d` over the whole map), so a small object on a
             large background is not diluted by the background's positions. False flattens.
 
+    Raises:
+        ValueError: a width, size, probability or `global_pool` out of range (named in the
+            message).
+
     Examples:
         >>> import torch
         >>> net = VGGBN(stages=((8,), (16, 16)), hidden=32)

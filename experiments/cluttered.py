@@ -27,7 +27,8 @@ the fit costs of `--fit-times` and each fine-tune's cost x natural, (natural + f
 natural, the rows of each `--ensemble-out` folder's jobs (other `eval` runs: the attack
 ensemble's, the fast protocol on its images; in the targets table each protocol's fine-tunes
 against the natural model measured the same way) and those of
-`--out`/diagnosis (`experiments.cluttered_diagnosis`);
+`--out`/diagnosis (`experiments.cluttered_diagnosis`) and `--out`/head
+(`experiments.cluttered_head`);
 `figures` writes docs/images/cluttered_attacked_maps.png (clean and attacked maps of the first
 correctly classified test images, the ground-truth outline drawn on each).
 """
@@ -40,11 +41,13 @@ import json
 import math
 import re
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from experiments.cluttered_head import head_table
 from experiments.pages import IMAGES, RESULTS
 
 EPSILON = 8 / 255
@@ -175,6 +178,31 @@ def natural_key(label: str) -> tuple[str, int]:
     return arch, int(seed.group(1)) if seed else 0
 
 
+def natural_of(label: str, naturals: Iterable[str]) -> str | None:
+    """The natural model `label` is compared with, among the labels `naturals`
+    (`ARCH/PREFIXnatural[_s<seed>]`): one of the same architecture and seed (`natural_key`) whose
+    PREFIX begins `label`'s kind, the longest such PREFIX; None if there is none. So a variant of
+    an architecture's natural model (`vgg_bn/gp_natural_s0`) serves its own fine-tunes
+    (`vgg_bn/gp_every_map_s0`) and the plain one (`vgg_bn/natural_s0`) the others.
+
+    Examples:
+        >>> naturals = ["vgg_bn/natural_s0", "vgg_bn/gp_natural_s0", "vgg_bn/natural_s1"]
+        >>> natural_of("vgg_bn/gp_every_map_s0", naturals), natural_of("vgg_bn/em_s0", naturals)
+        ('vgg_bn/gp_natural_s0', 'vgg_bn/natural_s0')
+        >>> natural_of("cnn/em", naturals) is None
+        True
+    """
+    kind = label.split("/", 1)[1]
+    best: tuple[int, str] | None = None
+    for natural in naturals:
+        prefix = natural.split("/", 1)[1].split("natural", 1)[0]
+        if natural_key(natural) != natural_key(label) or not kind.startswith(prefix):
+            continue
+        if best is None or len(prefix) > best[0]:
+            best = (len(prefix), natural)
+    return None if best is None else best[1]
+
+
 def _cell(value: float | None, digits: int = 3) -> str:
     if value is None or math.isnan(value):
         return "-"
@@ -216,15 +244,11 @@ def table_rows(
         if r["stamp"]["explainers"] != list(EXPLAINERS):
             continue
         arch, kind = r["label"].split("/", 1)
-        natural = [
-            s
-            for label, s in fits.items()
-            if natural_key(label) == natural_key(r["label"]) and "natural" in label
-        ]
-        own = r.get("fit_cpu_seconds")
+        natural = natural_of(r["label"], [label for label in fits if "natural" in label])
+        own, base = r.get("fit_cpu_seconds"), None if natural is None else fits[natural]
         ratio = None
-        if own is not None and natural and natural[0] and "natural" not in kind:
-            ratio = (natural[0] + own) / natural[0]
+        if own is not None and base and "natural" not in kind:
+            ratio = (base + own) / base
         cost_rows.append([r["label"], str(r["n_attacked"]), _cell(r.get("seconds"), 0),
                           _cell(own, 0), _cell(ratio, 2), _cell(r["mask_area"])])  # fmt: skip
     return {
@@ -310,18 +334,17 @@ def _row_order(r: dict[str, Any]) -> tuple[str, bool, int]:
 
 def targets_table(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Which targets each fine-tune meets against the natural model of its architecture and seed
-    (`natural_key`) measured by the same protocol on the same images (`protocol_of`): "yes", "no"
+    (`natural_of`) measured by the same protocol on the same images (`protocol_of`): "yes", "no"
     or "-" (a value missing), and the count met. Results of the default explainer pair only, one
     row per fine-tune and protocol (the fast protocol's first, on the most images first); a
     result may carry "cost" ((natural + fine-tune) / natural fit CPU seconds)."""
     pairs = [r for r in results if r["stamp"]["explainers"] == list(EXPLAINERS)]
-    naturals = {
-        (natural_key(r["label"]), protocol_of(r)): r for r in pairs if "natural" in r["label"]
-    }
+    naturals = {(r["label"], protocol_of(r)): r for r in pairs if "natural" in r["label"]}
     tests = _target_tests()
     rows = []
     for r in sorted(pairs, key=_row_order):
-        natural = naturals.get((natural_key(r["label"]), protocol_of(r)))
+        measured = [label for label, protocol in naturals if protocol == protocol_of(r)]
+        natural = naturals.get((natural_of(r["label"], measured) or "", protocol_of(r)))
         if "natural" in r["label"] or natural is None:
             continue
         verdicts = [test(r, natural) for _, test in tests]
@@ -384,6 +407,7 @@ def run_table(args: argparse.Namespace) -> None:
     if ensemble:
         tables["ensemble"] = table_rows(ensemble, with_protocol=True)["measures"]
     tables["diagnosis"] = diagnosis_table(Path(args.out) / "diagnosis")
+    tables["head"] = head_table(Path(args.out) / "head")
     data = {"tables": tables, "results": results + ensemble}
     path = RESULTS / "cluttered.json"
     path.write_text(json.dumps(data, indent=1) + "\n")

@@ -155,6 +155,12 @@ EXPERIMENTS: dict[str, Entry] = {
         page="CLUTTERED.md",
         write_page=TABLES,
     ),
+    "cluttered_head": Entry(
+        "experiments.cluttered_head",
+        "why the VGG-BN learnt slowly on cluttered digits: short natural fits of its heads",
+        page="CLUTTERED.md",
+        write_page=TABLES,
+    ),
     "attack_figure": Entry(
         "experiments.attack_figure",
         "the README's figure: one top-k attack on a natural and a robust model's saliency",

@@ -41,6 +41,17 @@ def _check_stages(stages: Sequence[Sequence[int]], input_size: int) -> list[list
     return out
 
 
+def _global_pool(global_pool: bool | str, side: int) -> list[nn.Module]:
+    """The head's pooling modules for `global_pool` over a `side` x `side` map."""
+    if global_pool is False:
+        return []
+    if global_pool is True or global_pool == "avg":
+        return [nn.AdaptiveAvgPool2d(1)]
+    if global_pool == "max":  # a max-pool module, which the explainers' max-pool rules know
+        return [nn.MaxPool2d(side)]
+    raise ValueError(f"`global_pool` must be False, True, 'avg' or 'max', got {global_pool!r}")
+
+
 class VGGBN(RecordsConfig, nn.Module):
     """Normalize -> stages of (conv3x3 -> BatchNorm -> ReLU) x n, each closed by a 2x2 max-pool
     -> flatten -> FC hidden -> ReLU [-> dropout] -> FC num_classes.
@@ -59,9 +70,15 @@ class VGGBN(RecordsConfig, nn.Module):
         hidden: width of the hidden fully connected layer.
         mean, std: normalisation statistics (None: 0 and 1).
         dropout: dropout probability before the last layer.
-        global_pool: average the last stage's output over its positions before the fully
-            connected layers (a head that does not depend on where the object is, as ResNet's),
-            instead of flattening it; for objects placed anywhere on a larger image.
+        global_pool: reduce the last stage's output over its positions before the fully
+            connected layers, instead of flattening it (a head that does not depend on where
+            the object is): True or "avg" averages, as ResNet's head; "max" takes each
+            channel's maximum (a `nn.MaxPool2d` over the whole map), so a small object on a
+            large background is not diluted by the background's positions. False flattens.
+
+    Raises:
+        ValueError: a width, size, probability or `global_pool` out of range (named in the
+            message).
 
     Examples:
         >>> import torch
@@ -82,7 +99,7 @@ class VGGBN(RecordsConfig, nn.Module):
         mean: float | Sequence[float] | None = None,
         std: float | Sequence[float] | None = None,
         dropout: float = 0.0,
-        global_pool: bool = False,
+        global_pool: bool | str = False,
     ) -> None:
         super().__init__()
         check_positive_ints(
@@ -90,6 +107,9 @@ class VGGBN(RecordsConfig, nn.Module):
         )
         widths = _check_stages(stages, input_size)
         check_probability(dropout, "dropout")
+        side = input_size // 2 ** len(widths)
+        head = _global_pool(global_pool, side)
+        side = 1 if head else side
         self.normalize = Normalize.for_channels(mean, std, in_channels)
         layers: list[nn.Module] = []
         cin = in_channels
@@ -103,10 +123,6 @@ class VGGBN(RecordsConfig, nn.Module):
                 cin = cout
             layers.append(nn.MaxPool2d(2))
         self.features = nn.Sequential(*layers)
-        if not isinstance(global_pool, bool):
-            raise TypeError(f"`global_pool` must be True or False, got {global_pool!r}")
-        side = 1 if global_pool else input_size // 2 ** len(widths)
-        head: list[nn.Module] = [nn.AdaptiveAvgPool2d(1)] if global_pool else []
         self.hidden = nn.Sequential(
             *head,
             nn.Flatten(),

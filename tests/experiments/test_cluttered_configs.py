@@ -1,0 +1,42 @@
+"""The cluttered benchmark's architecture configs (experiments/cluttered_configs) build through
+the real LightningCLI, as `robust-train fit --config` reads them, into the networks the page
+names, and those networks classify 64 x 64 RGB images."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from robust_train.app.lightning_cli import lightning_main
+from robust_train.models import VGGBN
+from robust_train.regularizers import MultiMapSmoothness
+
+CONFIGS = sorted((Path(__file__).parents[2] / "experiments" / "cluttered_configs").glob("*.yaml"))
+
+
+def test_the_four_architecture_configs_are_there():
+    assert {p.stem for p in CONFIGS} == {
+        "resnet18_natural",
+        "resnet18_every_map",
+        "vgg_bn_natural",
+        "vgg_bn_every_map",
+    }
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
+def test_config_builds_its_network_and_penalty(config: Path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the CLI's run folders, if any, stay in the test's folder
+    cli = lightning_main(["--config", str(config), "--trainer.logger=false"], run=False)
+    net = cli.model.model
+    if config.stem.startswith("vgg_bn"):
+        assert isinstance(net, VGGBN)
+        assert isinstance(net.hidden[0], torch.nn.MaxPool2d)  # the max head over the last map
+    penalties = list(cli.model.penalties)
+    if config.stem.endswith("every_map"):
+        assert len(penalties) == 1 and isinstance(penalties[0], MultiMapSmoothness)
+    else:
+        assert penalties == []
+    with torch.no_grad():
+        assert net.eval()(torch.rand(2, 3, 64, 64)).shape == (2, 10)

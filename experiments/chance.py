@@ -17,6 +17,7 @@ rerun; it is idempotent), then `python -m experiments page NAME` writes the page
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -124,5 +125,18 @@ def add_expected_rows(results: Path = RESULTS) -> list[str]:
     return changed
 
 
+def main(argv: list[str] | None = None) -> None:
+    """`python -m experiments.chance`: put the expected random-map rows back into the stored
+    results (after a study is rerun) and name the results files that changed."""
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.chance",
+        description="Put the random-map row (the expectation k/N) into each stored table of "
+        "EXPECTED; regenerate the pages with `python -m experiments page NAME` afterwards.",
+    )
+    parser.add_argument("--results", type=Path, default=RESULTS, help="the results folder")
+    args = parser.parse_args(argv)
+    print("\n".join(add_expected_rows(args.results)) or "nothing changed")
+
+
 if __name__ == "__main__":
-    print("\n".join(add_expected_rows()) or "nothing changed")
+    main()

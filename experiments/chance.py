@@ -45,6 +45,8 @@ EXPECTED: dict[str, tuple[int, int, tuple[str, ...]]] = {
         "natural (shipped)", "every-map, 3 seeds (mean ± sd)", "seed 0 (shipped)")),
     "independent_attacks:result-the-shipped-pair": (100, MNIST, (
         "attack top-100 ∩ [95% CI]", "noise top-100 ∩ [95% CI]")),
+    "independent_attacks:attacked-set-b-the-top-100": (100, MNIST, (
+        "k = 200", "k = 100 [95% CI]", "worst of both [95% CI]", "noise (k = 100 run)")),
     "lrp:summary": (100, MNIST, ("saliency ∩ (attack on saliency)", "lrp ∩ (attack on lrp)")),
     "lrp:surrogate": (100, MNIST, ("top-100 ∩ (lower: stronger attack)",)),
     "lrp:sweep": (100, MNIST, ("val lrp top-100 ∩ (attack)",)),

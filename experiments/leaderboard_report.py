@@ -14,6 +14,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from experiments.chance import MNIST, expected_label, random_topk_expectation
 from experiments.leaderboard_methods import BATCH, EXPLAINERS, FINETUNE_LR, LR, METHODS, MODEL
 from experiments.leaderboard_plots import method_cost, tradeoff_plot
 
@@ -82,6 +83,7 @@ def localisation_columns(results: dict[str, Any]) -> list[tuple[str, str, str, i
 
 REFERENCE = "input_reference"  # the explanation "map = input", attacked beside the explainers
 REFERENCE_METHOD = "natural"  # whose images and label checks the reference row uses
+RANDOM_K, PIXELS = 100, MNIST  # the reported k of the RAR preset; MNIST-5k's pixels per image
 
 
 def reference_key(key: str) -> str | None:
@@ -110,6 +112,32 @@ def reference_cells(results: dict[str, Any]) -> list[str]:
         values = [g.get(ref, math.nan) for g in got] if ref is not None else []
         cells.append(cell(values, digits, len(seeds)) if ref is not None else "")
     return cells
+
+
+def random_cell(key: str) -> str:
+    """A uniformly random map's expected score in the column of measure `key`: k/N in a top-k
+    intersection column (attack or noise; `experiments.chance`), 0 in a Kendall column (a random
+    order against any fixed one: each pair is as likely concordant as discordant), "-" where the
+    expectation depends on the model's own clean maps (LENS: the share of the image within one
+    pixel of their top-k set; these runs kept no maps) or is no top-k measure.
+
+    Examples:
+        >>> random_cell("attack/lrp/random_sign/topk_intersection"), random_cell("accuracy")
+        ('0.128', '-')
+        >>> random_cell("attack/saliency/topk/kendall"), random_cell("attack/lrp/topk/lens_topk")
+        ('0.000', '-')
+    """
+    parts = key.split("/")
+    if parts[0] != "attack" or parts[-1] not in ("topk_intersection", "kendall"):
+        return "-"
+    if parts[-1] == "kendall":
+        return f"{0.0:.3f}"
+    return f"{random_topk_expectation(RANDOM_K, PIXELS):.3f}"
+
+
+def random_label() -> str:
+    """The first cell of the random-map row: an expectation at k/N, not a measurement."""
+    return expected_label(RANDOM_K, PIXELS)
 
 
 def cell(values: list[float], digits: int, n_seeds: int) -> str:
@@ -365,11 +393,15 @@ def _banner_lines(results: dict[str, Any]) -> list[str]:
 
 
 def _reference_and_count_rows(results: dict[str, Any], cols: list[Any]) -> list[str]:
-    """The "map = input" reference row and the row of each column's common-image count."""
+    """The "map = input" reference row, the random map's expectation and the row of each
+    column's common-image count."""
     counts = column_cells(results)
     n_images = [counts[(g, k)][("images", 0)] for g, k, _, _ in cols]
     return [
         "| map = input (reference) | - | " + " | ".join(reference_cells(results)) + " | | | | |",
+        f"| {random_label()} | - | "
+        + " | ".join(random_cell(k) for _, k, _, _ in cols)
+        + " | | | | |",
         "| images (every model) | | "
         + " | ".join(
             "-" if n == -2 else "all" if k == "accuracy" else "own" if n < 0 else str(n)
@@ -413,7 +445,13 @@ def _table_lines(results: dict[str, Any]) -> list[str]:
         "2024); the gap to top-k ∩ is the part of the fragility that is shifts of one pixel. "
         "map = input (reference): the same attacks on the explanation that is the input itself "
         "and knows nothing of the model (`input_reference`, natural model's images): a column's "
-        "number is read against it. Every mean of a column is over the same "
+        "number is read against it. Random map: not a measurement but a uniformly random "
+        f"map's expectation, k/N = {RANDOM_K}/{PIXELS} in the top-k ∩ and noise columns "
+        "(exact where the clean map has at least k positive pixels, lower where it has fewer) "
+        "and 0 in the Kendall columns; its LENS level is the share of the image within one "
+        "pixel of each clean map's top-k set, which needs the maps of these models (not kept: "
+        "'-'; the ensemble section above measures it on its own models). Every mean of a "
+        "column is over the same "
         "images: those every model of the column (each method, each seed) measured, their "
         "count in the last row (`own`: results stored without per-image values, each model's "
         "own images). Blank: the share of each model's attacked images whose clean map is "
@@ -527,6 +565,15 @@ def _rar_lines(results: dict[str, Any]) -> list[str]:
         for m in ("topk_intersection", "kendall")
     }
     lines += _rar_model_rows(rows, keys, same)
+    lines.append(
+        f"| {random_label()} | | "
+        + " | ".join(
+            f"{random_cell(f'attack/{e}/{a}/topk_intersection')} / "
+            f"{random_cell(f'attack/{e}/{a}/kendall')}"
+            for e, a in keys
+        )
+        + " | |"
+    )
     counts = [same[f"attack/{e}/{a}/topk_intersection"] for e, a in keys]
     lines.append(
         "| images (every model) | | "
@@ -536,7 +583,8 @@ def _rar_lines(results: dict[str, Any]) -> list[str]:
     return lines + [
         "",
         "Each column compares the models on the images every one of them measured (last row; "
-        "`own`: results stored without per-image values, each model's own images).",
+        "`own`: results stored without per-image values, each model's own images). Random "
+        "map: a uniformly random map's expectation, not a measurement (top-k ∩ k/N, Kendall 0).",
         "",
     ]
 

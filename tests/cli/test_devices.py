@@ -13,6 +13,7 @@ from robust_train.evaluation.engine import build_parts, run_parts, total_work
 
 QUICK = ["--n-samples", "6", "--n-steps", "2", "--lipschitz-samples", "2", "--fidelity-steps"]
 QUICK += ["3", "--parts", "fragility", "--attacks", "topk", "--explainers", "saliency"]
+QUICK += ["--search-queries", "20"]  # the ensemble's random search: a few queries show the device
 
 
 @pytest.fixture
@@ -135,7 +136,7 @@ def test_progress_reaches_the_total_in_steps_with_time_left(monkeypatch, capsys)
                               torch.nn.Linear(3, 2))  # fmt: skip
     s = EvaluationSettings(
         parts=("fragility", "lipschitz"), explainers=("saliency",), n_steps=2,
-        attacks=("random_sign", "topk", "mass_center"), lipschitz_samples=2,
+        attacks=("random_sign", "topk", "mass_center"), lipschitz_samples=2, search_queries=20,
     )  # fmt: skip
     x, y = torch.rand(4, 1, 4, 4), torch.tensor([0, 1, 0, 1])
     run_parts(net, x, y, s, progress=True)

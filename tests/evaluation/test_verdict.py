@@ -54,6 +54,7 @@ def test_real_evaluation_gets_verdicts_table_budget_and_figure(tmp_path):
     s = EvaluationSettings(
         n_samples=6, n_steps=2, parts=("fragility",), attacks=("random_sign", "topk"),
         explainers=("saliency", "input_x_gradient"), epsilon=8 / 255, correct_only=False,
+        search_queries=20,
     )  # fmt: skip
     result = evaluate_classifier(net, torch.rand(6, 1, 4, 4), torch.tensor([0, 1] * 3), s,
                                  progress=False)  # fmt: skip

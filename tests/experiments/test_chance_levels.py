@@ -93,7 +93,6 @@ GAPS = {
     "cheaper:saliency-and-ig-together-input-x-2": (INPUT, GONE),
     "cheaper:the-shipped-recipe-and-every": (INPUT, GONE),
     "every_map:test-split-three-seeds": (INPUT, "in its prose, not the table; re-score"),
-    "independent_attacks:result-the-shipped-pair": (INPUT, "its `input` rows are map = input"),
     "lrp:summary": (INPUT, GONE),
     "lrp:surrogate": (INPUT, GONE),
     "lrp:sweep": (INPUT, "validation sweep; " + GONE),

@@ -1,8 +1,9 @@
 """The every-map recipe tuned against the attack ensemble: candidates, a proxy, the full check.
 
-The driver of experiments/RECIPE_SEARCH.md. Each candidate is the shipped recipe
+The driver of experiments/RECIPE_SEARCH.md. Each candidate is the recipe the search started from
 (`configs/mnist5k_finetune_every_map.yaml`: its penalty's options, learning rate and epochs, read
-from the config) with some options changed (`CANDIDATES`), fine-tuned from the shipped natural
+from the config, with `SEARCH_BASE` in place of the options the config took from the search
+since) with some options changed (`CANDIDATES`), fine-tuned from the shipped natural
 model as `experiments.every_map.tune` does (MNIST-5k train split, batch 64, Adam, per-step
 cosine to 0). Steps:
 

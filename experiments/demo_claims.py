@@ -9,6 +9,9 @@ the demo reads (robust_train/assets/results/demo_claims.json), with the protocol
 
     python -m experiments run demo_claims --seeds 0 1 2 3 4
     python -m experiments run demo_claims --seeds 0 1 2 3 4 --from-runs   # runs already there
+
+A seed whose run folder already holds its results.json is read, not run again, so an interrupted
+run resumes at the first unfinished seed (`--rerun` runs every seed again).
 """
 
 from __future__ import annotations
@@ -62,11 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("runs/demo_claims"))
     parser.add_argument("--results", type=Path, default=demo.CLAIMS_FILE, help="file to write")
     parser.add_argument("--from-runs", action="store_true", help="read the runs, run nothing")
+    parser.add_argument(
+        "--rerun", action="store_true", help="run the seeds whose results.json is there again"
+    )
     args = parser.parse_args(argv)
     per_seed = []
     for seed in args.seeds:
         out = args.out / f"seed_{seed}"
-        if not args.from_runs:
+        done = (out / "results.json").is_file() and not args.rerun
+        if not (args.from_runs or done):
             demo.main(["--seed", str(seed), "--out", str(out)])
         per_seed.append(demo.gain(json.loads((out / "results.json").read_text())))
     args.results.write_text(json.dumps(claims(args.seeds, per_seed), indent=1) + "\n")

@@ -249,8 +249,10 @@ def row_notes(rows: list[str], chosen: dict[str, Any]) -> str:
     m, weight = METHODS["finetune_multi_map"], chosen.get("finetune_multi_map")
     at = f"at the config's weight {weight:g}" if weight is not None else "at the config's weight"
     return (
-        " `finetune_multi_map` is the shipped recipe (configs/mnist5k_finetune_every_map.yaml: "
-        f"one multi-map penalty on the {', '.join(m.fixed['explainers'])} maps, Adam lr "
+        " `finetune_multi_map` is the every-map recipe as first shipped "
+        "(configs/mnist5k_finetune_every_map.yaml before its ascent started at a vertex of a "
+        f"larger ball: one multi-map penalty on the {', '.join(m.fixed['explainers'])} maps, "
+        f"radius {m.fixed['radius']:g}, a uniform start, Adam lr "
         f"{m.lr:g}, {Plan().finetune_epochs} epochs) {at}, not a CV choice, fine-tuned from each "
         "seed's natural model of this table on the leaderboard's 4,000-image pool; "
         "`finetune_every_map` is the leaderboard's own every-map recipe (a composed penalty) at "

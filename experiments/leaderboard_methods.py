@@ -259,7 +259,8 @@ METHODS: dict[str, Method] = {
     # learning rate, on the leaderboard's pool and schedule (2 epochs, cosine to 0 per step).
     "finetune_multi_map": Method(
         "multi_map", SHIPPED_MULTI_MAP, "weight", (1.0, 3.0, 10.0, 30.0), 3.0,
-        "this project's shipped recipe: the seed's natural model fine-tuned with one multi-map "
+        "this project's every-map recipe as first shipped: the seed's natural model fine-tuned "
+        "with one multi-map "
         "penalty, the L1 distance between the sum-normalised saliency, input x gradient and "
         "Grad-CAM maps (weights 0.5, 1, 1.5) at x and at x' after one ascent step in "
         "B_inf(x, 0.3), on a fifth of each batch, Adam lr 0.004, on a ReLU network; scored in CV "

@@ -1,8 +1,9 @@
 """The every-map recipe tuned against the attack ensemble: candidates, a proxy, the full check.
 
-The driver of experiments/RECIPE_SEARCH.md. Each candidate is the shipped recipe
+The driver of experiments/RECIPE_SEARCH.md. Each candidate is the recipe the search started from
 (`configs/mnist5k_finetune_every_map.yaml`: its penalty's options, learning rate and epochs, read
-from the config) with some options changed (`CANDIDATES`), fine-tuned from the shipped natural
+from the config, with `SEARCH_BASE` in place of the options the config took from the search
+since) with some options changed (`CANDIDATES`), fine-tuned from the shipped natural
 model as `experiments.every_map.tune` does (MNIST-5k train split, batch 64, Adam, per-step
 cosine to 0). Steps:
 
@@ -164,10 +165,19 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     },
 }
 FIT_KEYS = ("epochs", "lr")
+# The recipe every candidate changes: the config shipped when the search ran (a uniform start in
+# the ball of radius 0.3, every map at the power 1). The config ships `corner_gcp2_r04` since;
+# the search's candidates keep their meaning.
+SEARCH_BASE: dict[str, Any] = {"radius": 0.3, "start": "uniform", "map_powers": None}
+# The candidate the config ships now, and its config fit measured as a file.
+SHIPPED_NOW = "corner_gcp2_r04"
+SHIPPED_NOW_FILE = "corner_gcp2_r04_config"
 
 
 def shipped_recipe() -> dict[str, Any]:
-    """The shipped config's penalty options (with its weight), learning rate and epochs."""
+    """The recipe the search started from: the shipped config's penalty options (with its
+    weight), learning rate and epochs, with `SEARCH_BASE` in place of the options the search
+    changed."""
     import yaml
 
     from robust_train.core.resources import shipped_config
@@ -176,6 +186,7 @@ def shipped_recipe() -> dict[str, Any]:
     (penalty,) = config["model"]["penalties"]
     return {
         **penalty["init_args"],
+        **SEARCH_BASE,
         "lr": config["model"]["optimizer"]["init_args"]["lr"],
         "epochs": config["trainer"]["max_epochs"],
     }
@@ -314,7 +325,10 @@ def cascade_table(runs: Path, sanity: Path = RESULTS.parent / "sanity.json") -> 
     the top (lower: the map depends more on the layers randomised)."""
     shipped = json.loads(sanity.read_text())["tables"]["5-cascade-curves"]
     found = [json.loads(p.read_text()) for p in sorted((runs / "cascade").glob("*.json"))]
-    names = {"natural": "shipped natural", "robust": "shipped robust"}
+    # SANITY.md's section 5 measured the robust model shipped before `SHIPPED_NOW`; the one
+    # shipped now is its config fit's row.
+    names = {"natural": "shipped natural", "robust": "shipped before",
+             SHIPPED_NOW_FILE: f"shipped now ({SHIPPED_NOW_FILE})"}  # fmt: skip
     rows = []
     for explainer in dict.fromkeys(r[0] for r in shipped["rows"]):
         for table in (shipped, *found):
@@ -445,13 +459,12 @@ def paired(new: dict[int, float], old: dict[int, float]) -> tuple[str, str]:
 
 def full_table(runs: Path, before: Path | None = None) -> dict[str, Any]:
     """Each candidate measured under the full ensemble beside the shipped robust model on the
-    same images: its level on experiments/ENSEMBLE_MAPS.md, and with `before` (that page's job
-    folder) the paired per-image difference; beside it "map = input" under the same ensemble and
+    same images: with `before` (the job folder of ENSEMBLE_MAPS.md's pair before the
+    re-shipping) the robust model's level on the same images and the paired per-image
+    difference; beside it "map = input" under the same ensemble and
     the level of a uniformly random map on the same images (the jobs' seeded random maps)."""
     from experiments import ensemble_maps as em
 
-    shipped = json.loads(em.RESULTS.read_text())["tables"]["maps"]["rows"]
-    levels = {row[0]: row[3] for row in shipped}
     old = _per_image(before, "robust") if before else {}
     rows = []
     for folder in sorted((runs / "full").glob("*")):
@@ -463,13 +476,15 @@ def full_table(runs: Path, before: Path | None = None) -> dict[str, Any]:
             reference = [ref.get(i, math.nan) for i in jobs[name]["index"]]
             random = jobs[name]["per_image"].get(em.RANDOM.format(m=name))
             diff = paired(dict(zip(jobs[name]["index"], values, strict=True)), old.get(name, {}))
+            mine = old.get(name, {})
+            then = [mine.get(i, math.nan) for i in jobs[name]["index"]] if mine else []
             rows.append([folder.name, em.LABELS[name], str(len(values)),
-                         levels.get(em.LABELS[name], "-"), em.mean_cell(values), *diff,
+                         em.mean_cell(then) if then else "-", em.mean_cell(values), *diff,
                          em.mean_cell(reference), em.share_above(values, reference),
                          em.mean_cell(random) if random else "not run",
                          f"{jobs[name]['cpu_seconds'] / max(1, len(values)):.1f}"])  # fmt: skip
     return {
-        "columns": ["candidate", "map", "images", "shipped robust", "candidate",
+        "columns": ["candidate", "map", "images", "shipped before", "candidate",
                     "candidate - shipped (paired)", "images above / below shipped",
                     "map = input (candidate)", "candidate above map = input",
                     "random map (candidate)", "CPU s per image"],
@@ -504,6 +519,72 @@ def check_table(
     }  # fmt: skip
 
 
+def _ensemble_rows(runs: Path, before: Path) -> list[list[str]]:
+    """The before -> after rows of each map under the full ensemble (`shipped_table`)."""
+    from experiments import ensemble_maps as em
+
+    now = em.load_jobs(runs / "full" / f"{SHIPPED_NOW_FILE}_s0")
+    then = em.load_jobs(before)
+    jobs = {(tag, m): em.merged(c, sorted(c)) for (tag, m), c in then.items()}
+    jobs.update({("now", m): em.merged(c, sorted(c)) for (_, m), c in now.items()})
+    refs = {tag: dict(zip(jobs[(tag, "saliency")]["index"],
+                          jobs[(tag, "saliency")]["per_image"][em.REFERENCE], strict=True))
+            for tag in ("robust", "now") if (tag, "saliency") in jobs}  # fmt: skip
+    rows = []
+    for name in [m for m in em.LABELS if all((t, m) in jobs for t in ("natural", "robust", "now"))]:
+        cells: dict[str, Any] = {}
+        for tag in ("natural", "robust", "now"):
+            job = jobs[(tag, name)]
+            cells[tag] = job["per_image"][em.TOPK.format(m=name)]
+            cells[f"{tag}_ref"] = [refs.get(tag, {}).get(i, math.nan) for i in job["index"]]
+            cells[f"{tag}_random"] = job["per_image"].get(em.RANDOM.format(m=name), [])
+            cells[f"{tag}_index"] = job["index"]
+        new = dict(zip(cells["now_index"], cells["now"], strict=True))
+        diff, _ = paired(new, dict(zip(cells["robust_index"], cells["robust"], strict=True)))
+        pair = [(em.mean_cell(cells[f"{t}_{k}"]) if cells[f"{t}_{k}"] else "-")
+                for k in ("ref", "random") for t in ("robust", "now")]  # fmt: skip
+        above = [em.share_above(cells[t], cells[f"{t}_ref"]) for t in ("robust", "now")]
+        rows.append([f"{em.LABELS[name]} top-100 ∩ under the ensemble ({len(cells['now'])} "
+                     "test images)", em.mean_cell(cells["natural"]), em.mean_cell(cells["robust"]),
+                     em.mean_cell(cells["now"]), diff, f"{pair[0]} / {pair[1]}",
+                     f"{pair[2]} / {pair[3]}", f"{above[0]} / {above[1]}"])  # fmt: skip
+    return rows
+
+
+def shipped_table(
+    found: dict[tuple[str, int], dict[str, Any]], runs: Path, before: Path
+) -> dict[str, Any]:
+    """The shipped robust model before and after it was re-shipped as `SHIPPED_NOW`, beside the
+    natural model: test accuracy, each map's top-100 intersection under the full ensemble on
+    the same test images (`before`: the ensemble_maps jobs of the pair before; the after model's:
+    the search's full check of its config fit) with the paired difference, "map = input" and a
+    random map under the same ensemble and the share of images above "map = input" (before /
+    after), the recipe's cost (the search's seed-0 fits), and the saliency and Grad-CAM maps'
+    top-100 intersection with their maps on the network whose top layer is randomised."""
+    acc = [found.get(k, {}).get("test_acc") for k in
+           (("natural_file", 0), ("shipped_before", 0), (SHIPPED_NOW_FILE, 0))]  # fmt: skip
+    natural = found.get(("natural", 0))
+    cost = [_cost(found.get((n, 0), {}), natural)[1] for n in ("shipped", SHIPPED_NOW)]
+    rows = [["test accuracy (1,000 images)", *(f"{a:.3f}" if a else "-" for a in acc),
+             f"{acc[2] - acc[1]:+.3f}" if acc[1] and acc[2] else "-", "", "", ""],
+            ["recipe cost (natural training = 1x)", "1x", *cost, "", "", "", ""],
+            *_ensemble_rows(runs, before)]  # fmt: skip
+    cascade = cascade_table(runs)["rows"]
+    for label in ("saliency", "Grad-CAM"):
+        level = {r[1]: r[4] for r in cascade if r[0] == label}
+        now = level.get(f"shipped now ({SHIPPED_NOW_FILE})", "-")
+        rows.append([f"{label}: top-100 ∩ with the top layer randomised (cascade, 3 seeds)",
+                     level.get("shipped natural", "-"), level.get("shipped before", "-"),
+                     now, "", "", "", ""])  # fmt: skip
+    return {
+        "columns": ["measure", "natural", "before", "after", "after - before (paired)",
+                    "map = input (before / after)", "random map (before / after)",
+                    "above map = input (before / after)"],
+        "align": "|---" * 8 + "|",
+        "rows": rows,
+    }  # fmt: skip
+
+
 def collect(
     runs: Path,
     results: Path = RESULTS,
@@ -530,6 +611,8 @@ def collect(
     }  # fmt: skip
     data["tables"]["check"] = check_table(found, data["tables"]["full"])
     data["tables"]["cascade"] = cascade_table(runs)
+    if before is not None and (runs / "full" / f"{SHIPPED_NOW_FILE}_s0").is_dir():
+        data["tables"]["shipped"] = shipped_table(found, runs, before)
     if diagnosis is not None and diagnosis.is_file():
         from experiments.recipe_gradcam import diagnosis_table
 

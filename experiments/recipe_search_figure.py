@@ -16,6 +16,13 @@ TARGETS = {"saliency": 0.65, "grad_cam": 0.50, "deeplift": 0.75}
 ACCURACY_FLOOR = 0.966
 LABELS = {"saliency": "saliency", "grad_cam": "Grad-CAM", "deeplift": "DeepLIFT"}
 SHIPPED = ("shipped_before", 0)
+# Markers: the model shipped before the search (a red star), the config fit shipped now (an
+# orange diamond, named), the natural model's file (a grey square); every other point a dot.
+STYLES = {
+    "shipped_before": ("*", "tab:red", 140, "shipped before"),
+    "corner_gcp2_r04_config": ("D", "tab:orange", 70, "shipped now (corner_gcp2_r04)"),
+    "natural_file": ("s", "grey", 50, "natural (shipped)"),
+}
 
 
 def points(found: dict[tuple[str, int], dict[str, Any]], maps: tuple[str, ...]) -> dict[
@@ -45,8 +52,9 @@ def draw_front(
 ) -> Path:
     """Four panels (three proxy maps and their mean): test accuracy (x) against the proxy's
     top-100 intersection (y) of every candidate and seed, the Pareto-optimal ones joined and
-    named; the shipped model as a red star, the natural model's file as a grey square, the
-    targets (horizontal) and the accuracy floor (vertical) as dotted lines. Returns `png`."""
+    named; the model shipped before as a red star, the model shipped now as an orange diamond
+    (named), the natural model's file as a grey square (`STYLES`), the targets (horizontal)
+    and the accuracy floor (vertical) as dotted lines. Returns `png`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -63,12 +71,15 @@ def draw_front(
                 alpha=0.6, label="front")  # fmt: skip
         for tag, (acc, level) in pts.items():
             name = tag.rsplit(" s", 1)[0]
-            style = {"shipped_before": ("*", "tab:red", 140), "natural_file": ("s", "grey", 50)}
-            marker, colour, size = style.get(name, ("o", "tab:blue", 25))
-            ax.scatter([acc], [level], marker=marker, color=colour, s=size, zorder=3)
-            if name not in style and tag in front:
+            marker, colour, size, label = STYLES.get(name, ("o", "tab:blue", 25, None))
+            ax.scatter([acc], [level], marker=marker, color=colour, s=size, zorder=3,
+                       label=label)  # fmt: skip
+            if name not in STYLES and tag in front:
                 ax.annotate(tag, (acc, level), textcoords="offset points", xytext=(3, 3),
                             fontsize=6)  # fmt: skip
+            elif label and name != "natural_file":
+                ax.annotate(label, (acc, level), textcoords="offset points", xytext=(4, -9),
+                            fontsize=7, color=colour)  # fmt: skip
         if panel in TARGETS:
             ax.axhline(TARGETS[panel], color="tab:red", ls=":", lw=1, label="target")
         ax.axvline(ACCURACY_FLOOR, color="tab:green", ls=":", lw=1, label="accuracy floor")

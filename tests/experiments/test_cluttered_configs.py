@@ -4,12 +4,14 @@ names, and those networks classify 64 x 64 RGB images."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 import torch
 
 from robust_train.app.lightning_cli import lightning_main
+from robust_train.data.mnist5k import MNIST5K_SPLIT
 from robust_train.models import VGGBN
 from robust_train.regularizers import MultiMapSmoothness
 
@@ -40,3 +42,8 @@ def test_config_builds_its_network_and_penalty(config: Path, tmp_path, monkeypat
         assert penalties == []
     with torch.no_grad():
         assert net.eval()(torch.rand(2, 3, 64, 64)).shape == (2, 10)
+    # the per-step cosine reaches 0 at the fit's last step: T_max = epochs x training batches
+    config = cli.config
+    batches = math.ceil(MNIST5K_SPLIT["train"] / config.data.init_args.batch_size)
+    t_max = config.model.lr_scheduler.init_args.T_max
+    assert t_max == config.trainer.max_epochs * batches, (config.trainer.max_epochs, t_max)

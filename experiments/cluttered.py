@@ -275,6 +275,8 @@ def table_rows(
 # A test takes the fine-tune's and the natural model's results and returns True, False or None
 # (a value missing). "top-k" is the top-k intersection under the top-k attack.
 TARGET_GAIN = 0.25  # each map's top-k under attack at least natural's + this
+MAP_NAMES = {"saliency": "saliency", "grad_cam": "Grad-CAM", "lrp": "LRP",
+             "deeplift": "DeepLIFT", "integrated_gradients": "IG"}  # fmt: skip
 
 
 def _get(r: dict[str, Any], key: str) -> float | None:
@@ -311,8 +313,8 @@ def _target_tests() -> list[tuple[str, Any]]:
         ),
         ("cost <= 2x", lambda r, n: None if r.get("cost") is None else r["cost"] <= 2.0),
     ]
-    for e, shown in (("saliency", "saliency"), ("grad_cam", "Grad-CAM")):
-        tests += _map_tests(e, shown)
+    for e in EXPLAINERS:
+        tests += _map_tests(e, MAP_NAMES[e])
     tests += [
         ("Grad-CAM fidelity >= natural",
          lambda r, n: _at_least(_get(r, "fidelity/grad_cam/fidelity"),
@@ -390,7 +392,7 @@ def maps_targets_table(results: list[dict[str, Any]]) -> dict[str, Any]:
     """
     others = [r for r in results if r["stamp"]["explainers"] != list(EXPLAINERS)]
     maps = list(dict.fromkeys(e for r in others for e in r["stamp"]["explainers"]))
-    tests = [test for e in maps for test in _map_tests(e, e)]
+    tests = [test for e in maps for test in _map_tests(e, MAP_NAMES.get(e, e))]
     naturals = {
         (r["label"], protocol_of(r), tuple(r["stamp"]["explainers"])): r
         for r in others

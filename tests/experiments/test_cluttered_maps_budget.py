@@ -54,12 +54,12 @@ def test_other_maps_meet_the_shared_targets_on_their_own_images():
     (row,) = named(maps_targets_table(results))
     assert row["against"] == "cnn/natural" and row["protocol"] == "fast, first 20 images"
     assert row["images attacked"] == "16 / 18"
-    assert row["lrp top-k >= natural + 0.25"] == "no"  # 0.7 < 0.75
-    assert row["deeplift top-k >= natural + 0.25"] == "yes"  # exactly +0.25
-    assert row["integrated_gradients top-k > map = input"] == "no"  # 0.35 < 0.4
-    assert row["lrp top-k > map = input"] == "yes"
-    assert row["deeplift attacked rel. mass >= natural clean"] == "yes"
-    assert row["lrp attacked rel. mass >= natural clean"] == "no"  # 0.2 < 0.25
+    assert row["LRP top-k >= natural + 0.25"] == "no"  # 0.7 < 0.75
+    assert row["DeepLIFT top-k >= natural + 0.25"] == "yes"  # exactly +0.25
+    assert row["IG top-k > map = input"] == "no"  # 0.35 < 0.4
+    assert row["LRP top-k > map = input"] == "yes"
+    assert row["DeepLIFT attacked rel. mass >= natural clean"] == "yes"
+    assert row["LRP attacked rel. mass >= natural clean"] == "no"  # 0.2 < 0.25
     assert row["met"] == "4/9"
     # the default pair's targets table counts its own maps only, on its own images
     (pair_row,) = named(targets_table(results))
@@ -78,7 +78,7 @@ def test_other_maps_are_never_judged_against_other_images_or_maps():
     assert row["model"] == "cnn/only_lrp" and row["met"] == "2/3"  # its own maps' columns
     both = named(maps_targets_table([only_lrp, natural, tuned, natural40]))
     assert [r["model"] for r in both] == ["cnn/only_lrp"]
-    assert both[0]["deeplift top-k > map = input"] == "-" and both[0]["met"] == "2/9"  # all maps
+    assert both[0]["DeepLIFT top-k > map = input"] == "-" and both[0]["met"] == "2/9"  # all maps
 
 
 def write_jobs(folder, results):

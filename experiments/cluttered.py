@@ -384,33 +384,41 @@ def targets_table(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def maps_targets_table(results: list[dict[str, Any]]) -> dict[str, Any]:
     """The targets every map shares (`_map_tests`) for the results of other explainers than the
-    default pair (LRP, DeepLIFT, integrated gradients), each fine-tune against the natural model
-    of its architecture and seed measured with the same explainers by the same protocol on the
-    same images; "images attacked" (fine-tune / natural) and the protocol say on how many images
-    the verdicts stand, apart from the default pair's. One column per test and map met by any
-    result ("-" where a row's maps leave it unmeasured); "met" counts over every column.
+    default pair (LRP, DeepLIFT, integrated gradients): each fine-tune's job against the natural
+    model of its architecture and seed measured with the same explainers by the same protocol on
+    the same images, the jobs of one model and protocol in one row. "images attacked" (fine-tune
+    / natural) and the protocol say on how many images the verdicts stand, apart from the default
+    pair's. One column per test and map of any result, "-" where a row's maps leave it
+    unmeasured; "met" counts the verdicts over the measured ones.
     """
     others = [r for r in results if r["stamp"]["explainers"] != list(EXPLAINERS)]
     maps = list(dict.fromkeys(e for r in others for e in r["stamp"]["explainers"]))
-    tests = [test for e in maps for test in _map_tests(e, MAP_NAMES.get(e, e))]
+    columns = [name for e in maps for name, _ in _map_tests(e, MAP_NAMES.get(e, e))]
     naturals = {
         (r["label"], protocol_of(r), tuple(r["stamp"]["explainers"])): r
         for r in others
         if "natural" in r["label"]
     }
-    rows = []
+    found: dict[tuple[str, str], dict[str, Any]] = {}
     for r in sorted(others, key=_row_order):
         how = (protocol_of(r), tuple(r["stamp"]["explainers"]))
         measured = [label for label, *rest in naturals if tuple(rest) == how]
         natural = naturals.get((natural_of(r["label"], measured) or "", *how))
         if "natural" in r["label"] or natural is None:
             continue
-        verdicts = [test(r, natural) for _, test in tests]
+        row = found.setdefault((r["label"], how[0]), {"against": natural["label"], "images": []})
+        row["images"].append(f"{r['n_attacked']} / {natural['n_attacked']}")
+        for e in how[1]:
+            for name, test in _map_tests(e, MAP_NAMES.get(e, e)):
+                row[name] = test(r, natural)
+    rows = []
+    for (label, protocol), row in found.items():
+        verdicts = [row.get(name) for name in columns]
         cells = ["-" if v is None else ("yes" if v else "no") for v in verdicts]
-        met = f"{sum(v is True for v in verdicts)}/{len(verdicts)}"
-        attacked = f"{r['n_attacked']} / {natural['n_attacked']}"
-        rows.append([r["label"], natural["label"], how[0], attacked, *cells, met])
-    columns = ["model", "against", "protocol", "images attacked", *(n for n, _ in tests), "met"]
+        met = f"{sum(v is True for v in verdicts)}/{sum(v is not None for v in verdicts)}"
+        images = ", ".join(dict.fromkeys(row["images"]))
+        rows.append([label, row["against"], protocol, images, *cells, met])
+    columns = ["model", "against", "protocol", "images attacked", *columns, "met"]
     return {"columns": columns, "align": "|---" * len(columns) + "|", "rows": rows}
 
 

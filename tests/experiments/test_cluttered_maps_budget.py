@@ -78,7 +78,24 @@ def test_other_maps_are_never_judged_against_other_images_or_maps():
     assert row["model"] == "cnn/only_lrp" and row["met"] == "2/3"  # its own maps' columns
     both = named(maps_targets_table([only_lrp, natural, tuned, natural40]))
     assert [r["model"] for r in both] == ["cnn/only_lrp"]
-    assert both[0]["DeepLIFT top-k > map = input"] == "-" and both[0]["met"] == "2/9"  # all maps
+    assert both[0]["DeepLIFT top-k > map = input"] == "-" and both[0]["met"] == "2/3"  # measured
+
+
+def test_one_model_s_jobs_of_other_maps_share_one_row():
+    ld = {"lrp": 0.9, "deeplift": 0.2}
+    jobs = [
+        result("vgg_bn/natural", {"lrp": 0.5, "deeplift": 0.1}),
+        result("vgg_bn/natural", {"integrated_gradients": 0.1}),
+        result("vgg_bn/tuned", ld, attack__lrp__topk__relevance_mass=0.3),
+        result("vgg_bn/tuned", {"integrated_gradients": 0.5}, n_attacked=15),
+    ]
+    (row,) = named(maps_targets_table(jobs))
+    assert row["images attacked"] == "16 / 18, 15 / 18"  # each job's own count
+    assert row["LRP top-k >= natural + 0.25"] == "yes"  # 0.9 vs 0.5
+    assert row["DeepLIFT top-k >= natural + 0.25"] == "no"  # 0.2 vs 0.1
+    assert row["IG top-k >= natural + 0.25"] == "yes"  # 0.5 vs 0.1, the IG jobs' own natural
+    assert row["LRP attacked rel. mass >= natural clean"] == "yes"  # 0.3 vs 0.25
+    assert row["met"] == "5/9"  # LRP 3, DeepLIFT 0, IG 2
 
 
 def write_jobs(folder, results):

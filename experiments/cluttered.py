@@ -17,16 +17,18 @@ and scored beside. The protocol is "fast" (one attack per objective, the engine'
 the image size, `robust_train.evaluation.PROTOCOLS`) or "ensemble" (`--protocol`), both with
 the image size's k (an eighth of the pixels) and sign steps scaled to the budget; the random
 map's top-k intersection (chance) is reported beside each map. A job writes
-`--out`/jobs/<arch>_<kind>.json (with `__<explainers>` where they are not the default pair) and
-is skipped when that file exists with the same settings, so
-a stopped run resumes. The fit cost of each checkpoint is read from `--fit-times` (a JSON of
-label -> CPU seconds), when given.
+`--out`/jobs/<arch>_<kind>.json (with `__<explainers>` where they are not the default pair and
+`__eps<N>` at a budget of N/255 other than 8/255) and is skipped when that file exists with the
+same settings, so a stopped run resumes. The fit cost of each checkpoint is read from
+`--fit-times` (a JSON of label -> CPU seconds), when given.
 
 `table` writes experiments/results/cluttered.json (the page's tables) from `--out`/jobs, with
 the fit costs of `--fit-times` and each fine-tune's cost x natural, (natural + fine-tune) /
-natural, the rows of each `--ensemble-out` folder's jobs (other `eval` runs: the attack
-ensemble's, the fast protocol on its images; in the targets table each protocol's fine-tunes
-against the natural model measured the same way) and those of
+natural, the results at another budget than 8/255 in a table of their own ("budget"; each
+budget's fine-tunes against the natural model measured at it), the targets of the other maps
+(LRP, DeepLIFT, IG) in theirs ("targets_maps"), the rows of each `--ensemble-out` folder's
+jobs (other `eval` runs: the attack ensemble's, the fast protocol on its images; in the targets
+table each protocol's fine-tunes against the natural model measured the same way) and those of
 `--out`/diagnosis (`experiments.cluttered_diagnosis`) and `--out`/head
 (`experiments.cluttered_head`);
 `figures` writes docs/images/cluttered_attacked_maps.png (clean and attacked maps of the first
@@ -153,6 +155,7 @@ def run_eval(args: argparse.Namespace) -> None:
              "epsilon": args.epsilon, "explainers": list(args.explainers)}  # fmt: skip
     for label, path in parse_models(args.model).items():
         tag = "" if tuple(args.explainers) == EXPLAINERS else "__" + "-".join(args.explainers)
+        tag += "" if at_default_budget(stamp) else f"__eps{args.epsilon * 255:g}"
         target = jobs / (label.replace("/", "_") + tag + ".json")
         if target.exists() and json.loads(target.read_text()).get("stamp") == stamp:
             print(f"{label}: done ({target})")
@@ -272,6 +275,8 @@ def table_rows(
 # A test takes the fine-tune's and the natural model's results and returns True, False or None
 # (a value missing). "top-k" is the top-k intersection under the top-k attack.
 TARGET_GAIN = 0.25  # each map's top-k under attack at least natural's + this
+MAP_NAMES = {"saliency": "saliency", "grad_cam": "Grad-CAM", "lrp": "LRP",
+             "deeplift": "DeepLIFT", "integrated_gradients": "IG"}  # fmt: skip
 
 
 def _get(r: dict[str, Any], key: str) -> float | None:
@@ -283,6 +288,23 @@ def _at_least(a: float | None, b: float | None, margin: float = 0.0) -> bool | N
     return None if a is None or b is None else a >= b + margin
 
 
+def _map_tests(e: str, shown: str) -> list[tuple[str, Any]]:
+    """The targets every map shares: its top-k under attack at least natural's + TARGET_GAIN
+    and above "map = input" (attacked on the same model and images), its attacked relevance mass
+    not below the natural map's clean one."""
+    topk = f"attack/{e}/topk/topk_intersection"
+    return [
+        (f"{shown} top-k >= natural + {TARGET_GAIN}",
+         lambda r, n: _at_least(_get(r, topk), _get(n, topk), TARGET_GAIN)),
+        (f"{shown} top-k > map = input",
+         lambda r, n: _at_least(
+             _get(r, topk), _get(r, "attack/input_reference/topk/topk_intersection"), 1e-9)),
+        (f"{shown} attacked rel. mass >= natural clean",
+         lambda r, n: _at_least(_get(r, f"attack/{e}/topk/relevance_mass"),
+                                _get(n, f"localisation/{e}/relevance_mass"))),
+    ]  # fmt: skip
+
+
 def _target_tests() -> list[tuple[str, Any]]:
     tests: list[tuple[str, Any]] = [
         (
@@ -291,18 +313,8 @@ def _target_tests() -> list[tuple[str, Any]]:
         ),
         ("cost <= 2x", lambda r, n: None if r.get("cost") is None else r["cost"] <= 2.0),
     ]
-    for e, shown in (("saliency", "saliency"), ("grad_cam", "Grad-CAM")):
-        topk = f"attack/{e}/topk/topk_intersection"
-        tests += [
-            (f"{shown} top-k >= natural + {TARGET_GAIN}",
-             lambda r, n, k=topk: _at_least(_get(r, k), _get(n, k), TARGET_GAIN)),
-            (f"{shown} top-k > map = input",
-             lambda r, n, k=topk: _at_least(
-                 _get(r, k), _get(r, "attack/input_reference/topk/topk_intersection"), 1e-9)),
-            (f"{shown} attacked rel. mass >= natural clean",
-             lambda r, n, e=e: _at_least(_get(r, f"attack/{e}/topk/relevance_mass"),
-                                         _get(n, f"localisation/{e}/relevance_mass"))),
-        ]  # fmt: skip
+    for e in EXPLAINERS:
+        tests += _map_tests(e, MAP_NAMES[e])
     tests += [
         ("Grad-CAM fidelity >= natural",
          lambda r, n: _at_least(_get(r, "fidelity/grad_cam/fidelity"),
@@ -314,22 +326,37 @@ def _target_tests() -> list[tuple[str, Any]]:
     return tests
 
 
+def at_default_budget(stamp: dict[str, Any]) -> bool:
+    """Whether a result (its stamp) was measured at the page's L_inf budget, EPSILON (8/255); a
+    stamp without a budget was."""
+    epsilon = stamp.get("epsilon")
+    return epsilon is None or abs(float(epsilon) - EPSILON) < 1e-9
+
+
 def protocol_of(r: dict[str, Any]) -> str:
-    """How a result was measured: its protocol and the test images it started from.
+    """How a result was measured: its protocol, the test images it started from and its L_inf
+    budget where that is not the page's (EPSILON).
 
     Examples:
         >>> protocol_of({"stamp": {"protocol": "ensemble", "images": 10}})
         'ensemble, first 10 images'
+        >>> protocol_of({"stamp": {"protocol": "fast", "images": 40, "epsilon": 16 / 255}})
+        'fast, first 40 images, L_inf 16/255'
     """
     images = r["stamp"].get("images")
     protocol = str(r["stamp"].get("protocol", "fast"))
-    return protocol if images is None else f"{protocol}, first {images} images"
+    protocol = protocol if images is None else f"{protocol}, first {images} images"
+    if not at_default_budget(r["stamp"]):
+        protocol += f", L_inf {round(float(r['stamp']['epsilon']) * 255, 2):g}/255"
+    return protocol
 
 
-def _row_order(r: dict[str, Any]) -> tuple[str, bool, int]:
-    """A model's rows together: the fast protocol's first, on the most images first."""
+def _row_order(r: dict[str, Any]) -> tuple[str, bool, int, float]:
+    """A model's rows together: the fast protocol's first, on the most images first, the
+    smallest budget first."""
     stamp = r["stamp"]
-    return r["label"], stamp.get("protocol", "fast") != "fast", -int(stamp.get("images") or 0)
+    fast, images = stamp.get("protocol", "fast") != "fast", -int(stamp.get("images") or 0)
+    return r["label"], fast, images, float(stamp.get("epsilon") or EPSILON)
 
 
 def targets_table(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -352,6 +379,46 @@ def targets_table(results: list[dict[str, Any]]) -> dict[str, Any]:
         met = f"{sum(v is True for v in verdicts)}/{len(verdicts)}"
         rows.append([r["label"], natural["label"], protocol_of(r), *cells, met])
     columns = ["model", "against", "protocol", *(name for name, _ in tests), "met"]
+    return {"columns": columns, "align": "|---" * len(columns) + "|", "rows": rows}
+
+
+def maps_targets_table(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The targets every map shares (`_map_tests`) for the results of other explainers than the
+    default pair (LRP, DeepLIFT, integrated gradients): each fine-tune's job against the natural
+    model of its architecture and seed measured with the same explainers by the same protocol on
+    the same images, the jobs of one model and protocol in one row. "images attacked" (fine-tune
+    / natural) and the protocol say on how many images the verdicts stand, apart from the default
+    pair's. One column per test and map of any result, "-" where a row's maps leave it
+    unmeasured; "met" counts the verdicts over the measured ones.
+    """
+    others = [r for r in results if r["stamp"]["explainers"] != list(EXPLAINERS)]
+    maps = list(dict.fromkeys(e for r in others for e in r["stamp"]["explainers"]))
+    columns = [name for e in maps for name, _ in _map_tests(e, MAP_NAMES.get(e, e))]
+    naturals = {
+        (r["label"], protocol_of(r), tuple(r["stamp"]["explainers"])): r
+        for r in others
+        if "natural" in r["label"]
+    }
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in sorted(others, key=_row_order):
+        how = (protocol_of(r), tuple(r["stamp"]["explainers"]))
+        measured = [label for label, *rest in naturals if tuple(rest) == how]
+        natural = naturals.get((natural_of(r["label"], measured) or "", *how))
+        if "natural" in r["label"] or natural is None:
+            continue
+        row = found.setdefault((r["label"], how[0]), {"against": natural["label"], "images": []})
+        row["images"].append(f"{r['n_attacked']} / {natural['n_attacked']}")
+        for e in how[1]:
+            for name, test in _map_tests(e, MAP_NAMES.get(e, e)):
+                row[name] = test(r, natural)
+    rows = []
+    for (label, protocol), row in found.items():
+        verdicts = [row.get(name) for name in columns]
+        cells = ["-" if v is None else ("yes" if v else "no") for v in verdicts]
+        met = f"{sum(v is True for v in verdicts)}/{sum(v is not None for v in verdicts)}"
+        images = ", ".join(dict.fromkeys(row["images"]))
+        rows.append([label, row["against"], protocol, images, *cells, met])
+    columns = ["model", "against", "protocol", "images attacked", *columns, "met"]
     return {"columns": columns, "align": "|---" * len(columns) + "|", "rows": rows}
 
 
@@ -391,9 +458,12 @@ def read_jobs(folder: Path, fit_times: dict[str, float]) -> list[dict[str, Any]]
 
 def run_table(args: argparse.Namespace) -> None:
     fit_times = json.loads(Path(args.fit_times).read_text()) if args.fit_times else {}
-    results = read_jobs(Path(args.out), fit_times)
-    if not results:
+    everything = read_jobs(Path(args.out), fit_times)
+    if not everything:
         raise SystemExit(f"no results under {args.out}/jobs: run `eval` first")
+    # the main tables at the page's budget; the other budgets in their own table
+    results = [r for r in everything if at_default_budget(r["stamp"])]
+    budgets = [r for r in everything if not at_default_budget(r["stamp"])]
     tables = table_rows(results)
     costs = {row[0]: row[4] for row in tables["cost"]["rows"]}
     for result in results:
@@ -401,14 +471,16 @@ def run_table(args: argparse.Namespace) -> None:
         result["cost"] = None if cost == "-" else float(cost)
     # measurements of other `eval` runs (the attack ensemble's, the fast protocol on its images)
     ensemble = [r for folder in args.ensemble_out or [] for r in read_jobs(Path(folder), {})]
-    for result in ensemble:  # the same checkpoint's fit cost
+    for result in ensemble + budgets:  # the same checkpoint's fit cost
         result["cost"] = next((r["cost"] for r in results if r["label"] == result["label"]), None)
-    tables["targets"] = targets_table(results + ensemble)
+    tables["targets"] = targets_table(results + budgets + ensemble)
+    tables["targets_maps"] = maps_targets_table(results + budgets + ensemble)
+    tables["budget"] = table_rows(budgets, with_protocol=True)["measures"]
     if ensemble:
         tables["ensemble"] = table_rows(ensemble, with_protocol=True)["measures"]
     tables["diagnosis"] = diagnosis_table(Path(args.out) / "diagnosis")
     tables["head"] = head_table(Path(args.out) / "head")
-    data = {"tables": tables, "results": results + ensemble}
+    data = {"tables": tables, "results": results + budgets + ensemble}
     path = RESULTS / "cluttered.json"
     path.write_text(json.dumps(data, indent=1) + "\n")
     print(f"wrote {path}")

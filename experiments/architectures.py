@@ -473,6 +473,7 @@ def attack_table(jobs: list[dict[str, Any]], archs: list[str], n: int) -> list[s
     head = ["architecture", "model", "test acc"]
     for ex in REPORT_MAPS:
         head += [f"{SHORT[ex]} ∩ attack", f"{SHORT[ex]} noise"]
+    head.append("map = input ∩ attack")  # the same top-k attack on the image itself
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for arch in archs:
         for model in ("natural", "robust"):
@@ -481,6 +482,8 @@ def attack_table(jobs: list[dict[str, Any]], archs: list[str], n: int) -> list[s
                 for obj in ("topk", "random_sign"):
                     key = f"attack/{ex}/{obj}/topk_intersection"
                     row.append(cell(_eval_key(jobs, arch, model, ex, key), n))
+            mine = [j for j in jobs if j["arch"] == arch and j["model"] == model]
+            row.append(cell(_per_seed(mine, None, VARIANT_KEYS["map = input ∩ attack"][1]), n))
             lines.append("| " + " | ".join(row) + " |")
     return lines
 

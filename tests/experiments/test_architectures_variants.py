@@ -100,3 +100,8 @@ def test_the_variants_table_reads_each_seed_once_and_names_the_options(arch, tmp
     assert rows["natural"]["map = input ∩ attack"] == "0.850 ± 0.071"
     assert rows["bn eval"]["map = input ∩ attack"] == "not run"
     assert rows["natural"]["test acc"] == "0.970 ± 0.000" and rows["natural"]["seeds"] == "0 1"
+    # the study's own table has "map = input" under the same attack beside each model's row
+    lines = arch.attack_table(arch.load_jobs(runs[0][1]), ["vgg_bn"], 2)
+    assert lines[0].endswith("| map = input ∩ attack |")
+    assert lines[2].startswith("| vgg_bn | natural |") and lines[2].endswith("| 0.850 ± 0.071 |")
+    assert lines[3].endswith("| not run |")  # the robust model's saliency was not evaluated

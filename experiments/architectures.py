@@ -690,18 +690,97 @@ def variant_table(runs: list[tuple[str, Path]]) -> dict[str, Any]:
     return {"columns": list(VARIANT_COLUMNS), "align": align, "rows": rows}
 
 
-def variants(runs: list[tuple[str, Path]], key: str, page: str = "ARCHITECTURES.md") -> Path:
-    """Store `variant_table(runs)` as the table `key` of the page's results and write the page
-    (its prose places the table with a line `<!-- table: KEY -->`; KEY the slug of the heading
-    above it, so that `report` keeps it under the same key)."""
+def variants(runs: list[tuple[str, Path]], key: str) -> Path:
+    """Store `variant_table(runs)` as the page's table `key` (`store_table`)."""
+    return store_table(key, variant_table(runs))
+
+
+def store_table(key: str, table: dict[str, Any], page: str = "ARCHITECTURES.md") -> Path:
+    """Store `table` as the table `key` of the page's results and write the page (its prose
+    places the table with a line `<!-- table: KEY -->`; KEY the slug of the heading above it,
+    so that `report` keeps it under the same key)."""
     from experiments.pages import RESULTS, tables_page
     from experiments.support import read_text
 
     path = RESULTS / f"{Path(page).stem.lower()}.json"
     data = json.loads(read_text(path))
-    data["tables"][key] = variant_table(runs)
+    data["tables"][key] = table
     path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     return tables_page(page)
+
+
+# ------------------------------------------------------------- the penalty's BatchNorm modes
+MODE_MAPS = ("grad_cam", "saliency")
+MODES = ("train", "eval")
+
+
+def _l1(a: Any, b: Any) -> Any:
+    """The L1 distance of sum-normalised maps (B, H, W), per sample (the recipe's distance)."""
+    a, b = a.flatten(1), b.flatten(1)
+    a = a / a.sum(1, keepdim=True).clamp_min(1e-12)
+    return (a - b.flatten(1) / b.sum(1, keepdim=True).clamp_min(1e-12)).abs().sum(1)
+
+
+def _top_share(maps: Any, k: int = 100) -> Any:
+    """The share of each map's mass on its own k largest pixels, per sample (k/N: uniform)."""
+    flat = maps.flatten(1)
+    return flat.topk(k, dim=1).values.sum(1) / flat.sum(1).clamp_min(1e-12)
+
+
+def mode_measures(
+    model: Any, x: Any, y: Any, layer: str | None, batch: int = 13
+) -> dict[str, float]:
+    """On images `x` with labels `y` (the page: MNIST-5k's 500 validation images), in batches
+    of `batch` (the recipe's penalised share of a batch of 64), with the network in train mode
+    (BatchNorm on each batch's statistics, as the penalty runs by default; running statistics
+    kept) and in eval mode (running statistics, as every attack and user sees it): Grad-CAM's
+    top-100 share (`_top_share`) and each map of `MODE_MAPS`'s mean L1 distance under uniform
+    noise of the recipe's radius (0.3, clipped to [0, 1], seed 0). Keys
+    "<mode>/top100/grad_cam" and "<mode>/l1/<map>"; `model` is left in eval mode, its running
+    statistics unchanged."""
+    import torch
+
+    from robust_train.core.runtime import running_statistics_kept
+    from robust_train.regularizers.multi_map import gradient_family_maps
+
+    noise = torch.rand(x.shape, generator=torch.Generator().manual_seed(0)) * 0.6 - 0.3
+    x2, out = (x + noise).clamp(0, 1), {}
+    for mode in MODES:
+        sums: dict[str, float] = {}
+        with running_statistics_kept(model):
+            model.train(mode == "train")
+            for i in range(0, len(x), batch):
+                part = slice(i, i + batch)
+                clean = gradient_family_maps(model, x[part], y[part], MODE_MAPS, layer=layer)
+                pert = gradient_family_maps(model, x2[part], y[part], MODE_MAPS, layer=layer)
+                values = {f"{mode}/l1/{m}": _l1(clean[m], pert[m]) for m in MODE_MAPS}
+                values[f"{mode}/top100/grad_cam"] = _top_share(clean["grad_cam"])
+                for key, v in values.items():
+                    sums[key] = sums.get(key, 0.0) + float(v.sum())
+        model.eval()
+        out.update({key: total / len(x) for key, total in sums.items()})
+    return out
+
+
+def modes_table(ckpts: list[tuple[str, str]], layer: str | None) -> dict[str, Any]:
+    """`mode_measures` of each (label, checkpoint) of `ckpts`, one row each."""
+    keys = [f"{mode}/top100/grad_cam" for mode in MODES]
+    keys += [f"{mode}/l1/{m}" for m in MODE_MAPS for mode in MODES]
+    columns = ["model"] + [
+        f"Grad-CAM top-100 share, {k.split('/')[0]} mode"
+        if "top100" in k
+        else f"{SHORT[k.split('/')[2]]} L1 under noise, {k.split('/')[0]} mode"
+        for k in keys
+    ]
+    from experiments.leaderboard import pool_split
+    from robust_train.models import load_classifier
+
+    x, y = (t[-500:] for t in pool_split())  # the validation split follows the train split
+    rows = []
+    for label, ckpt in ckpts:
+        measured = mode_measures(load_classifier(ckpt), x, y, layer)
+        rows.append([label] + [f"{measured[k]:.3f}" for k in keys])
+    return {"columns": columns, "align": "|" + "---|" * len(columns), "rows": rows}
 
 
 # ------------------------------------------------------------------------------ step cost
@@ -820,6 +899,12 @@ def parser() -> argparse.ArgumentParser:
         metavar="LABEL=FOLDER",
         help="a run folder and the label of its robust rows, in the table's order",
     )
+    m = sub.add_parser(
+        "modes", help="Grad-CAM's concentration and the maps' stability, train vs eval mode"
+    )
+    m.add_argument("--table", required=True, help="the table's key in the page's results")
+    m.add_argument("--ckpt", nargs="+", required=True, metavar="LABEL=CHECKPOINT")
+    m.add_argument("--layer", default=None, help="Grad-CAM's layer (default: its default)")
     rep = sub.add_parser("report", help="write the page from a run folder")
     rep.add_argument("--md", default=str(ROOT / "experiments" / "ARCHITECTURES.md"))
     rep.add_argument("--command", default="see the run's log")
@@ -835,6 +920,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.part == "cost":
         step_cost(args)
+        return 0
+    if args.part == "modes":
+        ckpts = [tuple(c.split("=", 1)) for c in args.ckpt]
+        bad = [c for c, pair in zip(args.ckpt, ckpts, strict=True) if len(pair) != 2
+               or not Path(pair[1]).is_file()]  # fmt: skip
+        if bad:
+            print(f"error: --ckpt takes LABEL=CHECKPOINT of a file, got {bad}", file=sys.stderr)
+            return 2
+        print(store_table(args.table, modes_table(ckpts, args.layer)))  # type: ignore[arg-type]
         return 0
     if args.part == "variants":
         runs = [tuple(r.split("=", 1)) for r in args.run]

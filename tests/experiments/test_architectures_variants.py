@@ -105,3 +105,29 @@ def test_the_variants_table_reads_each_seed_once_and_names_the_options(arch, tmp
     assert lines[0].endswith("| map = input ∩ attack |")
     assert lines[2].startswith("| vgg_bn | natural |") and lines[2].endswith("| 0.850 ± 0.071 |")
     assert lines[3].endswith("| not run |")  # the robust model's saliency was not evaluated
+
+
+def test_the_modes_measures_top_share_and_l1_limits_and_batchnorm_modes(arch):
+    import torch
+
+    uniform, peak = torch.ones(2, 28, 28), torch.zeros(2, 28, 28)
+    peak[:, 3, 4] = 5.0
+    assert torch.allclose(arch._top_share(uniform), torch.full((2,), 100 / 784))
+    assert torch.allclose(arch._top_share(peak), torch.ones(2))
+    assert torch.allclose(arch._l1(uniform, 3 * uniform), torch.zeros(2))  # scale-free
+    assert torch.allclose(arch._l1(peak, peak.roll(1, dims=1)), torch.full((2,), 2.0))
+    torch.manual_seed(0)
+    conv = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.ReLU())
+    head = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4 * 28 * 28, 10))
+    plain = torch.nn.Sequential(*conv, *head).eval()
+    x, y = torch.rand(12, 1, 28, 28), torch.arange(12) % 10
+    d = arch.mode_measures(plain, x, y, None, batch=6)
+    assert d.keys() == {f"{m}/{k}" for m in ("train", "eval")
+                        for k in ("top100/grad_cam", "l1/grad_cam", "l1/saliency")}  # fmt: skip
+    assert all(d[f"train/{k}"] == pytest.approx(d[f"eval/{k}"]) for k in ("l1/saliency",))
+    bn = torch.nn.BatchNorm2d(4)
+    with_bn = torch.nn.Sequential(conv[0], bn, torch.nn.ReLU(), *head).eval()
+    before = bn.running_mean.clone()
+    d = arch.mode_measures(with_bn, x, y, None, batch=6)
+    assert d["train/l1/saliency"] != pytest.approx(d["eval/l1/saliency"], rel=1e-3)
+    assert torch.equal(bn.running_mean, before) and not with_bn.training

@@ -679,12 +679,18 @@ def variant_rows(label: str, out: Path) -> list[list[str]]:
 
 def variant_table(runs: list[tuple[str, Path]]) -> dict[str, Any]:
     """The results table of recipe variants: one block of rows per run folder of `runs`
-    (label, folder; `variant_rows`), a natural row once per architecture (the first folder's),
-    grouped by architecture in `ARCHS` order, the natural row first."""
+    (label, folder; `variant_rows`) and a natural row once per architecture (of the folder
+    whose natural model was evaluated on the most seeds; the first of those), grouped by
+    architecture in `ARCHS` order, the natural row first."""
     rows: list[list[str]] = []
+    natural: dict[str, list[str]] = {}
     for label, out in runs:
-        seen = [r[:2] for r in rows]
-        rows += [r for r in variant_rows(label, out) if r[1] != "natural" or r[:2] not in seen]
+        for row in variant_rows(label, out):
+            if row[1] != "natural":
+                rows.append(row)
+            elif len(row[3].split()) > len(natural.get(row[0], ["", "", "", ""])[3].split()):
+                natural[row[0]] = row
+    rows = [*natural.values(), *rows]
     rows.sort(key=lambda r: (list(ARCHS).index(r[0]), r[1] != "natural"))
     align = "|" + "---|" * len(VARIANT_COLUMNS)
     return {"columns": list(VARIANT_COLUMNS), "align": align, "rows": rows}

@@ -27,6 +27,13 @@ same settings (recipe, epochs, measure version, images) and runs the others agai
 run resumes. `report` writes experiments/ARCHITECTURES.md from `--out` (the text below the
 hand-written marker is kept).
 
+A recipe variant changes options of the recipe's penalties (`--penalty-option KEY=VALUE`, e.g.
+`model_mode=eval`, or `teacher=natural`: each job's natural model); its own `--out` folder keeps
+it apart. `variants` puts the Grad-CAM columns of several run folders side by side in one table
+of the page, with "map = input" and a random map under the same attack; `modes` measures, on
+given checkpoints, Grad-CAM's concentration and the maps' stability under noise with BatchNorm
+in train and in eval mode.
+
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m experiments.architectures run \\
         --recipe configs/mnist5k_finetune_ixg_softplus.yaml --out runs/architectures
     .venv/bin/python -m experiments.architectures report --out runs/architectures

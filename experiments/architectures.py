@@ -27,6 +27,13 @@ same settings (recipe, epochs, measure version, images) and runs the others agai
 run resumes. `report` writes experiments/ARCHITECTURES.md from `--out` (the text below the
 hand-written marker is kept).
 
+A recipe variant changes options of the recipe's penalties (`--penalty-option KEY=VALUE`, e.g.
+`model_mode=eval`, or `teacher=natural`: each job's natural model); its own `--out` folder keeps
+it apart. `variants` puts the Grad-CAM columns of several run folders side by side in one table
+of the page, with "map = input" and a random map under the same attack; `modes` measures, on
+given checkpoints, Grad-CAM's concentration and the maps' stability under noise with BatchNorm
+in train and in eval mode.
+
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m experiments.architectures run \\
         --recipe configs/mnist5k_finetune_ixg_softplus.yaml --out runs/architectures
     .venv/bin/python -m experiments.architectures report --out runs/architectures
@@ -118,6 +125,42 @@ def read_recipe(path: str, epochs: int | None = None) -> Recipe:
     )
 
 
+NATURAL_TEACHER = "natural"  # `--penalty-option teacher=natural`: the job's natural model
+
+
+def parse_options(pairs: list[str] | None) -> dict[str, Any]:
+    """`--penalty-option` pairs "KEY=VALUE" as a dict, each VALUE read as YAML ("eval" a
+    string, "2" an int, "[1, 1, 2]" a list).
+
+    Raises:
+        ValueError: a pair without "=" or with an empty key (named in the message).
+
+    Example:
+        >>> parse_options(["model_mode=eval", "map_powers=[1, 1, 2]"])
+        {'model_mode': 'eval', 'map_powers': [1, 1, 2]}
+    """
+    import yaml
+
+    out: dict[str, Any] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip().isidentifier():
+            raise ValueError(f"`--penalty-option` takes KEY=VALUE, got {pair!r}")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def with_options(recipe: Recipe, options: Mapping[str, Any]) -> Recipe:
+    """`recipe` with `options` set in the init_args of every one of its penalties (the recipe
+    variants of the Grad-CAM diagnosis); unchanged when `options` is empty."""
+    if not options:
+        return recipe
+    penalties = tuple(
+        {**spec, "init_args": {**spec.get("init_args", {}), **options}} for spec in recipe.penalties
+    )
+    return dataclasses.replace(recipe, penalties=penalties)
+
+
 def adapt_layers(spec: Any, modules: set[str], dropped: list[str], layer: str | None = None) -> Any:
     """`spec` (a penalty's init_args, nested) with every `layer` option that names no module of
     the architecture (`modules`) replaced by `layer` (the architecture's Grad-CAM layer,
@@ -142,10 +185,15 @@ def adapt_layers(spec: Any, modules: set[str], dropped: list[str], layer: str | 
 
 
 def build_penalties(
-    recipe: Recipe, model: Any, seed: int, layer: str | None = None
+    recipe: Recipe,
+    model: Any,
+    seed: int,
+    layer: str | None = None,
+    teacher: str | None = None,
 ) -> tuple[list[Any], list[str]]:
-    """The recipe's penalty terms for `model` (its seed replaced by the job's), and the layer
-    names that had to be replaced by `layer` or dropped (`adapt_layers`)."""
+    """The recipe's penalty terms for `model` (its seed replaced by the job's; a `teacher` of
+    "natural" replaced by `teacher`, the natural model of the job), and the layer names that
+    had to be replaced by `layer` or dropped (`adapt_layers`)."""
     from robust_train.core.trust import resolve_class
     from robust_train.regularizers import PenaltyTerm
 
@@ -156,6 +204,8 @@ def build_penalties(
         args = adapt_layers(copy.deepcopy(spec.get("init_args", {})), modules, dropped, layer)
         if "seed" in args:
             args["seed"] = seed
+        if args.get("teacher") == NATURAL_TEACHER:
+            args["teacher"] = teacher
         terms.append(cls(**args))
     return terms, dropped
 
@@ -169,8 +219,9 @@ def build_arch(arch: str) -> Any:
 def fit(
     arch: str, recipe: Recipe, seed: int, init: str | None, ckpt: Path, limit: int | None
 ) -> dict[str, Any]:
-    """Train `arch` with `recipe` (from `init` when given) on MNIST-5k's train split; save
-    `ckpt`; the fit's CPU and wall seconds, its epochs' CPU seconds and accuracies."""
+    """Train `arch` with `recipe` (from `init` when given, which is also the teacher of a
+    penalty with `teacher: natural`) on MNIST-5k's train split; save `ckpt`; the fit's CPU and
+    wall seconds, its epochs' CPU seconds and accuracies."""
     import pytorch_lightning as pl
     import torch
 
@@ -182,7 +233,7 @@ def fit(
     torch.set_num_threads(1)
     pl.seed_everything(seed, workers=True, verbose=False)
     model = build_arch(arch)
-    terms, dropped = build_penalties(recipe, model, seed, GRAD_CAM_LAYERS.get(arch))
+    terms, dropped = build_penalties(recipe, model, seed, GRAD_CAM_LAYERS.get(arch), init)
     batches = limit or math.ceil(3500 / recipe.batch_size)
     steps = recipe.epochs * batches
     scheduler = None
@@ -231,8 +282,8 @@ def evaluate(
     ckpt: str, explainer: str, n_images: int, plan: Any, layer: str | None = None
 ) -> dict[str, Any]:
     """Accuracy on the test split and, on its first `n_images` correctly classified images, the
-    leaderboard's test attacks and noise on `explainer`'s maps, with their fidelity; Grad-CAM at
-    `layer` (None: its default layer)."""
+    leaderboard's test attacks and noise on `explainer`'s maps, with their fidelity and the same
+    attacks on "map = input"; Grad-CAM at `layer` (None: its default layer)."""
     from experiments.leaderboard import _measures, attack_settings, test_split
     from robust_train.core.runtime import predict
     from robust_train.explain import get_explainer
@@ -247,7 +298,10 @@ def evaluate(
         chosen = get_explainer("grad_cam", layer=layer)
     settings = attack_settings(plan, (chosen,), "test", len(keep))
     settings = dataclasses.replace(
-        settings, parts=(*settings.parts, "fidelity"), fidelity_steps=plan.fidelity_steps
+        settings,
+        parts=(*settings.parts, "fidelity"),
+        fidelity_steps=plan.fidelity_steps,
+        input_reference=True,  # "map = input" under the same attack, beside every map
     )
     out: dict[str, Any] = {"accuracy": float(len(correct) / len(y)), "n_images": len(keep)}
     out.update(_measures(model, x[keep], y[keep], settings))
@@ -286,7 +340,7 @@ class Run:
         epochs = 1 if args.quick else None
         self.recipes = {
             "natural": read_recipe(args.natural_config, epochs or args.natural_epochs),
-            "robust": read_recipe(args.recipe, epochs),
+            "robust": with_options(read_recipe(args.recipe, epochs), getattr(args, "options", {})),
         }
         if self.recipes["natural"].finetune or not self.recipes["robust"].finetune:
             raise SystemExit(
@@ -426,6 +480,7 @@ def attack_table(jobs: list[dict[str, Any]], archs: list[str], n: int) -> list[s
     head = ["architecture", "model", "test acc"]
     for ex in REPORT_MAPS:
         head += [f"{SHORT[ex]} ∩ attack", f"{SHORT[ex]} noise"]
+    head.append("map = input ∩ attack")  # the same top-k attack on the image itself
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for arch in archs:
         for model in ("natural", "robust"):
@@ -434,6 +489,8 @@ def attack_table(jobs: list[dict[str, Any]], archs: list[str], n: int) -> list[s
                 for obj in ("topk", "random_sign"):
                     key = f"attack/{ex}/{obj}/topk_intersection"
                     row.append(cell(_eval_key(jobs, arch, model, ex, key), n))
+            mine = [j for j in jobs if j["arch"] == arch and j["model"] == model]
+            row.append(cell(_per_seed(mine, None, VARIANT_KEYS["map = input ∩ attack"][1]), n))
             lines.append("| " + " | ".join(row) + " |")
     return lines
 
@@ -563,6 +620,182 @@ def report(out: Path, md: Path, command: str) -> None:
         md.write_text("\n".join(text) + "\n" + kept)
 
 
+# ------------------------------------------------------------------------- recipe variants
+VARIANT_COLUMNS = (
+    "architecture", "model", "penalty options", "seeds", "test acc", "Grad-CAM ∩ attack",
+    "Grad-CAM noise", "fidelity Grad-CAM", "sal ∩ attack", "map = input ∩ attack",
+    "random map ∩ attack",
+)  # fmt: skip
+# column -> (explainer of the eval job, its key); "map = input" from any eval job of the model
+VARIANT_KEYS = {
+    "Grad-CAM ∩ attack": ("grad_cam", "attack/grad_cam/topk/topk_intersection"),
+    "Grad-CAM noise": ("grad_cam", "attack/grad_cam/random_sign/topk_intersection"),
+    "fidelity Grad-CAM": ("grad_cam", "fidelity/grad_cam/fidelity"),
+    "sal ∩ attack": ("saliency", "attack/saliency/topk/topk_intersection"),
+    "map = input ∩ attack": (None, "attack/input_reference/topk/topk_intersection"),
+    "random map ∩ attack": ("grad_cam", "fragility/grad_cam/random_topk"),
+}
+
+
+def penalty_options(fit_job: Mapping[str, Any]) -> dict[str, Any]:
+    """The options a robust fit's penalties had beyond its recipe file's (`--penalty-option`),
+    from the settings the job stored."""
+    record = fit_job["settings"]["robust"]
+    shipped = read_recipe(record["source"]).record()["penalties"]
+    out: dict[str, Any] = {}
+    for used, base in zip(record["penalties"], shipped, strict=False):
+        args, base_args = used.get("init_args", {}), base.get("init_args", {})
+        out.update({k: v for k, v in args.items() if base_args.get(k) != v})
+    return out
+
+
+def _per_seed(jobs: list[dict[str, Any]], explainer: str | None, key: str) -> list[float]:
+    """One value per seed: the first eval job of the seed (of `explainer`, or any) that has it."""
+    by_seed: dict[Any, float] = {}
+    for j in jobs:
+        v = j.get(key)
+        if j["kind"] == "eval" and explainer in (None, j["explainer"]) and isinstance(v, float):
+            if math.isfinite(v):
+                by_seed.setdefault(j["seed"], v)
+    return list(by_seed.values())
+
+
+def variant_rows(label: str, out: Path) -> list[list[str]]:
+    """The rows of one run folder: per architecture, its natural model (when evaluated there)
+    and its robust model, labelled `label`, with the penalty options of its robust fits."""
+    jobs = load_jobs(out)
+    rows = []
+    for arch in [a for a in ARCHS if any(j["arch"] == a for j in jobs)]:
+        for model in ("natural", "robust"):
+            mine = [j for j in jobs if j["arch"] == arch and j["model"] == model]
+            evals = [j for j in mine if j["kind"] == "eval"]
+            if not evals:
+                continue
+            fits = [j for j in mine if j["kind"] == "fit" and model == "robust"]
+            options = penalty_options(fits[0]) if fits else {}
+            seeds = sorted({j["seed"] for j in evals})
+            row = [arch, "natural" if model == "natural" else label]
+            row += [", ".join(f"{k}={v}" for k, v in options.items()) or "-"]
+            row += [" ".join(map(str, seeds)), cell(_accuracy(jobs, arch, model), len(seeds))]
+            for column in VARIANT_COLUMNS[5:]:
+                explainer, key = VARIANT_KEYS[column]
+                row.append(cell(_per_seed(evals, explainer, key), len(seeds)))
+            rows.append(row)
+    return rows
+
+
+def variant_table(runs: list[tuple[str, Path]]) -> dict[str, Any]:
+    """The results table of recipe variants: one block of rows per run folder of `runs`
+    (label, folder; `variant_rows`) and a natural row once per architecture (of the folder
+    whose natural model was evaluated on the most seeds; the first of those), grouped by
+    architecture in `ARCHS` order, the natural row first."""
+    rows: list[list[str]] = []
+    natural: dict[str, list[str]] = {}
+    for label, out in runs:
+        for row in variant_rows(label, out):
+            if row[1] != "natural":
+                rows.append(row)
+            elif len(row[3].split()) > len(natural.get(row[0], ["", "", "", ""])[3].split()):
+                natural[row[0]] = row
+    rows = [*natural.values(), *rows]
+    rows.sort(key=lambda r: (list(ARCHS).index(r[0]), r[1] != "natural"))
+    align = "|" + "---|" * len(VARIANT_COLUMNS)
+    return {"columns": list(VARIANT_COLUMNS), "align": align, "rows": rows}
+
+
+def variants(runs: list[tuple[str, Path]], key: str) -> Path:
+    """Store `variant_table(runs)` as the page's table `key` (`store_table`)."""
+    return store_table(key, variant_table(runs))
+
+
+def store_table(key: str, table: dict[str, Any], page: str = "ARCHITECTURES.md") -> Path:
+    """Store `table` as the table `key` of the page's results and write the page (its prose
+    places the table with a line `<!-- table: KEY -->`; KEY the slug of the heading above it,
+    so that `report` keeps it under the same key)."""
+    from experiments.pages import RESULTS, tables_page
+    from experiments.support import read_text
+
+    path = RESULTS / f"{Path(page).stem.lower()}.json"
+    data = json.loads(read_text(path))
+    data["tables"][key] = table
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    return tables_page(page)
+
+
+# ------------------------------------------------------------- the penalty's BatchNorm modes
+MODE_MAPS = ("grad_cam", "saliency")
+MODES = ("train", "eval")
+
+
+def _l1(a: Any, b: Any) -> Any:
+    """The L1 distance of sum-normalised maps (B, H, W), per sample (the recipe's distance)."""
+    a, b = a.flatten(1), b.flatten(1)
+    a = a / a.sum(1, keepdim=True).clamp_min(1e-12)
+    return (a - b.flatten(1) / b.sum(1, keepdim=True).clamp_min(1e-12)).abs().sum(1)
+
+
+def _top_share(maps: Any, k: int = 100) -> Any:
+    """The share of each map's mass on its own k largest pixels, per sample (k/N: uniform)."""
+    flat = maps.flatten(1)
+    return flat.topk(k, dim=1).values.sum(1) / flat.sum(1).clamp_min(1e-12)
+
+
+def mode_measures(
+    model: Any, x: Any, y: Any, layer: str | None, batch: int = 13
+) -> dict[str, float]:
+    """On images `x` with labels `y` (the page: MNIST-5k's 500 validation images), in batches
+    of `batch` (the recipe's penalised share of a batch of 64), with the network in train mode
+    (BatchNorm on each batch's statistics, as the penalty runs by default; running statistics
+    kept) and in eval mode (running statistics, as every attack and user sees it): Grad-CAM's
+    top-100 share (`_top_share`) and each map of `MODE_MAPS`'s mean L1 distance under uniform
+    noise of the recipe's radius (0.3, clipped to [0, 1], seed 0). Keys
+    "<mode>/top100/grad_cam" and "<mode>/l1/<map>"; `model` is left in eval mode, its running
+    statistics unchanged."""
+    import torch
+
+    from robust_train.core.runtime import running_statistics_kept
+    from robust_train.regularizers.multi_map import gradient_family_maps
+
+    noise = torch.rand(x.shape, generator=torch.Generator().manual_seed(0)) * 0.6 - 0.3
+    x2, out = (x + noise).clamp(0, 1), {}
+    for mode in MODES:
+        sums: dict[str, float] = {}
+        with running_statistics_kept(model):
+            model.train(mode == "train")
+            for i in range(0, len(x), batch):
+                part = slice(i, i + batch)
+                clean = gradient_family_maps(model, x[part], y[part], MODE_MAPS, layer=layer)
+                pert = gradient_family_maps(model, x2[part], y[part], MODE_MAPS, layer=layer)
+                values = {f"{mode}/l1/{m}": _l1(clean[m], pert[m]) for m in MODE_MAPS}
+                values[f"{mode}/top100/grad_cam"] = _top_share(clean["grad_cam"])
+                for key, v in values.items():
+                    sums[key] = sums.get(key, 0.0) + float(v.sum())
+        model.eval()
+        out.update({key: total / len(x) for key, total in sums.items()})
+    return out
+
+
+def modes_table(ckpts: list[tuple[str, str]], layer: str | None) -> dict[str, Any]:
+    """`mode_measures` of each (label, checkpoint) of `ckpts`, one row each."""
+    keys = [f"{mode}/top100/grad_cam" for mode in MODES]
+    keys += [f"{mode}/l1/{m}" for m in MODE_MAPS for mode in MODES]
+    columns = ["model"] + [
+        f"Grad-CAM top-100 share, {k.split('/')[0]} mode"
+        if "top100" in k
+        else f"{SHORT[k.split('/')[2]]} L1 under noise, {k.split('/')[0]} mode"
+        for k in keys
+    ]
+    from experiments.leaderboard import pool_split
+    from robust_train.models import load_classifier
+
+    x, y = (t[-500:] for t in pool_split())  # the validation split follows the train split
+    rows = []
+    for label, ckpt in ckpts:
+        measured = mode_measures(load_classifier(ckpt), x, y, layer)
+        rows.append([label] + [f"{measured[k]:.3f}" for k in keys])
+    return {"columns": columns, "align": "|" + "---|" * len(columns), "rows": rows}
+
+
 # ------------------------------------------------------------------------------ step cost
 STEM_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "mnist_cnn": ("mnist_cnn", {}),
@@ -655,6 +888,14 @@ def parser() -> argparse.ArgumentParser:
         choices=("natural", "robust"),
         help="which models' jobs to run (natural ones do not depend on --recipe)",
     )
+    r.add_argument(
+        "--penalty-option",
+        dest="penalty_options",
+        action="append",
+        metavar="KEY=VALUE",
+        help="set an option of every penalty of --recipe (VALUE read as YAML; repeatable), e.g. "
+        "model_mode=eval, map_powers=[1,1,2], or teacher=natural (the job's natural model)",
+    )
     r.add_argument("--images", type=int, default=100)
     r.add_argument("--budget-min", type=float, default=600.0)
     r.add_argument("--quick", action="store_true", help="2 batches, 1 epoch, tiny attacks")
@@ -662,6 +903,21 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--recipe", required=True)
     c.add_argument("--batch", type=int, default=64)
     c.add_argument("--rounds", type=int, default=3)
+    v = sub.add_parser("variants", help="a table of recipe variants' Grad-CAM rows, in the page")
+    v.add_argument("--table", required=True, help="the table's key in the page's results")
+    v.add_argument(
+        "--run",
+        nargs="+",
+        required=True,
+        metavar="LABEL=FOLDER",
+        help="a run folder and the label of its robust rows, in the table's order",
+    )
+    m = sub.add_parser(
+        "modes", help="Grad-CAM's concentration and the maps' stability, train vs eval mode"
+    )
+    m.add_argument("--table", required=True, help="the table's key in the page's results")
+    m.add_argument("--ckpt", nargs="+", required=True, metavar="LABEL=CHECKPOINT")
+    m.add_argument("--layer", default=None, help="Grad-CAM's layer (default: its default)")
     rep = sub.add_parser("report", help="write the page from a run folder")
     rep.add_argument("--md", default=str(ROOT / "experiments" / "ARCHITECTURES.md"))
     rep.add_argument("--command", default="see the run's log")
@@ -678,12 +934,54 @@ def main(argv: list[str] | None = None) -> int:
     if args.part == "cost":
         step_cost(args)
         return 0
+    if args.part == "modes":
+        ckpts = [tuple(c.split("=", 1)) for c in args.ckpt]
+        bad = [c for c, pair in zip(args.ckpt, ckpts, strict=True) if len(pair) != 2
+               or not Path(pair[1]).is_file()]  # fmt: skip
+        if bad:
+            print(f"error: --ckpt takes LABEL=CHECKPOINT of a file, got {bad}", file=sys.stderr)
+            return 2
+        print(store_table(args.table, modes_table(ckpts, args.layer)))  # type: ignore[arg-type]
+        return 0
+    if args.part == "variants":
+        runs = [tuple(r.split("=", 1)) for r in args.run]
+        bad = [r for r, pair in zip(args.run, runs, strict=True) if len(pair) != 2
+               or not (Path(pair[1]) / "jobs").is_dir()]  # fmt: skip
+        if bad:
+            print(
+                f"error: --run takes LABEL=FOLDER with a jobs/ folder, got {bad}", file=sys.stderr
+            )
+            return 2
+        print(variants([(label, Path(folder)) for label, folder in runs], args.table))
+        return 0
     for name in ("images", "budget_min"):
         if getattr(args, name) <= 0:
             raise SystemExit(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
     if args.natural_epochs is not None and args.natural_epochs < 1:
         raise SystemExit(f"--natural-epochs must be >= 1, got {args.natural_epochs}")
+    try:
+        args.options = parse_options(args.penalty_options)
+        check_options(args.recipe, args.options, args.archs)
+    except (TypeError, ValueError, FileNotFoundError) as err:
+        print(f"error: --penalty-option {args.penalty_options}: {err}", file=sys.stderr)
+        return 2
     return Run(args).run()
+
+
+def check_options(recipe: str, options: dict[str, Any], archs: list[str]) -> None:
+    """Build `recipe`'s penalties with `options` on every architecture of `archs` (a natural
+    teacher left out), so a bad option fails before any fit.
+
+    Raises:
+        TypeError, ValueError, FileNotFoundError: as the penalty's constructor does.
+    """
+    if not options:
+        return
+    checked = {k: (None if k == "teacher" and v == NATURAL_TEACHER else v)
+               for k, v in options.items()}  # fmt: skip
+    variant = with_options(read_recipe(recipe), checked)
+    for arch in archs:
+        build_penalties(variant, build_arch(arch), 0, GRAD_CAM_LAYERS.get(arch))
 
 
 if __name__ == "__main__":

@@ -194,7 +194,7 @@ def test_no_attack_or_random_point_goes_below_the_certificate_on_the_shipped_mod
 
     torch.set_num_threads(1)
     model, x, y = shipped_robust
-    eps, k = 0.001, 100
+    eps, k = 0.0005, 100
     for method in ("interval", "crown"):
         cert = certify_topk(model, x, y, epsilons=[eps], k=k, method=method)
         bound = cert.certified_overlap[:, 0]

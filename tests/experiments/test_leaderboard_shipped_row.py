@@ -5,6 +5,7 @@ ensemble run that gains the row keeps its images and records those the new model
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import statistics
 from pathlib import Path
@@ -16,6 +17,8 @@ import yaml
 from experiments import leaderboard_ensemble as ens
 from experiments import leaderboard_ensemble_report as report
 from experiments import leaderboard_methods as methods
+from experiments import recipe_search as rs
+from robust_train.regularizers import MultiMapSmoothness
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "mnist5k_finetune_every_map.yaml"
@@ -29,6 +32,15 @@ def test_the_row_is_the_shipped_config_on_the_leaderboards_pool() -> None:
     weight = args.pop("weight")
     args.pop("seed")  # the leaderboard seeds every fit with its own seed
     assert term["class_path"].endswith("MultiMapSmoothness") and method.penalty == "multi_map"
+    # The row is the recipe as first shipped: the config with the options the recipe search
+    # changed since set back to `SEARCH_BASE`, whose start and map powers are the penalty's
+    # defaults (so the row's options leave them out).
+    defaults = inspect.signature(MultiMapSmoothness).parameters
+    assert {k: defaults[k].default for k in ("start", "map_powers")} == {
+        k: rs.SEARCH_BASE[k] for k in ("start", "map_powers")
+    }
+    args = {**args, **rs.SEARCH_BASE}
+    args = {k: v for k, v in args.items() if k not in ("start", "map_powers")}
     assert dict(method.fixed) == args
     assert method.lr == config["model"]["optimizer"]["init_args"]["lr"] != methods.FINETUNE_LR
     assert method.finetuned and methods.Plan().finetune_epochs == config["trainer"]["max_epochs"]

@@ -25,9 +25,9 @@ def test_the_cascade_table_puts_each_candidate_beside_the_shipped_pair(tmp_path)
     (tmp_path / "cascade" / "cand_config.json").write_text(json.dumps(_table("cand_config")))
     table = rs.cascade_table(tmp_path, sanity)
     assert [r[:2] for r in table["rows"]] == [
-        ["saliency", "shipped natural"], ["saliency", "shipped robust"],
+        ["saliency", "shipped natural"], ["saliency", "shipped before"],
         ["saliency", "cand_config"], ["Grad-CAM", "shipped natural"],
-        ["Grad-CAM", "shipped robust"], ["Grad-CAM", "cand_config"],
+        ["Grad-CAM", "shipped before"], ["Grad-CAM", "cand_config"],
     ]  # fmt: skip
     assert {r[2] for r in table["rows"]} == {"top-100 ∩"}
     assert table["rows"][2][4] == "0.011" and table["columns"] == both["columns"]

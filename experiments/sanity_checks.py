@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,38 @@ CHECKPOINTS = {
     "robust": "checkpoints/mnist5k_robust.ckpt",
 }
 EPS, K = 0.3, 100
+
+
+def checkpoint_tag(path: str) -> str:
+    """The first 12 hex digits of the sha256 of the checkpoint file at `path` (a shipped name
+    that is not a file here resolves as `load_classifier` resolves it)."""
+    import hashlib
+
+    from robust_train.core.resources import resolve_file
+
+    file = Path(resolve_file(path, "checkpoints", announce=None))
+    return hashlib.sha256(file.read_bytes()).hexdigest()[:12]
+
+
+def job_name(model: str, images: int) -> str:
+    """`<model>_<checkpoint tag>_<images>i`: a stored job of `CHECKPOINTS[model]` on the first
+    `images` test images (another checkpoint under the same name gets other files)."""
+    return f"{model}_{checkpoint_tag(CHECKPOINTS[model])}_{images}i"
+
+
+def stored_job(path: Path, compute: Callable[[], Any]) -> Any:
+    """`compute()`, kept as JSON at `path`; read from there instead when the file exists."""
+    import json
+
+    if path.is_file():
+        return json.loads(path.read_text())
+    value = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".part")
+    partial.write_text(json.dumps(value, indent=1) + "\n")
+    partial.replace(path)
+    print(f"stored {path}", flush=True)
+    return value
 
 
 def test_images(n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -189,6 +222,129 @@ def write_chance(images: int) -> None:
     print(tables_page("SANITY.md"))
 
 
+# ------------------------------------------------- sections 1-3 as stored jobs (--sections)
+SECTION_EXPLAINERS = ("saliency", "input_x_gradient", "integrated_gradients", "lrp")
+SECTION_MEASURES = ("random_weights_topk", "random_weights_spearman", "input_topk",
+                    "input_spearman")  # fmt: skip
+SECTION_COLUMNS = ["explainer", "model", "top-100 ∩ random-weights map", "Spearman random",
+                   "top-100 ∩ input", "Spearman input"]  # fmt: skip
+# section 2's rows: label, job, key of the job's result
+REFERENCE_ROWS = (
+    ("analytic corner of the L_inf 0.3 ball (clean top-100 lowered by 0.3, the rest raised, "
+     "clipped; no label check)", "reference", "corner topk"),
+    ("share of images whose label the corner keeps", "reference", "corner label kept"),
+    ("top-k attack, attack k 100, 100 x 0.01, label kept (`fragility_attack`)", "reference",
+     "attack (attack k 100) topk"),
+    ("top-k attack, attack k 200 (RAR), 100 x 0.01, 1 restart, label kept", "reference",
+     "attack (attack k 200) topk"),
+    ("RAR preset (`--protocol rar`'s settings through the evaluation engine: attack k 200, "
+     "3 restarts)", "rar", "rar topk"),
+    ("full-budget random signs x + 0.3 s, clipped: mean over 10 draws (label-keeping)",
+     "reference", "signs mean"),
+    ("full-budget random signs: worst of 10 label-keeping draws", "reference",
+     "signs worst of 10"),
+    ("a random walk at the RAR preset's steps (`random_walk`: 100 random sign steps of 0.01, "
+     "3 restarts, worst label-keeping iterate)", "rar", "random walk"),
+)  # fmt: skip
+
+
+def rar_reference_rows(model: Any, x: torch.Tensor, y: torch.Tensor) -> dict[str, float]:
+    """ "map = input" under the RAR preset's top-k attack and a random walk of its steps, through
+    the evaluation engine (`PROTOCOLS["rar"]` on these images, the input_reference part)."""
+    import dataclasses
+
+    from robust_train.evaluation import PROTOCOLS, evaluate_classifier
+
+    settings = dataclasses.replace(
+        PROTOCOLS["rar"], n_samples=len(x), parts=("input_reference",),
+        attacks=("topk", "random_walk"),
+    )  # fmt: skip
+    measures = evaluate_classifier(model, x, y, settings, progress=False)["measures"]
+    return {
+        "rar topk": measures["attack/input_reference/topk/topk_intersection"],
+        "random walk": measures["attack/input_reference/random_walk/topk_intersection"],
+    }
+
+
+def section_jobs(name: str, images: int, out: Path, lens: bool = True) -> dict[str, Any]:
+    """Sections 1-3 for `CHECKPOINTS[name]` on the first `images` test images, one stored job
+    each (`stored_job`, under `<out>/sections/`): the sanity part, "map = input" under the script's
+    attacks and under the RAR preset, the random-map chance levels and (with `lens`) LENS."""
+    from robust_train.models import load_classifier
+
+    model = load_classifier(CHECKPOINTS[name])
+    x, y = test_images(images)
+    jobs: dict[str, Callable[..., Any]] = {
+        "sanity": sanity_rows, "reference": reference_rows, "rar": rar_reference_rows,
+        "chance": chance_rows,
+    }  # fmt: skip
+    if lens:
+        jobs["lens"] = lens_rows
+    base = out / "sections" / job_name(name, images)
+    return {
+        job: stored_job(Path(f"{base}_{job}.json"), lambda f=f: f(model, x, y))
+        for job, f in jobs.items()
+    }
+
+
+def _table(columns: list[str], rows: list[list[str]]) -> dict[str, Any]:
+    return {"columns": columns, "align": "|" + "---|" * len(columns), "rows": rows}
+
+
+def section_tables(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Tables 1-3 of SANITY.md from `section_jobs`' results per model ("natural", "robust");
+    table 3 only where every model has its LENS job."""
+    first = results["natural"]
+    sanity = [[NAMES[e], m, *(f"{r['sanity'][f'sanity/{e}/{v}']:.3f}" for v in SECTION_MEASURES)]
+              for e in SECTION_EXPLAINERS for m, r in results.items()]  # fmt: skip
+    counts = " / ".join(f"{m} {r['reference']['n']:.0f}" for m, r in results.items())
+    reference = [[label, *(f"{r[job][key]:.3f}" for r in results.values())]
+                 for label, job, key in REFERENCE_ROWS]  # fmt: skip
+    chance = (f"{r['chance']['map = input'][0]:.3f}" for r in results.values())
+    reference.append([f"{CHANCE_LABEL}map = input (top-100 ∩)", *chance])
+    tables = {
+        "1-does-the-map-depend-on-what": _table(SECTION_COLUMNS, sanity),
+        "2-the-reference-map-input-under": _table(
+            [f"measure (correctly classified images: {counts})", *results], reference
+        ),
+    }
+    if not all("lens" in r for r in results.values()):
+        return tables
+
+    def row(label: str, model: str, topk: float, lensk: float) -> list[str]:
+        return [label, model, f"{topk:.3f}", f"{lensk:.3f}", f"{lensk - topk:+.3f}"]
+
+    lens = [row(label, m, r["lens"][f"{key} topk"], r["lens"][f"{key} lens"])
+            for key, label in (("saliency", "saliency"), ("IG", CHANCE_MAPS[1]))
+            for m, r in results.items()]  # fmt: skip
+    for k in (200, 100):
+        ref = [first["reference"][f"attack (attack k {k}) {m}"] for m in ("topk", "lens")]
+        lens.append(row(f"map = input, attack k {k}", "natural", *ref))
+    for name in CHANCE_MAPS:
+        for m in ("natural",) if name == "map = input" else tuple(results):
+            lens.append(row(f"{CHANCE_LABEL}{name}", m, *results[m]["chance"][name]))
+    tables["3-lens-how-much-of-the-fragility"] = _table(
+        ["map", "model", "top-100 ∩", "LENS 3x3", "gained by forgiving 1-pixel shifts"], lens
+    )
+    return tables
+
+
+def write_sections(images: int, out: Path, lens: bool = True) -> None:
+    """Sections 1-3 of both shipped models (`section_jobs`) into results/sanity.json's tables,
+    replacing earlier ones, and SANITY.md from its prose."""
+    import json
+
+    from experiments.pages import RESULTS, tables_page
+
+    torch.set_num_threads(1)
+    results = {name: section_jobs(name, images, out, lens) for name in CHECKPOINTS}
+    path = RESULTS / "sanity.json"
+    data = json.loads(path.read_text())
+    data["tables"].update(section_tables(results))
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    print(tables_page("SANITY.md"))
+
+
 # ------------------------------------------- randomisation over seeds (sections 5 and 6)
 SEEDS = (0, 1, 2)
 RANDOM_EXPLAINERS = (
@@ -271,19 +427,24 @@ def seeded_sanity(
     y: torch.Tensor,
     explainers: tuple[str, ...] = RANDOM_EXPLAINERS,
     ig_steps: int = 16,
+    store: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """The sanity part (cascading and independent curves) once per seed of `SEEDS`."""
+    """The sanity part (cascading and independent curves) once per seed of `SEEDS`; with
+    `store`, each seed's result is kept as `<store>_s<seed>.json` and read from there when
+    present (a stopped run resumes at the seed it had not finished)."""
     from robust_train.evaluation import EvaluationSettings, evaluate_classifier
 
-    runs = []
-    for seed in SEEDS:
+    def one(seed: int) -> dict[str, Any]:
         settings = EvaluationSettings(
             parts=("sanity",), n_samples=len(x), measure_k=K, ig_steps=ig_steps, seed=seed,
             explainers=explainers, ensemble=False,
         )  # fmt: skip
         r = evaluate_classifier(model, x, y, settings, progress=False)
-        runs.append({"measures": r["measures"], "curves": r["curves"]})
-    return runs
+        return {"measures": r["measures"], "curves": r["curves"]}
+
+    if store is None:
+        return [one(seed) for seed in SEEDS]
+    return [stored_job(Path(f"{store}_s{seed}.json"), lambda s=seed: one(s)) for seed in SEEDS]
 
 
 def _spread(values: list[float]) -> str:
@@ -351,7 +512,10 @@ def randomisation_tables(
     }
     if data_only:
         return tables
-    runs = {name: seeded_sanity(model, x, y) for name, model in models.items()}
+    runs = {
+        name: seeded_sanity(model, x, y, store=out / "curves" / job_name(name, images))
+        for name, model in models.items()
+    }
     tables["5-cascade-curves"] = curve_table(runs, "cascade")
     tables["5-independent-curves"] = curve_table(runs, "independent")
     return tables
@@ -388,6 +552,11 @@ def main(argv: list[str] | None = None) -> None:
         help="only the random-map rows of sections 2 and 3, written into results/sanity.json "
         "and SANITY.md (no attack)",
     )  # fmt: skip
+    parser.add_argument(
+        "--sections", default=None, metavar="OUT",
+        help="sections 1-3 of both shipped models as stored jobs in OUT (a stopped run resumes), "
+        "written into results/sanity.json and SANITY.md",
+    )  # fmt: skip
     parser.add_argument("--epochs", type=int, default=10, help="of the random-label models")
     parser.add_argument("--lr", type=float, default=1e-3, help="Adam's, random-label models")
     parser.add_argument(
@@ -399,6 +568,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"--images and --epochs must be >= 1, got {args.images}, {args.epochs}")
     if args.chance:
         write_chance(args.images)
+        return
+    if args.sections:
+        write_sections(args.images, Path(args.sections), not args.skip_lens)
         return
     if args.randomisation:
         write_randomisation(

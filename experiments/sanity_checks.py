@@ -46,10 +46,11 @@ def checkpoint_tag(path: str) -> str:
     return hashlib.sha256(file.read_bytes()).hexdigest()[:12]
 
 
-def job_name(model: str, images: int) -> str:
-    """`<model>_<checkpoint tag>_<images>i`: a stored job of `CHECKPOINTS[model]` on the first
-    `images` test images (another checkpoint under the same name gets other files)."""
-    return f"{model}_{checkpoint_tag(CHECKPOINTS[model])}_{images}i"
+def job_name(model: str, images: int, path: str | None = None) -> str:
+    """`<model>_<checkpoint tag>_<images>i`: a stored job of the checkpoint at `path` (default
+    `CHECKPOINTS[model]`) on the first `images` test images (another checkpoint under the same
+    name gets other files)."""
+    return f"{model}_{checkpoint_tag(path or CHECKPOINTS[model])}_{images}i"
 
 
 def stored_job(path: Path, compute: Callable[[], Any]) -> Any:
@@ -521,6 +522,29 @@ def randomisation_tables(
     return tables
 
 
+PREVIOUS = "robust, shipped before"
+
+
+def write_previous(images: int, out: Path, checkpoint: str) -> None:
+    """The cascading curves of `checkpoint` (the robust model shipped before the current one), as
+    section 5 measures the shipped pair (`seeded_sanity`, stored under `<out>/curves/`), into
+    results/sanity.json's table "5-cascade-previous" (model `PREVIOUS`) and SANITY.md."""
+    import json
+
+    from experiments.pages import RESULTS, tables_page
+    from robust_train.models import load_classifier
+
+    torch.set_num_threads(1)
+    x, y = test_images(images)
+    store = out / "curves" / job_name("previous", images, checkpoint)
+    runs = {PREVIOUS: seeded_sanity(load_classifier(checkpoint), x, y, store=store)}
+    path = RESULTS / "sanity.json"
+    data = json.loads(path.read_text())
+    data["tables"]["5-cascade-previous"] = curve_table(runs, "cascade")
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    print(tables_page("SANITY.md"))
+
+
 def write_randomisation(
     images: int, epochs: int, out: Path, lr: float = 1e-3, data_only: bool = False
 ) -> None:
@@ -557,6 +581,11 @@ def main(argv: list[str] | None = None) -> None:
         help="sections 1-3 of both shipped models as stored jobs in OUT (a stopped run resumes), "
         "written into results/sanity.json and SANITY.md",
     )  # fmt: skip
+    parser.add_argument(
+        "--previous", default=None, metavar="CKPT",
+        help="with --randomisation: only the cascading curves of CKPT, the robust model shipped "
+        "before, into section 5's comparison table",
+    )  # fmt: skip
     parser.add_argument("--epochs", type=int, default=10, help="of the random-label models")
     parser.add_argument("--lr", type=float, default=1e-3, help="Adam's, random-label models")
     parser.add_argument(
@@ -566,11 +595,18 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.images < 1 or args.epochs < 1:
         raise SystemExit(f"--images and --epochs must be >= 1, got {args.images}, {args.epochs}")
+    if args.previous and not args.randomisation:
+        parser.error(f"--previous {args.previous!r} needs --randomisation OUT (its run folder)")
+    if args.previous and not Path(args.previous).is_file():
+        parser.error(f"--previous {args.previous!r}: no such checkpoint file")
     if args.chance:
         write_chance(args.images)
         return
     if args.sections:
         write_sections(args.images, Path(args.sections), not args.skip_lens)
+        return
+    if args.randomisation and args.previous:
+        write_previous(args.images, Path(args.randomisation), args.previous)
         return
     if args.randomisation:
         write_randomisation(

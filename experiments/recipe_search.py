@@ -322,18 +322,23 @@ def run_cascade(tag: str, checkpoint: str, runs: Path, images: int = 32) -> Path
 def cascade_table(runs: Path, sanity: Path = RESULTS.parent / "sanity.json") -> dict[str, Any]:
     """The top-100 line of the cascading randomisation per explainer: the shipped pair's (from
     SANITY.md's results) and each candidate's under `<runs>/cascade/`, layers randomised from
-    the top (lower: the map depends more on the layers randomised)."""
-    shipped = json.loads(sanity.read_text())["tables"]["5-cascade-curves"]
+    the top (lower: the map depends more on the layers randomised). SANITY.md's section 5
+    measures the pair shipped now and, in its comparison table, the robust model shipped before
+    `SHIPPED_NOW`; rows: shipped natural, shipped before, shipped now, then the candidates."""
+    from experiments.sanity_checks import PREVIOUS
+
+    tables = json.loads(sanity.read_text())["tables"]
+    shipped = tables["5-cascade-curves"]
     found = [json.loads(p.read_text()) for p in sorted((runs / "cascade").glob("*.json"))]
-    # SANITY.md's section 5 measured the robust model shipped before `SHIPPED_NOW`; the one
-    # shipped now is its config fit's row.
-    names = {"natural": "shipped natural", "robust": "shipped before",
-             SHIPPED_NOW_FILE: f"shipped now ({SHIPPED_NOW_FILE})"}  # fmt: skip
+    names = {"natural": "shipped natural", PREVIOUS: "shipped before", "robust": "shipped now",
+             SHIPPED_NOW_FILE: f"shipped now's config fit ({SHIPPED_NOW_FILE})"}  # fmt: skip
+    order = {name: i for i, name in enumerate(names.values())}
+    every = [shipped, tables.get("5-cascade-previous", {"rows": []}), *found]
     rows = []
     for explainer in dict.fromkeys(r[0] for r in shipped["rows"]):
-        for table in (shipped, *found):
-            rows += [[r[0], names.get(r[1], r[1]), *r[2:]] for r in table["rows"]
-                     if r[0] == explainer and r[2] == "top-100 ∩"]  # fmt: skip
+        mine = [[r[0], names.get(r[1], r[1]), *r[2:]] for t in every for r in t["rows"]
+                if r[0] == explainer and r[2] == "top-100 ∩"]  # fmt: skip
+        rows += sorted(mine, key=lambda r: order.get(r[1], len(order)))
     return {"columns": shipped["columns"], "align": shipped["align"], "rows": rows}
 
 
@@ -572,7 +577,7 @@ def shipped_table(
     cascade = cascade_table(runs)["rows"]
     for label in ("saliency", "Grad-CAM"):
         level = {r[1]: r[4] for r in cascade if r[0] == label}
-        now = level.get(f"shipped now ({SHIPPED_NOW_FILE})", "-")
+        now = level.get("shipped now", "-")
         rows.append([f"{label}: top-100 ∩ with the top layer randomised (cascade, 3 seeds)",
                      level.get("shipped natural", "-"), level.get("shipped before", "-"),
                      now, "", "", "", ""])  # fmt: skip

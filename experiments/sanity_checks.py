@@ -523,6 +523,52 @@ def randomisation_tables(
 
 
 PREVIOUS = "robust, shipped before"
+FLATNESS = "5-cascade-flatness"
+
+
+def _mean_sd(cell: str) -> tuple[float, float]:
+    """A cell of `_spread` as (mean, standard deviation); NaN where it holds no number."""
+    mean, _, sd = cell.partition(" ± ")
+    try:
+        return float(mean), float(sd or 0.0)
+    except ValueError:
+        return float("nan"), float("nan")
+
+
+def _verdict(natural: tuple[float, float], robust: tuple[float, float]) -> str:
+    if robust[0] - robust[1] > natural[0] + natural[1]:
+        return "flatter than natural"
+    if robust[0] + robust[1] < natural[0] - natural[1]:
+        return "steeper than natural"
+    if natural[0] != natural[0] or robust[0] != robust[0]:
+        return "n/a"
+    return "as natural (spreads overlap)"
+
+
+def flatness_table(tables: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Section 5's cascade, top-100 line, per explainer and number of layers randomised from the
+    top: natural, the robust model shipped before (table "5-cascade-previous", where present)
+    and the robust model shipped now, mean ± standard deviation over the seeds; robust now minus
+    natural; robust now's change from one layer fewer; and whether the robust curve is flatter
+    than natural's there (its mean minus its deviation above natural's mean plus natural's
+    deviation), steeper (the mirror), or within the seeds' spread."""
+    label = LINES[0][1]
+    lines = {(r[0], r[1]): r[3:] for r in tables["5-cascade-curves"]["rows"] if r[2] == label}
+    previous = {r[0]: r[3:] for r in tables.get("5-cascade-previous", {"rows": []})["rows"]
+                if r[2] == label}  # fmt: skip
+    rows = []
+    for ex in dict.fromkeys(e for e, _ in lines):
+        natural, robust = lines[(ex, "natural")], lines[(ex, "robust")]
+        before = previous.get(ex, ["-"] * len(natural))
+        for i in range(1, len(natural)):
+            n, r = _mean_sd(natural[i]), _mean_sd(robust[i])
+            step = r[0] - _mean_sd(robust[i - 1])[0]
+            rows.append([ex, str(i), natural[i], before[i], robust[i], f"{r[0] - n[0]:+.3f}",
+                         f"{step:+.3f}", _verdict(n, r)])  # fmt: skip
+    columns = ["explainer", "layers randomised from the top", "natural", "robust, shipped before",
+               "robust (shipped now)", "now - natural", "now: change from one layer fewer",
+               "robust now against natural"]  # fmt: skip
+    return _table(columns, rows)
 
 
 def write_previous(images: int, out: Path, checkpoint: str) -> None:
@@ -541,6 +587,7 @@ def write_previous(images: int, out: Path, checkpoint: str) -> None:
     path = RESULTS / "sanity.json"
     data = json.loads(path.read_text())
     data["tables"]["5-cascade-previous"] = curve_table(runs, "cascade")
+    data["tables"][FLATNESS] = flatness_table(data["tables"])
     path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     print(tables_page("SANITY.md"))
 
@@ -556,6 +603,7 @@ def write_randomisation(
     path = RESULTS / "sanity.json"
     data = json.loads(path.read_text())
     data["tables"].update(randomisation_tables(images, epochs, out, lr, data_only))
+    data["tables"][FLATNESS] = flatness_table(data["tables"])
     path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     print(tables_page("SANITY.md"))
 

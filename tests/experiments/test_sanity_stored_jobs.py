@@ -115,3 +115,24 @@ def test_previous_is_refused_without_its_run_folder_or_file(tmp_path, capsys):
         sc.main(["--randomisation", str(tmp_path), "--previous", str(tmp_path / "no.ckpt")])
     err = capsys.readouterr().err
     assert missing.value.code == 2 and "no.ckpt" in err and "no such checkpoint" in err
+
+
+def _curve(model: str, cells: list[str]) -> list[list[str]]:
+    zeros = ["0.000 ± 0.000"] * len(cells)
+    return [["saliency", model, "top-100 ∩", "1.000 ± 0.000", *cells],
+            ["saliency", model, "SSIM", "1.000 ± 0.000", *zeros]]  # fmt: skip
+
+
+def test_the_flatness_verdict_reads_the_seeds_spread_per_layer():
+    natural = _curve("natural", ["0.400 ± 0.010", "0.300 ± 0.050", "0.200 ± 0.010", "n/a"])
+    robust = _curve("robust", ["0.560 ± 0.040", "0.340 ± 0.010", "0.150 ± 0.020", "0.1"])
+    tables = {"5-cascade-curves": {"rows": natural + robust}}
+    rows = sc.flatness_table(tables)["rows"]
+    assert [r[1] for r in rows] == ["1", "2", "3", "4"]
+    assert [r[-1] for r in rows] == [
+        "flatter than natural", "as natural (spreads overlap)", "steeper than natural", "n/a",
+    ]  # fmt: skip
+    assert rows[0][2:7] == ["0.400 ± 0.010", "-", "0.560 ± 0.040", "+0.160", "-0.440"]
+    assert rows[2][5:7] == ["-0.050", "-0.190"]
+    tables["5-cascade-previous"] = {"rows": _curve(sc.PREVIOUS, ["0.5", "0.4", "0.3", "0.2"])}
+    assert [r[3] for r in sc.flatness_table(tables)["rows"]] == ["0.5", "0.4", "0.3", "0.2"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -283,7 +284,7 @@ def section_jobs(name: str, images: int, out: Path, lens: bool = True) -> dict[s
         jobs["lens"] = lens_rows
     base = out / "sections" / job_name(name, images)
     return {
-        job: stored_job(Path(f"{base}_{job}.json"), lambda f=f: f(model, x, y))
+        job: stored_job(Path(f"{base}_{job}.json"), partial(f, model, x, y))
         for job, f in jobs.items()
     }
 
@@ -445,7 +446,7 @@ def seeded_sanity(
 
     if store is None:
         return [one(seed) for seed in SEEDS]
-    return [stored_job(Path(f"{store}_s{seed}.json"), lambda s=seed: one(s)) for seed in SEEDS]
+    return [stored_job(Path(f"{store}_s{seed}.json"), partial(one, seed)) for seed in SEEDS]
 
 
 def _spread(values: list[float]) -> str:

@@ -16,6 +16,15 @@ the attacks) and each shipped checkpoint it prints:
    200 as in RAR and 100 as the corner);
 3. the top-k and LENS (3x3) intersections of the saliency and IG maps under the same top-k
    attack (1 restart, 100 steps), so the part of the drop that is one-pixel shifts shows.
+
+`--sections OUT` stores these (and the RAR preset's attack and a random walk on "map = input",
+and the random-map chance levels) as one JSON file per model and job in OUT and writes them
+into SANITY.md's tables 1-3; `--randomisation OUT` writes sections 5 and 6 (the cascading and
+independent curves over three seeds, the data-randomisation test), each seed's curves stored in
+OUT; `--randomisation OUT --previous CKPT` adds the cascading curves of an earlier robust
+checkpoint beside them. A stored job is read back instead of run again, so a stopped run started
+again with the same command resumes where it stopped; the files are named by the checkpoint's
+hash, so a re-shipped model is measured afresh.
 """
 
 from __future__ import annotations

@@ -136,3 +136,12 @@ def test_the_flatness_verdict_reads_the_seeds_spread_per_layer():
     assert rows[2][5:7] == ["-0.050", "-0.190"]
     tables["5-cascade-previous"] = {"rows": _curve(sc.PREVIOUS, ["0.5", "0.4", "0.3", "0.2"])}
     assert [r[3] for r in sc.flatness_table(tables)["rows"]] == ["0.5", "0.4", "0.3", "0.2"]
+
+
+def test_the_stored_flatness_table_is_computed_from_the_stored_curves():
+    from experiments.pages import RESULTS
+
+    tables = json.loads((RESULTS / "sanity.json").read_text())["tables"]
+    assert tables[sc.FLATNESS] == sc.flatness_table(tables)
+    assert {r[1] for r in tables["5-cascade-previous"]["rows"]} == {sc.PREVIOUS}
+    assert {r[1] for r in tables["5-cascade-curves"]["rows"]} == {"natural", "robust"}

@@ -618,9 +618,7 @@ def write_randomisation(
     print(tables_page("SANITY.md"))
 
 
-def main(argv: list[str] | None = None) -> None:
-    from robust_train.models import load_classifier
-
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=64)
     parser.add_argument("--skip-lens", action="store_true", help="leave out section 3 (slow)")
@@ -650,6 +648,32 @@ def main(argv: list[str] | None = None) -> None:
         "--data-only", action="store_true",
         help="with --randomisation: section 6 only, section 5's tables kept",
     )  # fmt: skip
+    return parser
+
+
+def print_sections(images: int, lens: bool = True) -> None:
+    """Sections 1-3 of each shipped model on the first `images` test images, printed."""
+    from robust_train.models import load_classifier
+
+    torch.set_num_threads(1)
+    x, y = test_images(images)
+    for name, path in CHECKPOINTS.items():
+        model = load_classifier(path)
+        start = time.perf_counter()
+        print(f"## {name} ({path}), {len(x)} test images")
+        for key, value in sanity_rows(model, x, y).items():
+            if key.startswith("sanity/"):
+                print(f"{key}: {value:.3f}")
+        for key, value in reference_rows(model, x, y).items():
+            print(f"map = input, {key}: {value:.3f}")
+        if lens:
+            for key, value in lens_rows(model, x, y).items():
+                print(f"top-k attack, {key}: {value:.3f}")
+        print(f"({time.perf_counter() - start:.0f} s)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.images < 1 or args.epochs < 1:
         raise SystemExit(f"--images and --epochs must be >= 1, got {args.images}, {args.epochs}")
@@ -671,21 +695,7 @@ def main(argv: list[str] | None = None) -> None:
             args.images, args.epochs, Path(args.randomisation), args.lr, args.data_only
         )
         return
-    torch.set_num_threads(1)
-    x, y = test_images(args.images)
-    for name, path in CHECKPOINTS.items():
-        model = load_classifier(path)
-        start = time.perf_counter()
-        print(f"## {name} ({path}), {len(x)} test images")
-        for key, value in sanity_rows(model, x, y).items():
-            if key.startswith("sanity/"):
-                print(f"{key}: {value:.3f}")
-        for key, value in reference_rows(model, x, y).items():
-            print(f"map = input, {key}: {value:.3f}")
-        if not args.skip_lens:
-            for key, value in lens_rows(model, x, y).items():
-                print(f"top-k attack, {key}: {value:.3f}")
-        print(f"({time.perf_counter() - start:.0f} s)")
+    print_sections(args.images, not args.skip_lens)
 
 
 if __name__ == "__main__":

@@ -296,15 +296,18 @@ def figure(summary: dict[str, dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for tag, s in summary.items():
+    for i, (tag, s) in enumerate(summary.items()):
         (line,) = left.plot(EPSILONS, s["certified"], "o-", label=tag)
         left.plot(EPSILONS, s["empirical"], "o--", mfc="none", color=line.get_color())
         right.plot(s["test_acc"], s["certified"][1], "o", color=line.get_color())
-        right.annotate(tag, (s["test_acc"], s["certified"][1]), fontsize=7)
+        # labels stacked by model, so that models at the same point stay readable
+        right.annotate(tag, (s["test_acc"], s["certified"][1]), xytext=(4, 4 + 9 * i),
+                       textcoords="offset points", fontsize=7)  # fmt: skip
     left.set(xscale="log", xlabel="L_inf radius", ylabel="top-100 overlap",
              title="certified median (solid), attacked mean (dashed)")  # fmt: skip
     left.set_xticks(EPSILONS, [f"{e:g}" for e in EPSILONS])
     left.minorticks_off()
+    right.margins(x=0.3)
     right.locator_params(axis="x", nbins=5)
     right.axvline(0.97, color="grey", lw=0.5)
     right.axhline(0.5, color="grey", lw=0.5)

@@ -9,7 +9,7 @@ from a shipped checkpoint, MNIST-5k train split, batch 64, Adam at --lr with a p
 the weights go to --out/<tag>_s<seed>.ckpt and a row (test accuracy, fit CPU s) to
 --out/fits.jsonl.
 
-`score`: for each model of --tags (shipped names, default both MNIST-5k ones, or fits), the
+`score`: for each model of --tags (shipped names, default the three MNIST-5k ones, or fits), the
 first --n correctly classified MNIST-5k test images: the certified top-100 overlap (interval
 bounds at L_inf 0.005, 0.01, 0.02, 0.05; CROWN on the first --crown-n at 0.005 and 0.01), the
 lowest overlap the L_inf top-k fragility attack and random points of the ball leave, accuracy
@@ -17,7 +17,8 @@ on the 1,000 test images, and the cost; one JSON per model and method under --ou
 
 `table`: the scores as experiments/results/certified_front.json (the page's tables), the
 front figure docs/images/certified_front.png and the page experiments/CERTIFIED_FRONT.md (its
-prose: experiments/prose/CERTIFIED_FRONT.md).
+prose: experiments/prose/CERTIFIED_FRONT.md). A shipped model whose previous file was scored
+too (its score files copied to --out/before/) gets a before -> now column pair.
 
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 python -m experiments.certified_front fit --tag w1_scratch \\
         --weight 1 --epochs 20 --seed 0
@@ -47,7 +48,7 @@ PAGE = "CERTIFIED_FRONT.md"
 EPSILONS = (0.005, 0.01, 0.02, 0.05)
 CROWN_EPSILONS = (0.005, 0.01)
 K = 100
-SHIPPED = ("mnist5k_baseline", "mnist5k_robust")
+SHIPPED = ("mnist5k_baseline", "mnist5k_robust", "mnist5k_certified")
 
 
 def fit(args: argparse.Namespace) -> None:
@@ -249,6 +250,43 @@ def tables(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }  # fmt: skip
 
 
+BEFORE = "before"  # --out/before/<shipped name>.<method>.json: scores of files shipped before
+CHANGE = (
+    "test accuracy",
+    "certified median (interval), 0.005", "certified median (interval), 0.01",
+    "certified mean (interval), 0.005", "certified mean (interval), 0.01",
+    "certified median (CROWN, 3 images), 0.005", "certified median (CROWN, 3 images), 0.01",
+    "attacked mean, 0.005", "attacked mean, 0.01", "attacked mean, 0.05",
+    "min attacked - certified",
+)  # fmt: skip
+
+
+def _measures(folder: Path, name: str) -> list[float]:
+    """The values of `CHANGE` from one model's score files in `folder`."""
+    iv = json.loads((folder / f"{name}.interval.json").read_text())
+    crown = folder / f"{name}.crown.json"
+    cr = json.loads(crown.read_text())["certified_median"] if crown.exists() else [math.nan] * 2
+    return [iv["test_acc"], *iv["certified_median"][:2], *iv["certified_overlap"][:2], *cr,
+            iv["empirical"][0], iv["empirical"][1], iv["empirical"][3],
+            iv["empirical_min_gap"]]  # fmt: skip
+
+
+def before_after(out: Path) -> dict[str, Any]:
+    """The table of each shipped model scored both in `out/before/` (the file shipped before)
+    and in `out/scores/` (the file shipped now): the page's measures side by side."""
+    names = [
+        n for n in SHIPPED
+        if all((out / d / f"{n}.interval.json").exists() for d in (BEFORE, "scores"))
+    ]  # fmt: skip
+    values = [_measures(out / d, n) for n in names for d in (BEFORE, "scores")]
+    columns = ["measure", *(f"{n} {when}" for n in names for when in ("before", "now"))]
+    return {
+        "columns": columns,
+        "align": "|---" * len(columns) + "|",
+        "rows": [[m, *(_cell(v[i]) for v in values)] for i, m in enumerate(CHANGE)],
+    }
+
+
 def figure(summary: dict[str, dict[str, Any]], path: Path) -> None:
     """Certified (filled) and attacked (open) median overlap against the radius, one line per
     model, and certified overlap at 0.01 against accuracy."""
@@ -258,15 +296,18 @@ def figure(summary: dict[str, dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for tag, s in summary.items():
+    for i, (tag, s) in enumerate(summary.items()):
         (line,) = left.plot(EPSILONS, s["certified"], "o-", label=tag)
         left.plot(EPSILONS, s["empirical"], "o--", mfc="none", color=line.get_color())
         right.plot(s["test_acc"], s["certified"][1], "o", color=line.get_color())
-        right.annotate(tag, (s["test_acc"], s["certified"][1]), fontsize=7)
+        # labels stacked by model, so that models at the same point stay readable
+        right.annotate(tag, (s["test_acc"], s["certified"][1]), xytext=(4, 4 + 9 * i),
+                       textcoords="offset points", fontsize=7)  # fmt: skip
     left.set(xscale="log", xlabel="L_inf radius", ylabel="top-100 overlap",
              title="certified median (solid), attacked mean (dashed)")  # fmt: skip
     left.set_xticks(EPSILONS, [f"{e:g}" for e in EPSILONS])
     left.minorticks_off()
+    right.margins(x=0.3)
     right.locator_params(axis="x", nbins=5)
     right.axvline(0.97, color="grey", lw=0.5)
     right.axhline(0.5, color="grey", lw=0.5)
@@ -281,7 +322,7 @@ def table(args: argparse.Namespace) -> None:
     summary = group_rows(args.out)
     RESULTS.mkdir(exist_ok=True)
     data = {"settings": {"epsilons": EPSILONS, "k": K}, "groups": summary,
-            "tables": tables(summary)}  # fmt: skip
+            "tables": {**tables(summary), "before_after": before_after(args.out)}}  # fmt: skip
     (RESULTS / "certified_front.json").write_text(json.dumps(data, indent=1) + "\n")
     figure(summary, IMAGES / "certified_front.png")
     tables_page(PAGE)

@@ -461,6 +461,16 @@ def _reference_and_count_rows(results: dict[str, Any], cols: list[Any]) -> list[
     ]
 
 
+def _random_lens_words(results: dict[str, Any]) -> str:
+    """How the random map's LENS cells were found: measured (`results["chance"]`) or not."""
+    if results.get("chance"):
+        return (
+            "(measured on the same models, images and map settings with 16 seeded random maps "
+            "an image, `python -m experiments.leaderboard_chance`; mean ± sd over the models). "
+        )
+    return "(not kept: '-'; the ensemble section above measures it on its own models). "
+
+
 def _table_lines(results: dict[str, Any]) -> list[str]:
     cols = columns(results)
     n = len(results["plan"]["seeds"])
@@ -500,12 +510,7 @@ def _table_lines(results: dict[str, Any]) -> list[str]:
         "(exact where the clean map has at least k positive pixels, lower where it has fewer) "
         "and 0 in the Kendall columns; its LENS level is the share of the image within one "
         "pixel of each clean map's top-k set, which needs the maps of these models "
-        + (
-            "(measured on the same models, images and map settings with 16 seeded random maps "
-            "an image, `python -m experiments.leaderboard_chance`; mean ± sd over the models). "
-            if results.get("chance")
-            else "(not kept: '-'; the ensemble section above measures it on its own models). "
-        )
+        + _random_lens_words(results)
         + "Every mean of a column is over the same "
         "images: those every model of the column (each method, each seed) measured, their "
         "count in the last row (`own`: results stored without per-image values, each model's "

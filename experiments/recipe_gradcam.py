@@ -143,6 +143,14 @@ CLEAN = ("floor_clean", "cells_under_topk", "top_cells_share", "top_gap", "posit
 INPUT_KEY = "attack/input_reference/topk/topk_intersection"
 
 
+def clean_differences(model: Any, x: torch.Tensor, y: torch.Tensor, data: dict[str, Any]) -> list:
+    """The quantities of `CLEAN` (of the clean maps alone) that `model` on images `x`, labels
+    `y` gives otherwise than the stored diagnosis `data` (beyond 1e-4 on some image)."""
+    clean = describe(model, x, x, y)
+    return [k for k in CLEAN if any(abs(a - b) > 1e-4 for a, b in zip(
+        clean[k], data[k], strict=True))]  # fmt: skip
+
+
 def chance(data: dict[str, Any], checkpoint: str) -> dict[str, list[Any]]:
     """The chance levels of a stored diagnosis on its images: each clean Grad-CAM map's top-100
     overlap with seeded random maps (`random_topk`) and "map = input" under the same ensemble
@@ -164,9 +172,7 @@ def chance(data: dict[str, Any], checkpoint: str) -> dict[str, list[Any]]:
     model = load_classifier(checkpoint)
     x, y = test_split()
     idx = torch.tensor(data["index"])
-    clean = describe(model, x[idx], x[idx], y[idx])
-    differ = [k for k in CLEAN if any(abs(a - b) > 1e-4 for a, b in zip(
-        clean[k], data[k], strict=True))]  # fmt: skip
+    differ = clean_differences(model, x[idx], y[idx], data)
     if differ:
         raise SystemExit(f"--chance {checkpoint!r}: not the model described ({differ} differ)")
     levels = random_map_levels(checkpoint, "grad_cam", data["index"])

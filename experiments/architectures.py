@@ -29,10 +29,11 @@ hand-written marker is kept).
 
 A recipe variant changes options of the recipe's penalties (`--penalty-option KEY=VALUE`, e.g.
 `model_mode=eval`, or `teacher=natural`: each job's natural model); its own `--out` folder keeps
-it apart. `variants` puts the Grad-CAM columns of several run folders side by side in one table
-of the page, with "map = input" and a random map under the same attack; `modes` measures, on
-given checkpoints, Grad-CAM's concentration and the maps' stability under noise with BatchNorm
-in train and in eval mode.
+it apart. A robust fit stores the options and its recipe file's text (and SHA-256), so a variant
+keeps its label when the file changes later. `variants` puts the Grad-CAM columns of several run
+folders side by side in one table of the page, with "map = input" and a random map under the
+same attack; `modes` measures, on given checkpoints, Grad-CAM's concentration and the maps'
+stability under noise with BatchNorm in train and in eval mode.
 
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m experiments.architectures run \\
         --recipe configs/mnist5k_finetune_ixg_softplus.yaml --out runs/architectures
@@ -94,27 +95,47 @@ class Recipe:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
 
+def recipe_file(path: str) -> Path:
+    """The fit config `path` names (a path or a shipped config name).
+
+    Raises:
+        SystemExit: no such file or shipped config (named in the message).
+    """
+    from robust_train.core.resources import resolve_file
+
+    file = Path(resolve_file(path, "configs", what="`--recipe`", announce=None))
+    if not file.is_file():
+        raise SystemExit(f"`--recipe`/`--natural-config` {path!r}: no such file or shipped config")
+    return file
+
+
 def read_recipe(path: str, epochs: int | None = None) -> Recipe:
     """The `Recipe` of a fit config (a path or a shipped config name); `epochs` overrides
     `trainer.max_epochs`. Refuses an optimizer other than Adam and a scheduler other than a
     cosine (the benchmark rebuilds those two)."""
+    file = recipe_file(path)
+    return parse_recipe(file.read_text(), file.name, epochs)
+
+
+def parse_recipe(text: str, source: str, epochs: int | None = None) -> Recipe:
+    """The `Recipe` of a fit config's YAML `text` (`source`: its file name, for messages and
+    the record); `epochs` overrides `trainer.max_epochs`.
+
+    Raises:
+        SystemExit: an optimizer other than Adam or a scheduler other than a cosine.
+    """
     import yaml
 
-    from robust_train.core.resources import resolve_file
-
-    file = resolve_file(path, "configs", what="`--recipe`", announce=None)
-    if not Path(file).is_file():
-        raise SystemExit(f"`--recipe`/`--natural-config` {path!r}: no such file or shipped config")
-    cfg = yaml.safe_load(Path(file).read_text())
+    cfg = yaml.safe_load(text)
     model, trainer = cfg.get("model", {}), cfg.get("trainer", {})
     opt = model.get("optimizer", {"class_path": "torch.optim.Adam", "init_args": {"lr": 1e-3}})
     sched = model.get("lr_scheduler")
     if not str(opt.get("class_path", "")).endswith("Adam"):
-        raise SystemExit(f"{path}: the benchmark rebuilds Adam only, got {opt.get('class_path')}")
+        raise SystemExit(f"{source}: the benchmark rebuilds Adam only, got {opt.get('class_path')}")
     if sched and not str(sched.get("class_path", "")).endswith("CosineAnnealingLR"):
-        raise SystemExit(f"{path}: the benchmark rebuilds a cosine only, got {sched}")
+        raise SystemExit(f"{source}: the benchmark rebuilds a cosine only, got {sched}")
     return Recipe(
-        source=Path(file).name,
+        source=source,
         penalties=tuple(model.get("penalties") or ()),
         epochs=int(epochs or trainer.get("max_epochs", 1)),
         lr=float(opt.get("init_args", {}).get("lr", 1e-3)),
@@ -123,6 +144,15 @@ def read_recipe(path: str, epochs: int | None = None) -> Recipe:
         softplus_beta=model.get("softplus_beta"),
         finetune=model.get("init_checkpoint") is not None,
     )
+
+
+def recipe_record(file: Path) -> dict[str, str]:
+    """What a robust fit stores of its recipe file: its name, text and SHA-256, so that its
+    penalty options can be told apart from the recipe's own after the file changes."""
+    import hashlib
+
+    text = file.read_text()
+    return {"name": file.name, "sha256": hashlib.sha256(text.encode()).hexdigest(), "text": text}
 
 
 NATURAL_TEACHER = "natural"  # `--penalty-option teacher=natural`: the job's natural model
@@ -338,10 +368,12 @@ class Run:
         self.plan = quick_plan() if args.quick else Plan()
         self.limit = 2 if args.quick else None
         epochs = 1 if args.quick else None
+        self.options: dict[str, Any] = dict(getattr(args, "options", {}))
         self.recipes = {
             "natural": read_recipe(args.natural_config, epochs or args.natural_epochs),
-            "robust": with_options(read_recipe(args.recipe, epochs), getattr(args, "options", {})),
+            "robust": with_options(read_recipe(args.recipe, epochs), self.options),
         }
+        self.recipe_file = recipe_record(recipe_file(args.recipe))
         if self.recipes["natural"].finetune or not self.recipes["robust"].finetune:
             raise SystemExit(
                 "`--natural-config` must train from scratch and `--recipe` fine-tune (its "
@@ -397,7 +429,10 @@ class Run:
                     raise RuntimeError(f"{job.id}: its natural model has not been trained")
                 init = natural["ckpt"]
             recipe = self.recipes[job.model]
-            return fit(job.arch, recipe, job.seed, init, ckpt, self.limit)
+            result = fit(job.arch, recipe, job.seed, init, ckpt, self.limit)
+            if job.model == "robust":  # what the fit ran with, whatever the files say later
+                result.update(penalty_options=self.options, recipe_file=self.recipe_file)
+            return result
         fitted = self.stored(Job("fit", job.arch, job.model, job.seed))
         if fitted is None or not Path(fitted["ckpt"]).is_file():
             raise RuntimeError(f"{job.id}: the model has not been trained")
@@ -637,16 +672,52 @@ VARIANT_KEYS = {
 }
 
 
-def penalty_options(fit_job: Mapping[str, Any]) -> dict[str, Any]:
-    """The options a robust fit's penalties had beyond its recipe file's (`--penalty-option`),
-    from the settings the job stored."""
-    record = fit_job["settings"]["robust"]
-    shipped = read_recipe(record["source"]).record()["penalties"]
+def penalty_options(fit_job: Mapping[str, Any], recipe: str | None = None) -> dict[str, Any] | None:
+    """The options a robust fit's penalties had beyond its recipe file's (`--penalty-option`).
+
+    Read, in this order, from: the options the fit stored (`penalty_options`); the recipe file
+    it stored (`recipe_file`), compared with the penalties it stored in its settings; or, for a
+    fit stored before it kept either, `recipe` (the file the caller says it ran with), compared
+    the same way when its optimiser, schedule, batch, Softplus beta and penalty classes match the
+    fit's. None when none of these applies: the options are unknown (a recipe file as it is now
+    may have changed since the fit, so it is never guessed from).
+
+    Args:
+        fit_job: a robust fit's stored result (`Run.run` writes it).
+        recipe: a fit config (path or shipped name) for fits that stored neither.
+
+    Returns:
+        The options by name ({} for the recipe as it is), or None when unknown.
+    """
+    if isinstance(fit_job.get("penalty_options"), Mapping):
+        return dict(fit_job["penalty_options"])
+    record = fit_job.get("settings", {}).get("robust")
+    if record is None:
+        return None
+    stored = fit_job.get("recipe_file")
+    if isinstance(stored, Mapping) and "text" in stored:
+        base = parse_recipe(stored["text"], stored.get("name", "?"), record["epochs"]).record()
+    elif recipe is not None:
+        file = recipe_file(recipe)
+        base = parse_recipe(file.read_text(), record["source"], record["epochs"]).record()
+    else:
+        return None
+    classes = [[p["class_path"] for p in r["penalties"]] for r in (record, base)]
+    same = {k: v for k, v in record.items() if k not in ("source", "penalties")}
+    if classes[0] != classes[1] or same != {k: base[k] for k in same}:
+        return None
     out: dict[str, Any] = {}
-    for used, base in zip(record["penalties"], shipped, strict=False):
-        args, base_args = used.get("init_args", {}), base.get("init_args", {})
+    for used, shipped in zip(record["penalties"], base["penalties"], strict=True):
+        args, base_args = used.get("init_args", {}), shipped.get("init_args", {})
         out.update({k: v for k, v in args.items() if base_args.get(k) != v})
     return out
+
+
+def option_label(options: dict[str, Any] | None) -> str:
+    """The "penalty options" cell: "KEY=VALUE, ..."; "-" for none; "unknown" for None."""
+    if options is None:
+        return "unknown"
+    return ", ".join(f"{k}={v}" for k, v in options.items()) or "-"
 
 
 def _per_seed(jobs: list[dict[str, Any]], explainer: str | None, key: str) -> list[float]:
@@ -660,9 +731,11 @@ def _per_seed(jobs: list[dict[str, Any]], explainer: str | None, key: str) -> li
     return list(by_seed.values())
 
 
-def variant_rows(label: str, out: Path) -> list[list[str]]:
+def variant_rows(label: str, out: Path, recipe: str | None = None) -> list[list[str]]:
     """The rows of one run folder: per architecture, its natural model (when evaluated there)
-    and its robust model, labelled `label`, with the penalty options of its robust fits."""
+    and its robust model, labelled `label`, with the penalty options of its robust fits of the
+    evaluated seeds (`penalty_options`, `recipe` for fits that stored no recipe; per seed when
+    they differ)."""
     jobs = load_jobs(out)
     rows = []
     for arch in [a for a in ARCHS if any(j["arch"] == a for j in jobs)]:
@@ -671,11 +744,16 @@ def variant_rows(label: str, out: Path) -> list[list[str]]:
             evals = [j for j in mine if j["kind"] == "eval"]
             if not evals:
                 continue
-            fits = [j for j in mine if j["kind"] == "fit" and model == "robust"]
-            options = penalty_options(fits[0]) if fits else {}
             seeds = sorted({j["seed"] for j in evals})
-            row = [arch, "natural" if model == "natural" else label]
-            row += [", ".join(f"{k}={v}" for k, v in options.items()) or "-"]
+            fits = {j["seed"]: j for j in mine if j["kind"] == "fit" and j["seed"] in seeds}
+            labels = {s: option_label(penalty_options(j, recipe)) for s, j in sorted(fits.items())}
+            if model == "natural" or not labels:
+                options = "-" if model == "natural" else "unknown"
+            elif len(set(labels.values())) == 1:
+                options = next(iter(labels.values()))
+            else:
+                options = "; ".join(f"seed {s}: {text}" for s, text in labels.items())
+            row = [arch, "natural" if model == "natural" else label, options]
             row += [" ".join(map(str, seeds)), cell(_accuracy(jobs, arch, model), len(seeds))]
             for column in VARIANT_COLUMNS[5:]:
                 explainer, key = VARIANT_KEYS[column]
@@ -684,7 +762,7 @@ def variant_rows(label: str, out: Path) -> list[list[str]]:
     return rows
 
 
-def variant_table(runs: list[tuple[str, Path]]) -> dict[str, Any]:
+def variant_table(runs: list[tuple[str, Path]], recipe: str | None = None) -> dict[str, Any]:
     """The results table of recipe variants: one block of rows per run folder of `runs`
     (label, folder; `variant_rows`) and a natural row once per architecture (of the folder
     whose natural model was evaluated on the most seeds; the first of those), grouped by
@@ -692,7 +770,7 @@ def variant_table(runs: list[tuple[str, Path]]) -> dict[str, Any]:
     rows: list[list[str]] = []
     natural: dict[str, list[str]] = {}
     for label, out in runs:
-        for row in variant_rows(label, out):
+        for row in variant_rows(label, out, recipe):
             if row[1] != "natural":
                 rows.append(row)
             elif len(row[3].split()) > len(natural.get(row[0], ["", "", "", ""])[3].split()):
@@ -703,9 +781,9 @@ def variant_table(runs: list[tuple[str, Path]]) -> dict[str, Any]:
     return {"columns": list(VARIANT_COLUMNS), "align": align, "rows": rows}
 
 
-def variants(runs: list[tuple[str, Path]], key: str) -> Path:
-    """Store `variant_table(runs)` as the page's table `key` (`store_table`)."""
-    return store_table(key, variant_table(runs))
+def variants(runs: list[tuple[str, Path]], key: str, recipe: str | None = None) -> Path:
+    """Store `variant_table(runs, recipe)` as the page's table `key` (`store_table`)."""
+    return store_table(key, variant_table(runs, recipe))
 
 
 def store_table(key: str, table: dict[str, Any], page: str = "ARCHITECTURES.md") -> Path:
@@ -912,6 +990,12 @@ def parser() -> argparse.ArgumentParser:
         metavar="LABEL=FOLDER",
         help="a run folder and the label of its robust rows, in the table's order",
     )
+    v.add_argument(
+        "--recipe",
+        default=None,
+        help="the recipe file (path or shipped name) the robust fits ran with, read only for "
+        "fits that did not store theirs; without it their penalty options read 'unknown'",
+    )
     m = sub.add_parser(
         "modes", help="Grad-CAM's concentration and the maps' stability, train vs eval mode"
     )
@@ -952,7 +1036,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"error: --run takes LABEL=FOLDER with a jobs/ folder, got {bad}", file=sys.stderr
             )
             return 2
-        print(variants([(label, Path(folder)) for label, folder in runs], args.table))
+        try:
+            if args.recipe is not None:
+                parse_recipe(recipe_file(args.recipe).read_text(), args.recipe)
+        except SystemExit as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        found = [(label, Path(folder)) for label, folder in runs]
+        print(variants(found, args.table, args.recipe))
         return 0
     for name in ("images", "budget_min"):
         if getattr(args, name) <= 0:

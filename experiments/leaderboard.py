@@ -467,6 +467,20 @@ def results_from_jobs(path: Path, methods: list[str], out: Path) -> dict[str, An
     return json.loads(json.dumps(results, default=str))  # as results.json holds them
 
 
+def committed_results(out: Path) -> dict[str, Any]:
+    """The results of the run the page shows, from the committed files page.json names (its job
+    results replayed in the folder `out`, and the random map's measured levels under "chance",
+    `experiments.leaderboard_chance`)."""
+    from experiments.pages import RESULTS
+
+    meta = json.loads((RESULTS / "leaderboard" / "page.json").read_text())
+    results = results_from_jobs(RESULTS / "leaderboard" / meta["jobs"], meta["methods"], out)
+    results["out"] = meta["out"]
+    if meta.get("chance"):
+        results["chance"] = json.loads((RESULTS / "leaderboard" / meta["chance"]).read_text())
+    return results
+
+
 def write_page(page: str = "LEADERBOARD.md") -> Path:
     """experiments/LEADERBOARD.md and its plots (docs/images/) from the committed job results
     (experiments/results/leaderboard/page.json names the file, methods and run folder) and the
@@ -477,12 +491,8 @@ def write_page(page: str = "LEADERBOARD.md") -> Path:
     from experiments.leaderboard_report import write_report
     from experiments.pages import IMAGES, PROSE, RESULTS, read_prose
 
-    meta = json.loads((RESULTS / "leaderboard" / "page.json").read_text())
     with tempfile.TemporaryDirectory() as tmp:
-        results = results_from_jobs(
-            RESULTS / "leaderboard" / meta["jobs"], meta["methods"], Path(tmp)
-        )
-    results["out"] = meta["out"]
+        results = committed_results(Path(tmp))
     prose = read_prose(PROSE / page)
     ensemble = page_lines(RESULTS / "leaderboard")
     return write_report(

@@ -135,9 +135,55 @@ def random_cell(key: str) -> str:
     return f"{random_topk_expectation(RANDOM_K, PIXELS):.3f}"
 
 
-def random_label() -> str:
-    """The first cell of the random-map row: an expectation at k/N, not a measurement."""
+def random_label(measured: bool = False) -> str:
+    """The first cell of the random-map row: an expectation at k/N, not a measurement; with
+    `measured`, the LENS cells measured on the table's models (`measured_random_cell`)."""
+    if measured:
+        return (
+            f"random map (top-k ∩, noise: expectation k/N = {RANDOM_K}/{PIXELS}; LENS: "
+            "measured on these models' clean maps)"
+        )
     return expected_label(RANDOM_K, PIXELS)
+
+
+def measured_random_cell(results: dict[str, Any], group: str, key: str) -> str | None:
+    """A uniformly random map's LENS level in the column (`group`, `key`), measured: for each
+    model of the column, the mean of its per-image level (`results["chance"]`, stored by
+    `experiments.leaderboard_chance`) over the column's images (those every model of the
+    column measured, `shared`'s), then mean ± sd over the models. None when the column is no
+    attacked LENS column or a model of it has no stored level on one of those images.
+
+    Example:
+        >>> results = {"names": ["natural"], "chosen": {"natural": None}, "jobs": [
+        ...     {"kind": "eval", "method": "natural", "seed": s, "group": "saliency",
+        ...      "id": f"eval_saliency_natural_s{s}", "test": {"indices": [3, 4],
+        ...      "per_image": {"attack/saliency/topk/lens_topk": [0.5, None]}}}
+        ...     for s in (0, 1)], "chance": {"levels": {
+        ...     f"eval_saliency_natural_s{s}": {"indices": [3, 4],
+        ...      "fragility/saliency/random_lens": [0.2 + s / 10, 0.9]} for s in (0, 1)}}}
+        >>> measured_random_cell(results, "saliency", "attack/saliency/topk/lens_topk")
+        '0.250 ± 0.071'
+    """
+    levels = (results.get("chance") or {}).get("levels")
+    if not levels or key != f"attack/{group}/topk/lens_topk":
+        return None
+    names = [n for n in results["names"] if n in results["chosen"]]
+    jobs = [r for r in results.get("jobs", []) if r["kind"] == "eval" and "test" in r]
+    jobs = [r for r in jobs if r.get("group") == group and r["method"] in names]
+    images = None
+    for job in jobs:
+        pairs = zip(job["test"]["indices"], job["test"]["per_image"][key], strict=True)
+        mine = {i for i, v in pairs if v is not None and math.isfinite(v)}
+        images = mine if images is None else images & mine
+    means = []
+    for job in jobs:
+        stored = levels.get(job["id"], {})
+        values = stored.get(f"fragility/{group}/random_lens", [])
+        chance = dict(zip(stored.get("indices", [])[: len(values)], values, strict=True))
+        if not images or any(chance.get(i) is None for i in images):
+            return None
+        means.append(statistics.mean(chance[i] for i in images))
+    return cell(means, 3, len(means)) if means else None
 
 
 def cell(values: list[float], digits: int, n_seeds: int) -> str:
@@ -397,10 +443,14 @@ def _reference_and_count_rows(results: dict[str, Any], cols: list[Any]) -> list[
     column's common-image count."""
     counts = column_cells(results)
     n_images = [counts[(g, k)][("images", 0)] for g, k, _, _ in cols]
+    measured = [measured_random_cell(results, g, k) for g, k, _, _ in cols]
     return [
         "| map = input (reference) | - | " + " | ".join(reference_cells(results)) + " | | | | |",
-        f"| {random_label()} | - | "
-        + " | ".join(random_cell(k) for _, k, _, _ in cols)
+        f"| {random_label(any(m is not None for m in measured))} | - | "
+        + " | ".join(
+            random_cell(k) if m is None else m
+            for (_, k, _, _), m in zip(cols, measured, strict=True)
+        )
         + " | | | | |",
         "| images (every model) | | "
         + " | ".join(
@@ -409,6 +459,16 @@ def _reference_and_count_rows(results: dict[str, Any], cols: list[Any]) -> list[
         )
         + " | | | | |",
     ]
+
+
+def _random_lens_words(results: dict[str, Any]) -> str:
+    """How the random map's LENS cells were found: measured (`results["chance"]`) or not."""
+    if results.get("chance"):
+        return (
+            "(measured on the same models, images and map settings with 16 seeded random maps "
+            "an image, `python -m experiments.leaderboard_chance`; mean ± sd over the models). "
+        )
+    return "(not kept: '-'; the ensemble section above measures it on its own models). "
 
 
 def _table_lines(results: dict[str, Any]) -> list[str]:
@@ -449,9 +509,9 @@ def _table_lines(results: dict[str, Any]) -> list[str]:
         f"map's expectation, k/N = {RANDOM_K}/{PIXELS} in the top-k ∩ and noise columns "
         "(exact where the clean map has at least k positive pixels, lower where it has fewer) "
         "and 0 in the Kendall columns; its LENS level is the share of the image within one "
-        "pixel of each clean map's top-k set, which needs the maps of these models (not kept: "
-        "'-'; the ensemble section above measures it on its own models). Every mean of a "
-        "column is over the same "
+        "pixel of each clean map's top-k set, which needs the maps of these models "
+        + _random_lens_words(results)
+        + "Every mean of a column is over the same "
         "images: those every model of the column (each method, each seed) measured, their "
         "count in the last row (`own`: results stored without per-image values, each model's "
         "own images). Blank: the share of each model's attacked images whose clean map is "

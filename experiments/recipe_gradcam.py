@@ -139,14 +139,77 @@ def run(n: int) -> dict[str, Any]:
     }
 
 
+CLEAN = ("floor_clean", "cells_under_topk", "top_cells_share", "top_gap", "positive_clean")
+INPUT_KEY = "attack/input_reference/topk/topk_intersection"
+
+
+def clean_differences(model: Any, x: torch.Tensor, y: torch.Tensor, data: dict[str, Any]) -> list:
+    """The quantities of `CLEAN` (of the clean maps alone) that `model` on images `x`, labels
+    `y` gives otherwise than the stored diagnosis `data` (beyond 1e-4 on some image)."""
+    clean = describe(model, x, x, y)
+    return [k for k in CLEAN if any(abs(a - b) > 1e-4 for a, b in zip(
+        clean[k], data[k], strict=True))]  # fmt: skip
+
+
+def chance(data: dict[str, Any], checkpoint: str) -> dict[str, list[Any]]:
+    """The chance levels of a stored diagnosis on its images: each clean Grad-CAM map's top-100
+    overlap with seeded random maps (`random_topk`) and "map = input" under the same ensemble
+    with the model's label kept (`input_reference_topk`), both through the evaluation engine as
+    the `ensemble` protocol measures them beside its attack. `checkpoint` must be the model the
+    diagnosis described: its clean maps' quantities (`CLEAN`) are recomputed and compared.
+
+    Raises:
+        SystemExit: `checkpoint` is not the model of `data` (its clean maps differ).
+    """
+    import math
+    import warnings
+
+    from experiments.leaderboard import test_split
+    from experiments.leaderboard_ensemble import REFERENCE, random_map_levels, settings
+    from robust_train.evaluation.engine import run_parts, summarize
+    from robust_train.models import load_classifier
+
+    model = load_classifier(checkpoint)
+    x, y = test_split()
+    idx = torch.tensor(data["index"])
+    differ = clean_differences(model, x[idx], y[idx], data)
+    if differ:
+        raise SystemExit(f"--chance {checkpoint!r}: not the model described ({differ} differ)")
+    levels = random_map_levels(checkpoint, "grad_cam", data["index"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = summarize(run_parts(model, x[idx], y[idx], settings(REFERENCE, len(idx), False)))
+    return {
+        "random_topk": levels["fragility/grad_cam/random_topk"],
+        "input_reference_topk": [
+            v if math.isfinite(v) else None for v in ref["per_image"][INPUT_KEY]
+        ],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments run recipe_gradcam")
     parser.add_argument("--images", type=int, default=20)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--chance",
+        metavar="CHECKPOINT",
+        default=None,
+        help="only add the chance levels to the stored results --out, measured on CHECKPOINT "
+        "(the model they describe; checked)",
+    )
     args = parser.parse_args(argv)
     if args.images < 1:
         parser.error(f"`--images` must be >= 1, got {args.images}")
     torch.set_num_threads(1)
+    if args.chance is not None:
+        if not args.out.is_file():
+            parser.error(f"`--chance`: no stored results at `--out` {str(args.out)!r}")
+        data = json.loads(args.out.read_text())
+        data.update(chance(data, args.chance))
+        args.out.write_text(json.dumps(data, indent=1) + "\n")
+        print(f"chance levels added to {args.out}; {store_table(data)}")
+        return 0
     data = run(args.images)
     args.out.write_text(json.dumps(data, indent=1) + "\n")
     print(f"wrote {args.out}")
@@ -173,7 +236,22 @@ QUANTITIES = {
     "signed_topk": "top-100 intersection of the signed maps (before the ReLU)",
     "l1": "L1 of the sum-normalised maps at the attack's point (the penalty's distance)",
     "l1_power4": "the same of the maps raised to the power 4",
+    "random_topk": "random map: top-100 intersection with the clean map (no attack)",
+    "input_reference_topk": "map = input: top-100 intersection under the same ensemble",
 }
+
+
+def store_table(data: dict[str, Any], page: str = "RECIPE_SEARCH.md") -> Path:
+    """`diagnosis_table(data)` as the page's "gradcam" table (the page's other tables, which
+    `recipe_search collect` writes from its runs, left as they are); the page rewritten."""
+    from experiments.pages import RESULTS as PAGE_RESULTS
+    from experiments.pages import tables_page
+
+    path = PAGE_RESULTS / f"{Path(page).stem.lower()}.json"
+    stored = json.loads(path.read_text())
+    stored["tables"]["gradcam"] = diagnosis_table(data)
+    path.write_text(json.dumps(stored, indent=1) + "\n")
+    return tables_page(page)
 
 
 def diagnosis_table(data: dict[str, Any]) -> dict[str, Any]:
@@ -190,7 +268,7 @@ def diagnosis_table(data: dict[str, Any]) -> dict[str, Any]:
     rows = []
     for key, words in QUANTITIES.items():
         if key in data:
-            v = data[key]
+            v = [x for x in data[key] if x is not None]
             rows.append([words, f"{sum(v) / len(v):.3f}", f"{min(v):.3f}", f"{max(v):.3f}"])
     members = ", ".join(f"{m} {n}" for m, n in Counter(data["worst_member"]).most_common())
     rows.append(["member that gave the worst value (images)", members, "", ""])

@@ -51,7 +51,8 @@ def test_options_reach_every_penalty_and_the_teacher_is_the_jobs_natural_model(a
     (plain,), _ = arch.build_penalties(recipe, model, 1, teacher=str(natural))
     assert plain.options.teacher is None and plain.options.model_mode == "unchanged"
     # the options a stored robust fit had beyond its recipe file's
-    job = {"settings": {"robust": variant.record()}}
+    stored = arch.recipe_record(arch.recipe_file(RECIPE))
+    job = {"settings": {"robust": variant.record()}, "recipe_file": stored}
     assert arch.penalty_options(job) == {"model_mode": "frozen", "teacher": "natural"}
 
 
@@ -77,13 +78,14 @@ def _job(out: Path, kind: str, model: str, seed: int, explainer: str | None = No
 def test_the_variants_table_reads_each_seed_once_and_names_the_options(arch, tmp_path):
     recipe = arch.read_recipe(RECIPE)
     variant = arch.with_options(recipe, {"model_mode": "eval"})
+    stored = arch.recipe_record(arch.recipe_file(RECIPE))
     cam = "attack/grad_cam/topk/topk_intersection"
     ref = arch.VARIANT_KEYS["map = input ∩ attack"][1]
     runs = []
     for name, rec, scores in (("shipped", recipe, (0.1, 0.3)), ("bn eval", variant, (0.5, 0.6))):
         out = tmp_path / name
         for seed, score in enumerate(scores):
-            _job(out, "fit", "robust", seed, settings={"robust": rec.record()})
+            _job(out, "fit", "robust", seed, settings={"robust": rec.record()}, recipe_file=stored)
             _job(out, "eval", "natural", seed, "grad_cam", accuracy=0.97, **{cam: 0.02})
             _job(out, "eval", "natural", seed, "saliency", accuracy=0.97, **{ref: 0.8 + seed / 10})
             _job(out, "eval", "robust", seed, "grad_cam", accuracy=0.95, **{cam: score})

@@ -102,7 +102,6 @@ GAPS = {
     "measurements:3-grad-cam-the-default-layer-3": (INPUT, "an earlier pair; " + GONE),
     "new_explainers:2-fine-tuning-for-them-weight": (INPUT, "validation sweep; " + GONE),
     "new_explainers:2-fine-tuning-for-them-weight-2": (INPUT, "validation sweep; " + GONE),
-    "recipe_search:gradcam": (BOTH, "a diagnosis of single images"),
 }
 
 

@@ -791,7 +791,7 @@ def markdown_table(records: list[dict[str, Any]]) -> str:
 # --------------------------------------------------------------------------------------------
 
 PAGE_TABLES = ("checks-against-captum-and-zennit", "result-the-shipped-pair",
-               "attacked-set-b-the-top-100")  # fmt: skip
+               "attacked-set-b-the-top-100", "against-the-ensemble")  # fmt: skip
 CHECK_ROWS = (
     ("saliency vs Captum `Saliency(abs=False)`", ("saliency_vs_captum",)),
     ("IG vs Captum `IntegratedGradients` (`riemann_right`, 16 steps, zero baseline)",
@@ -876,17 +876,78 @@ def k_table(wide: list[dict[str, Any]], narrow: list[dict[str, Any]]) -> dict[st
     return {"columns": columns, "align": "|---" * len(columns) + "|", "rows": rows}
 
 
+# (this module's explainer, the map's row on ENSEMBLE_MAPS.md, its label here); "map = input" is
+# that page's column "map = input (robust)"
+ENSEMBLE_MAPS = (
+    ("saliency", "saliency", "saliency"),
+    ("ig", "integrated gradients", "IG"),
+    ("gradcam_relu", "Grad-CAM", "Grad-CAM (ReLU'd)"),
+    ("lrp_epsilon_plus", "LRP", "LRP (EpsilonPlus)"),
+    ("input", "map = input (robust)", REFERENCE_LABEL),
+)
+ENSEMBLE_IMAGES = 20  # ENSEMBLE_MAPS.md: the first 20 test images both models classify correctly
+
+
+def worst_per_image(runs: Sequence[dict[str, Any]]) -> np.ndarray:
+    """Each image's lowest top-100 intersection over the results of `runs` (one model and
+    explainer; every run attacks the first n images of the same list), over the images of the
+    run that attacked the most."""
+    longest = max(runs, key=lambda r: r["n_images"])
+    worst = np.asarray(longest["attack"]["per_image_topk"], dtype=float)
+    for r in runs:
+        values = np.asarray(r["attack"]["per_image_topk"], dtype=float)
+        worst[: len(values)] = np.minimum(worst[: len(values)], values)
+    return worst
+
+
+def ensemble_table(
+    wide: list[dict[str, Any]], narrow: list[dict[str, Any]], ensemble: dict[str, Any]
+) -> dict[str, Any]:
+    """This page's worst case per map and model (each image's lowest intersection over both
+    attacked sets, `worst_per_image`) on the first `ENSEMBLE_IMAGES` images and on all it
+    attacked, beside the attack ensemble's mean on those images (`ensemble`: the table "maps"
+    of ENSEMBLE_MAPS.md's results, the same images), and whether the ensemble is at or below."""
+    rows_by_map = {
+        row[0]: dict(zip(ensemble["columns"], row, strict=True)) for row in ensemble["rows"]
+    }
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in [*wide, *narrow]:
+        runs.setdefault((r["model"], r["explainer"]), []).append(r)
+    rows = []
+    for name, ens_map, label in ENSEMBLE_MAPS:
+        for model in dict.fromkeys(r["model"] for r in wide):
+            if (model, name) not in runs:
+                continue
+            worst = worst_per_image(runs[(model, name)])
+            head = worst[:ENSEMBLE_IMAGES]
+            column = model if name != "input" else ens_map
+            row = rows_by_map["saliency" if name == "input" else ens_map]
+            cell = row.get(column, "-") if name != "input" or model == "robust" else "-"
+            ens = float(cell.split()[0]) if cell != "-" else math.nan
+            verdict = "-" if math.isnan(ens) else ("yes" if ens <= head.mean() else "**no**")
+            rows.append([label, model, f"{head.mean():.3f} ({len(head)})",
+                         f"{worst.mean():.3f} ({len(worst)})", cell, verdict, "0.128"])  # fmt: skip
+    columns = ["map", "model", "this page's worst top-100 ∩ (first 20 images)",
+               "this page's worst top-100 ∩ (all its images)",
+               "the attack ensemble, ENSEMBLE_MAPS.md (the same 20 images)",
+               "ensemble at or below this page's worst (20 images)",
+               "random map (expectation k/N = 100/784)"]  # fmt: skip
+    return {"columns": columns, "align": "|---" * len(columns) + "|", "rows": rows}
+
+
 def store_tables(wide_runs: Sequence[str], narrow_runs: Sequence[str]) -> Path:
-    """Write the page's three tables (`PAGE_TABLES`) from the run files of the attacked set 200
-    (`wide_runs`: its checks and results) and 100 (`narrow_runs`) into
-    experiments/results/independent_attacks.json, with the random-map rows of
+    """Write the page's tables (`PAGE_TABLES`) from the run files of the attacked set 200
+    (`wide_runs`: its checks and results) and 100 (`narrow_runs`), and ENSEMBLE_MAPS.md's
+    results, into experiments/results/independent_attacks.json, with the random-map rows of
     `experiments.chance`; returns the file."""
     from experiments import chance
     from experiments.pages import RESULTS
 
     wide, checks = read_runs(wide_runs)
     narrow, _ = read_runs(narrow_runs)
-    built = (checks_table(checks), results_table(wide), k_table(wide, narrow))
+    ensemble = json.loads((RESULTS / "ensemble_maps.json").read_text())["tables"]["maps"]
+    built = (checks_table(checks), results_table(wide), k_table(wide, narrow),
+             ensemble_table(wide, narrow, ensemble))  # fmt: skip
     path = RESULTS / "independent_attacks.json"
     data = json.loads(path.read_text())
     for key, table in zip(PAGE_TABLES, built, strict=True):

@@ -64,11 +64,13 @@ def test_checks_table_prints_zero_as_zero_and_the_largest_of_each_composite():
     assert cells[ia.CHECK_ROWS[5][0]] == "0 / 0 / 1.9e-09"
 
 
-def test_store_tables_writes_the_three_tables_with_the_random_map_rows(tmp_path, monkeypatch):
+def test_store_tables_writes_the_tables_with_the_random_map_rows(tmp_path, monkeypatch):
     from experiments import pages
 
     monkeypatch.setattr(pages, "RESULTS", tmp_path)
     (tmp_path / "independent_attacks.json").write_text(json.dumps({"tables": {}}))
+    ensemble = {"maps": {"columns": ["map", "robust"], "rows": [["saliency", "0.5 [0.4, 0.6]"]]}}
+    (tmp_path / "ensemble_maps.json").write_text(json.dumps({"tables": ensemble}))
     keys = [k for _, ks in ia.CHECK_ROWS for k in ks if k != "max"]
     checks = {"kind": "checks", "model": "robust", **dict.fromkeys(keys, 0.0)}
     result = _record("robust", "saliency", [0.5, 0.6], [0.8, 0.9])
@@ -76,8 +78,26 @@ def test_store_tables_writes_the_three_tables_with_the_random_map_rows(tmp_path,
     narrow = _write(tmp_path / "n.jsonl", [_record("robust", "saliency", [0.4, 0.7], [0.8, 0.8])])
     tables = json.loads(ia.store_tables([str(wide)], [str(narrow)]).read_text())["tables"]
     assert list(tables) == list(ia.PAGE_TABLES)
-    for key in ia.PAGE_TABLES[1:]:
+    for key in ia.PAGE_TABLES[1:3]:
         assert tables[key]["rows"][-1][0].startswith("random map (expectation k/N = 100/784")
     assert tables[ia.PAGE_TABLES[2]]["rows"][0][7] == "1 of 2"
     with pytest.raises(KeyError):
         ia.k_table([], [_record("robust", "saliency", [0.4], [0.8])])
+
+
+def test_the_ensemble_table_sets_the_ensemble_beside_each_images_worst_of_both_attacked_sets():
+    wide = [_record("robust", "saliency", [0.5] * 20 + [0.2], [0.9] * 21),
+            _record("natural", "saliency", [0.1] * 21, [0.5] * 21),
+            _record("robust", "input", [0.8] * 21, [0.8] * 21)]  # fmt: skip
+    narrow = [_record("robust", "saliency", [0.4] * 10, [0.9] * 10)]
+    columns = ["map", "natural", "robust", "map = input (robust)"]
+    ensemble = {"columns": columns, "rows": [["saliency", "0.05 [0.0, 0.1]", "0.46 [0.4, 0.5]",
+                                              "0.7 [0.6, 0.8]"]]}  # fmt: skip
+    rows = {(r[0], r[1]): r for r in ia.ensemble_table(wide, narrow, ensemble)["rows"]}
+    robust = rows[("saliency", "robust")]
+    # first 20 images: 10 at min(0.5, 0.4), 10 at 0.5 -> 0.45, below the ensemble's 0.46
+    assert robust[2:6] == ["0.450 (20)", f"{(10 * 0.4 + 10 * 0.5 + 0.2) / 21:.3f} (21)",
+                           "0.46 [0.4, 0.5]", "**no**"]  # fmt: skip
+    assert rows[("saliency", "natural")][4:6] == ["0.05 [0.0, 0.1]", "yes"]
+    assert rows[(ia.REFERENCE_LABEL, "robust")][4:6] == ["0.7 [0.6, 0.8]", "yes"]
+    assert (ia.REFERENCE_LABEL, "natural") not in rows  # not run

@@ -244,6 +244,79 @@ def cost(args: argparse.Namespace) -> None:
     (args.out / "cost.md").open("a").write(text + "\n\n")
 
 
+NAMES = {"sal": "saliency", "ig": "IG", "gc": "Grad-CAM", "lrp": "LRP", "dl": "DeepLIFT"}
+TARGETS = {"sal": 0.65, "ig": 0.75, "gc": 0.50, "lrp": 0.75, "dl": 0.75}
+REFERENCE_ROW = "map = input (the same top-k attack, aimed at the input map)"
+
+
+def seed_rows() -> list[tuple[str, str, str, Any]]:
+    """The rows of the test-split table: (label, summary key, target, whether a value `v` meets
+    it given the natural model's `n`), in the page's order; the "map = input" row has no target."""
+    rows: list[tuple[str, str, str, Any]] = [
+        ("test accuracy (1,000 images)", "acc", "within 0.005 of natural",
+         lambda v, n: v >= n - 0.005),
+    ]  # fmt: skip
+    for m, t in TARGETS.items():
+        rows.append(
+            (f"{NAMES[m]}: top-k attack", f"{m}/worst", f">= {t:.2f}", lambda v, n, t=t: v >= t)
+        )
+    rows += [(f"{NAMES[m]}: noise at the budget", f"{m}/noise", ">= natural", lambda v, n: v >= n)
+             for m in TARGETS]  # fmt: skip
+    for m in TARGETS:
+        gc = m == "gc"
+        rows.append((f"{NAMES[m]}: fidelity (AUC_LIF - AUC_MIF)", f"{m}/fidelity",
+                     ">= natural and >= 0.3" if gc else ">= natural",
+                     lambda v, n, gc=gc: v >= n and (v >= 0.3 or not gc)))  # fmt: skip
+    rows.append(("Grad-CAM: blank clean maps", "gc/blank", "<= natural", lambda v, n: v <= n))
+    rows += [(f"{NAMES[m]}: overlap with randomised-weights maps", f"{m}/random",
+              "<= natural + 0.05", lambda v, n: v <= n + 0.05) for m in ("sal", "gc")]  # fmt: skip
+    rows.append(("saliency: overlap with the input", "sal/input", "(reported)", None))
+    rows.append((REFERENCE_ROW, "input_reference", "-", None))
+    return rows
+
+
+def seeds_table(summaries: dict[str, dict[str, float]], natural: str, seeds: list[str]) -> Any:
+    """The test-split table of the page: per row of `seed_rows`, the natural model's value, the
+    mean +- sample sd over the `seeds` tags (the first is the shipped model), the first seed's
+    value, the target and whether the mean meets it ("**no**" where not); cells as printed."""
+    import statistics
+
+    columns = ["column", "natural (shipped)", f"every-map, {len(seeds)} seeds (mean ± sd)",
+               "seed 0 (shipped)", "target", "met"]  # fmt: skip
+    rows = []
+    for label, key, target, meets in seed_rows():
+        n, values = summaries[natural][key], [summaries[t][key] for t in seeds]
+        mean, sd = statistics.mean(values), statistics.stdev(values)
+        met = "" if meets is None else ("yes" if meets(mean, n) else "**no**")
+        rows.append([label, f"{n:.3f}", f"{mean:.3f} ± {sd:.3f}", f"{values[0]:.3f}",
+                     target, "-" if key == "input_reference" else met])  # fmt: skip
+    return {"columns": columns, "align": "|---" * len(columns) + "|", "rows": rows}
+
+
+def table(args: argparse.Namespace) -> None:
+    """Store the test-split table (`seeds_table`) of --scores (the last line per tag) as the
+    page's table `test-split-three-seeds` in experiments/results/every_map.json, with the
+    random-map row (`experiments.chance`), and print its per-seed values."""
+    from experiments import chance
+    from experiments.pages import RESULTS
+
+    summaries: dict[str, dict[str, float]] = {}
+    for path in args.scores:
+        for line in Path(path).read_text().splitlines():
+            record = json.loads(line)
+            summaries[record["tag"]] = record["summary"]
+    key = "test-split-three-seeds"
+    k, pixels, columns = chance.EXPECTED[f"every_map:{key}"]
+    built = chance.with_expected_row(seeds_table(summaries, args.natural, args.seeds), k, pixels,
+                                     columns)  # fmt: skip
+    path = RESULTS / "every_map.json"
+    data = json.loads(path.read_text())
+    data["tables"][key] = built
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    for label, name, _, _ in seed_rows():
+        print(label, " / ".join(f"{summaries[t][name]:.3f}" for t in args.seeds))
+
+
 FRONT_COLUMNS = (
     "acc", "sal/worst", "ig/worst", "gc/worst", "lrp/worst", "dl/worst", "gc/fidelity",
     "sal/noise", "gc/noise", "lrp/noise", "sal/random", "gc/random", "gc/blank",
@@ -351,12 +424,17 @@ def main(argv: list[str] | None = None) -> int:
     fr = sub.add_parser("front")
     fr.add_argument("--scores", type=Path, required=True, help="a score run's scores.jsonl")
     fr.add_argument("--png", type=Path, default=Path("docs/images/every_map_front.png"))
-    for p in (f, s, c, fr):
+    t = sub.add_parser("table")
+    t.add_argument("--scores", type=Path, nargs="+", required=True, help="scores.jsonl files")
+    t.add_argument("--natural", default="natural", help="the natural model's tag")
+    t.add_argument("--seeds", nargs="+", default=["every_map", "every_map_s1", "every_map_s2"],
+                   help="the seeds' tags, the shipped model first")  # fmt: skip
+    for p in (f, s, c, fr, t):
         p.add_argument("--out", type=Path, default=Path("runs/every_map"))
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
-    {"fit": fit, "score": score, "cost": cost, "front": front}[args.part](args)
+    {"fit": fit, "score": score, "cost": cost, "front": front, "table": table}[args.part](args)
     return 0
 
 

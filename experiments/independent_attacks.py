@@ -786,6 +786,177 @@ def markdown_table(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------------------------
+# The page's tables from stored runs
+# --------------------------------------------------------------------------------------------
+
+PAGE_TABLES = ("checks-against-captum-and-zennit", "result-the-shipped-pair",
+               "attacked-set-b-the-top-100", "against-the-ensemble")  # fmt: skip
+CHECK_ROWS = (
+    ("saliency vs Captum `Saliency(abs=False)`", ("saliency_vs_captum",)),
+    ("IG vs Captum `IntegratedGradients` (`riemann_right`, 16 steps, zero baseline)",
+     ("ig_vs_captum",)),
+    ("signed Grad-CAM vs Captum `LayerGradCam(features.5, relu_attributions=False)` + "
+     "`LayerAttribution.interpolate(bilinear)`", ("gradcam_vs_captum",)),
+    ("ReLU'd Grad-CAM vs the same with `relu_attributions=True`", ("gradcam_relu_vs_captum",)),
+    ("LRP through the `create_graph` path vs `zennit.attribution.Gradient`, each composite "
+     "(the largest)", ("max", *(f"lrp_{c}_vs_zennit_gradient" for c in LRP_COMPOSITES))),
+    ("hand-written LRP vs Zennit: EpsilonPlus / EpsilonAlpha2Beta1 / EpsilonGammaBox",
+     tuple(f"lrp_{c}_by_hand_vs_zennit" for c in LRP_COMPOSITES)),
+    ("gradient of the attack objective through Zennit vs through the hand-written LRP, "
+     "softplus(10) copy, at a random start point (difference relative to its largest entry)",
+     tuple(f"lrp_{c}_second_order_rel" for c in LRP_COMPOSITES)),
+)  # fmt: skip
+
+
+def read_runs(paths: Sequence[str | Path]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The result lines of run files (`--out`; a later line of the same model and explainer
+    replaces an earlier one), in `EXPLAINERS` order then the models' order, and each model's
+    last reference checks."""
+    results: dict[tuple[str, str], dict[str, Any]] = {}
+    checks: dict[str, Any] = {}
+    for path in paths:
+        for line in Path(path).read_text().splitlines():
+            record = json.loads(line)
+            if record["kind"] == "result":
+                results[(record["model"], record["explainer"])] = record
+            elif record["kind"] == "checks":
+                checks[record["model"]] = record
+    models = list(dict.fromkeys(model for model, _ in results))
+    order = sorted(results, key=lambda k: (EXPLAINERS.index(k[1]), models.index(k[0])))
+    return [results[k] for k in order], checks
+
+
+def _number(value: float) -> str:
+    return "0" if value == 0 else f"{value:.1e}"
+
+
+def checks_table(checks: dict[str, Any]) -> dict[str, Any]:
+    """The largest differences of the reference checks, one column per model (`CHECK_ROWS`)."""
+    rows = []
+    for label, keys in CHECK_ROWS:
+        cells = [label]
+        for record in checks.values():
+            if keys[0] == "max":
+                cells.append(_number(max(record[k] for k in keys[1:])))
+            else:
+                cells.append(" / ".join(_number(record[k]) for k in keys))
+        rows.append(cells)
+    columns = ["check", *checks]
+    return {"columns": columns, "align": "|---" * len(columns) + "|", "rows": rows}
+
+
+def results_table(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """`markdown_table` of `records` as a results table (cells as printed)."""
+    lines = markdown_table(records).splitlines()
+    cells = [[c.strip() for c in line.strip("|").split(" | ")] for line in lines]
+    return {"columns": cells[0], "align": lines[1], "rows": cells[2:]}
+
+
+def k_table(wide: list[dict[str, Any]], narrow: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each result of the `narrow` run (attacked set 100) beside the `wide` one's (200) on the
+    images both attacked (the first n of the same list): the means, the 95 % interval of the
+    narrow run and of each image's lower value of the two, the narrow run's noise, and the
+    images where the narrow run is lower."""
+    by_key = {(r["model"], r["explainer"]): r for r in wide}
+    rows = []
+    for r in narrow:
+        w = by_key[(r["model"], r["explainer"])]
+        n = min(r["n_images"], w["n_images"])
+        a = np.asarray(w["attack"]["per_image_topk"][:n])
+        b = np.asarray(r["attack"]["per_image_topk"][:n])
+        noise = float(np.mean(r["noise"]["per_image_topk"][:n]))
+        name = REFERENCE_LABEL if r["explainer"] == "input" else r["explainer"]
+        rows.append([name, r["model"], str(n), f"{a.mean():.3f}", _fmt(mean_ci(b.tolist())),
+                     _fmt(mean_ci(np.minimum(a, b).tolist())), f"{noise:.3f}",
+                     f"{int((b < a).sum())} of {n}"])  # fmt: skip
+    columns = ["explainer", "model", "images", "k = 200", "k = 100 [95% CI]",
+               "worst of both [95% CI]", "noise (k = 100 run)",
+               "images where k = 100 is lower"]  # fmt: skip
+    return {"columns": columns, "align": "|---" * len(columns) + "|", "rows": rows}
+
+
+# (this module's explainer, the map's row on ENSEMBLE_MAPS.md, its label here); "map = input" is
+# that page's column "map = input (robust)"
+ENSEMBLE_MAPS = (
+    ("saliency", "saliency", "saliency"),
+    ("ig", "integrated gradients", "IG"),
+    ("gradcam_relu", "Grad-CAM", "Grad-CAM (ReLU'd)"),
+    ("lrp_epsilon_plus", "LRP", "LRP (EpsilonPlus)"),
+    ("input", "map = input (robust)", REFERENCE_LABEL),
+)
+ENSEMBLE_IMAGES = 20  # ENSEMBLE_MAPS.md: the first 20 test images both models classify correctly
+
+
+def worst_per_image(runs: Sequence[dict[str, Any]]) -> np.ndarray:
+    """Each image's lowest top-100 intersection over the results of `runs` (one model and
+    explainer; every run attacks the first n images of the same list), over the images of the
+    run that attacked the most."""
+    longest = max(runs, key=lambda r: r["n_images"])
+    worst = np.asarray(longest["attack"]["per_image_topk"], dtype=float)
+    for r in runs:
+        values = np.asarray(r["attack"]["per_image_topk"], dtype=float)
+        worst[: len(values)] = np.minimum(worst[: len(values)], values)
+    return worst
+
+
+def ensemble_table(
+    wide: list[dict[str, Any]], narrow: list[dict[str, Any]], ensemble: dict[str, Any]
+) -> dict[str, Any]:
+    """This page's worst case per map and model (each image's lowest intersection over both
+    attacked sets, `worst_per_image`) on the first `ENSEMBLE_IMAGES` images and on all it
+    attacked, beside the attack ensemble's mean on those images (`ensemble`: the table "maps"
+    of ENSEMBLE_MAPS.md's results, the same images), and whether the ensemble is at or below."""
+    rows_by_map = {
+        row[0]: dict(zip(ensemble["columns"], row, strict=True)) for row in ensemble["rows"]
+    }
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in [*wide, *narrow]:
+        runs.setdefault((r["model"], r["explainer"]), []).append(r)
+    rows = []
+    for name, ens_map, label in ENSEMBLE_MAPS:
+        for model in dict.fromkeys(r["model"] for r in wide):
+            if (model, name) not in runs:
+                continue
+            worst = worst_per_image(runs[(model, name)])
+            head = worst[:ENSEMBLE_IMAGES]
+            column = model if name != "input" else ens_map
+            row = rows_by_map["saliency" if name == "input" else ens_map]
+            cell = row.get(column, "-") if name != "input" or model == "robust" else "-"
+            ens = float(cell.split()[0]) if cell != "-" else math.nan
+            verdict = "-" if math.isnan(ens) else ("yes" if ens <= head.mean() else "**no**")
+            rows.append([label, model, f"{head.mean():.3f} ({len(head)})",
+                         f"{worst.mean():.3f} ({len(worst)})", cell, verdict, "0.128"])  # fmt: skip
+    columns = ["map", "model", "this page's worst top-100 ∩ (first 20 images)",
+               "this page's worst top-100 ∩ (all its images)",
+               "the attack ensemble, ENSEMBLE_MAPS.md (the same 20 images)",
+               "ensemble at or below this page's worst (20 images)",
+               "random map (expectation k/N = 100/784)"]  # fmt: skip
+    return {"columns": columns, "align": "|---" * len(columns) + "|", "rows": rows}
+
+
+def store_tables(wide_runs: Sequence[str], narrow_runs: Sequence[str]) -> Path:
+    """Write the page's tables (`PAGE_TABLES`) from the run files of the attacked set 200
+    (`wide_runs`: its checks and results) and 100 (`narrow_runs`), and ENSEMBLE_MAPS.md's
+    results, into experiments/results/independent_attacks.json, with the random-map rows of
+    `experiments.chance`; returns the file."""
+    from experiments import chance
+    from experiments.pages import RESULTS
+
+    wide, checks = read_runs(wide_runs)
+    narrow, _ = read_runs(narrow_runs)
+    ensemble = json.loads((RESULTS / "ensemble_maps.json").read_text())["tables"]["maps"]
+    built = (checks_table(checks), results_table(wide), k_table(wide, narrow),
+             ensemble_table(wide, narrow, ensemble))  # fmt: skip
+    path = RESULTS / "independent_attacks.json"
+    data = json.loads(path.read_text())
+    for key, table in zip(PAGE_TABLES, built, strict=True):
+        expected = chance.EXPECTED.get(f"independent_attacks:{key}")
+        data["tables"][key] = chance.with_expected_row(table, *expected) if expected else table
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    return path
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -832,6 +1003,15 @@ def _parser() -> argparse.ArgumentParser:
         default="runs/independent_attacks.jsonl",
         help="JSON lines: one per model and explainer, one per model's checks",
     )
+    parser.add_argument(
+        "--store-tables",
+        nargs="+",
+        metavar="RUN",
+        default=None,
+        help="attack nothing: write the page's tables from these run files (attacked set 200) "
+        "and those of --narrow-runs (100) into experiments/results/independent_attacks.json",
+    )
+    parser.add_argument("--narrow-runs", nargs="+", default=[], help="with --store-tables")
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -889,6 +1069,9 @@ def _run_model(
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args = _parser().parse_args(argv)
+    if args.store_tables:
+        print(store_tables(args.store_tables, args.narrow_runs))
+        return []
     if args.quick:
         args.images, args.images_slow, args.steps, args.restarts = 4, 4, 5, 1
         args.noise_draws, args.ig_points, args.check_images = 2, 4, 4

@@ -92,7 +92,6 @@ GAPS = {
     "cheaper:per-run": (INPUT, GONE),
     "cheaper:saliency-and-ig-together-input-x-2": (INPUT, GONE),
     "cheaper:the-shipped-recipe-and-every": (INPUT, GONE),
-    "every_map:test-split-three-seeds": (INPUT, "in its prose, not the table; re-score"),
     "lrp:summary": (INPUT, GONE),
     "lrp:surrogate": (INPUT, GONE),
     "lrp:sweep": (INPUT, "validation sweep; " + GONE),

@@ -18,10 +18,11 @@ from robust_train.regularizers import MultiMapSmoothness
 CONFIGS = sorted((Path(__file__).parents[2] / "experiments" / "cluttered_configs").glob("*.yaml"))
 
 
-def test_the_four_architecture_configs_are_there():
+def test_the_architecture_configs_are_there():
     assert {p.stem for p in CONFIGS} == {
         "resnet18_natural",
         "resnet18_every_map",
+        "resnet18_mixed_anchor",
         "vgg_bn_natural",
         "vgg_bn_every_map",
     }
@@ -38,6 +39,15 @@ def test_config_builds_its_network_and_penalty(config: Path, tmp_path, monkeypat
     penalties = list(cli.model.penalties)
     if config.stem.endswith("every_map"):
         assert len(penalties) == 1 and isinstance(penalties[0], MultiMapSmoothness)
+    elif config.stem.endswith("mixed_anchor"):
+        # pixel maps held to the model's own maps, Grad-CAM (last: the CLI's teacher flag reaches
+        # it) to the teacher's; both in eval mode
+        assert [type(p) for p in penalties] == [MultiMapSmoothness] * 2
+        assert [tuple(p.options.explainers) for p in penalties] == [
+            ("saliency", "input_x_gradient"),
+            ("grad_cam",),
+        ]
+        assert {p.options.model_mode for p in penalties} == {"eval"}
     else:
         assert penalties == []
     with torch.no_grad():

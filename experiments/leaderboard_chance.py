@@ -27,7 +27,6 @@ import dataclasses
 import gzip
 import json
 import math
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -68,10 +67,9 @@ def job_levels(job: dict[str, Any], lb_dir: Path) -> dict[str, Any]:
         SystemExit: the run folder's model of the job is not the model the job measured.
     """
     from experiments.leaderboard import _quiet, attack_settings, test_split
-    from experiments.leaderboard_ensemble import model_path
+    from experiments.leaderboard_ensemble import model_path, noise_only_per_image
     from experiments.leaderboard_methods import Plan
     from robust_train.core.runtime import predict
-    from robust_train.evaluation.engine import run_parts, summarize
     from robust_train.models import load_classifier
 
     test, group = job["test"], job["group"]
@@ -84,12 +82,9 @@ def job_levels(job: dict[str, Any], lb_dir: Path) -> dict[str, Any]:
         raise SystemExit(f"--lb {lb_dir}: {ckpt} is not the model {job['id']} measured")
     idx = test["indices"]
     settings = dataclasses.replace(
-        attack_settings(Plan(), (group,), "test", len(idx)),
-        attacks=("random_sign",), noise_draws=1, input_reference=False,
-    )  # fmt: skip
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        per_image = summarize(run_parts(model, x[idx], y[idx], settings))["per_image"]
+        attack_settings(Plan(), (group,), "test", len(idx)), input_reference=False
+    )
+    per_image = noise_only_per_image(model, x, y, idx, settings)
     out: dict[str, Any] = {"indices": idx}
     for key in (k.format(m=group) for k in KEYS):
         out[key] = [round(v, 6) if math.isfinite(v) else None for v in per_image[key]]

@@ -202,24 +202,33 @@ def random_map_levels(
     protocol measures them beside its attack, measured without the attack: the protocol with
     the noise attack alone, whose clean maps and seeded random maps are the same (an attack
     never changes them); for job results that kept none."""
-    import torch
-
     from experiments.leaderboard import _quiet, test_split
-    from robust_train.evaluation.engine import run_parts, summarize
     from robust_train.models import load_classifier
 
     model = load_classifier(checkpoint)
     _quiet()
     x, y = test_split()
-    idx = torch.tensor(indices)
-    s = dataclasses.replace(
-        settings(explainer, len(idx), False, protocol), attacks=("random_sign",), noise_draws=1
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        per_image = summarize(run_parts(model, x[idx], y[idx], s))["per_image"]
+    s = settings(explainer, len(indices), False, protocol)
+    per_image = noise_only_per_image(model, x, y, indices, s)
     keys = (RANDOM_KEY.format(m=explainer), RANDOM_LENS_KEY.format(m=explainer))
     return {k: [v if math.isfinite(v) else None for v in per_image[k]] for k in keys}
+
+
+def noise_only_per_image(
+    model: Any, x: Any, y: Any, indices: list[int], protocol_settings: Any
+) -> dict[str, list[float]]:
+    """The per-image results of `protocol_settings` on images `indices` of (x, y) with the
+    noise attack alone (one draw): the clean maps and the seeded random maps, and so the
+    random-map chance levels, are those of the full protocol (an attack never changes them)."""
+    import torch
+
+    from robust_train.evaluation.engine import run_parts, summarize
+
+    idx = torch.tensor(indices)
+    s = dataclasses.replace(protocol_settings, attacks=("random_sign",), noise_draws=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return summarize(run_parts(model, x[idx], y[idx], s))["per_image"]
 
 
 def chance_levels(job: dict[str, Any], lb_dir: str, quick: bool = False) -> dict[str, list[Any]]:

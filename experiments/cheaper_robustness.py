@@ -252,6 +252,32 @@ def chosen(names: list[str] | None) -> list[tuple[str, tuple[dict[str, Any] | No
     return [(v, VARIANTS[v]) for v in VARIANTS if v in keep]
 
 
+def store_summary(path: Path, key: str) -> Path:
+    """The first table of a file `--out` wrote (the summary) into results/cheaper.json as table
+    `key` (replacing one of that name), and CHEAPER.md written from its prose. Returns the page.
+
+    Raises:
+        ValueError: the file holds no markdown table.
+    """
+    import json
+
+    from experiments.pages import RESULTS, tables_page
+
+    lines = path.read_text().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("|")), None)
+    if start is None:
+        raise ValueError(f"no table in {str(path)!r}")
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    block = lines[start:end]
+    table = {"columns": block[0][2:-2].split(" | "), "align": block[1],
+             "rows": [row[2:-2].split(" | ") for row in block[2:]]}  # fmt: skip
+    results = RESULTS / "cheaper.json"
+    data = json.loads(results.read_text())
+    data["tables"][key] = table
+    results.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    return tables_page("CHEAPER.md")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=200, help="test images attacked")
@@ -267,9 +293,18 @@ def main(argv: list[str] | None = None) -> None:
         "--shipped", action="store_true",
         help="also measure the shipped robust checkpoint itself (a row of the summary)",
     )  # fmt: skip
+    parser.add_argument(
+        "--store", nargs=2, default=None, metavar=("FILE", "KEY"),
+        help="no run: the summary table of FILE (an --out file) into CHEAPER.md as table KEY",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None, help="write the table to this file")
     args = parser.parse_args(argv)
+    if args.store is not None:
+        if not Path(args.store[0]).is_file():
+            parser.error(f"--store {args.store[0]!r}: no such file")
+        print(store_summary(Path(args.store[0]), args.store[1]))
+        return
     torch.set_num_threads(args.threads)
     images, max_steps = (4, 12) if args.quick else (args.images, -1)
     if args.quick:

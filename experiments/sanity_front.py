@@ -47,6 +47,7 @@ MARKED = {
     NATURAL: "natural (shipped)",
     NOW: "robust, shipped now",
     BEFORE: "robust, shipped before",
+    "natural_finetune": "natural + the fine-tune's epochs, no penalty",
 }
 # The candidates of increasing penalty weight (the shipped recipe's options otherwise): run first.
 WEIGHT_SERIES = ("shipped", "corner", "corner_w4", "corner_w5", "corner_w6", "w6", "corner_w10")
@@ -58,13 +59,16 @@ WEIGHTS = {NATURAL_FINETUNE: 0.0, "corner": 3.0, "corner_w4": 4.0, "corner_w5": 
            "corner_w6": 6.0, "corner_w10": 10.0}  # fmt: skip
 
 
-def candidates(folders: list[Path], previous: str | None) -> list[dict[str, Any]]:
+def candidates(
+    folders: list[Path], previous: str | None, files: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
     """Every scored model of the recipe search folders `folders`: name, seed, checkpoint, test
     accuracy and proxy scores (a name and seed found twice: the first folder's). The natural
     row measures the shipped natural checkpoint, the row of the model shipped now the shipped
     robust checkpoint (its config fit, the same weights) and `shipped_before` the checkpoint
-    `previous` (left out without it). The weight series (`WEIGHT_SERIES`) comes first, then the
-    rest by name."""
+    `previous` (left out without it); `files` names the checkpoint of a candidate whose JSON
+    describes its fit instead of naming a file (a config fit: "NAME": path). The weight series
+    (`WEIGHT_SERIES`) comes first, then the rest by name."""
     out, seen = [], set()
     for path in [p for folder in folders for p in sorted(folder.glob("*_s[0-9].json"))]:
         row = json.loads(path.read_text())
@@ -82,6 +86,8 @@ def candidates(folders: list[Path], previous: str | None) -> list[dict[str, Any]
             if previous is None:
                 continue
             checkpoint = Path(previous)
+        elif name in (files or {}):
+            checkpoint = Path((files or {})[name])
         elif named.startswith("/"):
             checkpoint = Path(named)
         out.append({"name": name, "seed": seed, "checkpoint": str(checkpoint),
@@ -236,10 +242,10 @@ def front_table(points: list[dict[str, Any]]) -> dict[str, Any]:
 
 def correlation_table(points: list[dict[str, Any]]) -> dict[str, Any]:
     """Per map and number of layers randomised: across the penalised fine-tunes (`UNPENALISED`
-    left out), Spearman's rank correlation between the proxy level and the mean top-of-cascade score
-    (positive: the more robust, the flatter), how many fine-tunes are no flatter than the
-    natural model (mean at most natural's mean plus its standard deviation) and the front's
-    members (`pareto`)."""
+    left out), Spearman's rank correlation between the proxy level and the mean top-of-cascade
+    score (positive: the more robust, the flatter; with scipy's p-value, which takes the models
+    as independent), how many fine-tunes are no flatter than the natural model (mean at most
+    natural's mean plus its standard deviation) and the front's members (`pareto`)."""
     from scipy.stats import spearmanr
 
     from experiments.sanity_checks import _table
@@ -251,22 +257,29 @@ def correlation_table(points: list[dict[str, Any]]) -> dict[str, Any]:
         for n in LAYERS:
             xs = [p["proxy"][ex] for p in tuned]
             ys = [_mean_sd(p["cascade"][ex][str(n)])[0] for p in tuned]
-            rho = spearmanr(xs, ys, nan_policy="omit").statistic
+            test = spearmanr(xs, ys, nan_policy="omit")
             mean, sd = _mean_sd(natural["cascade"][ex][str(n)])
             steep = sum(y <= mean + sd for y in ys)
             allp = [p for p in points if p["name"] in UNPENALISED] + tuned
             pts = [(p["proxy"][ex], _mean_sd(p["cascade"][ex][str(n)])[0]) for p in allp]
             front = ", ".join(f"{allp[i]['name']} s{allp[i]['seed']}" for i in pareto(pts))
-            rows.append([LABELS[ex], str(n), str(len(tuned)), f"{rho:+.2f}",
+            rho = f"{test.statistic:+.2f} (p {test.pvalue:.2g})"
+            rows.append([LABELS[ex], str(n), str(len(tuned)), rho,
                          f"{mean:.3f} ± {sd:.3f}", f"{steep} of {len(tuned)}", front])  # fmt: skip
     columns = ["map", "layers randomised from the top", "penalised fine-tunes",
-               "Spearman: proxy level against top-of-cascade score", "natural model's score",
+               "Spearman: proxy level against top-of-cascade score (p, as if independent)",
+               "natural model's score",
                "penalised fine-tunes no flatter than natural",
                "front (most robust for the least flatness)"]  # fmt: skip
     return _table(columns, rows)
 
 
-STYLES = {NATURAL: ("s", "grey", 60), NOW: ("D", "tab:orange", 70), BEFORE: ("*", "tab:red", 150)}
+STYLES = {
+    NATURAL: ("s", "grey", 60),
+    NOW: ("D", "tab:orange", 70),
+    BEFORE: ("*", "tab:red", 150),
+    NATURAL_FINETUNE: ("v", "black", 45),
+}
 
 
 def _panel(ax: Any, points: list[dict[str, Any]], ex: str, n: int, x_of: str) -> None:
@@ -345,13 +358,19 @@ def score(named: list[str], out: Path) -> Path:
     return folder
 
 
-def run(folders: list[Path], previous: str | None, images: int, out: Path) -> list[dict[str, Any]]:
+def run(
+    folders: list[Path],
+    previous: str | None,
+    images: int,
+    out: Path,
+    files: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
     """Every candidate of `candidates` measured (`measure`, resumable), with the full ensemble's
     levels where stored."""
     torch.set_num_threads(1)
     levels = ensemble_levels()
     points = []
-    for row in candidates(folders, previous):
+    for row in candidates(folders, previous, files):
         if not Path(row["checkpoint"]).is_file() and not row["checkpoint"].startswith("check"):
             print(f"skipped {row['name']} s{row['seed']}: no checkpoint {row['checkpoint']}")
             continue
@@ -374,6 +393,10 @@ def main(argv: list[str] | None = None) -> None:
         help="checkpoints with no proxy score yet: scored first, kept under OUT/scored",
     )  # fmt: skip
     parser.add_argument("--previous", default=None, help="the robust checkpoint shipped before")
+    parser.add_argument(
+        "--checkpoint", nargs="*", default=[], metavar="NAME=CKPT",
+        help="the checkpoint of a candidate whose JSON does not name its file (a config fit)",
+    )  # fmt: skip
     parser.add_argument("--images", type=int, default=32)
     parser.add_argument("--page", action="store_true", help="only redraw from results/")
     args = parser.parse_args(argv)
@@ -387,16 +410,18 @@ def main(argv: list[str] | None = None) -> None:
     for folder in args.candidates:
         if not folder.is_dir():
             parser.error(f"--candidates {str(folder)!r}: no such folder")
-    for item in args.score:
-        name, _, checkpoint = item.partition("=")
-        if not name or not Path(checkpoint).is_file():
-            parser.error(f"--score {item!r}: give NAME=CHECKPOINT with an existing file")
+    for flag, items in (("--score", args.score), ("--checkpoint", args.checkpoint)):
+        for item in items:
+            name, _, checkpoint = item.partition("=")
+            if not name or not Path(checkpoint).is_file():
+                parser.error(f"{flag} {item!r}: give NAME=CHECKPOINT with an existing file")
+    files = dict(item.partition("=")[::2] for item in args.checkpoint)
     if args.previous is not None and not Path(args.previous).is_file():
         parser.error(f"--previous {args.previous!r}: no such checkpoint file")
     if args.images < 1:
         parser.error(f"--images must be >= 1, got {args.images}")
     folders = [*args.candidates, score(args.score, args.out)] if args.score else args.candidates
-    write_page(run(folders, args.previous, args.images, args.out))
+    write_page(run(folders, args.previous, args.images, args.out, files))
 
 
 if __name__ == "__main__":

@@ -69,6 +69,10 @@ def test_candidates_take_the_shipped_files_for_the_shipped_rows_and_the_weight_s
     assert (
         by["zeta"]["checkpoint"] == str(first / "zeta_s0.ckpt") and by["zeta"]["test_acc"] == 0.97
     )
+    # a config fit's JSON describes the fit; its file is given by name
+    _candidate(first, "fit_config", 0, ckpt=False, **proxy, changes={"checkpoint": "robust-train"})
+    given = sf.candidates([first], None, {"fit_config": "/w/last.ckpt"})
+    assert {r["name"]: r["checkpoint"] for r in given}["fit_config"] == "/w/last.ckpt"
     with_before = sf.candidates([first], "/z/before.ckpt")
     assert [r["name"] for r in with_before][:3] == [sf.NATURAL, sf.NOW, sf.BEFORE]
     assert with_before[2]["checkpoint"] == "/z/before.ckpt"
@@ -109,7 +113,7 @@ def test_the_correlation_table_finds_a_conflict_and_its_front():
     assert len(rows) == len(sf.EXPLAINERS) * len(sf.LAYERS)
     saliency_top = rows[0]
     assert saliency_top[:3] == ["saliency", "1", "4"]
-    assert saliency_top[3] == "+0.40"  # ranks 1 3 2 4 against 1 2 4 3: 1 - 6 * 6 / (4 * 15)
+    assert saliency_top[3] == "+0.40 (p 0.6)"  # ranks 1 3 2 4 against 1 2 4 3: 1 - 6 * 6 / (4 * 15)
     assert saliency_top[5] == "0 of 4"  # none at or below 0.40 + its deviation 0.01
     assert saliency_top[6] == f"{sf.NATURAL} s0, a s0, b s0, {sf.NOW} s0"
     # a robust fine-tune as steep as the natural model: no longer a conflict, and a lead

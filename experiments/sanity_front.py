@@ -41,19 +41,20 @@ FIGURE = ROOT / "docs" / "images" / "sanity_cascade_front.png"
 EXPLAINERS = ("saliency", "grad_cam")
 LABELS = {"saliency": "saliency", "grad_cam": "Grad-CAM"}
 LAYERS = (1, 2)
-# The recipe search's rows of the three shipped models, and the names the page gives them.
+# The recipe search's rows of the three shipped models, the same two-epoch fine-tune without the
+# penalty (scored with `--score`), and the names the page gives them.
 NATURAL, NOW, BEFORE = "natural_file", "corner_gcp2_r04_config", "shipped_before"
+NATURAL_FINETUNE = "natural_finetune"
 MARKED = {
     NATURAL: "natural (shipped)",
     NOW: "robust, shipped now",
     BEFORE: "robust, shipped before",
-    "natural_finetune": "natural + the fine-tune's epochs, no penalty",
+    NATURAL_FINETUNE: "natural + the fine-tune's epochs, no penalty",
 }
 # The candidates of increasing penalty weight (the shipped recipe's options otherwise): run first.
 WEIGHT_SERIES = ("shipped", "corner", "corner_w4", "corner_w5", "corner_w6", "w6", "corner_w10")
-# The same two-epoch fine-tune without the penalty (scored with `--score`), and the weight of each
-# candidate of the series with the corner start (the shipped recipe's start).
-NATURAL_FINETUNE = "natural_finetune"
+# The models without the penalty, and the weight of each candidate of the series with the corner
+# start (the shipped recipe's start).
 UNPENALISED = (NATURAL, NATURAL_FINETUNE)
 WEIGHTS = {NATURAL_FINETUNE: 0.0, "corner": 3.0, "corner_w4": 4.0, "corner_w5": 5.0,
            "corner_w6": 6.0, "corner_w10": 10.0}  # fmt: skip

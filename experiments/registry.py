@@ -80,6 +80,12 @@ EXPERIMENTS: dict[str, Entry] = {
         page="SANITY.md",
         write_page=TABLES,
     ),
+    "sanity_front": Entry(
+        "experiments.sanity_front",
+        "top-layer dependence (the cascade's top) against robustness and accuracy, many models",
+        page="SANITY.md",
+        write_page=TABLES,
+    ),
     "baselines": Entry(
         "experiments.baselines",
         "PGD adversarial and Gaussian-noise training, tuned by the leaderboard's rule, under the "

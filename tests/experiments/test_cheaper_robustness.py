@@ -15,11 +15,23 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_a_quick_run_measures_only_the_variants_asked_for(tmp_path: Path, monkeypatch):
     out = tmp_path / "cheaper.md"
-    picked = ("full (the recipe)", "batch_fraction 0.25", "every_n_steps 4")
-    argv = ["--quick", "--out", str(out), "--variants", *picked]  # three: the others share code
+    # three: the others share code (every_map: the shipped robust recipe's penalty and rate)
+    picked = ("full (the recipe)", "every_map (the recipe shipped now)", "every_n_steps 4")
+    argv = ["--quick", "--out", str(out), "--shipped", "--variants", *picked]
     monkeypatch.chdir(ROOT)
     cheaper_robustness.main(argv)
     text = out.read_text()
     for name in ("natural", *picked):
         assert f"| {name} |" in text
     assert "| batch_fraction 0.5 |" not in text  # a variant not asked for does not run
+    # the shipped file itself: no cost, its chance levels beside it, every cell filled
+    head, shipped = (
+        text.splitlines()[0],
+        next(
+            line
+            for line in text.splitlines()
+            if line.startswith(f"| {cheaper_robustness.SHIPPED} |")
+        ),
+    )
+    assert "random map" in head and "map = input" in head
+    assert shipped.count("|") == head.count("|") and shipped.split(" | ")[1:4] == ["-"] * 3

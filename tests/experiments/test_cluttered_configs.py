@@ -25,7 +25,6 @@ def test_the_architecture_configs_are_there():
         "resnet18_mixed_anchor",
         "vgg_bn_natural",
         "vgg_bn_every_map",
-        "vgg_bn_mixed_anchor",
     }
 
 

@@ -31,7 +31,12 @@ def test_the_architecture_configs_are_there():
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
 def test_config_builds_its_network_and_penalty(config: Path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the CLI's run folders, if any, stay in the test's folder
-    cli = lightning_main(["--config", str(config), "--trainer.logger=false"], run=False)
+    args = ["--config", str(config), "--trainer.logger=false"]
+    teacher = tmp_path / "natural.ckpt"  # loaded at the first penalty call, not at build
+    if config.stem.endswith("mixed_anchor"):  # the flag the config's comment gives
+        teacher.write_bytes(b"")
+        args += ["--model.penalties.init_args.teacher", str(teacher)]
+    cli = lightning_main(args, run=False)
     net = cli.model.model
     if config.stem.startswith("vgg_bn"):
         assert isinstance(net, VGGBN)
@@ -48,6 +53,7 @@ def test_config_builds_its_network_and_penalty(config: Path, tmp_path, monkeypat
             ("grad_cam",),
         ]
         assert {p.options.model_mode for p in penalties} == {"eval"}
+        assert [p.options.teacher for p in penalties] == [None, str(teacher)]
     else:
         assert penalties == []
     with torch.no_grad():

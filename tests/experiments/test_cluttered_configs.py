@@ -12,7 +12,7 @@ import torch
 
 from robust_train.app.lightning_cli import lightning_main
 from robust_train.data.mnist5k import MNIST5K_SPLIT
-from robust_train.models import VGGBN
+from robust_train.models import VGGBN, MNISTConvNet
 from robust_train.regularizers import MultiMapSmoothness
 
 CONFIGS = sorted((Path(__file__).parents[2] / "experiments" / "cluttered_configs").glob("*.yaml"))
@@ -23,6 +23,7 @@ def test_the_architecture_configs_are_there():
         "resnet18_natural",
         "resnet18_every_map",
         "resnet18_mixed_anchor",
+        "cnn_mixed_anchor",
         "vgg_bn_natural",
         "vgg_bn_every_map",
     }
@@ -47,9 +48,14 @@ def test_config_builds_its_network_and_penalty(config: Path, tmp_path, monkeypat
             ("saliency", "input_x_gradient"),
             ("grad_cam",),
         ]
-        assert {p.options.model_mode for p in penalties} == {"eval"}
+        # BatchNorm's mode matters on the ResNet only (the small CNN has none)
+        mode = "unchanged" if config.stem.startswith("cnn") else "eval"
+        assert {p.options.model_mode for p in penalties} == {mode}
     else:
         assert penalties == []
+    if config.stem.startswith("cnn"):
+        assert isinstance(net, MNISTConvNet)
+        _same_maps_as_the_shipped_fine_tune(penalties, tmp_path)
     with torch.no_grad():
         assert net.eval()(torch.rand(2, 3, 64, 64)).shape == (2, 10)
     # the per-step cosine reaches 0 at the fit's last step: T_max = epochs x training batches
@@ -57,3 +63,21 @@ def test_config_builds_its_network_and_penalty(config: Path, tmp_path, monkeypat
     batches = math.ceil(MNIST5K_SPLIT["train"] / config.data.init_args.batch_size)
     t_max = config.model.lr_scheduler.init_args.T_max
     assert t_max == config.trainer.max_epochs * batches, (config.trainer.max_epochs, t_max)
+
+
+def _same_maps_as_the_shipped_fine_tune(penalties: list, tmp_path: Path) -> None:
+    """The small CNN's split penalty weighs each map, and sets the radius, weight, distance and
+    share of the batch, as the shipped one-term fine-tune does."""
+    shipped = Path(__file__).parents[2] / "configs" / "cluttered_mnist5k_finetune_every_map.yaml"
+    (one,) = lightning_main(
+        ["--config", str(shipped), "--trainer.logger=false"], run=False
+    ).model.penalties
+    split = {
+        name: (p.weight * w, p.options.radius, p.options.distance, p.batch_fraction)
+        for p in penalties
+        for name, w in zip(p.options.explainers, p.options.weights, strict=True)
+    }
+    assert split == {
+        name: (one.weight * w, one.options.radius, one.options.distance, one.batch_fraction)
+        for name, w in zip(one.options.explainers, one.options.weights, strict=True)
+    }

@@ -55,7 +55,7 @@ def test_config_builds_its_network_and_penalty(config: Path, tmp_path, monkeypat
         assert penalties == []
     if config.stem.startswith("cnn"):
         assert isinstance(net, MNISTConvNet)
-        _same_maps_as_the_shipped_fine_tune(penalties, tmp_path)
+        _same_maps_as_the_shipped_fine_tune(penalties)
     with torch.no_grad():
         assert net.eval()(torch.rand(2, 3, 64, 64)).shape == (2, 10)
     # the per-step cosine reaches 0 at the fit's last step: T_max = epochs x training batches
@@ -65,7 +65,7 @@ def test_config_builds_its_network_and_penalty(config: Path, tmp_path, monkeypat
     assert t_max == config.trainer.max_epochs * batches, (config.trainer.max_epochs, t_max)
 
 
-def _same_maps_as_the_shipped_fine_tune(penalties: list, tmp_path: Path) -> None:
+def _same_maps_as_the_shipped_fine_tune(penalties: list) -> None:
     """The small CNN's split penalty weighs each map, and sets the radius, weight, distance and
     share of the batch, as the shipped one-term fine-tune does."""
     shipped = Path(__file__).parents[2] / "configs" / "cluttered_mnist5k_finetune_every_map.yaml"

@@ -24,6 +24,7 @@ def test_the_architecture_configs_are_there():
         "resnet18_every_map",
         "resnet18_mixed_anchor",
         "cnn_mixed_anchor",
+        "cnn_soft_anchor",
         "vgg_bn_natural",
         "vgg_bn_every_map",
     }
@@ -51,10 +52,18 @@ def test_config_builds_its_network_and_penalty(config: Path, tmp_path, monkeypat
         # BatchNorm's mode matters on the ResNet only (the small CNN has none)
         mode = "unchanged" if config.stem.startswith("cnn") else "eval"
         assert {p.options.model_mode for p in penalties} == {mode}
+    elif config.stem.endswith("soft_anchor"):
+        # the shipped penalty, then Grad-CAM alone at a third of its weight (the teacher's term)
+        assert [type(p) for p in penalties] == [MultiMapSmoothness] * 2
+        _same_maps_as_the_shipped_fine_tune(penalties[:1])
+        teacher = penalties[1]
+        assert tuple(teacher.options.explainers) == ("grad_cam",)
+        assert teacher.weight == penalties[0].weight / 3 and teacher.options.teacher is None
     else:
         assert penalties == []
     if config.stem.startswith("cnn"):
         assert isinstance(net, MNISTConvNet)
+    if config.stem == "cnn_mixed_anchor":
         _same_maps_as_the_shipped_fine_tune(penalties)
     with torch.no_grad():
         assert net.eval()(torch.rand(2, 3, 64, 64)).shape == (2, 10)

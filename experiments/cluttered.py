@@ -29,8 +29,8 @@ budget's fine-tunes against the natural model measured at it), the targets of th
 (LRP, DeepLIFT, IG) in theirs ("targets_maps"), the rows of each `--ensemble-out` folder's
 jobs (other `eval` runs: the attack ensemble's, the fast protocol on its images; in the targets
 table each protocol's fine-tunes against the natural model measured the same way) and those of
-`--out`/diagnosis (`experiments.cluttered_diagnosis`) and `--out`/head
-(`experiments.cluttered_head`);
+`--out`/diagnosis (`experiments.cluttered_diagnosis`), `--out`/head
+(`experiments.cluttered_head`) and `--out`/mass (`experiments.cluttered_mass`);
 `figures` writes docs/images/cluttered_attacked_maps.png (clean and attacked maps of the first
 correctly classified test images, the ground-truth outline drawn on each).
 """
@@ -448,6 +448,27 @@ def diagnosis_table(folder: Path) -> dict[str, Any]:
     return {"columns": columns, "align": "|---" * len(columns) + "|", "rows": rows}
 
 
+MASS_COLUMNS = {
+    "images": "images",
+    "mask": "on the digit (rel. mass)",
+    "ring": "ring of 4 pixels",
+    "far": "further away",
+    "top_k": "in the top 512 pixels",
+    "floor": "below a tenth of the maximum",
+}
+
+
+def mass_table(folder: Path) -> dict[str, Any]:
+    """The table of `experiments.cluttered_mass`'s results under `folder` (one row each)."""
+    results = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    rows = [
+        [r["label"], str(r["images"]), *(_cell(r.get(key)) for key in list(MASS_COLUMNS)[1:])]
+        for r in sorted(results, key=lambda r: r["label"])
+    ]
+    columns = ["model", *MASS_COLUMNS.values()]
+    return {"columns": columns, "align": "|---" * len(columns) + "|", "rows": rows}
+
+
 def read_jobs(folder: Path, fit_times: dict[str, float]) -> list[dict[str, Any]]:
     results = [json.loads(p.read_text()) for p in sorted((folder / "jobs").glob("*.json"))]
     for result in results:
@@ -480,6 +501,7 @@ def run_table(args: argparse.Namespace) -> None:
         tables["ensemble"] = table_rows(ensemble, with_protocol=True)["measures"]
     tables["diagnosis"] = diagnosis_table(Path(args.out) / "diagnosis")
     tables["head"] = head_table(Path(args.out) / "head")
+    tables["mass"] = mass_table(Path(args.out) / "mass")
     data = {"tables": tables, "results": results + budgets + ensemble}
     path = RESULTS / "cluttered.json"
     path.write_text(json.dumps(data, indent=1) + "\n")

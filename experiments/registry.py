@@ -161,6 +161,12 @@ EXPERIMENTS: dict[str, Entry] = {
         page="CLUTTERED.md",
         write_page=TABLES,
     ),
+    "cluttered_mass": Entry(
+        "experiments.cluttered_mass",
+        "where a Grad-CAM map's mass falls on cluttered digits: on the digit, beside it, elsewhere",
+        page="CLUTTERED.md",
+        write_page=TABLES,
+    ),
     "cluttered_head": Entry(
         "experiments.cluttered_head",
         "why the VGG-BN learnt slowly on cluttered digits: short natural fits of its heads",

@@ -12,7 +12,7 @@ import torch
 
 from robust_train.app.lightning_cli import lightning_main
 from robust_train.data.mnist5k import MNIST5K_SPLIT
-from robust_train.models import VGGBN
+from robust_train.models import VGGBN, MNISTConvNet
 from robust_train.regularizers import MultiMapSmoothness
 
 CONFIGS = sorted((Path(__file__).parents[2] / "experiments" / "cluttered_configs").glob("*.yaml"))
@@ -23,6 +23,8 @@ def test_the_architecture_configs_are_there():
         "resnet18_natural",
         "resnet18_every_map",
         "resnet18_mixed_anchor",
+        "cnn_mixed_anchor",
+        "cnn_soft_anchor",
         "vgg_bn_natural",
         "vgg_bn_every_map",
     }
@@ -52,10 +54,23 @@ def test_config_builds_its_network_and_penalty(config: Path, tmp_path, monkeypat
             ("saliency", "input_x_gradient"),
             ("grad_cam",),
         ]
-        assert {p.options.model_mode for p in penalties} == {"eval"}
+        # BatchNorm's mode matters on the ResNet only (the small CNN has none)
+        mode = "unchanged" if config.stem.startswith("cnn") else "eval"
+        assert {p.options.model_mode for p in penalties} == {mode}
         assert [p.options.teacher for p in penalties] == [None, str(teacher)]
+    elif config.stem.endswith("soft_anchor"):
+        # the shipped penalty, then Grad-CAM alone at a third of its weight (the teacher's term)
+        assert [type(p) for p in penalties] == [MultiMapSmoothness] * 2
+        _same_maps_as_the_shipped_fine_tune(penalties[:1])
+        anchored = penalties[1]
+        assert tuple(anchored.options.explainers) == ("grad_cam",)
+        assert anchored.weight == penalties[0].weight / 3 and anchored.options.teacher is None
     else:
         assert penalties == []
+    if config.stem.startswith("cnn"):
+        assert isinstance(net, MNISTConvNet)
+    if config.stem == "cnn_mixed_anchor":
+        _same_maps_as_the_shipped_fine_tune(penalties)
     with torch.no_grad():
         assert net.eval()(torch.rand(2, 3, 64, 64)).shape == (2, 10)
     # the per-step cosine reaches 0 at the fit's last step: T_max = epochs x training batches
@@ -63,3 +78,21 @@ def test_config_builds_its_network_and_penalty(config: Path, tmp_path, monkeypat
     batches = math.ceil(MNIST5K_SPLIT["train"] / config.data.init_args.batch_size)
     t_max = config.model.lr_scheduler.init_args.T_max
     assert t_max == config.trainer.max_epochs * batches, (config.trainer.max_epochs, t_max)
+
+
+def _same_maps_as_the_shipped_fine_tune(penalties: list) -> None:
+    """The small CNN's split penalty weighs each map, and sets the radius, weight, distance and
+    share of the batch, as the shipped one-term fine-tune does."""
+    shipped = Path(__file__).parents[2] / "configs" / "cluttered_mnist5k_finetune_every_map.yaml"
+    (one,) = lightning_main(
+        ["--config", str(shipped), "--trainer.logger=false"], run=False
+    ).model.penalties
+    split = {
+        name: (p.weight * w, p.options.radius, p.options.distance, p.batch_fraction)
+        for p in penalties
+        for name, w in zip(p.options.explainers, p.options.weights, strict=True)
+    }
+    assert split == {
+        name: (one.weight * w, one.options.radius, one.options.distance, one.batch_fraction)
+        for name, w in zip(one.options.explainers, one.options.weights, strict=True)
+    }

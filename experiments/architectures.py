@@ -48,6 +48,7 @@ import copy
 import dataclasses
 import json
 import math
+import statistics
 import sys
 import time
 from collections.abc import Mapping
@@ -895,6 +896,46 @@ def store_table(key: str, table: dict[str, Any], page: str = "ARCHITECTURES.md")
     return tables_page(page)
 
 
+# ------------------------------------------------------------------------ training curves
+CURVE_COLUMNS = (
+    "architecture", "model", "seed", "val acc at start", "after epoch 1", "at the end",
+    "lowest (step)", "CE: first 10 steps", "last 10", "highest (step)",
+    "penalty: first 10 steps", "last 10",
+)  # fmt: skip
+
+
+def curve_rows(label: str, out: Path) -> list[list[str]]:
+    """One row per robust fit of the folder `out` that kept a curve (`--curve-every`): its
+    validation accuracy in eval mode at the start, after its first epoch and at the end (before
+    any `--recompute-bn`), its lowest and where, and its clean loss and penalty per step
+    averaged over the first and the last 10 steps, with the highest clean loss and where."""
+    rows = []
+    for job in load_jobs(out):
+        curve = job.get("curve")
+        if job["kind"] != "fit" or not curve:
+            continue
+        acc = dict(zip(curve["val_step"], curve["val_acc"], strict=True))
+        per_epoch = len(curve["step"]) // max(len(job.get("epoch_cpu_s", [])), 1)
+        low = min(acc, key=acc.__getitem__)
+        ce = curve["train/ce"]
+        pen = next((v for k, v in curve.items() if k.startswith("train/penalty/")), [math.nan])
+        high = max(range(len(ce)), key=ce.__getitem__)
+        row = [job["arch"], label, str(job["seed"])]
+        row += [f"{acc[0]:.3f}", f"{acc.get(per_epoch, math.nan):.3f}"]
+        row += [f"{acc[curve['val_step'][-1]]:.3f}", f"{acc[low]:.3f} ({low})"]
+        row += [f"{statistics.fmean(ce[:10]):.3f}", f"{statistics.fmean(ce[-10:]):.3f}"]
+        row += [f"{ce[high]:.3f} ({curve['step'][high]})"]
+        row += [f"{statistics.fmean(pen[:10]):.3f}", f"{statistics.fmean(pen[-10:]):.3f}"]
+        rows.append(row)
+    return sorted(rows, key=lambda r: (r[0], r[1], int(r[2])))
+
+
+def curve_table(runs: list[tuple[str, Path]]) -> dict[str, Any]:
+    """The training-curve table of the run folders `runs` (label, folder; `curve_rows`)."""
+    rows = [row for label, out in runs for row in curve_rows(label, out)]
+    return {"columns": list(CURVE_COLUMNS), "align": "|" + "---|" * 3 + "--:|" * 9, "rows": rows}
+
+
 # ------------------------------------------------------------- the penalty's BatchNorm modes
 MODE_MAPS = ("grad_cam", "saliency")
 MODES = ("train", "eval")
@@ -1105,6 +1146,9 @@ def parser() -> argparse.ArgumentParser:
         help="the recipe file (path or shipped name) the robust fits ran with, read only for "
         "fits that did not store theirs; without it their penalty options read 'unknown'",
     )
+    cv = sub.add_parser("curves", help="the robust fits' training curves, a table in the page")
+    cv.add_argument("--table", required=True, help="the table's key in the page's results")
+    cv.add_argument("--run", nargs="+", required=True, metavar="LABEL=FOLDER")
     m = sub.add_parser(
         "modes", help="Grad-CAM's concentration and the maps' stability, train vs eval mode"
     )
@@ -1136,7 +1180,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(store_table(args.table, modes_table(ckpts, args.layer)))  # type: ignore[arg-type]
         return 0
-    if args.part == "variants":
+    if args.part in ("variants", "curves"):
         runs = [tuple(r.split("=", 1)) for r in args.run]
         bad = [r for r, pair in zip(args.run, runs, strict=True) if len(pair) != 2
                or not (Path(pair[1]) / "jobs").is_dir()]  # fmt: skip
@@ -1146,12 +1190,15 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         try:
-            if args.recipe is not None:
+            if getattr(args, "recipe", None) is not None:
                 parse_recipe(recipe_file(args.recipe).read_text(), args.recipe)
         except SystemExit as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
         found = [(label, Path(folder)) for label, folder in runs]
+        if args.part == "curves":
+            print(store_table(args.table, curve_table(found)))
+            return 0
         print(variants(found, args.table, args.recipe))
         return 0
     for name in ("images", "budget_min"):

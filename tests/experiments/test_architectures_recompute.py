@@ -77,3 +77,23 @@ def test_a_negative_curve_step_stops_the_run_before_any_work(arch, tmp_path):
     with pytest.raises(SystemExit, match="--curve-every must be >= 0, got -1"):
         arch.main([*argv, "--curve-every", "-1"])
     assert not out.exists()
+
+
+def test_the_curve_table_reads_start_epoch_end_and_extremes(arch, tmp_path):
+    import json
+
+    steps = list(range(1, 21))
+    ce = [1.0] * 20
+    ce[6] = 4.0  # a spike at step 7
+    curve = {"step": steps, "lr": [0.1] * 20, "val_step": [0, 5, 10, 15, 20],
+             "val_acc": [0.9, 0.8, 0.85, 0.7, 0.75], "train/ce": ce,
+             "train/penalty/multi_map": [2.0] * 10 + [1.0] * 10}  # fmt: skip
+    job = {"kind": "fit", "arch": "resnet18", "model": "robust", "seed": 2, "explainer": None,
+           "id": "fit_resnet18_robust_s2", "epoch_cpu_s": [1.0, 1.0], "curve": curve}  # fmt: skip
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "fit_resnet18_robust_s2.json").write_text(json.dumps(job))
+    no_curve = {**job, "seed": 0, "id": "fit_resnet18_robust_s0", "curve": None}
+    (tmp_path / "jobs" / "fit_resnet18_robust_s0.json").write_text(json.dumps(no_curve))
+    (row,) = arch.curve_table([("eval mode", tmp_path)])["rows"]
+    assert row == ["resnet18", "eval mode", "2", "0.900", "0.850", "0.750", "0.700 (15)",
+                   "1.300", "1.000", "4.000 (7)", "2.000", "1.000"]  # fmt: skip

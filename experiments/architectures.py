@@ -512,10 +512,12 @@ class Run:
                     raise RuntimeError(f"{job.id}: its natural model has not been trained")
                 init = natural["ckpt"]
             recipe = self.recipes[job.model]
-            robust = job.model == "robust"
-            curve = getattr(self.args, "curve_every", 0) if robust else 0
-            recompute = robust and getattr(self.args, "recompute_bn", False)
-            result = fit(job.arch, recipe, job.seed, init, ckpt, self.limit, curve, recompute)
+            extra: dict[str, Any] = {}  # the diagnosis options, robust fits only
+            if job.model == "robust" and getattr(self.args, "curve_every", 0):
+                extra["curve_every"] = self.args.curve_every
+            if job.model == "robust" and getattr(self.args, "recompute_bn", False):
+                extra["recompute_bn"] = True
+            result = fit(job.arch, recipe, job.seed, init, ckpt, self.limit, **extra)
             if job.model == "robust":  # what the fit ran with, whatever the files say later
                 result.update(penalty_options=self.options, recipe_file=self.recipe_file)
             return result

@@ -901,7 +901,7 @@ def store_table(key: str, table: dict[str, Any], page: str = "ARCHITECTURES.md")
 # ------------------------------------------------------------------------ training curves
 CURVE_COLUMNS = (
     "architecture", "model", "seed", "val acc at start", "after epoch 1", "at the end",
-    "lowest (step)", "CE: first 10 steps", "last 10", "highest (step)",
+    "lowest (step)", "median", "CE: first 10 steps", "last 10", "highest (step)",
     "penalty: first 10 steps", "last 10",
 )  # fmt: skip
 
@@ -909,8 +909,9 @@ CURVE_COLUMNS = (
 def curve_rows(label: str, out: Path) -> list[list[str]]:
     """One row per robust fit of the folder `out` that kept a curve (`--curve-every`): its
     validation accuracy in eval mode at the start, after its first epoch and at the end (before
-    any `--recompute-bn`), its lowest and where, and its clean loss and penalty per step
-    averaged over the first and the last 10 steps, with the highest clean loss and where."""
+    any `--recompute-bn`), its lowest and where, its median over the fit, and its clean loss
+    and penalty per step averaged over the first and the last 10 steps, with the highest clean
+    loss and where."""
     rows = []
     for job in load_jobs(out):
         curve = job.get("curve")
@@ -925,6 +926,7 @@ def curve_rows(label: str, out: Path) -> list[list[str]]:
         row = [job["arch"], label, str(job["seed"])]
         row += [f"{acc[0]:.3f}", f"{acc.get(per_epoch, math.nan):.3f}"]
         row += [f"{acc[curve['val_step'][-1]]:.3f}", f"{acc[low]:.3f} ({low})"]
+        row += [f"{statistics.median(curve['val_acc']):.3f}"]
         row += [f"{statistics.fmean(ce[:10]):.3f}", f"{statistics.fmean(ce[-10:]):.3f}"]
         row += [f"{ce[high]:.3f} ({curve['step'][high]})"]
         row += [f"{statistics.fmean(pen[:10]):.3f}", f"{statistics.fmean(pen[-10:]):.3f}"]
@@ -935,7 +937,7 @@ def curve_rows(label: str, out: Path) -> list[list[str]]:
 def curve_table(runs: list[tuple[str, Path]]) -> dict[str, Any]:
     """The training-curve table of the run folders `runs` (label, folder; `curve_rows`)."""
     rows = [row for label, out in runs for row in curve_rows(label, out)]
-    return {"columns": list(CURVE_COLUMNS), "align": "|" + "---|" * 3 + "--:|" * 9, "rows": rows}
+    return {"columns": list(CURVE_COLUMNS), "align": "|" + "---|" * 3 + "--:|" * 10, "rows": rows}
 
 
 # ------------------------------------------------------------- the penalty's BatchNorm modes

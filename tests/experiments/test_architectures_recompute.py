@@ -96,4 +96,4 @@ def test_the_curve_table_reads_start_epoch_end_and_extremes(arch, tmp_path):
     (tmp_path / "jobs" / "fit_resnet18_robust_s0.json").write_text(json.dumps(no_curve))
     (row,) = arch.curve_table([("eval mode", tmp_path)])["rows"]
     assert row == ["resnet18", "eval mode", "2", "0.900", "0.850", "0.750", "0.700 (15)",
-                   "1.300", "1.000", "4.000 (7)", "2.000", "1.000"]  # fmt: skip
+                   "0.800", "1.300", "1.000", "4.000 (7)", "2.000", "1.000"]  # fmt: skip

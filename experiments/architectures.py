@@ -35,6 +35,12 @@ folders side by side in one table of the page, with "map = input" and a random m
 same attack; `modes` measures, on given checkpoints, Grad-CAM's concentration and the maps'
 stability under noise with BatchNorm in train and in eval mode.
 
+Two options of `run` that leave a fit's weights as they are: `--curve-every N` keeps each robust
+fit's clean loss and penalty at every step and its validation accuracy in eval mode every N
+steps (`curves` puts them in a table of the page), and `--recompute-bn` replaces each robust
+fit's BatchNorm running statistics after the fit by those of the training images; a fit made
+with it is stored apart (its settings say so) and named in the `variants` table.
+
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m experiments.architectures run \\
         --recipe configs/mnist5k_finetune_ixg_softplus.yaml --out runs/architectures
     .venv/bin/python -m experiments.architectures report --out runs/architectures

@@ -35,6 +35,12 @@ folders side by side in one table of the page, with "map = input" and a random m
 same attack; `modes` measures, on given checkpoints, Grad-CAM's concentration and the maps'
 stability under noise with BatchNorm in train and in eval mode.
 
+Two options of `run` that leave a fit's weights as they are: `--curve-every N` keeps each robust
+fit's clean loss and penalty at every step and its validation accuracy in eval mode every N
+steps (`curves` puts them in a table of the page), and `--recompute-bn` replaces each robust
+fit's BatchNorm running statistics after the fit by those of the training images; a fit made
+with it is stored apart (its settings say so) and named in the `variants` table.
+
     OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m experiments.architectures run \\
         --recipe configs/mnist5k_finetune_ixg_softplus.yaml --out runs/architectures
     .venv/bin/python -m experiments.architectures report --out runs/architectures
@@ -48,6 +54,7 @@ import copy
 import dataclasses
 import json
 import math
+import statistics
 import sys
 import time
 from collections.abc import Mapping
@@ -246,12 +253,68 @@ def build_arch(arch: str) -> Any:
     return build_model(copy.deepcopy(ARCHS[arch]))
 
 
+def curve_callback(every: int) -> Any:
+    """A Lightning callback that keeps a fit's training curve in its `curve` dict: every
+    step's logged training parts (`train/ce`, `train/penalty/NAME`, `train/loss`) and the
+    learning rate after it, and the accuracy on MNIST-5k's 500 validation images in eval mode
+    (running statistics; the model's mode restored after) before the first step, every `every`
+    steps and after the last. The evaluations draw no random numbers, so the fit's weights are
+    those of a fit without it."""
+    import pytorch_lightning as pl
+    import torch
+
+    class Curve(pl.Callback):
+        def __init__(self) -> None:
+            self.curve: dict[str, list[float]] = {"step": [], "lr": [], "val_step": [],
+                                                  "val_acc": []}  # fmt: skip
+
+        def val_acc(self, trainer: Any, module: Any) -> None:
+            x, y = trainer.datamodule.val_set.tensors
+            training = module.model.training
+            module.model.eval()
+            with torch.no_grad():
+                pred = torch.cat(
+                    [module.model(x[i : i + 250]).argmax(1) for i in range(0, len(x), 250)]
+                )
+            module.model.train(training)
+            self.curve["val_step"].append(trainer.global_step)
+            self.curve["val_acc"].append(float(pred.eq(y).float().mean()))
+
+        def on_train_start(self, trainer: Any, module: Any) -> None:
+            self.val_acc(trainer, module)
+
+        def on_train_batch_end(self, trainer: Any, module: Any, *args: Any) -> None:
+            self.curve["step"].append(trainer.global_step)
+            self.curve["lr"].append(trainer.optimizers[0].param_groups[0]["lr"])
+            for key, value in trainer.callback_metrics.items():
+                if key.startswith("train/") and key.endswith("_step"):
+                    self.curve.setdefault(key[: -len("_step")], []).append(float(value))
+            if trainer.global_step % every == 0:
+                self.val_acc(trainer, module)
+
+        def on_train_end(self, trainer: Any, module: Any) -> None:
+            if not self.curve["val_step"] or self.curve["val_step"][-1] != trainer.global_step:
+                self.val_acc(trainer, module)
+
+    return Curve()
+
+
 def fit(
-    arch: str, recipe: Recipe, seed: int, init: str | None, ckpt: Path, limit: int | None
+    arch: str,
+    recipe: Recipe,
+    seed: int,
+    init: str | None,
+    ckpt: Path,
+    limit: int | None,
+    curve_every: int = 0,
+    recompute_bn: bool = False,
 ) -> dict[str, Any]:
     """Train `arch` with `recipe` (from `init` when given, which is also the teacher of a
     penalty with `teacher: natural`) on MNIST-5k's train split; save `ckpt`; the fit's CPU and
-    wall seconds, its epochs' CPU seconds and accuracies."""
+    wall seconds, its epochs' CPU seconds and accuracies; with `curve_every` > 0 also its
+    training curve (`curve_callback`; its validation passes count in the CPU seconds); with
+    `recompute_bn`, every BatchNorm's running statistics recomputed after the fit on the
+    3,500 training images (`recompute_statistics`), their CPU seconds stored apart."""
     import pytorch_lightning as pl
     import torch
 
@@ -279,13 +342,21 @@ def fit(
         softplus_beta=recipe.softplus_beta,
     )
     clock = EpochClock()
-    trainer = quiet_trainer(max_epochs=recipe.epochs, limit_train_batches=limit, callbacks=[clock])
+    callbacks = [clock] + ([curve_callback(curve_every)] if curve_every > 0 else [])
+    trainer = quiet_trainer(
+        max_epochs=recipe.epochs, limit_train_batches=limit, callbacks=callbacks
+    )
     cpu, wall = time.process_time(), time.perf_counter()
-    trainer.fit(module, datamodule=MNIST5kDataModule(batch_size=recipe.batch_size, seed=0))
+    data = MNIST5kDataModule(batch_size=recipe.batch_size, seed=0)
+    trainer.fit(module, datamodule=data)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    recomputed = time.process_time()
+    if recompute_bn:
+        recompute_statistics(module.model, data.train_set.tensors[0])
+    recomputed = time.process_time() - recomputed
     ckpt.parent.mkdir(parents=True, exist_ok=True)
     trainer.save_checkpoint(ckpt)
-    return {
+    out = {
         "cpu_s": cpu,
         "wall_s": wall,
         "epoch_cpu_s": list(clock.seconds),
@@ -293,6 +364,22 @@ def fit(
         "terms": [repr(t) for t in terms],
         "ckpt": str(ckpt),
     }
+    if curve_every > 0:
+        out["curve"] = callbacks[1].curve
+    if recompute_bn:
+        out["bn_recomputed_cpu_s"] = recomputed
+    return out
+
+
+def recompute_statistics(model: Any, images: Any) -> None:
+    """Replace the running statistics of every BatchNorm of `model` with those of `images`
+    (cumulative, batches of 64, the network in training mode without gradients; weights
+    unchanged); `model` is left in the mode it was in."""
+    from experiments.cluttered_diagnosis import recomputed_statistics
+
+    training = model.training
+    model.load_state_dict(recomputed_statistics(model, images).state_dict())
+    model.train(training)
 
 
 def layer_info(model: Any, layer: str | None = None) -> dict[str, Any]:
@@ -392,6 +479,8 @@ class Run:
         out["natural"] = self.recipes["natural"].record()
         if job.model == "robust":
             out["robust"] = self.recipes["robust"].record()
+            if getattr(self.args, "recompute_bn", False):  # absent otherwise: older results stand
+                out["recompute_bn"] = True
         if job.kind == "eval":
             out.update(images=self.images, measure_version=self.measure_version)
         return json.loads(json.dumps(out))
@@ -429,7 +518,12 @@ class Run:
                     raise RuntimeError(f"{job.id}: its natural model has not been trained")
                 init = natural["ckpt"]
             recipe = self.recipes[job.model]
-            result = fit(job.arch, recipe, job.seed, init, ckpt, self.limit)
+            extra: dict[str, Any] = {}  # the diagnosis options, robust fits only
+            if job.model == "robust" and getattr(self.args, "curve_every", 0):
+                extra["curve_every"] = self.args.curve_every
+            if job.model == "robust" and getattr(self.args, "recompute_bn", False):
+                extra["recompute_bn"] = True
+            result = fit(job.arch, recipe, job.seed, init, ckpt, self.limit, **extra)
             if job.model == "robust":  # what the fit ran with, whatever the files say later
                 result.update(penalty_options=self.options, recipe_file=self.recipe_file)
             return result
@@ -720,6 +814,16 @@ def option_label(options: dict[str, Any] | None) -> str:
     return ", ".join(f"{k}={v}" for k, v in options.items()) or "-"
 
 
+RECOMPUTED = "BatchNorm statistics recomputed"
+
+
+def fit_label(fit_job: Mapping[str, Any], recipe: str | None = None) -> str:
+    """A robust fit's "penalty options" cell (`option_label` of `penalty_options`), with
+    `RECOMPUTED` added when its BatchNorm statistics were recomputed after it (`--recompute-bn`)."""
+    text = option_label(penalty_options(fit_job, recipe))
+    return f"{text} + {RECOMPUTED}" if fit_job.get("settings", {}).get("recompute_bn") else text
+
+
 def _per_seed(jobs: list[dict[str, Any]], explainer: str | None, key: str) -> list[float]:
     """One value per seed: the first eval job of the seed (of `explainer`, or any) that has it."""
     by_seed: dict[Any, float] = {}
@@ -746,7 +850,7 @@ def variant_rows(label: str, out: Path, recipe: str | None = None) -> list[list[
                 continue
             seeds = sorted({j["seed"] for j in evals})
             fits = {j["seed"]: j for j in mine if j["kind"] == "fit" and j["seed"] in seeds}
-            labels = {s: option_label(penalty_options(j, recipe)) for s, j in sorted(fits.items())}
+            labels = {s: fit_label(j, recipe) for s, j in sorted(fits.items())}
             if model == "natural" or not labels:
                 options = "-" if model == "natural" else "unknown"
             elif len(set(labels.values())) == 1:
@@ -798,6 +902,48 @@ def store_table(key: str, table: dict[str, Any], page: str = "ARCHITECTURES.md")
     data["tables"][key] = table
     path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
     return tables_page(page)
+
+
+# ------------------------------------------------------------------------ training curves
+CURVE_COLUMNS = (
+    "architecture", "model", "seed", "val acc at start", "after epoch 1", "at the end",
+    "lowest (step)", "median", "CE: first 10 steps", "last 10", "highest (step)",
+    "penalty: first 10 steps", "last 10",
+)  # fmt: skip
+
+
+def curve_rows(label: str, out: Path) -> list[list[str]]:
+    """One row per robust fit of the folder `out` that kept a curve (`--curve-every`): its
+    validation accuracy in eval mode at the start, after its first epoch and at the end (before
+    any `--recompute-bn`), its lowest and where, its median over the fit, and its clean loss
+    and penalty per step averaged over the first and the last 10 steps, with the highest clean
+    loss and where."""
+    rows = []
+    for job in load_jobs(out):
+        curve = job.get("curve")
+        if job["kind"] != "fit" or not curve:
+            continue
+        acc = dict(zip(curve["val_step"], curve["val_acc"], strict=True))
+        per_epoch = len(curve["step"]) // max(len(job.get("epoch_cpu_s", [])), 1)
+        low = min(acc, key=acc.__getitem__)
+        ce = curve["train/ce"]
+        pen = next((v for k, v in curve.items() if k.startswith("train/penalty/")), [math.nan])
+        high = max(range(len(ce)), key=ce.__getitem__)
+        row = [job["arch"], label, str(job["seed"])]
+        row += [f"{acc[0]:.3f}", f"{acc.get(per_epoch, math.nan):.3f}"]
+        row += [f"{acc[curve['val_step'][-1]]:.3f}", f"{acc[low]:.3f} ({low})"]
+        row += [f"{statistics.median(curve['val_acc']):.3f}"]
+        row += [f"{statistics.fmean(ce[:10]):.3f}", f"{statistics.fmean(ce[-10:]):.3f}"]
+        row += [f"{ce[high]:.3f} ({curve['step'][high]})"]
+        row += [f"{statistics.fmean(pen[:10]):.3f}", f"{statistics.fmean(pen[-10:]):.3f}"]
+        rows.append(row)
+    return sorted(rows, key=lambda r: (r[0], r[1], int(r[2])))
+
+
+def curve_table(runs: list[tuple[str, Path]]) -> dict[str, Any]:
+    """The training-curve table of the run folders `runs` (label, folder; `curve_rows`)."""
+    rows = [row for label, out in runs for row in curve_rows(label, out)]
+    return {"columns": list(CURVE_COLUMNS), "align": "|" + "---|" * 3 + "--:|" * 10, "rows": rows}
 
 
 # ------------------------------------------------------------- the penalty's BatchNorm modes
@@ -974,6 +1120,20 @@ def parser() -> argparse.ArgumentParser:
         help="set an option of every penalty of --recipe (VALUE read as YAML; repeatable), e.g. "
         "model_mode=eval, map_powers=[1,1,2], or teacher=natural (the job's natural model)",
     )
+    r.add_argument(
+        "--curve-every",
+        type=int,
+        default=0,
+        metavar="N",
+        help="keep each robust fit's training curve: its losses every step and its validation "
+        "accuracy every N steps (0: none)",
+    )
+    r.add_argument(
+        "--recompute-bn",
+        action="store_true",
+        help="after each robust fit, recompute its BatchNorms' running statistics on the "
+        "training images (weights unchanged)",
+    )
     r.add_argument("--images", type=int, default=100)
     r.add_argument("--budget-min", type=float, default=600.0)
     r.add_argument("--quick", action="store_true", help="2 batches, 1 epoch, tiny attacks")
@@ -996,6 +1156,9 @@ def parser() -> argparse.ArgumentParser:
         help="the recipe file (path or shipped name) the robust fits ran with, read only for "
         "fits that did not store theirs; without it their penalty options read 'unknown'",
     )
+    cv = sub.add_parser("curves", help="the robust fits' training curves, a table in the page")
+    cv.add_argument("--table", required=True, help="the table's key in the page's results")
+    cv.add_argument("--run", nargs="+", required=True, metavar="LABEL=FOLDER")
     m = sub.add_parser(
         "modes", help="Grad-CAM's concentration and the maps' stability, train vs eval mode"
     )
@@ -1027,7 +1190,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(store_table(args.table, modes_table(ckpts, args.layer)))  # type: ignore[arg-type]
         return 0
-    if args.part == "variants":
+    if args.part in ("variants", "curves"):
         runs = [tuple(r.split("=", 1)) for r in args.run]
         bad = [r for r, pair in zip(args.run, runs, strict=True) if len(pair) != 2
                or not (Path(pair[1]) / "jobs").is_dir()]  # fmt: skip
@@ -1037,17 +1200,22 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 2
         try:
-            if args.recipe is not None:
+            if getattr(args, "recipe", None) is not None:
                 parse_recipe(recipe_file(args.recipe).read_text(), args.recipe)
         except SystemExit as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
         found = [(label, Path(folder)) for label, folder in runs]
+        if args.part == "curves":
+            print(store_table(args.table, curve_table(found)))
+            return 0
         print(variants(found, args.table, args.recipe))
         return 0
     for name in ("images", "budget_min"):
         if getattr(args, name) <= 0:
             raise SystemExit(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
+    if args.curve_every < 0:
+        raise SystemExit(f"--curve-every must be >= 0, got {args.curve_every}")
     if args.natural_epochs is not None and args.natural_epochs < 1:
         raise SystemExit(f"--natural-epochs must be >= 1, got {args.natural_epochs}")
     try:

@@ -38,14 +38,16 @@ import torch.nn.functional as F
 RESULTS = Path(__file__).resolve().parent / "results" / "recipe_gradcam.json"
 
 
-def signed_cam(model: Any, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """The signed Grad-CAM sum_k w_k A_k (B, h, w) at the default layer, before ReLU and
-    upsampling."""
+def signed_cam(
+    model: Any, x: torch.Tensor, y: torch.Tensor, layer: str | None = None
+) -> torch.Tensor:
+    """The signed Grad-CAM sum_k w_k A_k (B, h, w) at `layer` (None: the default layer), before
+    ReLU and upsampling."""
     from robust_train.explain.autograd import target_scores
     from robust_train.explain.grad_cam import one_activation
     from robust_train.explain.layers import capture_output, find_layer
 
-    name, module = find_layer(model, None, caller="recipe_gradcam")
+    name, module = find_layer(model, layer, caller="recipe_gradcam")
     with torch.enable_grad():
         x = x.detach().requires_grad_(True)
         with capture_output(module, name, caller="recipe_gradcam") as seen:
@@ -56,12 +58,13 @@ def signed_cam(model: Any, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def describe(model: Any, clean_x: torch.Tensor, adv_x: torch.Tensor, y: torch.Tensor,
-             k: int = 100) -> dict[str, list[float]]:  # fmt: skip
+             k: int = 100, layer: str | None = None) -> dict[str, list[float]]:  # fmt: skip
     """Per image: positive mass ratio, positive cell shares, blank / near-constant flags, the
-    cells under the top-k pixels, the kept top cells and the signed map's top-k intersection."""
+    cells under the top-k pixels, the kept top cells and the signed map's top-k intersection,
+    of Grad-CAM at `layer` (None: the default layer)."""
     from robust_train.explain.similarity import topk_intersection
 
-    a, b = signed_cam(model, clean_x, y), signed_cam(model, adv_x, y)
+    a, b = signed_cam(model, clean_x, y, layer), signed_cam(model, adv_x, y, layer)
     size = clean_x.shape[-2:]
 
     def up(c: torch.Tensor) -> torch.Tensor:

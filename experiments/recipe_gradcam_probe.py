@@ -1,0 +1,387 @@
+"""Can any weight of the penalty move Grad-CAM under the attack ensemble? An extreme probe.
+
+The every-map recipe keeps 0.24-0.29 of its Grad-CAM top-100 under the full `ensemble` protocol
+whatever its options (experiments/RECIPE_SEARCH.md). This probe asks whether the Grad-CAM target
+is reachable at some price in accuracy (the targets conflict) or not by this kind of penalty at
+all: the shipped recipe (`configs/mnist5k_finetune_every_map.yaml`: the L1 of sum-normalised
+maps, the ascent from a vertex of the ball of radius 0.4, Grad-CAM's map squared, on a fifth of
+each batch, 2 epochs from the natural model) with its penalty cut to the Grad-CAM term alone,
+three ascent steps instead of one and a weight of 10 or more (`PROBES`), accuracy ignored.
+
+Jobs, each one file under --runs, skipped when there (an interrupted run resumes where it
+stopped):
+
+- `fit`: the fine-tune (`<name>_s0.ckpt`) and `<name>_fit.json` (test and validation accuracy,
+  CPU seconds); the fixed models (`FIXED`: the shipped pair) are loaded, not fitted;
+- `full`: Grad-CAM at its default layer under the full `ensemble` protocol on the 20 test images
+  of experiments/ENSEMBLE_MAPS.md, through the evaluation engine as RECIPE_SEARCH.md's full check
+  measures it, with its chance levels on the same images (`<name>_full.json`): the random map
+  and "map = input" attacked under the same ensemble with the model's label kept;
+- `cells`: the same ensemble's attack run once more to describe the worst attacked maps
+  (`recipe_gradcam.describe`: the cells the clean top-100 pixels lie in, the top cells the
+  attacked map keeps), at the default layer (7 x 7 cells) and, as a diagnostic, with Grad-CAM
+  computed and attacked at the 14 x 14 layer `LAYER_14` (`<name>_cells_<layer>.json`).
+
+`collect` writes experiments/results/recipe_gradcam_probe.json and its tables into the recipe
+search's page results (`recipe_search collect` keeps them); `--png` draws Grad-CAM under the
+ensemble against test accuracy.
+
+    nohup nice -n 10 python -m experiments run recipe_gradcam_probe run --runs runs/probe &
+    python -m experiments run recipe_gradcam_probe collect --runs runs/probe \\
+        --png docs/images/recipe_gradcam_probe.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+RESULTS = Path(__file__).resolve().parent / "results" / "recipe_gradcam_probe.json"
+IMAGES = 20
+# The second block's rectified convolution output (14 x 14 on a 28 x 28 input), before its
+# max-pooling: the diagnostic layer. The measured layer stays Grad-CAM's default (7 x 7).
+LAYER_14 = "features.4"
+# Changes to the shipped recipe: the Grad-CAM term alone, three ascent steps, a large weight.
+GRADCAM_ONLY: dict[str, Any] = {
+    "explainers": ["grad_cam"],
+    "map_weights": None,
+    "map_powers": [2.0],
+    "n_ascent_steps": 3,
+}
+PROBES: dict[str, dict[str, Any]] = {
+    "gc_w10": {**GRADCAM_ONLY, "weight": 10.0},
+    "gc_w30": {**GRADCAM_ONLY, "weight": 30.0},
+    "gc_w100": {**GRADCAM_ONLY, "weight": 100.0},
+    "gc_w30_bf1": {**GRADCAM_ONLY, "weight": 30.0, "batch_fraction": 1.0},
+}
+# Models measured as they are: the shipped pair (checkpoint names).
+FIXED = {"natural": "mnist5k_baseline", "shipped": "mnist5k_robust"}
+FIT_KEYS = ("epochs", "lr")
+
+
+def probe_options(name: str) -> dict[str, Any]:
+    """The options of probe `name`: the shipped recipe (the config's penalty options, learning
+    rate and epochs) with the probe's changes.
+
+    Examples:
+        >>> o = probe_options("gc_w30")
+        >>> o["explainers"], o["weight"], o["start"], o["radius"], o["n_ascent_steps"]
+        (['grad_cam'], 30.0, 'corner', 0.4, 3)
+    """
+    import yaml
+
+    from robust_train.core.resources import shipped_config
+
+    if name not in PROBES:
+        raise ValueError(f"`probes` must be some of {sorted(PROBES)}, got {name!r}")
+    config = yaml.safe_load(shipped_config("mnist5k_finetune_every_map").read_text())
+    (penalty,) = config["model"]["penalties"]
+    return {
+        **penalty["init_args"],
+        "lr": config["model"]["optimizer"]["init_args"]["lr"],
+        "epochs": config["trainer"]["max_epochs"],
+        **PROBES[name],
+    }
+
+
+def _write(path: Path, row: dict[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(row) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def checkpoint(name: str, runs: Path) -> str:
+    """The checkpoint of `name`: a fixed model's name or the probe's fit under `runs`."""
+    return FIXED.get(name, str(runs / f"{name}_s0.ckpt"))
+
+
+def fit_job(name: str, runs: Path) -> Path:
+    """Fine-tune probe `name` (seed 0) unless done; its accuracies and cost in `<name>_fit.json`
+    (a fixed model: its accuracies only)."""
+    from experiments import explainer_recipes as er
+    from experiments.every_map import tune
+    from robust_train.models import load_classifier
+    from robust_train.regularizers import MultiMapSmoothness
+
+    path = runs / f"{name}_fit.json"
+    if path.exists():
+        return path
+    row: dict[str, Any] = {"name": name, "checkpoint": checkpoint(name, runs)}
+    if name in FIXED:
+        model = load_classifier(FIXED[name])
+    else:
+        options = probe_options(name)
+        fit = {k: options.pop(k) for k in FIT_KEYS}
+        term = MultiMapSmoothness(**options)
+        model, epochs, seconds = tune([term], fit["epochs"], None, 0, runs / f"{name}_s0.ckpt",
+                                      lr=fit["lr"])  # fmt: skip
+        row.update(changes=PROBES[name], fit_cpu_s=seconds, epoch_cpu_s=epochs)
+    row.update(test_acc=er.accuracy(model, *er.split("test")),
+               val_acc=er.accuracy(model, *er.split("val")))  # fmt: skip
+    return _write(path, row)
+
+
+def full_job(name: str, runs: Path) -> Path:
+    """Grad-CAM (default layer) under the full ensemble on the page's images, with the random
+    map and "map = input" on the same images, unless done."""
+    from experiments import ensemble_maps as em
+    from robust_train.evaluation.engine import run_parts, summarize
+    from robust_train.models import load_classifier
+
+    path = runs / f"{name}_full.json"
+    if path.exists():
+        return path
+    x, y, index = em.images(IMAGES)
+    model = load_classifier(checkpoint(name, runs))
+    cpu = time.process_time()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = summarize(run_parts(model, x, y, em.settings("grad_cam", len(index), True)))
+    keys = {"topk": em.TOPK.format(m="grad_cam"), "input": em.REFERENCE,
+            "random": em.RANDOM.format(m="grad_cam")}  # fmt: skip
+    row = {"name": name, "index": index, "cpu_s": time.process_time() - cpu,
+           **{k: out["per_image"][key] for k, key in keys.items()}}  # fmt: skip
+    return _write(path, row)
+
+
+def cells_job(name: str, runs: Path, layer: str | None) -> Path:
+    """The ensemble's attack on Grad-CAM at `layer` (None: the default) run once more, and each
+    image's clean and worst attacked map described (`recipe_gradcam.describe`), unless done."""
+    from experiments import ensemble_maps as em
+    from experiments.recipe_gradcam import describe, signed_cam
+    from robust_train.attacks.ensemble import ensemble_attack
+    from robust_train.evaluation import PROTOCOLS
+    from robust_train.explain import get_explainer
+    from robust_train.models import load_classifier
+
+    path = runs / f"{name}_cells_{layer or 'default'}.json"
+    if path.exists():
+        return path
+    x, y, index = em.images(IMAGES)
+    model = load_classifier(checkpoint(name, runs))
+    s, cpu = PROTOCOLS["ensemble"], time.process_time()
+    explainer = get_explainer("grad_cam", layer=layer) if layer else "grad_cam"
+    ens = ensemble_attack(model, x, y, explainer=explainer, seed=s.seed,
+                          betas=s.ensemble_betas, search_queries=s.search_queries,
+                          options=s.attack)  # fmt: skip
+    row = {"name": name, "layer": layer, "index": index,
+           "cam_shape": list(signed_cam(model, x[:1], y[:1], layer).shape[1:]),
+           "topk_intersection": ens.result.topk_intersection.tolist(),
+           **describe(model, x, ens.result.adversarial, y, layer=layer),
+           "cpu_s": time.process_time() - cpu}  # fmt: skip
+    return _write(path, row)
+
+
+def plan(names: list[str]) -> list[tuple[str, str, str | None]]:
+    """The jobs in order: every model's fit and full measurement first, then the cells at the
+    default layer, then at `LAYER_14`.
+
+    Examples:
+        >>> plan(["gc_w10", "shipped"])[:3]
+        [('fit', 'gc_w10', None), ('full', 'gc_w10', None), ('fit', 'shipped', None)]
+        >>> len(plan(["gc_w10", "shipped"]))
+        8
+    """
+    jobs: list[tuple[str, str, str | None]] = []
+    for name in names:
+        jobs += [("fit", name, None), ("full", name, None)]
+    for layer in (None, LAYER_14):
+        jobs += [("cells", name, layer) for name in names]
+    return jobs
+
+
+def run(names: list[str], runs: Path) -> None:
+    """Every job of `plan(names)` not done yet, in order."""
+    for step, name, layer in plan(names):
+        if step == "fit":
+            path = fit_job(name, runs)
+        elif step == "full":
+            path = full_job(name, runs)
+        else:
+            path = cells_job(name, runs, layer)
+        print(f"{step} {name} {layer or ''}: {path}", flush=True)
+
+
+CELLS = {
+    "topk_intersection": "top-100 ∩ (this attack run)",
+    "cells_under_topk": "cells under the clean top-100",
+    "top_cells_share": "clean mass in the top cells",
+    "top_gap": "gap after the last top cell",
+    "top_cells_kept": "top cells kept",
+    "mass_ratio": "attacked / clean positive mass",
+    "blank": "attacked map blank",
+}
+
+
+def _mean(values: list[Any]) -> float:
+    finite = [float(v) for v in values if v is not None and v == v]
+    return sum(finite) / len(finite) if finite else float("nan")
+
+
+def load(runs: Path) -> dict[str, dict[str, Any]]:
+    """Every model's finished files under `runs`: {name: {"fit", "full", "cells_<layer>"}}."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted(runs.glob("*_*.json")):
+        row = json.loads(path.read_text())
+        kind = path.stem[len(row["name"]) + 1 :]
+        out.setdefault(row["name"], {})[kind] = row
+    return out
+
+
+def _changes(name: str) -> str:
+    if name in FIXED:
+        return f"(the shipped file {FIXED[name]})"
+    return ", ".join(f"{k} {v}" for k, v in PROBES[name].items())
+
+
+def probe_table(models: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each measured model: its changes, test accuracy, Grad-CAM under the full ensemble (mean
+    and 95% t interval over the images) beside the random map and "map = input" on the same
+    images, and the share of images where Grad-CAM keeps more than "map = input"."""
+    from experiments.ensemble_maps import mean_cell, share_above
+
+    rows = []
+    for name, files in models.items():
+        if "full" not in files or "fit" not in files:
+            continue
+        full = files["full"]
+        nan = [float("nan") if v is None else v for v in full["input"]]
+        rows.append([name, _changes(name), f"{files['fit']['test_acc']:.3f}",
+                     str(len(full["index"])), mean_cell(full["topk"]),
+                     mean_cell([float("nan") if v is None else v for v in full["random"]]),
+                     mean_cell(nan), share_above(full["topk"], nan),
+                     f"{full['cpu_s'] / len(full['index']):.1f}"])  # fmt: skip
+    return {
+        "columns": ["model", "changes to the shipped recipe", "test acc", "images",
+                    "Grad-CAM under the ensemble", "random map", "map = input",
+                    "Grad-CAM above map = input", "CPU s per image"],
+        "align": "|---" * 9 + "|",
+        "rows": rows,
+    }  # fmt: skip
+
+
+def cells_table(models: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Each model's worst attacked Grad-CAM maps described at each layer measured: the cells of
+    the map, the top-100 intersection of that attack run, the cells the clean top-100 pixels
+    lie in, the clean mass in the top cells (k / N of the cells), the gap after the last top
+    cell over the largest, the share of the top cells the attacked map keeps, the attacked
+    positive mass over the clean, the share of blank attacked maps (means over the images)."""
+    rows = []
+    for name, files in models.items():
+        for kind in ("cells_default", f"cells_{LAYER_14}"):
+            if kind in files:
+                f = files[kind]
+                h, w = f["cam_shape"]
+                cells = [f"{_mean(f[key]):.3f}" for key in CELLS]
+                cells[1] = f"{_mean(f['cells_under_topk']):.1f} of {h * w}"
+                layer = f["layer"] or "default (features.5)"
+                rows.append([name, layer, f"{h} x {w}", *cells])
+    return {
+        "columns": ["model", "Grad-CAM layer", "cells", *CELLS.values()],
+        "align": "|---" * (3 + len(CELLS)) + "|",
+        "rows": rows,
+    }
+
+
+def collect(runs: Path, results: Path = RESULTS, png: Path | None = None) -> dict[str, Any]:
+    """Write `results` (every model's summary and the two tables), put the tables into the
+    recipe search's page results, and draw `png` when given; return the data."""
+    models = load(runs)
+    if not models:
+        raise FileNotFoundError(f"`--runs` {str(runs)!r} holds no finished job")
+    order = [n for n in (*FIXED, *PROBES) if n in models]
+    models = {n: models[n] for n in order}
+    data = {
+        "about": "python -m experiments run recipe_gradcam_probe: Grad-CAM-only penalties at "
+        "large weights, Grad-CAM under the full ensemble on the 20 test images of "
+        "ENSEMBLE_MAPS.md with its chance levels, and the attacked maps' cells",
+        "models": {n: {k: v for k, v in f.items()} for n, f in models.items()},
+        "tables": {"probe": probe_table(models), "probe_cells": cells_table(models)},
+    }
+    results.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    store_tables(data["tables"])
+    if png is not None:
+        draw(models, png)
+    return data
+
+
+def store_tables(tables: dict[str, Any]) -> None:
+    """`tables` into the recipe search's page results (its other tables left as they are)."""
+    from experiments.recipe_search import RESULTS as PAGE
+
+    stored = json.loads(PAGE.read_text())
+    stored["tables"].update(tables)
+    PAGE.write_text(json.dumps(stored, indent=1) + "\n")
+
+
+def draw(models: dict[str, dict[str, Any]], png: Path) -> Path:
+    """Grad-CAM under the full ensemble against test accuracy, each model with its 95% t
+    interval, the random map and "map = input" levels of each, the target and the floor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from experiments.ensemble_maps import mean_interval
+    from experiments.recipe_search_figure import ACCURACY_FLOOR, TARGETS
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for name, files in models.items():
+        if "full" not in files or "fit" not in files:
+            continue
+        acc, full = files["fit"]["test_acc"], files["full"]
+        mean, low, high, _ = mean_interval(full["topk"])
+        colour = {"natural": "grey", "shipped": "tab:orange"}.get(name, "tab:blue")
+        ax.errorbar([acc], [mean], yerr=[[mean - low], [high - mean]], fmt="o", color=colour,
+                    capsize=3)  # fmt: skip
+        ax.annotate(name, (acc, mean), textcoords="offset points", xytext=(5, 3), fontsize=7)
+        ref = [float("nan") if v is None else v for v in full["input"]]
+        ax.scatter([acc], [mean_interval(ref)[0]], marker="_", s=120, color=colour)
+        ax.scatter([acc], [_mean(full["random"])], marker="x", s=30, color=colour)
+    ax.axhline(TARGETS["grad_cam"], color="tab:red", ls=":", lw=1, label="Grad-CAM target")
+    ax.axvline(ACCURACY_FLOOR, color="tab:green", ls=":", lw=1, label="accuracy floor")
+    ax.scatter([], [], marker="_", color="k", label="map = input (same ensemble)")
+    ax.scatter([], [], marker="x", color="k", label="random map")
+    ax.set_xlabel("test accuracy")
+    ax.set_ylabel("Grad-CAM top-100 intersection under the full ensemble")
+    ax.legend(loc="best", fontsize=7)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return png
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments run recipe_gradcam_probe")
+    parser.add_argument("step", choices=("run", "collect"))
+    parser.add_argument("--probes", nargs="*", default=[*PROBES, *FIXED])
+    parser.add_argument("--runs", type=Path, default=Path("runs/recipe_gradcam_probe"))
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--png", type=Path, default=None)
+    args = parser.parse_args(argv)
+    for name in args.probes:
+        if name not in PROBES and name not in FIXED:
+            parser.error(f"`--probes` must be some of {sorted([*PROBES, *FIXED])}, got {name!r}")
+    torch.set_num_threads(1)
+    if args.step == "run":
+        args.runs.mkdir(parents=True, exist_ok=True)
+        run(args.probes, args.runs)
+        return 0
+    if not args.runs.is_dir():
+        parser.error(f"`--runs` {str(args.runs)!r} is not a folder")
+    data = collect(args.runs, args.results, args.png)
+    print(f"wrote {args.results} ({len(data['models'])} models)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -215,6 +215,7 @@ CELLS = {
     "cells_under_topk": "cells under the clean top-100",
     "top_cells_share": "clean mass in the top cells",
     "top_gap": "gap after the last top cell",
+    "cell_change": "largest cell change",
     "top_cells_kept": "top cells kept",
     "mass_ratio": "attacked / clean positive mass",
     "blank": "attacked map blank",
@@ -299,7 +300,7 @@ def collect(runs: Path, results: Path = RESULTS, png: Path | None = None) -> dic
         raise FileNotFoundError(f"`--runs` {str(runs)!r} holds no finished job")
     order = [n for n in (*FIXED, *PROBES) if n in models]
     models = {n: models[n] for n in order}
-    data = {
+    data: dict[str, Any] = {
         "about": "python -m experiments run recipe_gradcam_probe: Grad-CAM-only penalties at "
         "large weights, Grad-CAM under the full ensemble on the 20 test images of "
         "ENSEMBLE_MAPS.md with its chance levels, and the attacked maps' cells",

@@ -606,7 +606,7 @@ def collect(
     found = load_search(runs)
     if not found:
         raise FileNotFoundError(f"`--runs` {str(runs)!r} holds no finished candidate")
-    data = {
+    data: dict[str, Any] = {
         "about": "python -m experiments run recipe_search: candidates of the every-map recipe "
         "under a proxy of the attack ensemble (val images), the chosen one under the full "
         "ensemble (test images of ENSEMBLE_MAPS.md)",

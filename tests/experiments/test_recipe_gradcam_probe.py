@@ -46,6 +46,9 @@ def test_the_diagnosis_at_the_14_layer_is_grad_cam_there():
     )
     same = rg.describe(net, x, x.clone(), y, layer=gp.LAYER_14)
     assert same["top_cells_kept"] == [1.0, 1.0] and same["relu_topk"] == [1.0, 1.0]
+    assert same["cell_change"] == [0.0, 0.0]
+    moved = rg.describe(net, x, (x + 0.3 * torch.randn_like(x)).clamp(0, 1), y, layer="features.4")
+    assert min(moved["cell_change"]) > 0
     assert all(1 <= c <= 196 for c in same["cells_under_topk"])
 
 

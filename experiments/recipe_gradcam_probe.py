@@ -55,10 +55,20 @@ GRADCAM_ONLY: dict[str, Any] = {
     "n_ascent_steps": 3,
 }
 PROBES: dict[str, dict[str, Any]] = {
+    "gc_w3": {**GRADCAM_ONLY, "weight": 3.0},
     "gc_w10": {**GRADCAM_ONLY, "weight": 10.0},
     "gc_w30": {**GRADCAM_ONLY, "weight": 30.0},
     "gc_w100": {**GRADCAM_ONLY, "weight": 100.0},
     "gc_w30_bf1": {**GRADCAM_ONLY, "weight": 30.0, "batch_fraction": 1.0},
+    # The attack's own ball, the top-k objective added to the L1, the map to the power 4.
+    "gc_w30_r03": {**GRADCAM_ONLY, "weight": 30.0, "radius": 0.3},
+    "gc_w30_l1tm": {**GRADCAM_ONLY, "weight": 30.0, "distance": "l1_topk_mass"},
+    "gc_w30_p4": {**GRADCAM_ONLY, "weight": 30.0, "map_powers": [4.0]},
+    # The natural model's clean maps as the anchor (the model cannot flatten its own).
+    "gc_w10_t": {**GRADCAM_ONLY, "weight": 10.0, "teacher": "mnist5k_baseline"},
+    "gc_w30_t": {**GRADCAM_ONLY, "weight": 30.0, "teacher": "mnist5k_baseline"},
+    # Everything at once: weight 100 on every image of each batch for 6 epochs.
+    "gc_w100_bf1_e6": {**GRADCAM_ONLY, "weight": 100.0, "batch_fraction": 1.0, "epochs": 6},
 }
 # Models measured as they are: the shipped pair (checkpoint names).
 FIXED = {"natural": "mnist5k_baseline", "shipped": "mnist5k_robust"}
@@ -180,27 +190,27 @@ def cells_job(name: str, runs: Path, layer: str | None) -> Path:
     return _write(path, row)
 
 
-def plan(names: list[str]) -> list[tuple[str, str, str | None]]:
-    """The jobs in order: every model's fit and full measurement first, then the cells at the
-    default layer, then at `LAYER_14`.
+def plan(names: list[str], cells: list[str] | None = None) -> list[tuple[str, str, str | None]]:
+    """The jobs in order: every model's fit and full measurement first, then the cells of
+    `cells` (None: every model) at the default layer, then at `LAYER_14`.
 
     Examples:
         >>> plan(["gc_w10", "shipped"])[:3]
         [('fit', 'gc_w10', None), ('full', 'gc_w10', None), ('fit', 'shipped', None)]
-        >>> len(plan(["gc_w10", "shipped"]))
-        8
+        >>> len(plan(["gc_w10", "shipped"])), len(plan(["gc_w10", "shipped"], ["shipped"]))
+        (8, 6)
     """
     jobs: list[tuple[str, str, str | None]] = []
     for name in names:
         jobs += [("fit", name, None), ("full", name, None)]
     for layer in (None, LAYER_14):
-        jobs += [("cells", name, layer) for name in names]
+        jobs += [("cells", name, layer) for name in (names if cells is None else cells)]
     return jobs
 
 
-def run(names: list[str], runs: Path) -> None:
-    """Every job of `plan(names)` not done yet, in order."""
-    for step, name, layer in plan(names):
+def run(names: list[str], runs: Path, cells: list[str] | None = None) -> None:
+    """Every job of `plan(names, cells)` not done yet, in order."""
+    for step, name, layer in plan(names, cells):
         if step == "fit":
             path = fit_job(name, runs)
         elif step == "full":
@@ -214,6 +224,7 @@ CELLS = {
     "topk_intersection": "top-100 ∩ (this attack run)",
     "cells_under_topk": "cells under the clean top-100",
     "top_cells_share": "clean mass in the top cells",
+    "floor_clean": "smallest cell over the largest, clean",
     "top_gap": "gap after the last top cell",
     "cell_change": "largest cell change",
     "top_cells_kept": "top cells kept",
@@ -365,17 +376,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments run recipe_gradcam_probe")
     parser.add_argument("step", choices=("run", "collect"))
     parser.add_argument("--probes", nargs="*", default=[*PROBES, *FIXED])
+    parser.add_argument(
+        "--cells", nargs="*", default=None, help="the models whose attacked maps are described "
+        "(default: every one of --probes)"
+    )  # fmt: skip
     parser.add_argument("--runs", type=Path, default=Path("runs/recipe_gradcam_probe"))
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--png", type=Path, default=None)
     args = parser.parse_args(argv)
-    for name in args.probes:
-        if name not in PROBES and name not in FIXED:
-            parser.error(f"`--probes` must be some of {sorted([*PROBES, *FIXED])}, got {name!r}")
+    for flag in ("probes", "cells"):
+        for name in getattr(args, flag) or []:
+            if name not in PROBES and name not in FIXED:
+                parser.error(
+                    f"`--{flag}` must be some of {sorted([*PROBES, *FIXED])}, got {name!r}"
+                )
     torch.set_num_threads(1)
     if args.step == "run":
         args.runs.mkdir(parents=True, exist_ok=True)
-        run(args.probes, args.runs)
+        run(args.probes, args.runs, args.cells)
         return 0
     if not args.runs.is_dir():
         parser.error(f"`--runs` {str(args.runs)!r} is not a folder")

@@ -29,7 +29,7 @@ def test_every_probe_is_the_shipped_recipe_with_its_changes_and_builds_a_penalty
             assert options[key] == changes.get(key, value), (name, key)
         assert options["epochs"] == config["trainer"]["max_epochs"]
         term = MultiMapSmoothness(**{k: v for k, v in options.items() if k not in gp.FIT_KEYS})
-        assert term.options.explainers == ("grad_cam",) and term.weight >= 10
+        assert term.options.explainers == ("grad_cam",) and term.weight >= 3
     with pytest.raises(ValueError, match="`probes`.*'nope'"):
         gp.probe_options("nope")
 
@@ -85,3 +85,11 @@ def test_collect_writes_the_tables_into_the_page_results_and_draws(tmp_path, mon
     assert (tmp_path / "probe.png").read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(FileNotFoundError, match="`--runs`"):
         gp.collect(tmp_path / "empty", tmp_path / "x.json")
+
+
+@pytest.mark.parametrize("flag", ["--probes", "--cells"])
+def test_an_unknown_model_is_refused_before_any_work(flag, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        gp.main(["run", "--runs", str(tmp_path / "r"), flag, "nope"])
+    assert exit_.value.code == 2 and f"`{flag}`" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()

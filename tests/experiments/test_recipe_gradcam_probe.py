@@ -27,7 +27,7 @@ def test_every_probe_is_the_shipped_recipe_with_its_changes_and_builds_a_penalty
         options = gp.probe_options(name)
         for key, value in penalty["init_args"].items():
             assert options[key] == changes.get(key, value), (name, key)
-        assert options["epochs"] == config["trainer"]["max_epochs"]
+        assert options["epochs"] == changes.get("epochs", config["trainer"]["max_epochs"])
         term = MultiMapSmoothness(**{k: v for k, v in options.items() if k not in gp.FIT_KEYS})
         assert term.options.explainers == ("grad_cam",) and term.weight >= 3
     with pytest.raises(ValueError, match="`probes`.*'nope'"):

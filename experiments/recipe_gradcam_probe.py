@@ -339,9 +339,28 @@ def store_tables(tables: dict[str, Any]) -> None:
     PAGE.write_text(json.dumps(stored, indent=1) + "\n")
 
 
+def search_points(page: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """The recipe search's full checks from its page results `page`: per candidate measured
+    under the full ensemble, (test accuracy, Grad-CAM's mean).
+
+    Examples:
+        >>> page = {"candidates": {"a_s0": {"test_acc": 0.97}}, "tables": {"full": {"rows": [
+        ...     ["a_s0", "saliency", "20", "0.5", "0.6 [0.5, 0.7]"],
+        ...     ["a_s0", "Grad-CAM", "20", "0.2", "0.25 [0.2, 0.3]"]]}}}
+        >>> search_points(page)
+        {'a_s0': (0.97, 0.25)}
+    """
+    out = {}
+    for row in page["tables"]["full"]["rows"]:
+        if row[1] == "Grad-CAM" and row[0] in page["candidates"]:
+            out[row[0]] = (page["candidates"][row[0]]["test_acc"], float(row[4].split()[0]))
+    return out
+
+
 def draw(models: dict[str, dict[str, Any]], png: Path) -> Path:
     """Grad-CAM under the full ensemble against test accuracy, each model with its 95% t
-    interval, the random map and "map = input" levels of each, the target and the floor."""
+    interval, the random map and "map = input" levels of each, the recipe search's full checks
+    (`search_points`), the target and the floor."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -363,6 +382,12 @@ def draw(models: dict[str, dict[str, Any]], png: Path) -> Path:
         ref = [float("nan") if v is None else v for v in full["input"]]
         ax.scatter([acc], [mean_interval(ref)[0]], marker="_", s=120, color=colour)
         ax.scatter([acc], [_mean(full["random"])], marker="x", s=30, color=colour)
+    from experiments.recipe_search import RESULTS as PAGE
+
+    searched = search_points(json.loads(PAGE.read_text())) if PAGE.is_file() else {}
+    if searched:
+        ax.scatter(*zip(*searched.values(), strict=True), marker="s", s=25, color="tab:green",
+                   label="the search's candidates (full check)")  # fmt: skip
     ax.axhline(TARGETS["grad_cam"], color="tab:red", ls=":", lw=1, label="Grad-CAM target")
     ax.axvline(ACCURACY_FLOOR, color="tab:green", ls=":", lw=1, label="accuracy floor")
     ax.scatter([], [], marker="_", color="k", label="map = input (same ensemble)")

@@ -190,9 +190,32 @@ def cells_job(name: str, runs: Path, layer: str | None) -> Path:
     row = {"name": name, "layer": layer, "index": index,
            "cam_shape": list(signed_cam(model, x[:1], y[:1], layer).shape[1:]),
            "topk_intersection": ens.result.topk_intersection.tolist(),
+           "random_topk": random_topk(ens.result.clean_map).tolist(),
            **describe(model, x, ens.result.adversarial, y, layer=layer),
            "cpu_s": time.process_time() - cpu}  # fmt: skip
     return _write(path, row)
+
+
+def random_topk(clean: torch.Tensor, k: int = 100, n_maps: int = 16) -> torch.Tensor:
+    """The random-map chance level of maps `clean` (B, 1, H, W): each map's top-`k`
+    intersection with `n_maps` seeded uniformly random maps (seeds 0 to n_maps - 1), averaged;
+    k / (H W) in expectation.
+
+    Examples:
+        >>> clean = torch.rand(64, 1, 28, 28, generator=torch.Generator().manual_seed(99))
+        >>> level = random_topk(clean, n_maps=4)
+        >>> abs(float(level.mean()) - 100 / 784) < 0.01
+        True
+    """
+    from robust_train.explain.maps import importance_map
+    from robust_train.explain.similarity import topk_intersection
+
+    a = importance_map(clean)
+    total = torch.zeros(a.shape[0])
+    for seed in range(n_maps):
+        g = torch.Generator().manual_seed(seed)
+        total += topk_intersection(a, torch.rand(a.shape, generator=g), k)
+    return total / n_maps
 
 
 def plan(names: list[str], cells: list[str] | None = None) -> list[tuple[str, str, str | None]]:
@@ -290,7 +313,9 @@ def cells_table(models: dict[str, dict[str, Any]]) -> dict[str, Any]:
     the map, the top-100 intersection of that attack run, the cells the clean top-100 pixels
     lie in, the clean mass in the top cells (k / N of the cells), the gap after the last top
     cell over the largest, the share of the top cells the attacked map keeps, the attacked
-    positive mass over the clean, the share of blank attacked maps (means over the images)."""
+    positive mass over the clean, the share of blank attacked maps (means over the images);
+    beside them the random map's level at that layer and "map = input" (the model's, from its
+    full measurement: no layer)."""
     rows = []
     for name, files in models.items():
         for kind in ("cells_default", f"cells_{LAYER_14}"):
@@ -300,10 +325,20 @@ def cells_table(models: dict[str, dict[str, Any]]) -> dict[str, Any]:
                 cells = [f"{_mean(f[key]):.3f}" for key in CELLS]
                 cells[1] = f"{_mean(f['cells_under_topk']):.1f} of {h * w}"
                 layer = f["layer"] or "default (features.5)"
-                rows.append([name, layer, f"{h} x {w}", *cells])
+                ref = files.get("full", {}).get("input")
+                chance = [f"{_mean(f.get('random_topk', [])):.3f}",
+                          f"{_mean(ref):.3f}" if ref else "-"]  # fmt: skip
+                rows.append([name, layer, f"{h} x {w}", *cells, *chance])
     return {
-        "columns": ["model", "Grad-CAM layer", "cells", *CELLS.values()],
-        "align": "|---" * (3 + len(CELLS)) + "|",
+        "columns": [
+            "model",
+            "Grad-CAM layer",
+            "cells",
+            *CELLS.values(),
+            "random map",
+            "map = input (same ensemble)",
+        ],
+        "align": "|---" * (5 + len(CELLS)) + "|",
         "rows": rows,
     }
 

@@ -59,7 +59,8 @@ def _files(runs, name, topk, acc):
             "input": [0.6] * (n - 1) + [None], "random": [0.125] * n}  # fmt: skip
     (runs / f"{name}_full.json").write_text(json.dumps(full))
     cells = {"name": name, "layer": None, "cam_shape": [7, 7], "index": list(range(n)),
-             **{k: [0.5] * n for k in gp.CELLS}, "cells_under_topk": [10.0, 12.0][:n]}  # fmt: skip
+             **{k: [0.5] * n for k in gp.CELLS}, "cells_under_topk": [10.0, 12.0][:n],
+             "random_topk": [0.12] * n}  # fmt: skip
     (runs / f"{name}_cells_default.json").write_text(json.dumps(cells))
 
 
@@ -79,7 +80,7 @@ def test_collect_writes_the_tables_into_the_page_results_and_draws(tmp_path, mon
     assert rows[1][5].startswith("0.125") and rows[1][8] == "2.0"
     cells = data["tables"]["probe_cells"]["rows"]
     assert cells[0][:4] == ["shipped", "default (features.5)", "7 x 7", "0.500"]
-    assert cells[0][4] == "11.0 of 49"
+    assert cells[0][4] == "11.0 of 49" and cells[0][-2:] == ["0.120", "0.600"]
     stored = json.loads(page.read_text())["tables"]
     assert set(stored) == {"full", "probe", "probe_cells"}
     assert (tmp_path / "probe.png").read_bytes()[:4] == b"\x89PNG"

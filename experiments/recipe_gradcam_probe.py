@@ -279,7 +279,9 @@ def load(runs: Path) -> dict[str, dict[str, Any]]:
 def _changes(name: str) -> str:
     if name in FIXED:
         return f"(the shipped file {FIXED[name]})"
-    return ", ".join(f"{k} {v}" for k, v in PROBES[name].items())
+    changes = PROBES[name]
+    rest = [f"{k} {v}" for k, v in changes.items() if GRADCAM_ONLY.get(k, k) != v]
+    return ", ".join(["Grad-CAM alone, 3 ascent steps", *rest])
 
 
 def probe_table(models: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -287,7 +287,8 @@ def _changes(name: str) -> str:
 def probe_table(models: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Each measured model: its changes, test accuracy, Grad-CAM under the full ensemble (mean
     and 95% t interval over the images) beside the random map and "map = input" on the same
-    images, and the share of images where Grad-CAM keeps more than "map = input"."""
+    images, and the share of images where Grad-CAM keeps more than "map = input" (images: those
+    the model classifies correctly)."""
     from experiments.ensemble_maps import mean_cell, share_above
 
     rows = []
@@ -297,7 +298,7 @@ def probe_table(models: dict[str, dict[str, Any]]) -> dict[str, Any]:
         full = files["full"]
         nan = [float("nan") if v is None else v for v in full["input"]]
         rows.append([name, _changes(name), f"{files['fit']['test_acc']:.3f}",
-                     str(len(full["index"])), mean_cell(full["topk"]),
+                     str(sum(v == v for v in full["topk"])), mean_cell(full["topk"]),
                      mean_cell([float("nan") if v is None else v for v in full["random"]]),
                      mean_cell(nan), share_above(full["topk"], nan),
                      f"{full['cpu_s'] / len(full['index']):.1f}"])  # fmt: skip

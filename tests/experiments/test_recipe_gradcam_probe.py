@@ -67,7 +67,7 @@ def _files(runs, name, topk, acc):
 def test_collect_writes_the_tables_into_the_page_results_and_draws(tmp_path, monkeypatch):
     runs = tmp_path / "runs"
     runs.mkdir()
-    _files(runs, "gc_w30", [0.2, 0.4], 0.95)
+    _files(runs, "gc_w30", [0.2, 0.4, float("nan")], 0.95)
     _files(runs, "shipped", [0.3, 0.1], 0.971)
     page = tmp_path / "recipe_search.json"
     page.write_text(json.dumps({"tables": {"full": {"rows": []}}}))
@@ -75,8 +75,8 @@ def test_collect_writes_the_tables_into_the_page_results_and_draws(tmp_path, mon
     data = gp.collect(runs, tmp_path / "probe.json", tmp_path / "probe.png")
     rows = data["tables"]["probe"]["rows"]
     assert [r[0] for r in rows] == ["shipped", "gc_w30"]  # the fixed models first
-    assert rows[1][2] == "0.950" and rows[1][4].startswith("0.300 [")
-    assert rows[1][6].startswith("0.600") and rows[1][7] == "0.000 (0/1)"
+    assert rows[1][2:4] == ["0.950", "2"] and rows[1][4].startswith("0.300 [")
+    assert rows[1][6].startswith("0.600") and rows[1][7] == "0.000 (0/2)"
     assert rows[1][5].startswith("0.125") and rows[1][8] == "2.0"
     cells = data["tables"]["probe_cells"]["rows"]
     assert cells[0][:4] == ["shipped", "default (features.5)", "7 x 7", "0.500"]

@@ -6,7 +6,9 @@ is reachable at some price in accuracy (the targets conflict) or not by this kin
 all: the shipped recipe (`configs/mnist5k_finetune_every_map.yaml`: the L1 of sum-normalised
 maps, the ascent from a vertex of the ball of radius 0.4, Grad-CAM's map squared, on a fifth of
 each batch, 2 epochs from the natural model) with its penalty cut to the Grad-CAM term alone,
-three ascent steps instead of one and a weight of 10 or more (`PROBES`), accuracy ignored.
+three ascent steps instead of one and a weight of 3 to 100, accuracy ignored, and variants
+(`PROBES`: the natural model's clean maps as the anchor, the top-k objective added to the L1,
+the map to the power 4, the attack's ball, every image of each batch, 6 epochs).
 
 Jobs, each one file under --runs, skipped when there (an interrupted run resumes where it
 stopped):

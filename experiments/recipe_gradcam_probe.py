@@ -67,6 +67,15 @@ PROBES: dict[str, dict[str, Any]] = {
     "gc_w30_r03": {**GRADCAM_ONLY, "weight": 30.0, "radius": 0.3},
     "gc_w30_l1tm": {**GRADCAM_ONLY, "weight": 30.0, "distance": "l1_topk_mass"},
     "gc_w30_p4": {**GRADCAM_ONLY, "weight": 30.0, "map_powers": [4.0]},
+    # The top-k objective beside the L1 at other weights, and with the natural model's anchor.
+    "gc_w10_l1tm": {**GRADCAM_ONLY, "weight": 10.0, "distance": "l1_topk_mass"},
+    "gc_w100_l1tm": {**GRADCAM_ONLY, "weight": 100.0, "distance": "l1_topk_mass"},
+    "gc_w30_l1tm_t": {
+        **GRADCAM_ONLY,
+        "weight": 30.0,
+        "distance": "l1_topk_mass",
+        "teacher": "mnist5k_baseline",
+    },
     # The natural model's clean maps as the anchor (the model cannot flatten its own).
     "gc_w10_t": {**GRADCAM_ONLY, "weight": 10.0, "teacher": "mnist5k_baseline"},
     "gc_w30_t": {**GRADCAM_ONLY, "weight": 30.0, "teacher": "mnist5k_baseline"},
@@ -169,6 +178,33 @@ def full_job(name: str, runs: Path) -> Path:
     return _write(path, row)
 
 
+def clean_job(name: str, runs: Path) -> Path:
+    """How much each clean Grad-CAM map (default layer) depends on its image, unless done: its
+    top-100 intersection with the other images' clean maps (`other_topk`, the mean over them per
+    image); a map that points at the same pixels whatever the image keeps its top 100 under any
+    attack and says nothing of the image."""
+    from experiments import ensemble_maps as em
+    from robust_train.explain import grad_cam
+    from robust_train.explain.maps import importance_map
+    from robust_train.explain.similarity import topk_intersection
+    from robust_train.models import load_classifier
+
+    path = runs / f"{name}_clean.json"
+    if path.exists():
+        return path
+    x, y, index = em.images(IMAGES)
+    model = load_classifier(checkpoint(name, runs))
+    maps = importance_map(grad_cam(model, x, y)).detach()
+    n = len(index)
+    other = [
+        float(sum(topk_intersection(maps[i : i + 1], maps[j : j + 1], 100)[0]
+                  for j in range(n) if j != i) / (n - 1))
+        for i in range(n)
+    ]  # fmt: skip
+    blank = [float(not bool(m.any())) for m in maps]
+    return _write(path, {"name": name, "index": index, "other_topk": other, "blank": blank})
+
+
 def cells_job(name: str, runs: Path, layer: str | None) -> Path:
     """The ensemble's attack on Grad-CAM at `layer` (None: the default) run once more, and each
     image's clean and worst attacked map described (`recipe_gradcam.describe`), unless done."""
@@ -221,18 +257,18 @@ def random_topk(clean: torch.Tensor, k: int = 100, n_maps: int = 16) -> torch.Te
 
 
 def plan(names: list[str], cells: list[str] | None = None) -> list[tuple[str, str, str | None]]:
-    """The jobs in order: every model's fit and full measurement first, then the cells of
-    `cells` (None: every model) at the default layer, then at `LAYER_14`.
+    """The jobs in order: every model's fit, full measurement and clean maps first, then the
+    cells of `cells` (None: every model) at the default layer, then at `LAYER_14`.
 
     Examples:
         >>> plan(["gc_w10", "shipped"])[:3]
-        [('fit', 'gc_w10', None), ('full', 'gc_w10', None), ('fit', 'shipped', None)]
+        [('fit', 'gc_w10', None), ('full', 'gc_w10', None), ('clean', 'gc_w10', None)]
         >>> len(plan(["gc_w10", "shipped"])), len(plan(["gc_w10", "shipped"], ["shipped"]))
-        (8, 6)
+        (10, 8)
     """
     jobs: list[tuple[str, str, str | None]] = []
     for name in names:
-        jobs += [("fit", name, None), ("full", name, None)]
+        jobs += [("fit", name, None), ("full", name, None), ("clean", name, None)]
     for layer in (None, LAYER_14):
         jobs += [("cells", name, layer) for name in (names if cells is None else cells)]
     return jobs
@@ -245,6 +281,8 @@ def run(names: list[str], runs: Path, cells: list[str] | None = None) -> None:
             path = fit_job(name, runs)
         elif step == "full":
             path = full_job(name, runs)
+        elif step == "clean":
+            path = clean_job(name, runs)
         else:
             path = cells_job(name, runs, layer)
         print(f"{step} {name} {layer or ''}: {path}", flush=True)
@@ -286,6 +324,14 @@ def _changes(name: str) -> str:
     return ", ".join(["Grad-CAM alone, 3 ascent steps", *rest])
 
 
+def _other(clean: dict[str, Any] | None) -> str:
+    """The clean maps' mean top-100 intersection with the other images' maps, and how many
+    clean maps are blank."""
+    if clean is None:
+        return "-"
+    return f"{_mean(clean['other_topk']):.3f} ({int(sum(clean['blank']))} blank)"
+
+
 def probe_table(models: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Each measured model: its changes, test accuracy, Grad-CAM under the full ensemble (mean
     and 95% t interval over the images) beside the random map and "map = input" on the same
@@ -303,12 +349,14 @@ def probe_table(models: dict[str, dict[str, Any]]) -> dict[str, Any]:
                      str(sum(v == v for v in full["topk"])), mean_cell(full["topk"]),
                      mean_cell([float("nan") if v is None else v for v in full["random"]]),
                      mean_cell(nan), share_above(full["topk"], nan),
+                     _other(files.get("clean")),
                      f"{full['cpu_s'] / len(full['index']):.1f}"])  # fmt: skip
     return {
         "columns": ["model", "changes to the shipped recipe", "test acc", "images",
                     "Grad-CAM under the ensemble", "random map", "map = input",
-                    "Grad-CAM above map = input", "CPU s per image"],
-        "align": "|---" * 9 + "|",
+                    "Grad-CAM above map = input", "clean map vs other images' (top-100 ∩)",
+                    "CPU s per image"],
+        "align": "|---" * 10 + "|",
         "rows": rows,
     }  # fmt: skip
 

@@ -69,6 +69,8 @@ def test_collect_writes_the_tables_into_the_page_results_and_draws(tmp_path, mon
     runs.mkdir()
     _files(runs, "gc_w30", [0.2, 0.4, float("nan")], 0.95)
     _files(runs, "shipped", [0.3, 0.1], 0.971)
+    clean = {"name": "gc_w30", "other_topk": [0.3, 0.5, float("nan")], "blank": [0, 0, 1]}
+    (runs / "gc_w30_clean.json").write_text(json.dumps(clean))
     page = tmp_path / "recipe_search.json"
     page.write_text(json.dumps({"tables": {"full": {"rows": []}}}))
     monkeypatch.setattr(rs, "RESULTS", page)
@@ -77,7 +79,8 @@ def test_collect_writes_the_tables_into_the_page_results_and_draws(tmp_path, mon
     assert [r[0] for r in rows] == ["shipped", "gc_w30"]  # the fixed models first
     assert rows[1][2:4] == ["0.950", "2"] and rows[1][4].startswith("0.300 [")
     assert rows[1][6].startswith("0.600") and rows[1][7] == "0.000 (0/2)"
-    assert rows[1][5].startswith("0.125") and rows[1][8] == "2.0"
+    assert rows[1][5].startswith("0.125") and rows[1][8:] == ["0.400 (1 blank)", "2.0"]
+    assert rows[0][8] == "-"  # no clean job
     cells = data["tables"]["probe_cells"]["rows"]
     assert cells[0][:4] == ["shipped", "default (features.5)", "7 x 7", "0.500"]
     assert cells[0][4] == "11.0 of 49" and cells[0][-2:] == ["0.120", "0.600"]

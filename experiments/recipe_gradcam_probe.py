@@ -336,17 +336,21 @@ def probe_table(models: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Each measured model: its changes, test accuracy, Grad-CAM under the full ensemble (mean
     and 95% t interval over the images) beside the random map and "map = input" on the same
     images, and the share of images where Grad-CAM keeps more than "map = input" (images: those
-    the model classifies correctly)."""
+    the model classifies correctly), and how much its clean maps depend on the image (`clean_job`;
+    a model with clean maps only: the other columns "-")."""
     from experiments.ensemble_maps import mean_cell, share_above
 
     rows = []
     for name, files in models.items():
-        if "full" not in files or "fit" not in files:
+        if "fit" not in files or not ("full" in files or "clean" in files):
+            continue
+        head = [name, _changes(name), f"{files['fit']['test_acc']:.3f}"]
+        if "full" not in files:  # the clean maps only
+            rows.append([*head, *["-"] * 5, _other(files["clean"]), "-"])
             continue
         full = files["full"]
         nan = [float("nan") if v is None else v for v in full["input"]]
-        rows.append([name, _changes(name), f"{files['fit']['test_acc']:.3f}",
-                     str(sum(v == v for v in full["topk"])), mean_cell(full["topk"]),
+        rows.append([*head, str(sum(v == v for v in full["topk"])), mean_cell(full["topk"]),
                      mean_cell([float("nan") if v is None else v for v in full["random"]]),
                      mean_cell(nan), share_above(full["topk"], nan),
                      _other(files.get("clean")),

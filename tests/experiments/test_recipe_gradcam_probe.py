@@ -71,12 +71,16 @@ def test_collect_writes_the_tables_into_the_page_results_and_draws(tmp_path, mon
     _files(runs, "shipped", [0.3, 0.1], 0.971)
     clean = {"name": "gc_w30", "other_topk": [0.3, 0.5, float("nan")], "blank": [0, 0, 1]}
     (runs / "gc_w30_clean.json").write_text(json.dumps(clean))
+    (runs / "natural_fit.json").write_text(json.dumps({"name": "natural", "test_acc": 0.971}))
+    (runs / "natural_clean.json").write_text(json.dumps({**clean, "name": "natural"}))
     page = tmp_path / "recipe_search.json"
     page.write_text(json.dumps({"tables": {"full": {"rows": []}}}))
     monkeypatch.setattr(rs, "RESULTS", page)
     data = gp.collect(runs, tmp_path / "probe.json", tmp_path / "probe.png")
     rows = data["tables"]["probe"]["rows"]
-    assert [r[0] for r in rows] == ["shipped", "gc_w30"]  # the fixed models first
+    assert [r[0] for r in rows] == ["natural", "shipped", "gc_w30"]  # the fixed models first
+    assert rows[0][3:] == ["-"] * 5 + ["0.400 (1 blank)", "-"]  # clean maps only
+    rows = rows[1:]
     assert rows[1][2:4] == ["0.950", "2"] and rows[1][4].startswith("0.300 [")
     assert rows[1][6].startswith("0.600") and rows[1][7] == "0.000 (0/2)"
     assert rows[1][5].startswith("0.125") and rows[1][8:] == ["0.400 (1 blank)", "2.0"]

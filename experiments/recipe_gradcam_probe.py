@@ -76,6 +76,14 @@ PROBES: dict[str, dict[str, Any]] = {
         "distance": "l1_topk_mass",
         "teacher": "mnist5k_baseline",
     },
+    # The top-k objective beside the L1 with everything at once.
+    "gc_w100_l1tm_bf1_e6": {
+        **GRADCAM_ONLY,
+        "weight": 100.0,
+        "distance": "l1_topk_mass",
+        "batch_fraction": 1.0,
+        "epochs": 6,
+    },
     # The natural model's clean maps as the anchor (the model cannot flatten its own).
     "gc_w10_t": {**GRADCAM_ONLY, "weight": 10.0, "teacher": "mnist5k_baseline"},
     "gc_w30_t": {**GRADCAM_ONLY, "weight": 30.0, "teacher": "mnist5k_baseline"},

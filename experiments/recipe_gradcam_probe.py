@@ -84,6 +84,14 @@ PROBES: dict[str, dict[str, Any]] = {
         "batch_fraction": 1.0,
         "epochs": 6,
     },
+    # Between them: every image of each batch for 2 epochs; 6 epochs on a fifth.
+    "gc_w100_l1tm_bf1": {
+        **GRADCAM_ONLY,
+        "weight": 100.0,
+        "distance": "l1_topk_mass",
+        "batch_fraction": 1.0,
+    },
+    "gc_w100_l1tm_e6": {**GRADCAM_ONLY, "weight": 100.0, "distance": "l1_topk_mass", "epochs": 6},
     # The natural model's clean maps as the anchor (the model cannot flatten its own).
     "gc_w10_t": {**GRADCAM_ONLY, "weight": 10.0, "teacher": "mnist5k_baseline"},
     "gc_w30_t": {**GRADCAM_ONLY, "weight": 30.0, "teacher": "mnist5k_baseline"},

@@ -502,7 +502,7 @@ def draw(models: dict[str, dict[str, Any]], png: Path) -> Path:
     ax.scatter([], [], marker="x", color="k", label="random map")
     ax.set_xlabel("test accuracy")
     ax.set_ylabel("Grad-CAM top-100 intersection under the full ensemble")
-    ax.legend(loc="best", fontsize=7)
+    ax.legend(loc="lower left", fontsize=7)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=100, bbox_inches="tight")

@@ -494,7 +494,8 @@ def draw(models: dict[str, dict[str, Any]], png: Path) -> Path:
 
     searched = search_points(json.loads(PAGE.read_text())) if PAGE.is_file() else {}
     if searched:
-        ax.scatter(*zip(*searched.values(), strict=True), marker="s", s=25, color="tab:green",
+        accs, levels = zip(*searched.values(), strict=True)
+        ax.scatter(accs, levels, marker="s", s=25, color="tab:green",
                    label="the search's candidates (full check)")  # fmt: skip
     ax.axhline(TARGETS["grad_cam"], color="tab:red", ls=":", lw=1, label="Grad-CAM target")
     ax.axvline(ACCURACY_FLOOR, color="tab:green", ls=":", lw=1, label="accuracy floor")

@@ -16,6 +16,8 @@ output, 7 x 7 on a 28 x 28 input) before their ReLU and after it:
   positive everywhere on a high floor ranks its pixels by small differences);
 - the share of the clean map's mass in its top cells (the cells the top-100 pixels mostly lie
   in) and the gap between the last top cell and the next, over the largest cell;
+- the largest change of a cell between the clean and attacked maps scaled to the same mass,
+  over the largest clean cell (set beside the gap: a change larger than the gap swaps cells);
 - the L1 distance of the sum-normalised upsampled maps (what the every-map penalty measures) at
   the attack's point, and the same of the maps raised to the power 4 (`map_powers`);
 - the signed (pre-ReLU) map's top-100 intersection between clean and attacked: whether the
@@ -38,14 +40,16 @@ import torch.nn.functional as F
 RESULTS = Path(__file__).resolve().parent / "results" / "recipe_gradcam.json"
 
 
-def signed_cam(model: Any, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """The signed Grad-CAM sum_k w_k A_k (B, h, w) at the default layer, before ReLU and
-    upsampling."""
+def signed_cam(
+    model: Any, x: torch.Tensor, y: torch.Tensor, layer: str | None = None
+) -> torch.Tensor:
+    """The signed Grad-CAM sum_k w_k A_k (B, h, w) at `layer` (None: the default layer), before
+    ReLU and upsampling."""
     from robust_train.explain.autograd import target_scores
     from robust_train.explain.grad_cam import one_activation
     from robust_train.explain.layers import capture_output, find_layer
 
-    name, module = find_layer(model, None, caller="recipe_gradcam")
+    name, module = find_layer(model, layer, caller="recipe_gradcam")
     with torch.enable_grad():
         x = x.detach().requires_grad_(True)
         with capture_output(module, name, caller="recipe_gradcam") as seen:
@@ -56,12 +60,13 @@ def signed_cam(model: Any, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def describe(model: Any, clean_x: torch.Tensor, adv_x: torch.Tensor, y: torch.Tensor,
-             k: int = 100) -> dict[str, list[float]]:  # fmt: skip
+             k: int = 100, layer: str | None = None) -> dict[str, list[float]]:  # fmt: skip
     """Per image: positive mass ratio, positive cell shares, blank / near-constant flags, the
-    cells under the top-k pixels, the kept top cells and the signed map's top-k intersection."""
+    cells under the top-k pixels, the kept top cells and the signed map's top-k intersection,
+    of Grad-CAM at `layer` (None: the default layer)."""
     from robust_train.explain.similarity import topk_intersection
 
-    a, b = signed_cam(model, clean_x, y), signed_cam(model, adv_x, y)
+    a, b = signed_cam(model, clean_x, y, layer), signed_cam(model, adv_x, y, layer)
     size = clean_x.shape[-2:]
 
     def up(c: torch.Tensor) -> torch.Tensor:
@@ -73,7 +78,8 @@ def describe(model: Any, clean_x: torch.Tensor, adv_x: torch.Tensor, y: torch.Te
     out: dict[str, list[float]] = {key: [] for key in (
         "mass_ratio", "positive_clean", "positive_attacked", "blank", "near_constant",
         "cells_under_topk", "top_cells_kept", "signed_topk", "relu_topk", "floor_clean",
-        "floor_attacked", "top_cells_share", "top_gap", "l1", "l1_power4")}  # fmt: skip
+        "floor_attacked", "top_cells_share", "top_gap", "cell_change", "l1",
+        "l1_power4")}  # fmt: skip
     relu_topk = topk_intersection(up(pa), up(pb), k)
     signed = topk_intersection(up(a), up(b), k)
     for i in range(len(y)):
@@ -98,6 +104,8 @@ def describe(model: Any, clean_x: torch.Tensor, adv_x: torch.Tensor, y: torch.Te
         ranked = pa[i].flatten().sort(descending=True).values
         out["top_cells_share"].append(float(ranked[:n_top].sum() / ranked.sum()))
         out["top_gap"].append(float((ranked[n_top - 1] - ranked[n_top]) / ranked[0]))
+        na, nb = pa[i] / pa[i].sum().clamp_min(1e-12), pb[i] / pb[i].sum().clamp_min(1e-12)
+        out["cell_change"].append(float((na - nb).abs().max() / na.max().clamp_min(1e-12)))
         for key, power in (("l1", 1), ("l1_power4", 4)):
             ua, ub = up(pa)[i] ** power, up(pb)[i] ** power
             out[key].append(float((ua / ua.sum() - ub / ub.sum()).abs().sum()))
@@ -232,6 +240,7 @@ QUANTITIES = {
     "cells_under_topk": "cells (of 49) the clean top-100 pixels lie in",
     "top_cells_share": "share of the clean map's mass in its 6 top cells",
     "top_gap": "gap between the 6th and 7th cells over the largest, clean",
+    "cell_change": "largest change of a cell (maps of equal mass) over the largest clean cell",
     "top_cells_kept": "share of the clean 6 top cells among the attacked 6 top cells",
     "signed_topk": "top-100 intersection of the signed maps (before the ReLU)",
     "l1": "L1 of the sum-normalised maps at the attack's point (the penalty's distance)",

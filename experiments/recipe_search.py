@@ -49,6 +49,7 @@ from typing import Any
 import torch
 
 RESULTS = Path(__file__).resolve().parent / "results" / "recipe_search.json"
+PROBE_RESULTS = RESULTS.parent / "recipe_gradcam_probe.json"
 PROXY_MAPS = ("saliency", "grad_cam", "deeplift")
 # Changes to the shipped recipe; "epochs" and "lr" are the fit's, the rest the penalty's options.
 CANDIDATES: dict[str, dict[str, Any]] = {
@@ -596,14 +597,16 @@ def collect(
     before: Path | None = None,
     diagnosis: Path | None = None,
     png: Path | None = None,
+    probe: Path | None = PROBE_RESULTS,
 ) -> dict[str, Any]:
     """Write the results file from the finished candidates and full checks (`before`: the
     ensemble_maps jobs of the shipped pair, for paired differences; `diagnosis`: the
-    recipe_gradcam results, as a table; `png`: the front's figure); return it."""
+    recipe_gradcam results, as a table; `png`: the front's figure; `probe`: the results of
+    recipe_gradcam_probe, whose tables are kept); return it."""
     found = load_search(runs)
     if not found:
         raise FileNotFoundError(f"`--runs` {str(runs)!r} holds no finished candidate")
-    data = {
+    data: dict[str, Any] = {
         "about": "python -m experiments run recipe_search: candidates of the every-map recipe "
         "under a proxy of the attack ensemble (val images), the chosen one under the full "
         "ensemble (test images of ENSEMBLE_MAPS.md)",
@@ -622,6 +625,8 @@ def collect(
         from experiments.recipe_gradcam import diagnosis_table
 
         data["tables"]["gradcam"] = diagnosis_table(json.loads(diagnosis.read_text()))
+    if probe is not None and probe.is_file():  # the Grad-CAM probe's tables, as it wrote them
+        data["tables"].update(json.loads(probe.read_text())["tables"])
     if png is not None:
         from experiments.recipe_search_figure import draw_front
 

@@ -50,6 +50,12 @@ EXPERIMENTS: dict[str, Entry] = {
         "experiments.recipe_gradcam",
         "why Grad-CAM does not move under the every-map penalty: its attacked maps described",
     ),
+    "recipe_gradcam_probe": Entry(
+        "experiments.recipe_gradcam_probe",
+        "Grad-CAM-only penalties at large weights under the attack ensemble: reachable at a price?",
+        page="RECIPE_SEARCH.md",
+        write_page=TABLES,
+    ),
     "architectures": Entry(
         "experiments.architectures",
         "one recipe, weights unchanged, on several architectures",

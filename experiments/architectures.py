@@ -1095,9 +1095,8 @@ def step_cost(args: argparse.Namespace) -> None:
     print("\n".join(lines), flush=True)
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m experiments.architectures", description=__doc__)
-    sub = p.add_subparsers(dest="part", required=True)
+def add_run_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add the ``run`` part (fit and evaluate, resumable) to the subparsers `sub`."""
     r = sub.add_parser("run", help="fit and evaluate (resumable)")
     r.add_argument("--recipe", required=True, help="the robust fine-tune config (file or name)")
     r.add_argument("--natural-config", default=NATURAL_CONFIG)
@@ -1137,6 +1136,13 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--images", type=int, default=100)
     r.add_argument("--budget-min", type=float, default=600.0)
     r.add_argument("--quick", action="store_true", help="2 batches, 1 epoch, tiny attacks")
+    return r
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m experiments.architectures", description=__doc__)
+    sub = p.add_subparsers(dest="part", required=True)
+    r = add_run_parser(sub)
     c = sub.add_parser("cost", help="step times of the stems and models, side by side")
     c.add_argument("--recipe", required=True)
     c.add_argument("--batch", type=int, default=64)

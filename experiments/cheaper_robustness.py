@@ -278,7 +278,8 @@ def store_summary(path: Path, key: str) -> Path:
     return tables_page("CHEAPER.md")
 
 
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m experiments.cheaper_robustness``."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=200, help="test images attacked")
     parser.add_argument(
@@ -299,6 +300,11 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None, help="write the table to this file")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.store is not None:
         if not Path(args.store[0]).is_file():

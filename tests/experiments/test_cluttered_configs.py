@@ -48,6 +48,8 @@ def test_config_builds_its_network_and_penalty(config: Path, tmp_path, monkeypat
             ("grad_cam",),
         ]
         assert {p.options.model_mode for p in penalties} == {"eval"}
+        # the self-anchored term at half the anchored term's weight (the page's `_self15_` rows)
+        assert penalties[0].weight == pytest.approx(penalties[1].weight / 2)
     else:
         assert penalties == []
     with torch.no_grad():

@@ -23,6 +23,7 @@ def test_the_architecture_configs_are_there():
         "resnet18_natural",
         "resnet18_every_map",
         "resnet18_mixed_anchor",
+        "resnet18_self15_mixed_anchor",
         "vgg_bn_natural",
         "vgg_bn_every_map",
     }
@@ -48,8 +49,9 @@ def test_config_builds_its_network_and_penalty(config: Path, tmp_path, monkeypat
             ("grad_cam",),
         ]
         assert {p.options.model_mode for p in penalties} == {"eval"}
-        # the self-anchored term at half the anchored term's weight (the page's `_self15_` rows)
-        assert penalties[0].weight == pytest.approx(penalties[1].weight / 2)
+        # the self15 config: the self-anchored term at half the anchored term's weight
+        ratio = 0.5 if "self15" in config.stem else 1.0
+        assert penalties[0].weight == pytest.approx(penalties[1].weight * ratio)
     else:
         assert penalties == []
     with torch.no_grad():

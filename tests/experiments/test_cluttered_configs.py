@@ -23,6 +23,7 @@ def test_the_architecture_configs_are_there():
         "resnet18_natural",
         "resnet18_every_map",
         "resnet18_mixed_anchor",
+        "resnet18_self15_mixed_anchor",
         "cnn_mixed_anchor",
         "cnn_soft_anchor",
         "vgg_bn_natural",
@@ -58,6 +59,9 @@ def test_config_builds_its_network_and_penalty(config: Path, tmp_path, monkeypat
         mode = "unchanged" if config.stem.startswith("cnn") else "eval"
         assert {p.options.model_mode for p in penalties} == {mode}
         assert [p.options.teacher for p in penalties] == [None, str(teacher)]
+        # the self15 config: the self-anchored term at half the anchored term's weight
+        ratio = 0.5 if "self15" in config.stem else 1.0
+        assert penalties[0].weight == pytest.approx(penalties[1].weight * ratio)
     elif config.stem.endswith("soft_anchor"):
         # the shipped penalty, then Grad-CAM alone at a third of its weight (the teacher's term)
         assert [type(p) for p in penalties] == [MultiMapSmoothness] * 2

@@ -43,7 +43,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -437,15 +437,35 @@ DIAGNOSIS_COLUMNS = {
 }
 
 
-def diagnosis_table(folder: Path) -> dict[str, Any]:
-    """The table of `experiments.cluttered_diagnosis`'s results under `folder` (one row each)."""
+def per_model_table(
+    folder: Path, columns: dict[str, str], counts: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """One row per model of the per-model results under `folder` (see `pending_models`): its
+    label, then `columns`' keys, the `counts` among them printed as they are, the rest as
+    numbers to 3 decimals."""
     results = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
     rows = [
-        [r["label"], *(_cell(r.get(key)) for key in DIAGNOSIS_COLUMNS)]
+        [r["label"], *(str(r[k]) if k in counts else _cell(r.get(k)) for k in columns)]
         for r in sorted(results, key=lambda r: r["label"])
     ]
-    columns = ["model", *DIAGNOSIS_COLUMNS.values()]
-    return {"columns": columns, "align": "|---" * len(columns) + "|", "rows": rows}
+    header = ["model", *columns.values()]
+    return {"columns": header, "align": "|---" * len(header) + "|", "rows": rows}
+
+
+def pending_models(items: list[str], folder: Path) -> Iterator[tuple[str, str, Path]]:
+    """The `ARCH/KIND=PATH` items whose result file under `folder` does not exist yet, as
+    (label, path, result file); those done are named and skipped, so a run resumes."""
+    for label, path in parse_models(items).items():
+        target = folder / (label.replace("/", "_") + ".json")
+        if target.exists():
+            print(f"{label}: done ({target})")
+            continue
+        yield label, path, target
+
+
+def diagnosis_table(folder: Path) -> dict[str, Any]:
+    """The table of `experiments.cluttered_diagnosis`'s results under `folder` (one row each)."""
+    return per_model_table(folder, DIAGNOSIS_COLUMNS)
 
 
 MASS_COLUMNS = {
@@ -460,13 +480,7 @@ MASS_COLUMNS = {
 
 def mass_table(folder: Path) -> dict[str, Any]:
     """The table of `experiments.cluttered_mass`'s results under `folder` (one row each)."""
-    results = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
-    rows = [
-        [r["label"], str(r["images"]), *(_cell(r.get(key)) for key in list(MASS_COLUMNS)[1:])]
-        for r in sorted(results, key=lambda r: r["label"])
-    ]
-    columns = ["model", *MASS_COLUMNS.values()]
-    return {"columns": columns, "align": "|---" * len(columns) + "|", "rows": rows}
+    return per_model_table(folder, MASS_COLUMNS, counts=("images",))
 
 
 def read_jobs(folder: Path, fit_times: dict[str, float]) -> list[dict[str, Any]]:

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from experiments.cluttered import parse_models, test_data
+from experiments.cluttered import pending_models, test_data
 
 LAYERS = {"resnet18": ("backbone.layer2", "backbone.layer3", "backbone.layer4")}
 BATCH = 12  # the penalised sub-batch: 0.2 of 64
@@ -113,11 +113,7 @@ def run(args: argparse.Namespace) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     x, y, m = test_data()
     n = args.images
-    for label, path in parse_models(args.model).items():
-        target = folder / (label.replace("/", "_") + ".json")
-        if target.exists():
-            print(f"{label}: done ({target})")
-            continue
+    for label, path, target in pending_models(args.model, folder):
         model = load_classifier(path)
         result: dict[str, Any] = {"label": label, "checkpoint": path, "images": n}
         result.update(batchnorm_numbers(model, x, y))

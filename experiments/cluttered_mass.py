@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from experiments.cluttered import explainers_for, parse_models, test_data
+from experiments.cluttered import explainers_for, pending_models, test_data
 
 RING = 4  # pixels around the mask: Grad-CAM's cells on the small CNN are 4 x 4 pixels
 TOP_K = 512  # the page's k: an eighth of the 64 x 64 pixels
@@ -92,11 +92,7 @@ def run(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     folder = Path(args.out) / "mass"
     folder.mkdir(parents=True, exist_ok=True)
-    for label, path in parse_models(args.model).items():
-        target = folder / (label.replace("/", "_") + ".json")
-        if target.exists():
-            print(f"{label}: done ({target})")
-            continue
+    for label, path, target in pending_models(args.model, folder):
         result = measure(label, path, args.images)
         target.write_text(json.dumps(result, indent=1))
         print(label, json.dumps(result), flush=True)

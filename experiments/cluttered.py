@@ -463,6 +463,23 @@ def pending_models(items: list[str], folder: Path) -> Iterator[tuple[str, str, P
         yield label, path, target
 
 
+def per_model_arguments(
+    argv: list[str] | None, description: str, images: int
+) -> argparse.Namespace:
+    """The command line of a per-model study (`--model ARCH/KIND=PATH` repeated, `--out`,
+    `--images`, default `images`); a missing model or fewer than one image exits with code 2."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--model", action="append", default=[], help="ARCH/KIND=PATH")
+    parser.add_argument("--out", default="runs/cluttered")
+    parser.add_argument("--images", type=int, default=images)
+    args = parser.parse_args(argv)
+    if not args.model:
+        parser.error("`--model` is required")
+    if args.images < 1:
+        parser.error(f"`--images` must be at least 1, got {args.images}")
+    return args
+
+
 def diagnosis_table(folder: Path) -> dict[str, Any]:
     """The table of `experiments.cluttered_diagnosis`'s results under `folder` (one row each)."""
     return per_model_table(folder, DIAGNOSIS_COLUMNS)

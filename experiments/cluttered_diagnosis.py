@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from experiments.cluttered import pending_models, test_data
+from experiments.cluttered import pending_models, per_model_arguments, test_data
 
 LAYERS = {"resnet18": ("backbone.layer2", "backbone.layer3", "backbone.layer4")}
 BATCH = 12  # the penalised sub-batch: 0.2 of 64
@@ -123,14 +123,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", action="append", default=[], help="ARCH/KIND=PATH")
-    parser.add_argument("--out", default="runs/cluttered")
-    parser.add_argument("--images", type=int, default=48)
-    args = parser.parse_args(argv)
-    if not args.model:
-        parser.error("`--model` is required")
-    run(args)
+    run(per_model_arguments(argv, __doc__.splitlines()[0], images=48))
 
 
 if __name__ == "__main__":

@@ -26,7 +26,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from experiments.cluttered import explainers_for, pending_models, test_data
+from experiments.cluttered import (
+    explainers_for,
+    pending_models,
+    per_model_arguments,
+    test_data,
+)
 
 RING = 4  # pixels around the mask: Grad-CAM's cells on the small CNN are 4 x 4 pixels
 TOP_K = 512  # the page's k: an eighth of the 64 x 64 pixels
@@ -99,16 +104,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", action="append", default=[], help="ARCH/KIND=PATH")
-    parser.add_argument("--out", default="runs/cluttered")
-    parser.add_argument("--images", type=int, default=40)
-    args = parser.parse_args(argv)
-    if not args.model:
-        parser.error("`--model` is required")
-    if args.images < 1:
-        parser.error(f"`--images` must be at least 1, got {args.images}")
-    run(args)
+    run(per_model_arguments(argv, __doc__.splitlines()[0], images=40))
 
 
 if __name__ == "__main__":

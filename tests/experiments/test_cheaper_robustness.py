@@ -12,7 +12,7 @@ from experiments import cheaper_robustness
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # the study's quick run
 def test_a_quick_run_measures_only_the_variants_asked_for(tmp_path: Path, monkeypatch):
     out = tmp_path / "cheaper.md"
     # three: the others share code (every_map: the shipped robust recipe's penalty and rate)

@@ -25,7 +25,7 @@ XDIST := -n auto --dist loadscope --no-loadscope-reorder
 # Three tiers: `make test` (the package, its CLI and docs; within 5 minutes on 2 cores),
 # `make test-fast` (in-process tests only), `make test-heavy` (the `heavy` end-to-end runs of what
 # surrounds the package: the wheel in a fresh venv, the site in a browser, DDP, the studies' and
-# benchmarks' quick runs). `make test-all` runs every test; CI runs test and test-heavy.
+# benchmarks' quick runs, the fits that reproduce a shipped model or a training dynamic). `make test-all` runs every test; CI runs test and test-heavy.
 test: $(STAMP)
 	$(BIN)/pytest -q $(XDIST) -m "not heavy"
 

@@ -39,7 +39,7 @@ def _topk_under_attack(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor)
     return float(values[torch.isfinite(values)].mean())
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # the shipped recipe's whole fit, compared with the shipped model
 def test_finetune_config_reproduces_the_shipped_robust_model(console, tmp_path):
     torch.set_num_threads(1)
     done = console(

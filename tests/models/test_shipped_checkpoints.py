@@ -48,7 +48,7 @@ def test_export_keeps_what_loading_needs(tmp_path):
         export_checkpoint(tmp_path / "bad.ckpt", tmp_path / "out.ckpt")
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # a fine-tune of the shipped baseline and two evaluations on 200 images
 def test_finetuning_the_baseline_with_the_penalty_makes_maps_robust(tmp_path):
     torch.set_num_threads(1)
     # a 10-step top-k attack (the default takes 50): the same attack before and after, and the

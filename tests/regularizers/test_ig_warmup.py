@@ -105,7 +105,7 @@ def _fit_from_scratch(warmup: int) -> tuple[float, float]:
     return float((logits.argmax(1) == yv).float().mean()), float(logits.std(0).mean())
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # two fits from random weights, a training dynamic
 def test_ig_sum_norm_from_random_weights_collapses_at_full_epsilon_and_trains_warmed_up():
     """At the full budget from the first step the output stops depending on the input (the
     leaderboard's collapsed seeds: chance accuracy, the same logits for every image); warmed up

@@ -30,7 +30,9 @@ budget's fine-tunes against the natural model measured at it), the targets of th
 jobs (other `eval` runs: the attack ensemble's, the fast protocol on its images; in the targets
 table each protocol's fine-tunes against the natural model measured the same way) and those of
 `--out`/diagnosis (`experiments.cluttered_diagnosis`), `--out`/head
-(`experiments.cluttered_head`) and `--out`/mass (`experiments.cluttered_mass`);
+(`experiments.cluttered_head`) and `--out`/mass (`experiments.cluttered_mass`), and per
+architecture and seed the fine-tune that meets the most targets ("verdict", `verdict_table`;
+`experiments.cluttered_front` draws the trade-off front from the same rows);
 `figures` writes docs/images/cluttered_attacked_maps.png (clean and attacked maps of the first
 correctly classified test images, the ground-truth outline drawn on each).
 """

@@ -99,8 +99,14 @@ def test_the_front_is_the_non_dominated_set():
 
 
 def test_each_architecture_and_seed_gets_its_best_fine_tune(stored):
-    table = json.loads(stored.read_text())["tables"]["verdict"]
+    tables = json.loads(stored.read_text())["tables"]
+    table, targets = tables["verdict"], tables["targets"]
     rows = [dict(zip(table["columns"], row, strict=True)) for row in table["rows"]]
+    for row in rows:  # the targets table's verdicts, from the same row
+        same = [
+            t for t in targets["rows"] if t[0] == row["best fine-tune"] and t[2] == row["protocol"]
+        ]
+        assert len(same) == 1 and same[0][-1] == row["met"]
     assert [(r["architecture"], r["seed"]) for r in rows] == [
         ("small CNN", "0"),
         ("small CNN", "1"),

@@ -10,8 +10,9 @@ natural epochs), every fine-tune and seed a point, from the row its targets' ver
 (`experiments.cluttered.main_pairs`: the page's budget, the fast protocol on the most images).
 Top row: the accuracy lost against the fine-tune's own natural model (percentage points, x)
 against the top-k under attack gained over it (y), saliency and Grad-CAM in two colours, the seed
-by marker, the shipped config and the soft anchor ringed and named, each map's Pareto front
-(least accuracy lost, most gain) joined, the targets (gain 0.25, 1 point) dotted. Bottom row:
+by marker, the natural model a cross, the shipped config and the soft anchor ringed and named,
+each map's Pareto front (least accuracy lost, most gain) joined, the targets (gain 0.25, 1
+point) dotted. Bottom row:
 the whole-fit cost ((natural + fine-tune) / natural fit CPU seconds, x) against the same gains,
 the cost target (2x) dotted. Nothing is measured here: the figure follows from the stored
 numbers alone.
@@ -116,6 +117,7 @@ def _panel(ax: Any, points: list[dict[str, Any]], x: str) -> None:
                 if e == "saliency" and p["seed"] == 0:
                     ax.annotate(HIGHLIGHT[p["config"]], (p[x], p["gain"][e]), fontsize=7,
                                 textcoords="offset points", xytext=(8, -3))  # fmt: skip
+    ax.scatter([0.0 if x == "lost" else 1.0], [0.0], marker="x", color="black", s=30, zorder=3)
     ax.axhline(TARGET_GAIN, color="grey", ls=":", lw=1)
     ax.axvline(ACCURACY_TARGET if x == "lost" else COST_TARGET, color="grey", ls=":", lw=1)
     ax.grid(alpha=0.2)
@@ -131,6 +133,7 @@ def _legend(fig: Any) -> None:
     handles += [
         Line2D([], [], color="black", ls="none", marker="o", mfc="none", ms=10,
                label="ringed: " + ", ".join(f"{v} ({k})" for k, v in HIGHLIGHT.items())),
+        Line2D([], [], color="black", ls="none", marker="x", label="natural model (0, 0; 1x, 0)"),
         Line2D([], [], color="grey", ls=":", label="targets"),
     ]  # fmt: skip
     fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=7, frameon=False)

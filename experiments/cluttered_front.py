@@ -181,7 +181,11 @@ def main(argv: list[str] | None = None) -> None:
     source = Path(args.results) if args.results else RESULTS / "cluttered.json"
     if not source.is_file():
         parser.error(f"`--results` must be a stored results file, got {str(source)!r}")
-    results = json.loads(read_text(source))["results"]
+    results = json.loads(read_text(source)).get("results")
+    if not isinstance(results, list):
+        parser.error(
+            f"`--results` must hold the results `cluttered table` stores, got {str(source)!r}"
+        )
     out = draw_front(results, Path(args.png) if args.png else IMAGES / "cluttered_front.png")
     print(f"wrote {out}")
 

@@ -151,3 +151,8 @@ def test_a_missing_results_file_is_refused_with_its_name(tmp_path, capsys):
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert "`--results`" in err and "none.json" in err
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"tables": {}}))  # no stored results
+    with pytest.raises(SystemExit) as stop:
+        cluttered_front.main(["--results", str(other)])
+    assert stop.value.code == 2 and "other.json" in capsys.readouterr().err

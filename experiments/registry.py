@@ -155,6 +155,12 @@ EXPERIMENTS: dict[str, Entry] = {
         page="CLUTTERED.md",
         write_page=TABLES,
     ),
+    "cluttered_front": Entry(
+        "experiments.cluttered_front",
+        "the cluttered benchmark's trade-off front: accuracy lost and cost against top-k gain",
+        page="CLUTTERED.md",
+        write_page=TABLES,
+    ),
     "faithfulness": Entry(
         "experiments.faithfulness",
         "the faithfulness correlation beside the fidelity estimate on the MNIST-5k pair",

@@ -22,15 +22,16 @@ map's top-k intersection (chance) is reported beside each map. A job writes
 same settings, so a stopped run resumes. The fit cost of each checkpoint is read from
 `--fit-times` (a JSON of label -> CPU seconds), when given.
 
-`table` writes experiments/results/cluttered.json (the page's tables) from `--out`/jobs, with
-the fit costs of `--fit-times` and each fine-tune's cost x natural, (natural + fine-tune) /
-natural, the results at another budget than 8/255 in a table of their own ("budget"; each
-budget's fine-tunes against the natural model measured at it), the targets of the other maps
-(LRP, DeepLIFT, IG) in theirs ("targets_maps"), the rows of each `--ensemble-out` folder's
-jobs (other `eval` runs: the attack ensemble's, the fast protocol on its images; in the targets
-table each protocol's fine-tunes against the natural model measured the same way) and those of
-`--out`/diagnosis (`experiments.cluttered_diagnosis`), `--out`/head
-(`experiments.cluttered_head`) and `--out`/mass (`experiments.cluttered_mass`), and per
+`table` writes experiments/results/cluttered.json (the page's tables) from `--out`/jobs, with the
+fit costs of `--fit-times` and each fine-tune's cost x natural, (natural + fine-tune) / natural (the
+natural fit of its seed; beside it the same against the mean of its natural recipe's fits over the
+seeds, `mean_natural_ratio`; the targets judge the per-seed ratio), the results at another budget
+than 8/255 in a table of their own ("budget"; each budget's fine-tunes against the natural model
+measured at it), the targets of the other maps (LRP, DeepLIFT, IG) in theirs ("targets_maps"), the
+rows of each `--ensemble-out` folder's jobs (other `eval` runs: the attack ensemble's, the fast
+protocol on its images; in the targets table each protocol's fine-tunes against the natural model
+measured the same way) and those of `--out`/diagnosis (`experiments.cluttered_diagnosis`),
+`--out`/head (`experiments.cluttered_head`) and `--out`/mass (`experiments.cluttered_mass`), and per
 architecture and seed the fine-tune that meets the most targets ("verdict", `verdict_table`;
 `experiments.cluttered_front` draws the trade-off front from the same rows);
 `figures` writes docs/images/cluttered_attacked_maps.png (clean and attacked maps of the first
@@ -208,6 +209,32 @@ def natural_of(label: str, naturals: Iterable[str]) -> str | None:
     return None if best is None else best[1]
 
 
+def mean_natural_ratio(label: str, fits: dict[str, float | None]) -> tuple[float, int] | None:
+    """The whole-fit cost of the fine-tune `label` against the mean fit CPU seconds of its natural
+    model's recipe over the seeds with a fit time (`fits`: label -> CPU seconds or None):
+    (mean + fine-tune) / mean, and the number of natural fits averaged. The per-seed ratio divides
+    by one natural fit, whose CPU time moves with what else ran beside it; the mean is the steadier
+    base. None for a natural model, an unknown fine-tune time, or fewer than two natural fits.
+
+    Examples:
+        >>> fits = {"cnn/natural": 400.0, "cnn/natural_s1": 600.0, "cnn/tuned_s1": 500.0}
+        >>> mean_natural_ratio("cnn/tuned_s1", fits)
+        (2.0, 2)
+        >>> mean_natural_ratio("cnn/natural_s1", fits) is None
+        True
+    """
+    naturals = [other for other in fits if "natural" in other]
+    natural, own = natural_of(label, naturals), fits.get(label)
+    if natural is None or own is None or "natural" in label.split("/", 1)[1]:
+        return None
+    recipe = re.sub(r"_s\d+$", "", natural)
+    times = [t for n in naturals if re.sub(r"_s\d+$", "", n) == recipe and (t := fits[n])]
+    if len(times) < 2:
+        return None
+    mean = sum(times) / len(times)
+    return (mean + own) / mean, len(times)
+
+
 def _cell(value: float | None, digits: int = 3) -> str:
     if value is None or math.isnan(value):
         return "-"
@@ -254,8 +281,11 @@ def table_rows(
         ratio = None
         if own is not None and base and "natural" not in kind:
             ratio = (base + own) / base
+        mean = mean_natural_ratio(r["label"], fits)
         cost_rows.append([r["label"], str(r["n_attacked"]), _cell(r.get("seconds"), 0),
-                          _cell(own, 0), _cell(ratio, 2), _cell(r["mask_area"])])  # fmt: skip
+                          _cell(own, 0), _cell(ratio, 2),
+                          "-" if mean is None else f"{mean[0]:.2f} ({mean[1]})",
+                          _cell(r["mask_area"])])  # fmt: skip
     return {
         "measures": {"columns": columns, "align": "|---" * len(columns) + "|", "rows": rows},
         "cost": {
@@ -265,9 +295,10 @@ def table_rows(
                 "evaluation s",
                 "fit CPU s",
                 "cost x natural",
+                "cost x mean natural (fits)",
                 "mask area (a uniform map's relevance mass)",
             ],  # fmt: skip
-            "align": "|---|---|---|---|---|---|",
+            "align": "|---|---|---|---|---|---|---|",
             "rows": cost_rows,
         },
     }

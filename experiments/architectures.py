@@ -345,11 +345,13 @@ def fit(
         softplus_beta=recipe.softplus_beta,
     )
     clock = EpochClock()
-    callbacks = [clock] + ([curve_callback(curve_every)] if curve_every > 0 else [])
-    if bn_every > 0:
+    callbacks: list[Any] = [clock]
+    if bn_every > 0:  # before the curve's, so that its accuracies see the step's statistics
         from robust_train.callbacks import BatchNormRecalibration
 
         callbacks.append(BatchNormRecalibration(n_batches=16, every_n_steps=bn_every))
+    curve = curve_callback(curve_every) if curve_every > 0 else None
+    callbacks += [curve] if curve is not None else []
     trainer = quiet_trainer(
         max_epochs=recipe.epochs, limit_train_batches=limit, callbacks=callbacks
     )
@@ -371,8 +373,8 @@ def fit(
         "terms": [repr(t) for t in terms],
         "ckpt": str(ckpt),
     }
-    if curve_every > 0:
-        out["curve"] = callbacks[1].curve
+    if curve is not None:
+        out["curve"] = curve.curve
     if recompute_bn:
         out["bn_recomputed_cpu_s"] = recomputed
     if bn_every > 0:

@@ -345,13 +345,8 @@ def fit(
         softplus_beta=recipe.softplus_beta,
     )
     clock = EpochClock()
-    callbacks: list[Any] = [clock]
-    if bn_every > 0:  # before the curve's, so that its accuracies see the step's statistics
-        from robust_train.callbacks import BatchNormRecalibration
-
-        callbacks.append(BatchNormRecalibration(n_batches=16, every_n_steps=bn_every))
     curve = curve_callback(curve_every) if curve_every > 0 else None
-    callbacks += [curve] if curve is not None else []
+    callbacks = [clock, *extra_callbacks(bn_every), *([curve] if curve is not None else [])]
     trainer = quiet_trainer(
         max_epochs=recipe.epochs, limit_train_batches=limit, callbacks=callbacks
     )
@@ -380,6 +375,16 @@ def fit(
     if bn_every > 0:
         out["bn_every"] = bn_every
     return out
+
+
+def extra_callbacks(bn_every: int) -> list[Any]:
+    """`BatchNormRecalibration` (16 training batches, every `bn_every` steps) when `bn_every`
+    > 0; placed before the curve's callback, so that its accuracies see the step's statistics."""
+    if bn_every <= 0:
+        return []
+    from robust_train.callbacks import BatchNormRecalibration
+
+    return [BatchNormRecalibration(n_batches=16, every_n_steps=bn_every)]
 
 
 def recompute_statistics(model: Any, images: Any) -> None:

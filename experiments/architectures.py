@@ -308,13 +308,16 @@ def fit(
     limit: int | None,
     curve_every: int = 0,
     recompute_bn: bool = False,
+    bn_every: int = 0,
 ) -> dict[str, Any]:
     """Train `arch` with `recipe` (from `init` when given, which is also the teacher of a
     penalty with `teacher: natural`) on MNIST-5k's train split; save `ckpt`; the fit's CPU and
     wall seconds, its epochs' CPU seconds and accuracies; with `curve_every` > 0 also its
     training curve (`curve_callback`; its validation passes count in the CPU seconds); with
     `recompute_bn`, every BatchNorm's running statistics recomputed after the fit on the
-    3,500 training images (`recompute_statistics`), their CPU seconds stored apart."""
+    3,500 training images (`recompute_statistics`), their CPU seconds stored apart; with
+    `bn_every` > 0, `BatchNormRecalibration` (16 training batches) in the fit, every `bn_every`
+    steps and before each validation (its CPU seconds count in the fit's)."""
     import pytorch_lightning as pl
     import torch
 
@@ -342,7 +345,8 @@ def fit(
         softplus_beta=recipe.softplus_beta,
     )
     clock = EpochClock()
-    callbacks = [clock] + ([curve_callback(curve_every)] if curve_every > 0 else [])
+    curve = curve_callback(curve_every) if curve_every > 0 else None
+    callbacks = [clock, *extra_callbacks(bn_every), *([curve] if curve is not None else [])]
     trainer = quiet_trainer(
         max_epochs=recipe.epochs, limit_train_batches=limit, callbacks=callbacks
     )
@@ -364,11 +368,23 @@ def fit(
         "terms": [repr(t) for t in terms],
         "ckpt": str(ckpt),
     }
-    if curve_every > 0:
-        out["curve"] = callbacks[1].curve
+    if curve is not None:
+        out["curve"] = curve.curve
     if recompute_bn:
         out["bn_recomputed_cpu_s"] = recomputed
+    if bn_every > 0:
+        out["bn_every"] = bn_every
     return out
+
+
+def extra_callbacks(bn_every: int) -> list[Any]:
+    """`BatchNormRecalibration` (16 training batches, every `bn_every` steps) when `bn_every`
+    > 0; placed before the curve's callback, so that its accuracies see the step's statistics."""
+    if bn_every <= 0:
+        return []
+    from robust_train.callbacks import BatchNormRecalibration
+
+    return [BatchNormRecalibration(n_batches=16, every_n_steps=bn_every)]
 
 
 def recompute_statistics(model: Any, images: Any) -> None:
@@ -481,6 +497,8 @@ class Run:
             out["robust"] = self.recipes["robust"].record()
             if getattr(self.args, "recompute_bn", False):  # absent otherwise: older results stand
                 out["recompute_bn"] = True
+            if getattr(self.args, "bn_every", 0):
+                out["bn_every"] = self.args.bn_every
         if job.kind == "eval":
             out.update(images=self.images, measure_version=self.measure_version)
         return json.loads(json.dumps(out))
@@ -523,6 +541,8 @@ class Run:
                 extra["curve_every"] = self.args.curve_every
             if job.model == "robust" and getattr(self.args, "recompute_bn", False):
                 extra["recompute_bn"] = True
+            if job.model == "robust" and getattr(self.args, "bn_every", 0):
+                extra["bn_every"] = self.args.bn_every
             result = fit(job.arch, recipe, job.seed, init, ckpt, self.limit, **extra)
             if job.model == "robust":  # what the fit ran with, whatever the files say later
                 result.update(penalty_options=self.options, recipe_file=self.recipe_file)
@@ -815,13 +835,18 @@ def option_label(options: dict[str, Any] | None) -> str:
 
 
 RECOMPUTED = "BatchNorm statistics recomputed"
+RECALIBRATED = "BatchNorm statistics re-estimated every {} steps"
 
 
 def fit_label(fit_job: Mapping[str, Any], recipe: str | None = None) -> str:
     """A robust fit's "penalty options" cell (`option_label` of `penalty_options`), with
-    `RECOMPUTED` added when its BatchNorm statistics were recomputed after it (`--recompute-bn`)."""
+    `RECOMPUTED` added when its BatchNorm statistics were recomputed after it (`--recompute-bn`)
+    and `RECALIBRATED` when they were kept in step during it (`--bn-every`)."""
     text = option_label(penalty_options(fit_job, recipe))
-    return f"{text} + {RECOMPUTED}" if fit_job.get("settings", {}).get("recompute_bn") else text
+    settings = fit_job.get("settings", {})
+    if settings.get("bn_every"):
+        text = f"{text} + {RECALIBRATED.format(settings['bn_every'])}"
+    return f"{text} + {RECOMPUTED}" if settings.get("recompute_bn") else text
 
 
 def _per_seed(jobs: list[dict[str, Any]], explainer: str | None, key: str) -> list[float]:
@@ -1133,6 +1158,15 @@ def add_run_parser(sub: Any) -> argparse.ArgumentParser:
         help="after each robust fit, recompute its BatchNorms' running statistics on the "
         "training images (weights unchanged)",
     )
+    r.add_argument(
+        "--bn-every",
+        type=int,
+        default=0,
+        metavar="K",
+        help="re-estimate each robust fit's BatchNorm running statistics during the fit, from "
+        "16 training batches, every K steps and before each validation "
+        "(robust_train.callbacks.BatchNormRecalibration; 0: not)",
+    )
     r.add_argument("--images", type=int, default=100)
     r.add_argument("--budget-min", type=float, default=600.0)
     r.add_argument("--quick", action="store_true", help="2 batches, 1 epoch, tiny attacks")
@@ -1222,6 +1256,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
     if args.curve_every < 0:
         raise SystemExit(f"--curve-every must be >= 0, got {args.curve_every}")
+    if args.bn_every < 0:
+        raise SystemExit(f"--bn-every must be >= 0, got {args.bn_every}")
     if args.natural_epochs is not None and args.natural_epochs < 1:
         raise SystemExit(f"--natural-epochs must be >= 1, got {args.natural_epochs}")
     try:

@@ -19,9 +19,14 @@ robustness number for what it could not measure, and warns once.
 Where the datamodule has ground-truth masks of the evidence (`masks(split)`), the fragility
 part's clean and attacked maps are also scored against them (relevance mass, relevance rank,
 pointing game); `LocalisationMonitor` is the fragility part with that scoring required.
+
+`BatchNormRecalibration` measures nothing: it re-estimates the BatchNorm running statistics from
+training batches during a fit, so an eval-mode penalty, validation and checkpoints see statistics
+of the current weights (`recalibrate_batchnorm` is the same as a function).
 """
 
 from robust_train.callbacks._base import DEFAULT_N_SAMPLES, RobustnessCallback
+from robust_train.callbacks.batchnorm import BatchNormRecalibration, recalibrate_batchnorm
 from robust_train.callbacks.certified import CertifiedMonitor
 from robust_train.callbacks.fidelity import FidelityMonitor
 from robust_train.callbacks.fragility import FragilityMonitor
@@ -30,6 +35,7 @@ from robust_train.callbacks.localisation import LocalisationMonitor
 from robust_train.callbacks.robustness import RobustnessMonitor
 
 __all__ = [
+    "BatchNormRecalibration",
     "CertifiedMonitor",
     "DEFAULT_N_SAMPLES",
     "FidelityMonitor",
@@ -38,4 +44,5 @@ __all__ = [
     "LocalisationMonitor",
     "RobustnessCallback",
     "RobustnessMonitor",
+    "recalibrate_batchnorm",
 ]

@@ -31,7 +31,8 @@ measured at it), the targets of the other maps (LRP, DeepLIFT, IG) in theirs ("t
 rows of each `--ensemble-out` folder's jobs (other `eval` runs: the attack ensemble's, the fast
 protocol on its images; in the targets table each protocol's fine-tunes against the natural model
 measured the same way) and those of `--out`/diagnosis (`experiments.cluttered_diagnosis`),
-`--out`/head (`experiments.cluttered_head`) and `--out`/mass (`experiments.cluttered_mass`), and per
+`--out`/head (`experiments.cluttered_head`), `--out`/mass (`experiments.cluttered_mass`) and
+`--out`/batchnorm (`experiments.cluttered_batchnorm`), and per
 architecture and seed the fine-tune that meets the most targets ("verdict", `verdict_table`;
 `experiments.cluttered_front` draws the trade-off front from the same rows);
 `figures` writes docs/images/cluttered_attacked_maps.png (clean and attacked maps of the first
@@ -598,6 +599,20 @@ def mass_table(folder: Path) -> dict[str, Any]:
     return per_model_table(folder, MASS_COLUMNS, counts=("images",))
 
 
+BATCHNORM_COLUMNS = {
+    "natural": "natural model",
+    "natural_accuracy": "natural's test accuracy",
+    "accuracy": "test accuracy",
+    "accuracy_recomputed_bn": "statistics recomputed",
+    "bn_log_var_gap": "mean |log| variance ratio",
+}
+
+
+def batchnorm_table(folder: Path) -> dict[str, Any]:
+    """The table of `experiments.cluttered_batchnorm`'s results under `folder` (one row each)."""
+    return per_model_table(folder, BATCHNORM_COLUMNS, counts=("natural",))
+
+
 def read_jobs(folder: Path, fit_times: dict[str, float]) -> list[dict[str, Any]]:
     results = [json.loads(p.read_text()) for p in sorted((folder / "jobs").glob("*.json"))]
     for result in results:
@@ -632,6 +647,7 @@ def run_table(args: argparse.Namespace) -> None:
     tables["diagnosis"] = diagnosis_table(Path(args.out) / "diagnosis")
     tables["head"] = head_table(Path(args.out) / "head")
     tables["mass"] = mass_table(Path(args.out) / "mass")
+    tables["batchnorm"] = batchnorm_table(Path(args.out) / "batchnorm")
     data = {"tables": tables, "results": results + budgets + ensemble}
     path = RESULTS / "cluttered.json"
     path.write_text(json.dumps(data, indent=1) + "\n")

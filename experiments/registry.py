@@ -179,6 +179,12 @@ EXPERIMENTS: dict[str, Entry] = {
         page="CLUTTERED.md",
         write_page=TABLES,
     ),
+    "cluttered_batchnorm": Entry(
+        "experiments.cluttered_batchnorm",
+        "whether a cluttered fine-tune's lost accuracy is stale BatchNorm statistics",
+        page="CLUTTERED.md",
+        write_page=TABLES,
+    ),
     "cluttered_head": Entry(
         "experiments.cluttered_head",
         "why the VGG-BN learnt slowly on cluttered digits: short natural fits of its heads",

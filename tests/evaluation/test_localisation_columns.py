@@ -63,7 +63,7 @@ def test_cluttered_table_has_a_row_per_map_with_map_equals_input_beside():
     assert sal["rel. mass attacked"] == "0.065" and sal["pointing clean"] == "-"
     ref = dict(zip(columns, rows["map = input"], strict=True))
     assert ref["top-k under attack"] == "0.385" and ref["rel. mass clean"] == "-"
-    assert tables["cost"]["rows"] == [["cnn/natural", "30", "12", "-", "-", "0.046"]]
+    assert tables["cost"]["rows"] == [["cnn/natural", "30", "12", "-", "-", "-", "0.046"]]
 
 
 def test_cluttered_models_argument_is_checked():

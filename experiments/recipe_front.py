@@ -100,8 +100,8 @@ def plan(all_models: list[Model]) -> list[tuple[str, str, str, int]]:
     measured = sorted((m for m in all_models if m.source != "pair"), key=lambda m: first[m.source])
     jobs += [("fit", m.tag, "", 0) for m in measured]
     jobs += [("fit", m.tag, "", 0) for m in all_models if m.source == "pair"]
-    rest = [m for m in MAPS if m not in FIRST]
-    stages = [
+    rest = tuple(m for m in MAPS if m not in FIRST)
+    stages: list[list[tuple[Model, tuple[str, ...]]]] = [
         [(m, FIRST) for m in measured],
         [(m, rest) for m in measured if m.seed == 0 or m.source == "probe"],
         [(m, rest) for m in measured if not (m.seed == 0 or m.source == "probe")],

@@ -44,6 +44,7 @@ IMAGES = 20
 CHUNK = 10  # images per engine run, as the page's full checks measure them
 MAPS = ("saliency", "input_x_gradient", "grad_cam", "lrp", "deeplift", "integrated_gradients")
 FIRST = ("grad_cam", "saliency")  # measured on every seed before the other maps
+LATER = ("lrp", "deeplift", "input_x_gradient", "integrated_gradients")  # the cheaper first
 SEEDS = (0, 1, 2)
 PROBES = ("gc_w10_l1tm", "gc_w100_l1tm")
 COMBINED_PROBE = "gc_w10_l1tm"
@@ -82,7 +83,8 @@ def models() -> list[Model]:
 def plan(all_models: list[Model]) -> list[tuple[str, str, str, int]]:
     """The jobs in order, ("fit"|"full", tag, map, chunk): the cost unit's fits, every model's
     fit file (a checkpoint not fitted here: its accuracies), then Grad-CAM and saliency of
-    every model, then the other maps of seed 0 and the probes, then the rest. The shipped
+    every model, then the other maps (`LATER`, map by map) of seed 0 and the probes, then of
+    the other seeds. The shipped
     pair's jobs are reused, not run; a probe's Grad-CAM is its own measurement's.
 
     Examples:
@@ -100,18 +102,20 @@ def plan(all_models: list[Model]) -> list[tuple[str, str, str, int]]:
     measured = sorted((m for m in all_models if m.source != "pair"), key=lambda m: first[m.source])
     jobs += [("fit", m.tag, "", 0) for m in measured]
     jobs += [("fit", m.tag, "", 0) for m in all_models if m.source == "pair"]
-    rest = tuple(m for m in MAPS if m not in FIRST)
-    stages: list[list[tuple[Model, tuple[str, ...]]]] = [
-        [(m, FIRST) for m in measured],
-        [(m, rest) for m in measured if m.seed == 0 or m.source == "probe"],
-        [(m, rest) for m in measured if not (m.seed == 0 or m.source == "probe")],
+    early = [m for m in measured if m.seed == 0 or m.source == "probe"]
+    stages: list[tuple[list[Model], tuple[str, ...]]] = [
+        (measured, FIRST),  # model by model
+        (early, LATER),  # map by map
+        ([m for m in measured if m not in early], LATER),
     ]
-    for stage in stages:
-        for model, maps in stage:
-            for explainer in maps:
-                if model.source == "probe" and explainer == "grad_cam":
-                    continue
-                jobs += [("full", model.tag, explainer, c) for c in range(-(-IMAGES // CHUNK))]
+    chunks = range(-(-IMAGES // CHUNK))
+    for group, maps in stages:
+        pairs = [(m, e) for m in group for e in maps] if maps == FIRST else [
+            (m, e) for e in maps for m in group
+        ]  # fmt: skip
+        for model, explainer in pairs:
+            if not (model.source == "probe" and explainer == "grad_cam"):
+                jobs += [("full", model.tag, explainer, c) for c in chunks]
     return jobs
 
 

@@ -47,6 +47,9 @@ FIRST = ("grad_cam", "saliency")  # measured on every seed before the other maps
 LATER = ("lrp", "deeplift", "input_x_gradient", "integrated_gradients")  # the cheaper first
 SEEDS = (0, 1, 2)
 PROBES = ("gc_w10_l1tm", "gc_w100_l1tm")
+# The recipe search's candidates measured under the full ensemble (config fits, seed 0): their
+# jobs and accuracies reused from `--search`.
+SEARCH_FULL = ("corner_config", "corner_w4_gcp2_config", "corner_w4_gcp4_g05_config")
 COMBINED_PROBE = "gc_w10_l1tm"
 # The second term's draws are its own: its seed is the fit's seed plus this.
 SECOND_SEED = 1000
@@ -56,7 +59,8 @@ SECOND_SEED = 1000
 class Model:
     """One measured model: `tag` (its job folder), `group` and `seed` (how the page groups it),
     `source` ("fit": fitted here; "search"/"probe": a checkpoint under that folder; "pair": the
-    shipped pair's jobs under `--pair`, `pair_tag` its model there)."""
+    shipped pair's jobs under `--pair`, `pair_tag` its model there; "searchfull": a search
+    candidate's jobs and accuracies under `--search`)."""
 
     tag: str
     group: str
@@ -77,6 +81,7 @@ def models() -> list[Model]:
     out += [Model(f"shipped_s{s}", "shipped", s, "search") for s in SEEDS[1:]]
     out += [Model(f"combined_s{s}", "combined", s, "fit") for s in SEEDS]
     out += [Model(p, p, 0, "probe") for p in PROBES]
+    out += [Model(c, "search", 0, "searchfull") for c in SEARCH_FULL]
     return out
 
 
@@ -99,9 +104,9 @@ def plan(all_models: list[Model]) -> list[tuple[str, str, str, int]]:
     """
     jobs = [("fit", "natural_unit", "", 0), ("fit", "shipped_unit", "", 0)]
     first = {"fit": 0, "search": 1, "probe": 2}  # the combined candidate first
-    measured = sorted((m for m in all_models if m.source != "pair"), key=lambda m: first[m.source])
+    measured = sorted((m for m in all_models if m.source in first), key=lambda m: first[m.source])
     jobs += [("fit", m.tag, "", 0) for m in measured]
-    jobs += [("fit", m.tag, "", 0) for m in all_models if m.source == "pair"]
+    jobs += [("fit", m.tag, "", 0) for m in all_models if m.source not in first]
     early = [m for m in measured if m.seed == 0 or m.source == "probe"]
     stages: list[tuple[list[Model], tuple[str, ...]]] = [
         (measured, FIRST),  # model by model
@@ -187,6 +192,10 @@ def fit_job(tag: str, runs: Path, search: Path, probe: Path) -> Path:
         return path
     row: dict[str, Any] = {"tag": tag}
     found = {m.tag: m for m in models()}
+    if tag in found and found[tag].source == "searchfull":
+        stored = json.loads((search / f"{tag}_s0.json").read_text())
+        row.update({k: stored[k] for k in ("test_acc", "val_acc")}, checkpoint=stored["changes"])
+        return _write(path, row)
     if tag in found and found[tag].source != "fit":
         ckpt = checkpoint(found[tag], runs, search, probe)
         if isinstance(ckpt, Path) and not ckpt.is_file():
@@ -243,12 +252,12 @@ def main(argv: list[str] | None = None) -> int:
         args.runs.mkdir(parents=True, exist_ok=True)
         run(args.runs, args.search, args.probe, args.models)
         return 0
-    for flag in ("runs", "probe", "pair"):
+    for flag in ("runs", "probe", "pair", "search"):
         if not getattr(args, flag).is_dir():
             parser.error(f"`--{flag}` {str(getattr(args, flag))!r} is not a folder")
     from experiments.recipe_front_report import collect
 
-    data = collect(args.runs, args.probe, args.pair, args.results, args.png)
+    data = collect(args.runs, args.probe, args.pair, args.search, args.results, args.png)
     print(f"wrote {args.results} ({len(data['models'])} models)")
     return 0
 

@@ -52,7 +52,7 @@ def model_maps(folder: Path, tag: str) -> dict[str, dict[str, list[float]]]:
     return out
 
 
-def load(runs: Path, probe: Path, pair: Path) -> dict[str, dict[str, Any]]:
+def load(runs: Path, probe: Path, pair: Path, search: Path) -> dict[str, dict[str, Any]]:
     """Every model with a finished fit file: {tag: {"model", "fit", "maps"}}; a probe's Grad-CAM
     (and, without a saliency job, its "map = input") from the probe's own full measurement."""
     out: dict[str, dict[str, Any]] = {}
@@ -62,6 +62,8 @@ def load(runs: Path, probe: Path, pair: Path) -> dict[str, dict[str, Any]]:
             continue
         if m.source == "pair":
             maps = model_maps(pair, m.pair_tag)
+        elif m.source == "searchfull":
+            maps = model_maps(search / "full" / f"{m.tag}_s0", "robust")
         else:
             maps = model_maps(runs / "full" / m.tag, "robust")
         own = probe / f"{m.tag}_full.json"
@@ -111,7 +113,8 @@ def _reference(maps: dict[str, Any], name: str) -> list[float]:
 
 
 def _label(m: Model) -> str:
-    return {"natural": "natural (file)", "shipped": "shipped"}.get(m.group, m.group)
+    names = {"natural": "natural (file)", "search": "search candidate (config fit)"}
+    return names.get(m.group, m.group)
 
 
 def maps_table(found: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -167,14 +170,15 @@ def wide_table(found: dict[str, dict[str, Any]], unit: dict[str, Any] | None) ->
 
 
 def seeds_table(found: dict[str, dict[str, Any]], unit: dict[str, Any] | None) -> dict[str, Any]:
-    """Per recipe over its seeds: test accuracy, cost and each map's level under the full
-    ensemble, the mean over the seeds measured and the lowest and highest seed ("n seeds" where
-    fewer than every seed measured a map), and how many seeds meet the map's target."""
+    """Per recipe over its seeds (the search's candidates left out): test accuracy, cost and
+    each map's level under the full ensemble, the mean over the seeds measured and the lowest
+    and highest seed, and how many seeds meet the map's target."""
     from experiments.ensemble_maps import LABELS
 
     groups: dict[str, list[dict[str, Any]]] = {}
     for f in found.values():
-        groups.setdefault(f["model"].group, []).append(f)
+        if f["model"].source != "searchfull":  # one seed of several recipes: no group
+            groups.setdefault(f["model"].group, []).append(f)
 
     def spread(values: list[float], fmt: str = "{:.3f}") -> str:
         if not values:
@@ -206,7 +210,8 @@ def seeds_table(found: dict[str, dict[str, Any]], unit: dict[str, Any] | None) -
 
 
 COLOURS = {"natural": "grey", "shipped": "tab:orange", "combined": "tab:blue",
-           "gc_w10_l1tm": "tab:green", "gc_w100_l1tm": "tab:purple"}  # fmt: skip
+           "gc_w10_l1tm": "tab:green", "gc_w100_l1tm": "tab:purple",
+           "search": "tab:olive"}  # fmt: skip
 
 
 def draw(found: dict[str, dict[str, Any]], png: Path) -> Path:
@@ -258,13 +263,13 @@ def draw(found: dict[str, dict[str, Any]], png: Path) -> Path:
     return png
 
 
-def collect(runs: Path, probe: Path, pair: Path, results: Path = RESULTS,
+def collect(runs: Path, probe: Path, pair: Path, search: Path, results: Path = RESULTS,
             png: Path | None = None) -> dict[str, Any]:  # fmt: skip
     """Write `results` (every model's fit and per-image levels, the tables), put the tables into
     the recipe search's page results, draw `png` when given; return the data."""
     from experiments.recipe_gradcam_probe import store_tables
 
-    found = load(runs, probe, pair)
+    found = load(runs, probe, pair, search)
     if not found:
         raise FileNotFoundError(f"`--runs` {str(runs)!r} holds no finished fit")
     files = {u: runs / "fits" / f"{u}.json" for u in ("natural_unit", "shipped_unit")}

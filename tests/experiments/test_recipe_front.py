@@ -41,9 +41,10 @@ def test_the_plan_measures_every_map_once_grad_cam_and_saliency_first():
     assert jobs[: len(fits)] == fits  # every fit before any measurement
     assert {j[1] for j in fits} == {m.tag for m in rf.models()} | {"natural_unit", "shipped_unit"}
     full = [j for j in jobs if j[0] == "full"]
-    assert not {j[1] for j in full} & {"natural", "shipped_s0"}  # the pair's jobs are reused
+    reused = {m.tag for m in rf.models() if m.source in ("pair", "searchfull")}
+    assert "shipped_s0" in reused and not {j[1] for j in full} & reused  # their jobs are reused
     for m in rf.models():
-        if m.source != "pair":
+        if m.tag not in reused:
             maps = {j[2] for j in full if j[1] == m.tag}
             expected = set(rf.MAPS) - ({"grad_cam"} if m.source == "probe" else set())
             assert maps == expected, m.tag
@@ -75,27 +76,36 @@ def _fit(runs, tag, acc, epochs=None):
 def test_collect_reads_the_per_image_values_into_its_tables(tmp_path, monkeypatch):
     monkeypatch.setattr(rr, "IMAGES", 4)
     runs, probe, pair = tmp_path / "runs", tmp_path / "probe", tmp_path / "pair"
+    search = tmp_path / "search"
     probe.mkdir()
     ref = [[0.6, 0.2], [0.5, None]]  # "map = input": None where the label flipped
     for c in (0, 1):
         _job(pair, "natural", "saliency", c, [0.1, 0.0], [0.12, 0.13], ref[c])
         _job(pair, "robust", "saliency", c, [0.7, 0.3], [0.12, 0.13], ref[c])
         _job(pair, "robust", "grad_cam", c, [0.5, 0.6], [0.1, 0.1])
+        _job(search / "full" / "corner_config_s0", "robust", "lrp", c, [0.2, 0.3], [0.1, 0.1])
         _job(runs / "full" / "combined_s0", "robust", "saliency", c, [0.8, 0.1], [0.1, 0.2], ref[c])
     _job(runs / "full" / "combined_s0", "robust", "grad_cam", 0, [0.9, 0.9], [0.1, 0.1])
     full = {"index": [0, 1, 2, 3], "topk": [0.4, 0.5, 0.6, None], "input": [0.5] * 4,
             "random": [0.125] * 4}  # fmt: skip
     (probe / "gc_w10_l1tm_full.json").write_text(json.dumps(full))
-    for tag, acc in [("natural", 0.971), ("shipped_s0", 0.97), ("gc_w10_l1tm", 0.968)]:
+    fits = [
+        ("natural", 0.971),
+        ("shipped_s0", 0.97),
+        ("gc_w10_l1tm", 0.968),
+        ("corner_config", 0.9),
+    ]
+    for tag, acc in fits:
         _fit(runs, tag, acc)
     _fit(runs, "combined_s0", 0.96, [3.0, 3.0])
     _fit(runs, "natural_unit", 0.978, [1.0, 2.0])
     page = tmp_path / "recipe_search.json"
     page.write_text(json.dumps({"tables": {"full": {"rows": []}}}))
     monkeypatch.setattr(rs, "RESULTS", page)
-    data = rr.collect(runs, probe, pair, tmp_path / "front.json", tmp_path / "front.png")
+    data = rr.collect(runs, probe, pair, search, tmp_path / "front.json", tmp_path / "front.png")
     wide = {r[0]: r for r in data["tables"]["front"]["rows"]}
-    assert list(wide) == ["natural", "shipped_s0", "combined_s0", "gc_w10_l1tm"]
+    assert list(wide) == ["natural", "shipped_s0", "combined_s0", "gc_w10_l1tm", "corner_config"]
+    assert wide["corner_config"][3] == "0.900" and wide["corner_config"][8] == "0.250"
     sal, gc = 5, 7  # columns of saliency and Grad-CAM
     assert wide["shipped_s0"][sal] == "0.500" and wide["shipped_s0"][gc] == "0.550"
     assert wide["combined_s0"][gc] == "-"  # one chunk of two: not counted
@@ -108,6 +118,7 @@ def test_collect_reads_the_per_image_values_into_its_tables(tmp_path, monkeypatc
     assert row[7].startswith("0.150") and row[-1] == "2 of 3"  # 0.8 > 0.6, 0.1 < 0.2, 0.8 > 0.5
     assert rows[("gc_w10_l1tm", "Grad-CAM")][-1] == "1 of 3"  # the probe's own "map = input"
     seeds = {r[0]: r for r in data["tables"]["front_seeds"]["rows"]}
+    assert list(seeds) == ["natural (file)", "shipped", "combined", "gc_w10_l1tm"]
     assert seeds["shipped"][4] == "0.500; 0 of 1 at target"
     assert seeds["shipped"][6] == "0.550; 1 of 1 at target"
     stored = json.loads(page.read_text())["tables"]
@@ -116,7 +127,7 @@ def test_collect_reads_the_per_image_values_into_its_tables(tmp_path, monkeypatc
     assert math.isclose(saved["units"]["natural_unit"]["cost"], (6 + 3 / 1.5) / 6)
     assert (tmp_path / "front.png").read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(FileNotFoundError, match="`--runs`"):
-        rr.collect(tmp_path / "none", probe, pair, tmp_path / "x.json")
+        rr.collect(tmp_path / "none", probe, pair, search, tmp_path / "x.json")
 
 
 def test_an_unknown_model_or_a_missing_folder_is_refused_before_any_work(tmp_path, capsys):

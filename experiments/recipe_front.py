@@ -43,10 +43,23 @@ RESULTS = Path(__file__).resolve().parent / "results" / "recipe_front.json"
 IMAGES = 20
 CHUNK = 10  # images per engine run, as the page's full checks measure them
 MAPS = ("saliency", "input_x_gradient", "grad_cam", "lrp", "deeplift", "integrated_gradients")
-FIRST = ("grad_cam", "saliency")  # measured on every seed before the other maps
-LATER = ("lrp", "deeplift", "input_x_gradient", "integrated_gradients")  # the cheaper first
-SEEDS = (0, 1, 2)
 PROBES = ("gc_w10_l1tm", "gc_w100_l1tm")
+FIRST = ("grad_cam", "saliency")
+LATER = ("lrp", "deeplift", "input_x_gradient", "integrated_gradients")  # the cheaper first
+# What is measured first, in order (each model's maps): the combined candidate's Grad-CAM and
+# saliency on every seed, the shipped recipe's seeds 1 and 2 on the same, the weight-10 probe's
+# saliency, LRP and DeepLIFT of seed 0 and of that probe, the weight-100 probe's; then
+# input x gradient and integrated gradients of seed 0 and the probes, then every map left.
+PRIORITY: tuple[tuple[str, tuple[str, ...]], ...] = (
+    *((f"combined_s{s}", FIRST) for s in (0, 1, 2)),
+    *((f"shipped_s{s}", FIRST) for s in (1, 2)),
+    ("gc_w10_l1tm", ("saliency",)),
+    ("combined_s0", ("lrp", "deeplift")),
+    ("gc_w10_l1tm", ("lrp", "deeplift")),
+    ("gc_w100_l1tm", ("saliency", "lrp", "deeplift")),
+    *((t, ("input_x_gradient", "integrated_gradients")) for t in ("combined_s0", *PROBES)),
+)
+SEEDS = (0, 1, 2)
 # The recipe search's candidates measured under the full ensemble (config fits, seed 0): their
 # jobs and accuracies reused from `--search`.
 SEARCH_FULL = ("corner_config", "corner_w4_gcp2_config", "corner_w4_gcp4_g05_config")
@@ -87,10 +100,9 @@ def models() -> list[Model]:
 
 def plan(all_models: list[Model]) -> list[tuple[str, str, str, int]]:
     """The jobs in order, ("fit"|"full", tag, map, chunk): the cost unit's fits, every model's
-    fit file (a checkpoint not fitted here: its accuracies), then Grad-CAM and saliency of
-    every model, then the other maps (`LATER`, map by map) of seed 0 and the probes, then of
-    the other seeds. The shipped
-    pair's jobs are reused, not run; a probe's Grad-CAM is its own measurement's.
+    fit file (a checkpoint not fitted here: its accuracies), then the maps in the order of
+    `PRIORITY`, then every map left. The reused models' jobs (the shipped pair's, the search's)
+    are not run; a probe's Grad-CAM is its own measurement's.
 
     Examples:
         >>> jobs = plan(models())
@@ -99,28 +111,21 @@ def plan(all_models: list[Model]) -> list[tuple[str, str, str, int]]:
         >>> ('full', 'combined_s0', 'grad_cam', 0) in jobs, ('full', 'natural', 'lrp', 0) in jobs
         (True, False)
         >>> jobs.index(('full', 'shipped_s2', 'saliency', 1)) < jobs.index(
-        ...     ('full', 'combined_s0', 'lrp', 0))
+        ...     ('full', 'gc_w10_l1tm', 'lrp', 0))
         True
     """
     jobs = [("fit", "natural_unit", "", 0), ("fit", "shipped_unit", "", 0)]
-    first = {"fit": 0, "search": 1, "probe": 2}  # the combined candidate first
-    measured = sorted((m for m in all_models if m.source in first), key=lambda m: first[m.source])
+    order = {"fit": 0, "search": 1, "probe": 2}  # the combined candidate first
+    measured = sorted((m for m in all_models if m.source in order), key=lambda m: order[m.source])
     jobs += [("fit", m.tag, "", 0) for m in measured]
-    jobs += [("fit", m.tag, "", 0) for m in all_models if m.source not in first]
-    early = [m for m in measured if m.seed == 0 or m.source == "probe"]
-    stages: list[tuple[list[Model], tuple[str, ...]]] = [
-        (measured, FIRST),  # model by model
-        (early, LATER),  # map by map
-        ([m for m in measured if m not in early], LATER),
-    ]
+    jobs += [("fit", m.tag, "", 0) for m in all_models if m.source not in order]
+    tags = {m.tag for m in measured}
     chunks = range(-(-IMAGES // CHUNK))
-    for group, maps in stages:
-        pairs = [(m, e) for m in group for e in maps] if maps == FIRST else [
-            (m, e) for e in maps for m in group
-        ]  # fmt: skip
-        for model, explainer in pairs:
-            if not (model.source == "probe" and explainer == "grad_cam"):
-                jobs += [("full", model.tag, explainer, c) for c in chunks]
+    wanted = [(t, e) for t, maps in PRIORITY for e in maps if t in tags]
+    wanted += [(m.tag, e) for e in LATER for m in measured]
+    for tag, explainer in dict.fromkeys(wanted):
+        if not (tag in PROBES and explainer == "grad_cam"):
+            jobs += [("full", tag, explainer, c) for c in chunks]
     return jobs
 
 

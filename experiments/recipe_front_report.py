@@ -172,7 +172,8 @@ def wide_table(found: dict[str, dict[str, Any]], unit: dict[str, Any] | None) ->
 def seeds_table(found: dict[str, dict[str, Any]], unit: dict[str, Any] | None) -> dict[str, Any]:
     """Per recipe over its seeds (the search's candidates left out): test accuracy, cost and
     each map's level under the full ensemble, the mean over the seeds measured and the lowest
-    and highest seed, and how many seeds meet the map's target."""
+    and highest seed, and how many seeds meet the map's target (or were measured); beside them
+    "map = input" (the saliency runs') and the random map's range."""
     from experiments.ensemble_maps import LABELS
 
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -197,14 +198,21 @@ def seeds_table(found: dict[str, dict[str, Any]], unit: dict[str, Any] | None) -
             cell = spread(levels)
             if levels and name in TARGETS:
                 cell += f"; {sum(v >= TARGETS[name] for v in levels)} of {len(levels)} at target"
+            elif 0 < len(levels) < len(fs):
+                cell += f"; {len(levels)} of {len(fs)} seeds"
             cells.append(cell)
+        refs = [_mean(f["maps"]["input"]["values"]) for f in fs if "input" in f["maps"]]
+        randoms = [_mean(m["random"]) for f in fs for k, m in f["maps"].items()
+                   if k != "input" and m.get("random")]  # fmt: skip
         rows.append([_label(fs[0]["model"]), ", ".join(str(f["model"].seed) for f in fs),
                      spread([f["fit"]["test_acc"] for f in fs]),
-                     spread(costs, "{:.2f}x") if costs else "-", *cells])  # fmt: skip
+                     spread(costs, "{:.2f}x") if costs else "-", *cells, spread(refs),
+                     f"{min(randoms):.3f}-{max(randoms):.3f}" if randoms else "-"])  # fmt: skip
     return {
         "columns": ["recipe", "seeds", "test acc", "recipe vs natural (CPU)",
-                    *[LABELS[n] for n in MAPS]],
-        "align": "|---" * (4 + len(MAPS)) + "|",
+                    *[LABELS[n] for n in MAPS], "map = input (same ensemble)",
+                    "random map (over the maps and seeds)"],
+        "align": "|---" * (6 + len(MAPS)) + "|",
         "rows": rows,
     }  # fmt: skip
 

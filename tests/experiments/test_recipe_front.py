@@ -121,6 +121,7 @@ def test_collect_reads_the_per_image_values_into_its_tables(tmp_path, monkeypatc
     assert list(seeds) == ["natural (file)", "shipped", "combined", "gc_w10_l1tm"]
     assert seeds["shipped"][4] == "0.500; 0 of 1 at target"
     assert seeds["shipped"][6] == "0.550; 1 of 1 at target"
+    assert seeds["shipped"][-2:] == [f"{(0.6 + 0.2 + 0.5) / 3:.3f}", "0.100-0.125"]
     stored = json.loads(page.read_text())["tables"]
     assert {"full", "front", "front_seeds", "front_maps"} == set(stored)
     saved = json.loads((tmp_path / "front.json").read_text())

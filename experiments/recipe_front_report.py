@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from experiments.recipe_front import IMAGES, MAPS, RESULTS, Model, models
+from experiments.recipe_front import IMAGES, MAPS, RESULTS, SEEDS, Model, models
 
 # Issue targets under the ensemble (input x gradient has none) and the accuracy floor: 0.5
 # points under the natural model's 0.971 test accuracy.
@@ -217,6 +217,33 @@ def seeds_table(found: dict[str, dict[str, Any]], unit: dict[str, Any] | None) -
     }  # fmt: skip
 
 
+def paired_table(found: dict[str, dict[str, Any]], new: str = "combined") -> dict[str, Any]:
+    """Per map and seed measured for both: recipe `new` against the shipped recipe on the same
+    images, each level, the paired per-image difference (mean and 95% t interval) and the
+    images above / below."""
+    from experiments.ensemble_maps import LABELS, mean_cell
+    from experiments.recipe_search import paired
+
+    rows = []
+    for name in MAPS:
+        for seed in SEEDS:
+            a, b = found.get(f"{new}_s{seed}"), found.get(f"shipped_s{seed}")
+            if not (a and b and name in a["maps"] and name in b["maps"]):
+                continue
+            x, y = a["maps"][name], b["maps"][name]
+            diff = paired(dict(zip(x["index"], x["values"], strict=True)),
+                          dict(zip(y["index"], y["values"], strict=True)))  # fmt: skip
+            rows.append([LABELS[name], str(seed), mean_cell(y["values"]),
+                         mean_cell(x["values"]), *diff, mean_cell(_reference(a["maps"], name)),
+                         mean_cell(x["random"]) if x["random"] else "-"])  # fmt: skip
+    return {
+        "columns": ["map", "seed", "shipped", new, f"{new} - shipped (paired)",
+                    "images above / below", "map = input (same ensemble)", "random map"],
+        "align": "|---" * 8 + "|",
+        "rows": rows,
+    }  # fmt: skip
+
+
 COLOURS = {"natural": "grey", "shipped": "tab:orange", "combined": "tab:blue",
            "gc_w10_l1tm": "tab:green", "gc_w100_l1tm": "tab:purple",
            "search": "tab:olive"}  # fmt: skip
@@ -284,7 +311,7 @@ def collect(runs: Path, probe: Path, pair: Path, search: Path, results: Path = R
     units = {u: json.loads(p.read_text()) for u, p in files.items() if p.is_file()}
     unit = units.get("natural_unit")
     tables = {"front": wide_table(found, unit), "front_seeds": seeds_table(found, unit),
-              "front_maps": maps_table(found)}  # fmt: skip
+              "front_maps": maps_table(found), "front_paired": paired_table(found)}  # fmt: skip
     data: dict[str, Any] = {
         "about": "python -m experiments run recipe_front: every map of the shipped recipe, the "
         "combined candidate and the Grad-CAM probes under the full ensemble on the 20 test "

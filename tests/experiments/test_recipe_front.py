@@ -122,8 +122,11 @@ def test_collect_reads_the_per_image_values_into_its_tables(tmp_path, monkeypatc
     assert seeds["shipped"][4] == "0.500; 0 of 1 at target"
     assert seeds["shipped"][6] == "0.550; 1 of 1 at target"
     assert seeds["shipped"][-2:] == [f"{(0.6 + 0.2 + 0.5) / 3:.3f}", "0.100-0.125"]
+    (pairs,) = data["tables"]["front_paired"]["rows"]  # saliency, seed 0: in both
+    assert pairs[:2] == ["saliency", "0"] and pairs[4].startswith("-0.050 [")
+    assert pairs[5] == "2 / 2 of 4"  # 0.8 - 0.7, 0.1 - 0.3 on each chunk
     stored = json.loads(page.read_text())["tables"]
-    assert {"full", "front", "front_seeds", "front_maps"} == set(stored)
+    assert {"full", "front", "front_seeds", "front_maps", "front_paired"} == set(stored)
     saved = json.loads((tmp_path / "front.json").read_text())
     assert math.isclose(saved["units"]["natural_unit"]["cost"], (6 + 3 / 1.5) / 6)
     assert (tmp_path / "front.png").read_bytes()[:4] == b"\x89PNG"

@@ -283,8 +283,7 @@ def draw(found: dict[str, dict[str, Any]], png: Path) -> Path:
         ax.set_ylim(0, 1)
     for ax in axes[1]:
         ax.set_xlabel("test accuracy")
-    for ax in axes[:, 0]:
-        ax.set_ylabel("top-100 intersection under the full ensemble")
+    fig.supylabel("top-100 intersection under the full ensemble", fontsize=10)
     ax = axes.flat[0]
     ax.scatter([], [], marker="_", color="k", label='"map = input" (same ensemble)')
     ax.scatter([], [], marker="x", color="k", label="random map")

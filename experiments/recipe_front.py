@@ -13,20 +13,23 @@ experiments/ENSEMBLE_MAPS.md, so that the page can draw the front over all maps:
   the search's loop fits of the shipped recipe (`corner_gcp2_r04_s<seed>.ckpt` under `--search`);
 - the probes `gc_w10_l1tm` and `gc_w100_l1tm` (seed 0, `<name>_s0.ckpt` under `--probe`): their
   other maps (Grad-CAM is read from the probe's own measurement);
-- `natural`: the shipped natural file (its jobs reused from the `--pair` folder);
+- `natural`: the shipped natural file (its jobs reused from the `--pair` folder), and the
+  search's candidates measured under the full ensemble (`SEARCH_FULL`, their jobs and
+  accuracies reused from `--search`);
 - the cost unit: the natural fine-tune (weight 0) and the shipped recipe refitted by the same
   loop at the same time, for CPU seconds per epoch only.
 
 Jobs, each one file under --runs, skipped when there (an interrupted run resumes where it
 stopped): `fits/<tag>.json` (test and validation accuracy; CPU seconds per epoch of a fit),
 and one `ensemble_maps` job per (model, map, chunk of 10 images) under `full/<tag>/`, in the
-order of `plan`: Grad-CAM and saliency of every seed first, then the other maps of seed 0 and of
-the probes, then the other maps of seeds 1 and 2.
+order of `plan`: `PRIORITY` first (Grad-CAM and saliency of every seed, then the other maps of
+seed 0 and of the probes), then the other maps of seeds 1 and 2.
 
     nohup nice -n 10 python -m experiments run recipe_front run --runs runs/recipe_front \\
         --search runs/recipe_search --probe runs/probe --pair runs/ensemble_maps &
     python -m experiments run recipe_front collect --runs runs/recipe_front \\
-        --probe runs/probe --pair runs/ensemble_maps --png docs/images/recipe_front.png
+        --search runs/recipe_search --probe runs/probe --pair runs/ensemble_maps \\
+        --png docs/images/recipe_front.png
 """
 
 from __future__ import annotations

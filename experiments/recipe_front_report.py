@@ -13,7 +13,7 @@ from typing import Any
 
 from experiments.recipe_front import IMAGES, MAPS, RESULTS, SEEDS, Model, models
 
-# Issue targets under the ensemble (input x gradient has none) and the accuracy floor: 0.5
+# The targets under the ensemble (input x gradient has none) and the accuracy floor: 0.5
 # points under the natural model's 0.971 test accuracy.
 TARGETS = {"saliency": 0.65, "grad_cam": 0.50, "lrp": 0.75, "deeplift": 0.75,
            "integrated_gradients": 0.75}  # fmt: skip

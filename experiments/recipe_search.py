@@ -50,6 +50,7 @@ import torch
 
 RESULTS = Path(__file__).resolve().parent / "results" / "recipe_search.json"
 PROBE_RESULTS = RESULTS.parent / "recipe_gradcam_probe.json"
+FRONT_RESULTS = RESULTS.parent / "recipe_front.json"
 PROXY_MAPS = ("saliency", "grad_cam", "deeplift")
 # Changes to the shipped recipe; "epochs" and "lr" are the fit's, the rest the penalty's options.
 CANDIDATES: dict[str, dict[str, Any]] = {
@@ -598,11 +599,12 @@ def collect(
     diagnosis: Path | None = None,
     png: Path | None = None,
     probe: Path | None = PROBE_RESULTS,
+    front: Path | None = FRONT_RESULTS,
 ) -> dict[str, Any]:
     """Write the results file from the finished candidates and full checks (`before`: the
     ensemble_maps jobs of the shipped pair, for paired differences; `diagnosis`: the
-    recipe_gradcam results, as a table; `png`: the front's figure; `probe`: the results of
-    recipe_gradcam_probe, whose tables are kept); return it."""
+    recipe_gradcam results, as a table; `png`: the front's figure; `probe` and `front`: the
+    results of recipe_gradcam_probe and recipe_front, whose tables are kept); return it."""
     found = load_search(runs)
     if not found:
         raise FileNotFoundError(f"`--runs` {str(runs)!r} holds no finished candidate")
@@ -625,8 +627,9 @@ def collect(
         from experiments.recipe_gradcam import diagnosis_table
 
         data["tables"]["gradcam"] = diagnosis_table(json.loads(diagnosis.read_text()))
-    if probe is not None and probe.is_file():  # the Grad-CAM probe's tables, as it wrote them
-        data["tables"].update(json.loads(probe.read_text())["tables"])
+    for kept in (probe, front):  # the probe's and the front's tables, as they wrote them
+        if kept is not None and kept.is_file():
+            data["tables"].update(json.loads(kept.read_text())["tables"])
     if png is not None:
         from experiments.recipe_search_figure import draw_front
 

@@ -56,6 +56,12 @@ EXPERIMENTS: dict[str, Entry] = {
         page="RECIPE_SEARCH.md",
         write_page=TABLES,
     ),
+    "recipe_front": Entry(
+        "experiments.recipe_front",
+        "the every-map recipe's front over every map under the attack ensemble, with seeds",
+        page="RECIPE_SEARCH.md",
+        write_page=TABLES,
+    ),
     "architectures": Entry(
         "experiments.architectures",
         "one recipe, weights unchanged, on several architectures",

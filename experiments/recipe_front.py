@@ -34,13 +34,12 @@ seed 0 and of the probes), then the other maps of seeds 1 and 2.
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
+from experiments.recipe_gradcam_probe import write_row
 
 RESULTS = Path(__file__).resolve().parent / "results" / "recipe_front.json"
 IMAGES = 20
@@ -180,14 +179,6 @@ def checkpoint(model: Model, runs: Path, search: Path, probe: Path) -> Path | st
     return runs / "fits" / f"{model.tag}.ckpt"
 
 
-def _write(path: Path, row: dict[str, Any]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(row) + "\n")
-    tmp.replace(path)
-    return path
-
-
 def fit_job(tag: str, runs: Path, search: Path, probe: Path) -> Path:
     """Fit `tag` unless done (the cost unit's fits and the combined seeds), or load its
     checkpoint; its accuracies (and a fit's CPU seconds per epoch) in `fits/<tag>.json`."""
@@ -203,7 +194,7 @@ def fit_job(tag: str, runs: Path, search: Path, probe: Path) -> Path:
     if tag in found and found[tag].source == "searchfull":
         stored = json.loads((search / f"{tag}_s0.json").read_text())
         row.update({k: stored[k] for k in ("test_acc", "val_acc")}, checkpoint=stored["changes"])
-        return _write(path, row)
+        return write_row(path, row)
     if tag in found and found[tag].source != "fit":
         ckpt = checkpoint(found[tag], runs, search, probe)
         if isinstance(ckpt, Path) and not ckpt.is_file():
@@ -220,7 +211,7 @@ def fit_job(tag: str, runs: Path, search: Path, probe: Path) -> Path:
         row.update(checkpoint=str(ckpt), seed=seed, fit_cpu_s=seconds, epoch_cpu_s=epochs)
     row.update(test_acc=er.accuracy(model, *er.split("test")),
                val_acc=er.accuracy(model, *er.split("val")))  # fmt: skip
-    return _write(path, row)
+    return write_row(path, row)
 
 
 def run(runs: Path, search: Path, probe: Path, only: list[str] | None = None) -> None:
@@ -238,37 +229,3 @@ def run(runs: Path, search: Path, probe: Path, only: list[str] | None = None) ->
             path = em.run_job("robust", explainer, c, CHUNK, runs / "full" / tag, IMAGES,
                               str(ckpt))  # fmt: skip
         print(f"{step} {tag} {explainer} {c}: {path}", flush=True)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m experiments run recipe_front")
-    parser.add_argument("step", choices=("run", "collect"))
-    parser.add_argument("--runs", type=Path, default=Path("runs/recipe_front"))
-    parser.add_argument("--search", type=Path, default=Path("runs/recipe_search"))
-    parser.add_argument("--probe", type=Path, default=Path("runs/probe"))
-    parser.add_argument("--pair", type=Path, default=Path("runs/ensemble_maps"))
-    parser.add_argument("--models", nargs="*", default=None)
-    parser.add_argument("--results", type=Path, default=RESULTS)
-    parser.add_argument("--png", type=Path, default=None)
-    args = parser.parse_args(argv)
-    tags = [m.tag for m in models()] + ["natural_unit", "shipped_unit"]
-    for tag in args.models or []:
-        if tag not in tags:
-            parser.error(f"`--models` must be some of {tags}, got {tag!r}")
-    torch.set_num_threads(1)
-    if args.step == "run":
-        args.runs.mkdir(parents=True, exist_ok=True)
-        run(args.runs, args.search, args.probe, args.models)
-        return 0
-    for flag in ("runs", "probe", "pair", "search"):
-        if not getattr(args, flag).is_dir():
-            parser.error(f"`--{flag}` {str(getattr(args, flag))!r} is not a folder")
-    from experiments.recipe_front_report import collect
-
-    data = collect(args.runs, args.probe, args.pair, args.search, args.results, args.png)
-    print(f"wrote {args.results} ({len(data['models'])} models)")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

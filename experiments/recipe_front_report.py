@@ -1,17 +1,21 @@
 """The tables and the figure of the recipe front (`recipe_front`): every model's maps under the
-full ensemble beside their chance levels, the seeds summarised, each map against test accuracy.
+full ensemble beside their chance levels, the seeds summarised, each map against test accuracy;
+and the study's command line (`main`: `run` the jobs of `recipe_front`, or `collect` them).
 
 Reads only finished jobs: a model's map counts when both chunks of its 20 images are there.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from pathlib import Path
 from typing import Any
 
-from experiments.recipe_front import IMAGES, MAPS, RESULTS, SEEDS, Model, models
+import torch
+
+from experiments.recipe_front import IMAGES, MAPS, RESULTS, SEEDS, Model, models, run
 
 # The targets under the ensemble (input x gradient has none) and the accuracy floor: 0.5
 # points under the natural model's 0.971 test accuracy.
@@ -325,3 +329,35 @@ def collect(runs: Path, probe: Path, pair: Path, search: Path, results: Path = R
     if png is not None:
         draw(found, png)
     return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments run recipe_front")
+    parser.add_argument("step", choices=("run", "collect"))
+    parser.add_argument("--runs", type=Path, default=Path("runs/recipe_front"))
+    parser.add_argument("--search", type=Path, default=Path("runs/recipe_search"))
+    parser.add_argument("--probe", type=Path, default=Path("runs/probe"))
+    parser.add_argument("--pair", type=Path, default=Path("runs/ensemble_maps"))
+    parser.add_argument("--models", nargs="*", default=None)
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--png", type=Path, default=None)
+    args = parser.parse_args(argv)
+    tags = [m.tag for m in models()] + ["natural_unit", "shipped_unit"]
+    for tag in args.models or []:
+        if tag not in tags:
+            parser.error(f"`--models` must be some of {tags}, got {tag!r}")
+    torch.set_num_threads(1)
+    if args.step == "run":
+        args.runs.mkdir(parents=True, exist_ok=True)
+        run(args.runs, args.search, args.probe, args.models)
+        return 0
+    for flag in ("runs", "probe", "pair", "search"):
+        if not getattr(args, flag).is_dir():
+            parser.error(f"`--{flag}` {str(getattr(args, flag))!r} is not a folder")
+    data = collect(args.runs, args.probe, args.pair, args.search, args.results, args.png)
+    print(f"wrote {args.results} ({len(data['models'])} models)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -128,7 +128,9 @@ def probe_options(name: str) -> dict[str, Any]:
     }
 
 
-def _write(path: Path, row: dict[str, Any]) -> Path:
+def write_row(path: Path, row: dict[str, Any]) -> Path:
+    """Write `row` as one line of JSON to `path` through a temporary file (a job stopped while
+    writing leaves no partial result), its folder created; returns `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(row) + "\n")
@@ -164,7 +166,7 @@ def fit_job(name: str, runs: Path) -> Path:
         row.update(changes=PROBES[name], fit_cpu_s=seconds, epoch_cpu_s=epochs)
     row.update(test_acc=er.accuracy(model, *er.split("test")),
                val_acc=er.accuracy(model, *er.split("val")))  # fmt: skip
-    return _write(path, row)
+    return write_row(path, row)
 
 
 def full_job(name: str, runs: Path) -> Path:
@@ -191,7 +193,7 @@ def full_job(name: str, runs: Path) -> Path:
         for k, key in keys.items():
             row[k] += out["per_image"][key]
     row["cpu_s"] = time.process_time() - cpu
-    return _write(path, row)
+    return write_row(path, row)
 
 
 def clean_job(name: str, runs: Path) -> Path:
@@ -218,7 +220,7 @@ def clean_job(name: str, runs: Path) -> Path:
         for i in range(n)
     ]  # fmt: skip
     blank = [float(not bool(m.any())) for m in maps]
-    return _write(path, {"name": name, "index": index, "other_topk": other, "blank": blank})
+    return write_row(path, {"name": name, "index": index, "other_topk": other, "blank": blank})
 
 
 def cells_job(name: str, runs: Path, layer: str | None) -> Path:
@@ -247,7 +249,7 @@ def cells_job(name: str, runs: Path, layer: str | None) -> Path:
            "random_topk": random_topk(ens.result.clean_map).tolist(),
            **describe(model, x, ens.result.adversarial, y, layer=layer),
            "cpu_s": time.process_time() - cpu}  # fmt: skip
-    return _write(path, row)
+    return write_row(path, row)
 
 
 def random_topk(clean: torch.Tensor, k: int = 100, n_maps: int = 16) -> torch.Tensor:

@@ -57,7 +57,7 @@ EXPERIMENTS: dict[str, Entry] = {
         write_page=TABLES,
     ),
     "recipe_front": Entry(
-        "experiments.recipe_front",
+        "experiments.recipe_front_report",
         "the every-map recipe's front over every map under the attack ensemble, with seeds",
         page="RECIPE_SEARCH.md",
         write_page=TABLES,

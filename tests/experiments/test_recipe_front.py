@@ -136,9 +136,9 @@ def test_collect_reads_the_per_image_values_into_its_tables(tmp_path, monkeypatc
 
 def test_an_unknown_model_or_a_missing_folder_is_refused_before_any_work(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
-        rf.main(["run", "--runs", str(tmp_path / "r"), "--models", "nope"])
+        rr.main(["run", "--runs", str(tmp_path / "r"), "--models", "nope"])
     assert exit_.value.code == 2 and "`--models`" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
     with pytest.raises(SystemExit) as exit_:
-        rf.main(["collect", "--runs", str(tmp_path), "--probe", str(tmp_path / "p")])
+        rr.main(["collect", "--runs", str(tmp_path), "--probe", str(tmp_path / "p")])
     assert exit_.value.code == 2 and "`--probe`" in capsys.readouterr().err

@@ -46,6 +46,10 @@ IMAGES = 20
 CHUNK = 10  # images per engine run, as the page's full checks measure them
 MAPS = ("saliency", "input_x_gradient", "grad_cam", "lrp", "deeplift", "integrated_gradients")
 PROBES = ("gc_w10_l1tm", "gc_w100_l1tm")
+# The search's `corner` recipe (the ascent from a vertex of the radius-0.3 ball) fitted at a
+# larger penalty weight, 6 and 10 (seed 0), accuracy ignored: how far each map goes at a price
+# (their checkpoints `<tag>_s0.ckpt` under `--search`).
+PRICE = ("corner_w6", "corner_w10")
 FIRST = ("grad_cam", "saliency")
 LATER = ("lrp", "deeplift", "input_x_gradient", "integrated_gradients")  # the cheaper first
 # What is measured first, in order (each model's maps): the combined candidate's Grad-CAM and
@@ -60,6 +64,7 @@ PRIORITY: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("gc_w10_l1tm", ("lrp", "deeplift")),
     ("gc_w100_l1tm", ("saliency", "lrp", "deeplift")),
     *((t, ("input_x_gradient", "integrated_gradients")) for t in ("combined_s0", *PROBES)),
+    *((t, ("saliency", "grad_cam")) for t in PRICE),
 )
 SEEDS = (0, 1, 2)
 # The recipe search's candidates measured under the full ensemble (config fits, seed 0): their
@@ -73,7 +78,8 @@ SECOND_SEED = 1000
 @dataclass(frozen=True)
 class Model:
     """One measured model: `tag` (its job folder), `group` and `seed` (how the page groups it),
-    `source` ("fit": fitted here; "search"/"probe": a checkpoint under that folder; "pair": the
+    `source` ("fit": fitted here; "search"/"probe": a checkpoint under that folder; "price": a
+    search fit at a larger weight under `--search`; "pair": the
     shipped pair's jobs under `--pair`, `pair_tag` its model there; "searchfull": a search
     candidate's jobs and accuracies under `--search`)."""
 
@@ -97,6 +103,7 @@ def models() -> list[Model]:
     out += [Model(f"combined_s{s}", "combined", s, "fit") for s in SEEDS]
     out += [Model(p, p, 0, "probe") for p in PROBES]
     out += [Model(c, "search", 0, "searchfull") for c in SEARCH_FULL]
+    out += [Model(p, p, 0, "price") for p in PRICE]
     return out
 
 
@@ -117,7 +124,7 @@ def plan(all_models: list[Model]) -> list[tuple[str, str, str, int]]:
         True
     """
     jobs = [("fit", "natural_unit", "", 0), ("fit", "shipped_unit", "", 0)]
-    order = {"fit": 0, "search": 1, "probe": 2}  # the combined candidate first
+    order = {"fit": 0, "search": 1, "probe": 2, "price": 3}  # the combined candidate first
     measured = sorted((m for m in all_models if m.source in order), key=lambda m: order[m.source])
     jobs += [("fit", m.tag, "", 0) for m in measured]
     jobs += [("fit", m.tag, "", 0) for m in all_models if m.source not in order]
@@ -176,6 +183,8 @@ def checkpoint(model: Model, runs: Path, search: Path, probe: Path) -> Path | st
         return search / f"corner_gcp2_r04_s{model.seed}.ckpt"
     if model.source == "probe":
         return probe / f"{model.tag}_s0.ckpt"
+    if model.source == "price":
+        return search / f"{model.tag}_s0.ckpt"
     return runs / "fits" / f"{model.tag}.ckpt"
 
 

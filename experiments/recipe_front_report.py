@@ -117,7 +117,12 @@ def _reference(maps: dict[str, Any], name: str) -> list[float]:
 
 
 def _label(m: Model) -> str:
-    names = {"natural": "natural (file)", "search": "search candidate (config fit)"}
+    names = {
+        "natural": "natural (file)",
+        "search": "search candidate (config fit)",
+        "corner_w6": "search: corner start, weight 6",
+        "corner_w10": "search: corner start, weight 10",
+    }
     return names.get(m.group, m.group)
 
 
@@ -250,7 +255,7 @@ def paired_table(found: dict[str, dict[str, Any]], new: str = "combined") -> dic
 
 COLOURS = {"natural": "grey", "shipped": "tab:orange", "combined": "tab:blue",
            "gc_w10_l1tm": "tab:green", "gc_w100_l1tm": "tab:purple",
-           "search": "tab:olive"}  # fmt: skip
+           "search": "tab:olive", "corner_w6": "tab:red", "corner_w10": "tab:brown"}  # fmt: skip
 
 
 def draw(found: dict[str, dict[str, Any]], png: Path) -> Path:

@@ -21,25 +21,13 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.utilities.types import STEP_OUTPUT
 from torch import Tensor, nn
-from torch.nn.modules.batchnorm import _NormBase
 from typing_extensions import override
 
 from robust_train.callbacks._diverged import evaluated_model
-from robust_train.core.runtime import check_optional_positive, modes_restored
+from robust_train.core.runtime import batchnorm_layers, check_optional_positive, modes_restored
 from robust_train.core.validation import check_bool, check_positive
 
 __all__ = ["BatchNormRecalibration", "batchnorm_layers", "recalibrate_batchnorm"]
-
-
-def batchnorm_layers(model: nn.Module) -> list[_NormBase]:
-    """The normalisation layers of `model` that track running statistics, in module order.
-
-    Examples:
-        >>> norms = [nn.BatchNorm2d(2), nn.BatchNorm2d(2, track_running_stats=False)]
-        >>> len(batchnorm_layers(nn.Sequential(*norms))), len(batchnorm_layers(nn.Linear(2, 2)))
-        (1, 0)
-    """
-    return [m for m in model.modules() if isinstance(m, _NormBase) and m.track_running_stats]
 
 
 def _inputs(batch: Any) -> Tensor:
@@ -113,7 +101,7 @@ def recalibrate_batchnorm(model: nn.Module, batches: Iterable[Any]) -> int:
     return used
 
 
-def _buffers(bn: _NormBase) -> list[Tensor]:
+def _buffers(bn: nn.Module) -> list[Tensor]:
     names = ("running_mean", "running_var", "num_batches_tracked")
     return [b for b in (getattr(bn, n, None) for n in names) if isinstance(b, Tensor)]
 

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 
 import torch
 from torch import Tensor, nn
+from torch.nn.modules.batchnorm import _NormBase
 
 from robust_train.core.validation import check_positive
 
@@ -92,15 +93,26 @@ def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
         yield model
 
 
+def batchnorm_layers(model: nn.Module) -> list[_NormBase]:
+    """The normalisation layers of `model` that track running statistics (every
+    `torch.nn.modules.batchnorm._NormBase` with `track_running_stats`), in module order.
+
+    Examples:
+        >>> norms = [nn.BatchNorm2d(2), nn.BatchNorm2d(2, track_running_stats=False)]
+        >>> len(batchnorm_layers(nn.Sequential(*norms))), len(batchnorm_layers(nn.Linear(2, 2)))
+        (1, 0)
+    """
+    return [m for m in model.modules() if isinstance(m, _NormBase) and m.track_running_stats]
+
+
 @contextmanager
 def running_statistics_kept(model: nn.Module) -> Iterator[nn.Module]:
     """Keep the running statistics of `model`'s normalisation layers through the block.
 
-    Inside the block every BatchNorm (any `torch.nn.modules.batchnorm._NormBase` that tracks
-    running statistics) computes as its mode says: in training it normalises with the batch's
-    statistics and updates its running statistics, but those of a copy; on exit the layer gets
-    its own tensors back, unchanged (no in-place write to them, so graphs that saved them stay
-    valid). Modes and parameters are not touched.
+    Inside the block every BatchNorm (`batchnorm_layers`) computes as its mode says: in training
+    it normalises with the batch's statistics and updates its running statistics, but those of a
+    copy; on exit the layer gets its own tensors back, unchanged (no in-place write to them, so
+    graphs that saved them stay valid). Modes and parameters are not touched.
 
     Examples:
         >>> bn = torch.nn.BatchNorm1d(2).train()
@@ -109,16 +121,13 @@ def running_statistics_kept(model: nn.Module) -> Iterator[nn.Module]:
         >>> bn.running_mean.tolist(), int(bn.num_batches_tracked)
         ([0.0, 0.0], 0)
     """
-    from torch.nn.modules.batchnorm import _NormBase
-
     kept: list[tuple[nn.Module, str, Tensor]] = []
-    for module in model.modules():
-        if isinstance(module, _NormBase) and module.track_running_stats:
-            for name in ("running_mean", "running_var", "num_batches_tracked"):
-                buffer = module._buffers.get(name)
-                if buffer is not None:
-                    kept.append((module, name, buffer))
-                    module._buffers[name] = buffer.clone()
+    for layer in batchnorm_layers(model):
+        for name in ("running_mean", "running_var", "num_batches_tracked"):
+            buffer = layer._buffers.get(name)
+            if buffer is not None:
+                kept.append((layer, name, buffer))
+                layer._buffers[name] = buffer.clone()
     try:
         yield model
     finally:

@@ -9,6 +9,7 @@ from robust_train.regularizers.adversarial import AdversarialTraining, adversari
 from robust_train.regularizers.base import PENALTIES, PenaltyTerm, get_penalty, register_penalty
 from robust_train.regularizers.composed import ComposedPenalty
 from robust_train.regularizers.curvature import CURVATURE_METHODS, Curvature, curvature
+from robust_train.regularizers.distillation import TeacherDistillation, distillation_loss
 from robust_train.regularizers.gaussian_noise import GaussianNoiseTraining, gaussian_noise_loss
 from robust_train.regularizers.gradient_norm import (
     GRADIENT_NORM_METHODS,
@@ -45,9 +46,11 @@ __all__ = [
     "MultiMapSmoothness",
     "PenaltyTerm",
     "SmoothedGeometry",
+    "TeacherDistillation",
     "TopKMassPenalty",
     "adversarial_loss",
     "curvature",
+    "distillation_loss",
     "explanation_smoothness",
     "gaussian_noise_loss",
     "get_penalty",

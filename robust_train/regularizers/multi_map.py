@@ -83,6 +83,7 @@ __all__ = [
     "TOPK_DISTANCES",
     "MultiMapOptions",
     "MultiMapSmoothness",
+    "check_teacher",
     "gradient_family_maps",
     "multi_map_smoothness",
     "teacher_model",
@@ -196,7 +197,7 @@ class MultiMapOptions(AscentOptions):
         check_choice(self.model_mode, "model_mode", MODEL_MODES)
         if self.layer is not None and not isinstance(self.layer, str):
             raise TypeError(f"`layer` must be a module name or None, got {self.layer!r}")
-        _check_teacher(self.teacher)
+        check_teacher(self.teacher)
 
     @property
     def weights(self) -> tuple[float, ...]:
@@ -209,7 +210,7 @@ class MultiMapOptions(AscentOptions):
         return self.map_powers or (1.0,) * len(self.explainers)
 
 
-def _check_teacher(teacher: object) -> None:
+def check_teacher(teacher: object) -> None:
     """`teacher` is None, the path of an existing file or a shipped checkpoint's name (as
     `load_classifier` reads it)."""
     if teacher is None:

@@ -26,6 +26,7 @@ PENALTY_OPTIONS: dict[str, dict[str, Any]] = {
     "adversarial": {"n_steps": 2, "step_size": 0.1},
     "composed": {"terms": [{"penalty": "gradnorm"}, {"penalty": "curvature"}]},
     "curvature": {},
+    "distillation": {},
     "gaussian_noise": {},
     "gradnorm": {},
     "ig_norm": {"n_steps": 2, "n_attack_points": 2, "n_points": 3},

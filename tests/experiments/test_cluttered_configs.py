@@ -13,7 +13,7 @@ import torch
 from robust_train.app.lightning_cli import lightning_main
 from robust_train.data.mnist5k import MNIST5K_SPLIT
 from robust_train.models import VGGBN, MNISTConvNet
-from robust_train.regularizers import MultiMapSmoothness
+from robust_train.regularizers import MultiMapSmoothness, TeacherDistillation
 
 CONFIGS = sorted((Path(__file__).parents[2] / "experiments" / "cluttered_configs").glob("*.yaml"))
 
@@ -24,6 +24,7 @@ def test_the_architecture_configs_are_there():
         "resnet18_every_map",
         "resnet18_mixed_anchor",
         "resnet18_self15_mixed_anchor",
+        "resnet18_self15_kd_mixed_anchor",
         "cnn_mixed_anchor",
         "cnn_soft_anchor",
         "vgg_bn_natural",
@@ -45,6 +46,10 @@ def test_config_builds_its_network_and_penalty(config: Path, tmp_path, monkeypat
         assert isinstance(net, VGGBN)
         assert isinstance(net.hidden[0], torch.nn.MaxPool2d)  # the max head over the last map
     penalties = list(cli.model.penalties)
+    if "_kd_" in config.stem:  # the distilled anchor: the starting model's predictions held first
+        distill, *penalties = penalties
+        assert isinstance(distill, TeacherDistillation) and distill.options.teacher is None
+        assert distill.weight > 0 and distill.options.temperature > 1
     if config.stem.endswith("every_map"):
         assert len(penalties) == 1 and isinstance(penalties[0], MultiMapSmoothness)
     elif config.stem.endswith("mixed_anchor"):

@@ -3,6 +3,8 @@ full ensemble beside their chance levels, the seeds summarised, each map against
 and the study's command line (`main`: `run` the jobs of `recipe_front`, or `collect` them).
 
 Reads only finished jobs: a model's map counts when both chunks of its 20 images are there.
+The results file is the archive: a model (or a cost unit) without a fit file under --runs is
+taken from the results file that `collect` rewrites, as stored there.
 """
 
 from __future__ import annotations
@@ -56,13 +58,34 @@ def model_maps(folder: Path, tag: str) -> dict[str, dict[str, list[float]]]:
     return out
 
 
-def load(runs: Path, probe: Path, pair: Path, search: Path) -> dict[str, dict[str, Any]]:
+def archived(results: Path | None) -> dict[str, Any]:
+    """The stored results file `results` (the archive of the models measured earlier, whose run
+    folders may not be on this machine): its "models" and "units"; empty when there is none.
+
+    Examples:
+        >>> archived(None)
+        {'models': {}, 'units': {}}
+    """
+    if results is None or not results.is_file():
+        return {"models": {}, "units": {}}
+    stored = json.loads(results.read_text())
+    return {"models": stored.get("models", {}), "units": stored.get("units", {})}
+
+
+def load(runs: Path, probe: Path, pair: Path, search: Path,
+         archive: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:  # fmt: skip
     """Every model with a finished fit file: {tag: {"model", "fit", "maps"}}; a probe's Grad-CAM
-    (and, without a saliency job, its "map = input") from the probe's own full measurement."""
+    (and, without a saliency job, its "map = input") from the probe's own full measurement. A
+    model without a fit file under `runs` but in `archive` (`archived`): its stored fit row and
+    maps as they are."""
     out: dict[str, dict[str, Any]] = {}
+    stored = (archive or {}).get("models", {})
     for m in models():
         fit_file = runs / "fits" / f"{m.tag}.json"
         if not fit_file.is_file():
+            if m.tag in stored:
+                out[m.tag] = {"model": m, "fit": stored[m.tag]["fit"],
+                              "maps": stored[m.tag]["maps"]}  # fmt: skip
             continue
         if m.source == "pair":
             maps = model_maps(pair, m.pair_tag)
@@ -309,14 +332,22 @@ def draw(found: dict[str, dict[str, Any]], png: Path) -> Path:
 def collect(runs: Path, probe: Path, pair: Path, search: Path, results: Path = RESULTS,
             png: Path | None = None) -> dict[str, Any]:  # fmt: skip
     """Write `results` (every model's fit and per-image levels, the tables), put the tables into
-    the recipe search's page results, draw `png` when given; return the data."""
+    the recipe search's page results, draw `png` when given; return the data. What `results`
+    already holds is the archive: the models and cost units without a fit file under `runs`
+    are kept as stored there (`load`)."""
     from experiments.recipe_gradcam_probe import store_tables
 
-    found = load(runs, probe, pair, search)
+    archive = archived(results)
+    found = load(runs, probe, pair, search, archive)
     if not found:
-        raise FileNotFoundError(f"`--runs` {str(runs)!r} holds no finished fit")
-    files = {u: runs / "fits" / f"{u}.json" for u in ("natural_unit", "shipped_unit")}
-    units = {u: json.loads(p.read_text()) for u, p in files.items() if p.is_file()}
+        raise FileNotFoundError(f"`--runs` {str(runs)!r} holds no finished fit (nor {results})")
+    units: dict[str, Any] = {}
+    for u in ("natural_unit", "shipped_unit"):
+        path = runs / "fits" / f"{u}.json"
+        if path.is_file():
+            units[u] = json.loads(path.read_text())
+        elif u in archive["units"]:  # stored with its cost, recomputed below
+            units[u] = {k: v for k, v in archive["units"][u].items() if k != "cost"}
     unit = units.get("natural_unit")
     tables = {"front": wide_table(found, unit), "front_seeds": seeds_table(found, unit),
               "front_maps": maps_table(found), "front_paired": paired_table(found)}  # fmt: skip

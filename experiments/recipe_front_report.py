@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from experiments.recipe_front import IMAGES, MAPS, RESULTS, SEEDS, Model, models, run
+from experiments.recipe_front import IMAGES, MAPS, PRICE, RESULTS, SEEDS, Model, models, run
 
 # The targets under the ensemble (input x gradient has none) and the accuracy floor: 0.5
 # points under the natural model's 0.971 test accuracy.
@@ -249,17 +249,20 @@ def seeds_table(found: dict[str, dict[str, Any]], unit: dict[str, Any] | None) -
     }  # fmt: skip
 
 
-def paired_table(found: dict[str, dict[str, Any]], new: str = "combined") -> dict[str, Any]:
-    """Per map and seed measured for both: recipe `new` against the shipped recipe on the same
-    images, each level, the paired per-image difference (mean and 95% t interval) and the
-    images above / below."""
+def _seed_of(found: dict[str, dict[str, Any]], group: str, seed: int) -> dict[str, Any] | None:
+    """The model of recipe `group` at seed `seed` (None if not measured)."""
+    return next((f for f in found.values()
+                 if f["model"].group == group and f["model"].seed == seed), None)  # fmt: skip
+
+
+def _paired_rows(found: dict[str, dict[str, Any]], new: str) -> list[list[str]]:
     from experiments.ensemble_maps import LABELS, mean_cell
     from experiments.recipe_search import paired
 
     rows = []
     for name in MAPS:
         for seed in SEEDS:
-            a, b = found.get(f"{new}_s{seed}"), found.get(f"shipped_s{seed}")
+            a, b = _seed_of(found, new, seed), _seed_of(found, "shipped", seed)
             if not (a and b and name in a["maps"] and name in b["maps"]):
                 continue
             x, y = a["maps"][name], b["maps"][name]
@@ -268,11 +271,29 @@ def paired_table(found: dict[str, dict[str, Any]], new: str = "combined") -> dic
             rows.append([LABELS[name], str(seed), mean_cell(y["values"]),
                          mean_cell(x["values"]), *diff, mean_cell(_reference(a["maps"], name)),
                          mean_cell(x["random"]) if x["random"] else "-"])  # fmt: skip
+    return rows
+
+
+def paired_table(found: dict[str, dict[str, Any]], new: str = "combined") -> dict[str, Any]:
+    """Per map and seed measured for both: recipe `new` (a group) against the shipped recipe on
+    the same images, each level, the paired per-image difference (mean and 95% t interval) and
+    the images above / below."""
     return {
         "columns": ["map", "seed", "shipped", new, f"{new} - shipped (paired)",
                     "images above / below", "map = input (same ensemble)", "random map"],
         "align": "|---" * 8 + "|",
-        "rows": rows,
+        "rows": _paired_rows(found, new),
+    }  # fmt: skip
+
+
+def price_paired_table(found: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """`paired_table` of each price model (`PRICE`, the recipe in a first column) against the
+    shipped recipe of the same seed."""
+    return {
+        "columns": ["recipe", "map", "seed", "shipped", "recipe", "recipe - shipped (paired)",
+                    "images above / below", "map = input (same ensemble)", "random map"],
+        "align": "|---" * 9 + "|",
+        "rows": [[p, *row] for p in PRICE for row in _paired_rows(found, p)],
     }  # fmt: skip
 
 
@@ -350,7 +371,8 @@ def collect(runs: Path, probe: Path, pair: Path, search: Path, results: Path = R
             units[u] = {k: v for k, v in archive["units"][u].items() if k != "cost"}
     unit = units.get("natural_unit")
     tables = {"front": wide_table(found, unit), "front_seeds": seeds_table(found, unit),
-              "front_maps": maps_table(found), "front_paired": paired_table(found)}  # fmt: skip
+              "front_maps": maps_table(found), "front_paired": paired_table(found),
+              "front_price_paired": price_paired_table(found)}  # fmt: skip
     data: dict[str, Any] = {
         "about": "python -m experiments run recipe_front: every map of the shipped recipe, the "
         "combined candidate and the Grad-CAM probes under the full ensemble on the 20 test "

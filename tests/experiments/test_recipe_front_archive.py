@@ -72,3 +72,20 @@ def test_a_fit_file_under_runs_wins_over_the_stored_model(tmp_path, monkeypatch)
     assert saved["natural"] == _stored()["models"]["natural"]  # type: ignore[index]
     seeds = {r[0]: r for r in rr.seeds_table(rr.load(runs, probe, pair, search), None)["rows"]}
     assert seeds["search: corner start, weight 6"][1] == "0, 1"
+
+
+def test_the_price_models_are_paired_with_the_shipped_recipe_of_their_seed():
+    by_tag = {m.tag: m for m in rr.models()}
+
+    def entry(tag: str, level: float) -> dict[str, object]:
+        return {"model": by_tag[tag], "fit": {"test_acc": 0.97}, "maps": _maps(level)}
+
+    found = {t: entry(t, v) for t, v in
+             [("shipped_s0", 0.5), ("shipped_s1", 0.6), ("corner_w6", 0.7), ("corner_w10_s1", 0.9),
+              ("corner_w10_s2", 0.1)]}  # fmt: skip
+    rows = rr.price_paired_table(found)["rows"]
+    assert [r[:3] for r in rows] == [["corner_w6", "saliency", "0"],
+                                     ["corner_w10", "saliency", "1"]]  # fmt: skip
+    assert rows[0][5].startswith("+0.200") and rows[1][5].startswith("+0.300")
+    assert rows[1][6] == "4 / 0 of 4"
+    assert rr.paired_table(found)["rows"] == []  # no combined model

@@ -37,7 +37,10 @@ empty --runs writes the stored results back unchanged, and one with new models' 
 
     nohup nice -n 10 python -m experiments run recipe_front run --runs runs/recipe_front \\
         --search runs/recipe_search --probe runs/probe --pair runs/ensemble_maps &
-    python -m experiments run recipe_front collect --runs runs/recipe_front \\
+    nohup nice -n 10 python -m experiments run recipe_front run --runs runs/front_price \\
+        --search runs/front_price/search --models corner_w6_s1 corner_w6_s2 corner_w10_s1 \\
+        corner_w10_s2 &
+    python -m experiments run recipe_front collect --runs runs/front_price \\
         --search runs/recipe_search --probe runs/probe --pair runs/ensemble_maps \\
         --png docs/images/recipe_front.png
 """
@@ -223,10 +226,10 @@ def fit_job(tag: str, runs: Path, search: Path, probe: Path) -> Path:
     if tag in found and found[tag].source != "fit":
         ckpt = checkpoint(found[tag], runs, search, probe)
         if found[tag].source == "price" and isinstance(ckpt, Path) and not ckpt.is_file():
-            from experiments.recipe_search import fit
+            from experiments.recipe_search import fit as search_fit
 
             ckpt.parent.mkdir(parents=True, exist_ok=True)
-            _, cpu = fit(found[tag].group, found[tag].seed, ckpt)
+            _, cpu = search_fit(found[tag].group, found[tag].seed, ckpt)
             # this machine's fit time, not the cost unit's: kept apart from `epoch_cpu_s`
             row["search_fit_cpu_s"] = cpu.get("fit_cpu_s")
         if isinstance(ckpt, Path) and not ckpt.is_file():

@@ -375,8 +375,9 @@ def collect(runs: Path, probe: Path, pair: Path, search: Path, results: Path = R
               "front_price_paired": price_paired_table(found)}  # fmt: skip
     data: dict[str, Any] = {
         "about": "python -m experiments run recipe_front: every map of the shipped recipe, the "
-        "combined candidate and the Grad-CAM probes under the full ensemble on the 20 test "
-        "images of ENSEMBLE_MAPS.md, with seeds and chance levels",
+        "combined candidate, the Grad-CAM probes and the corner recipe at weights 6 and 10 "
+        "under the full ensemble on the 20 test images of ENSEMBLE_MAPS.md, with seeds and "
+        "chance levels",
         "units": {u: {**f, "cost": cost(f, unit)} for u, f in units.items()},
         "models": {t: {"group": f["model"].group, "seed": f["model"].seed, "fit": f["fit"],
                        "maps": f["maps"]} for t, f in found.items()},

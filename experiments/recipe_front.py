@@ -16,6 +16,10 @@ experiments/ENSEMBLE_MAPS.md, so that the page can draw the front over all maps:
 - `natural`: the shipped natural file (its jobs reused from the `--pair` folder), and the
   search's candidates measured under the full ensemble (`SEARCH_FULL`, their jobs and
   accuracies reused from `--search`);
+- the price models: the search's `corner` recipe at penalty weights 6 and 10 (`PRICE`), seed 0
+  the search's fits (`<name>_s0.ckpt` under `--search`), seeds 1 and 2 (`PRICE_SEEDS`) fitted by
+  the search's own fit (`recipe_search.fit`) into `--search` as `<name>_s<seed>.ckpt` when that
+  checkpoint is missing;
 - the cost unit: the natural fine-tune (weight 0) and the shipped recipe refitted by the same
   loop at the same time, for CPU seconds per epoch only.
 
@@ -25,9 +29,18 @@ and one `ensemble_maps` job per (model, map, chunk of 10 images) under `full/<ta
 order of `plan`: `PRIORITY` first (Grad-CAM and saliency of every seed, then the other maps of
 seed 0 and of the probes), then the other maps of seeds 1 and 2.
 
+The stored results file (`RESULTS`) is the archive of what was measured: `collect` takes a
+model whose fit file is not under --runs (its run folder not on this machine) from the results
+file it rewrites, as stored there (its fit row and per-image levels), and likewise the cost
+unit's fits; a model with a fit file under --runs is read from its jobs. So a collect with an
+empty --runs writes the stored results back unchanged, and one with new models' jobs adds them.
+
     nohup nice -n 10 python -m experiments run recipe_front run --runs runs/recipe_front \\
         --search runs/recipe_search --probe runs/probe --pair runs/ensemble_maps &
-    python -m experiments run recipe_front collect --runs runs/recipe_front \\
+    nohup nice -n 10 python -m experiments run recipe_front run --runs runs/front_price \\
+        --search runs/front_price/search --models corner_w6_s1 corner_w6_s2 corner_w10_s1 \\
+        corner_w10_s2 &
+    python -m experiments run recipe_front collect --runs runs/front_price \\
         --search runs/recipe_search --probe runs/probe --pair runs/ensemble_maps \\
         --png docs/images/recipe_front.png
 """
@@ -50,6 +63,7 @@ PROBES = ("gc_w10_l1tm", "gc_w100_l1tm")
 # larger penalty weight, 6 and 10 (seed 0), accuracy ignored: how far each map goes at a price
 # (their checkpoints `<tag>_s0.ckpt` under `--search`).
 PRICE = ("corner_w6", "corner_w10")
+PRICE_SEEDS = (1, 2)  # their other seeds: tags `<name>_s<seed>`, the recipe's group
 FIRST = ("grad_cam", "saliency")
 LATER = ("lrp", "deeplift", "input_x_gradient", "integrated_gradients")  # the cheaper first
 # What is measured first, in order (each model's maps): the combined candidate's Grad-CAM and
@@ -65,6 +79,7 @@ PRIORITY: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("gc_w100_l1tm", ("saliency", "lrp", "deeplift")),
     *((t, ("input_x_gradient", "integrated_gradients")) for t in ("combined_s0", *PROBES)),
     *((t, ("saliency", "grad_cam")) for t in PRICE),
+    *((f"{p}_s{s}", ("saliency", "grad_cam")) for s in PRICE_SEEDS for p in PRICE),
 )
 SEEDS = (0, 1, 2)
 # The recipe search's candidates measured under the full ensemble (config fits, seed 0): their
@@ -79,7 +94,7 @@ SECOND_SEED = 1000
 class Model:
     """One measured model: `tag` (its job folder), `group` and `seed` (how the page groups it),
     `source` ("fit": fitted here; "search"/"probe": a checkpoint under that folder; "price": a
-    search fit at a larger weight under `--search`; "pair": the
+    search fit at a larger weight under `--search`, `<group>_s<seed>.ckpt`; "pair": the
     shipped pair's jobs under `--pair`, `pair_tag` its model there; "searchfull": a search
     candidate's jobs and accuracies under `--search`)."""
 
@@ -96,6 +111,8 @@ def models() -> list[Model]:
     Examples:
         >>> [m.tag for m in models()][:4]
         ['natural', 'shipped_s0', 'shipped_s1', 'shipped_s2']
+        >>> [(m.tag, m.seed) for m in models() if m.group == "corner_w10"]
+        [('corner_w10', 0), ('corner_w10_s1', 1), ('corner_w10_s2', 2)]
     """
     out = [Model("natural", "natural", 0, "pair", "natural")]
     out.append(Model("shipped_s0", "shipped", 0, "pair", "robust"))
@@ -104,6 +121,7 @@ def models() -> list[Model]:
     out += [Model(p, p, 0, "probe") for p in PROBES]
     out += [Model(c, "search", 0, "searchfull") for c in SEARCH_FULL]
     out += [Model(p, p, 0, "price") for p in PRICE]
+    out += [Model(f"{p}_s{s}", p, s, "price") for p in PRICE for s in PRICE_SEEDS]
     return out
 
 
@@ -184,13 +202,14 @@ def checkpoint(model: Model, runs: Path, search: Path, probe: Path) -> Path | st
     if model.source == "probe":
         return probe / f"{model.tag}_s0.ckpt"
     if model.source == "price":
-        return search / f"{model.tag}_s0.ckpt"
+        return search / f"{model.group}_s{model.seed}.ckpt"
     return runs / "fits" / f"{model.tag}.ckpt"
 
 
 def fit_job(tag: str, runs: Path, search: Path, probe: Path) -> Path:
     """Fit `tag` unless done (the cost unit's fits and the combined seeds), or load its
-    checkpoint; its accuracies (and a fit's CPU seconds per epoch) in `fits/<tag>.json`."""
+    checkpoint (a price model's fitted first by the search's `fit` when missing); its
+    accuracies (and a fit's CPU seconds per epoch) in `fits/<tag>.json`."""
     from experiments import explainer_recipes as er
     from experiments.every_map import tune
     from robust_train.models import load_classifier
@@ -206,6 +225,13 @@ def fit_job(tag: str, runs: Path, search: Path, probe: Path) -> Path:
         return write_row(path, row)
     if tag in found and found[tag].source != "fit":
         ckpt = checkpoint(found[tag], runs, search, probe)
+        if found[tag].source == "price" and isinstance(ckpt, Path) and not ckpt.is_file():
+            from experiments.recipe_search import fit as search_fit
+
+            ckpt.parent.mkdir(parents=True, exist_ok=True)
+            _, cpu = search_fit(found[tag].group, found[tag].seed, ckpt)
+            # this machine's fit time, not the cost unit's: kept apart from `epoch_cpu_s`
+            row["search_fit_cpu_s"] = cpu.get("fit_cpu_s")
         if isinstance(ckpt, Path) and not ckpt.is_file():
             raise FileNotFoundError(f"model {tag!r}: no checkpoint at {str(ckpt)!r}")
         model = load_classifier(ckpt)

@@ -3,6 +3,8 @@ full ensemble beside their chance levels, the seeds summarised, each map against
 and the study's command line (`main`: `run` the jobs of `recipe_front`, or `collect` them).
 
 Reads only finished jobs: a model's map counts when both chunks of its 20 images are there.
+The results file is the archive: a model (or a cost unit) without a fit file under --runs is
+taken from the results file that `collect` rewrites, as stored there.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 import torch
 
-from experiments.recipe_front import IMAGES, MAPS, RESULTS, SEEDS, Model, models, run
+from experiments.recipe_front import IMAGES, MAPS, PRICE, RESULTS, SEEDS, Model, models, run
 
 # The targets under the ensemble (input x gradient has none) and the accuracy floor: 0.5
 # points under the natural model's 0.971 test accuracy.
@@ -56,13 +58,34 @@ def model_maps(folder: Path, tag: str) -> dict[str, dict[str, list[float]]]:
     return out
 
 
-def load(runs: Path, probe: Path, pair: Path, search: Path) -> dict[str, dict[str, Any]]:
+def archived(results: Path | None) -> dict[str, Any]:
+    """The stored results file `results` (the archive of the models measured earlier, whose run
+    folders may not be on this machine): its "models" and "units"; empty when there is none.
+
+    Examples:
+        >>> archived(None)
+        {'models': {}, 'units': {}}
+    """
+    if results is None or not results.is_file():
+        return {"models": {}, "units": {}}
+    stored = json.loads(results.read_text())
+    return {"models": stored.get("models", {}), "units": stored.get("units", {})}
+
+
+def load(runs: Path, probe: Path, pair: Path, search: Path,
+         archive: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:  # fmt: skip
     """Every model with a finished fit file: {tag: {"model", "fit", "maps"}}; a probe's Grad-CAM
-    (and, without a saliency job, its "map = input") from the probe's own full measurement."""
+    (and, without a saliency job, its "map = input") from the probe's own full measurement. A
+    model without a fit file under `runs` but in `archive` (`archived`): its stored fit row and
+    maps as they are."""
     out: dict[str, dict[str, Any]] = {}
+    stored = (archive or {}).get("models", {})
     for m in models():
         fit_file = runs / "fits" / f"{m.tag}.json"
         if not fit_file.is_file():
+            if m.tag in stored:
+                out[m.tag] = {"model": m, "fit": stored[m.tag]["fit"],
+                              "maps": stored[m.tag]["maps"]}  # fmt: skip
             continue
         if m.source == "pair":
             maps = model_maps(pair, m.pair_tag)
@@ -226,17 +249,20 @@ def seeds_table(found: dict[str, dict[str, Any]], unit: dict[str, Any] | None) -
     }  # fmt: skip
 
 
-def paired_table(found: dict[str, dict[str, Any]], new: str = "combined") -> dict[str, Any]:
-    """Per map and seed measured for both: recipe `new` against the shipped recipe on the same
-    images, each level, the paired per-image difference (mean and 95% t interval) and the
-    images above / below."""
+def _seed_of(found: dict[str, dict[str, Any]], group: str, seed: int) -> dict[str, Any] | None:
+    """The model of recipe `group` at seed `seed` (None if not measured)."""
+    return next((f for f in found.values()
+                 if f["model"].group == group and f["model"].seed == seed), None)  # fmt: skip
+
+
+def _paired_rows(found: dict[str, dict[str, Any]], new: str) -> list[list[str]]:
     from experiments.ensemble_maps import LABELS, mean_cell
     from experiments.recipe_search import paired
 
     rows = []
     for name in MAPS:
         for seed in SEEDS:
-            a, b = found.get(f"{new}_s{seed}"), found.get(f"shipped_s{seed}")
+            a, b = _seed_of(found, new, seed), _seed_of(found, "shipped", seed)
             if not (a and b and name in a["maps"] and name in b["maps"]):
                 continue
             x, y = a["maps"][name], b["maps"][name]
@@ -245,11 +271,29 @@ def paired_table(found: dict[str, dict[str, Any]], new: str = "combined") -> dic
             rows.append([LABELS[name], str(seed), mean_cell(y["values"]),
                          mean_cell(x["values"]), *diff, mean_cell(_reference(a["maps"], name)),
                          mean_cell(x["random"]) if x["random"] else "-"])  # fmt: skip
+    return rows
+
+
+def paired_table(found: dict[str, dict[str, Any]], new: str = "combined") -> dict[str, Any]:
+    """Per map and seed measured for both: recipe `new` (a group) against the shipped recipe on
+    the same images, each level, the paired per-image difference (mean and 95% t interval) and
+    the images above / below."""
     return {
         "columns": ["map", "seed", "shipped", new, f"{new} - shipped (paired)",
                     "images above / below", "map = input (same ensemble)", "random map"],
         "align": "|---" * 8 + "|",
-        "rows": rows,
+        "rows": _paired_rows(found, new),
+    }  # fmt: skip
+
+
+def price_paired_table(found: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """`paired_table` of each price model (`PRICE`, the recipe in a first column) against the
+    shipped recipe of the same seed."""
+    return {
+        "columns": ["recipe", "map", "seed", "shipped", "recipe", "recipe - shipped (paired)",
+                    "images above / below", "map = input (same ensemble)", "random map"],
+        "align": "|---" * 9 + "|",
+        "rows": [[p, *row] for p in PRICE for row in _paired_rows(found, p)],
     }  # fmt: skip
 
 
@@ -309,21 +353,31 @@ def draw(found: dict[str, dict[str, Any]], png: Path) -> Path:
 def collect(runs: Path, probe: Path, pair: Path, search: Path, results: Path = RESULTS,
             png: Path | None = None) -> dict[str, Any]:  # fmt: skip
     """Write `results` (every model's fit and per-image levels, the tables), put the tables into
-    the recipe search's page results, draw `png` when given; return the data."""
+    the recipe search's page results, draw `png` when given; return the data. What `results`
+    already holds is the archive: the models and cost units without a fit file under `runs`
+    are kept as stored there (`load`)."""
     from experiments.recipe_gradcam_probe import store_tables
 
-    found = load(runs, probe, pair, search)
+    archive = archived(results)
+    found = load(runs, probe, pair, search, archive)
     if not found:
-        raise FileNotFoundError(f"`--runs` {str(runs)!r} holds no finished fit")
-    files = {u: runs / "fits" / f"{u}.json" for u in ("natural_unit", "shipped_unit")}
-    units = {u: json.loads(p.read_text()) for u, p in files.items() if p.is_file()}
+        raise FileNotFoundError(f"`--runs` {str(runs)!r} holds no finished fit (nor {results})")
+    units: dict[str, Any] = {}
+    for u in ("natural_unit", "shipped_unit"):
+        path = runs / "fits" / f"{u}.json"
+        if path.is_file():
+            units[u] = json.loads(path.read_text())
+        elif u in archive["units"]:  # stored with its cost, recomputed below
+            units[u] = {k: v for k, v in archive["units"][u].items() if k != "cost"}
     unit = units.get("natural_unit")
     tables = {"front": wide_table(found, unit), "front_seeds": seeds_table(found, unit),
-              "front_maps": maps_table(found), "front_paired": paired_table(found)}  # fmt: skip
+              "front_maps": maps_table(found), "front_paired": paired_table(found),
+              "front_price_paired": price_paired_table(found)}  # fmt: skip
     data: dict[str, Any] = {
         "about": "python -m experiments run recipe_front: every map of the shipped recipe, the "
-        "combined candidate and the Grad-CAM probes under the full ensemble on the 20 test "
-        "images of ENSEMBLE_MAPS.md, with seeds and chance levels",
+        "combined candidate, the Grad-CAM probes and the corner recipe at weights 6 and 10 "
+        "under the full ensemble on the 20 test images of ENSEMBLE_MAPS.md, with seeds and "
+        "chance levels",
         "units": {u: {**f, "cost": cost(f, unit)} for u, f in units.items()},
         "models": {t: {"group": f["model"].group, "seed": f["model"].seed, "fit": f["fit"],
                        "maps": f["maps"]} for t, f in found.items()},

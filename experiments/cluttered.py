@@ -428,8 +428,11 @@ def targets_table(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 # The architectures of the seed verdicts and the front figure: label prefix -> name. The first
 # VGG-BN (average head) and ResNet-18 (8 natural epochs) runs are left out, replaced since.
+# `resnet18/re12_`: the 12-epoch ResNet-18 recipe fitted again on another machine (its own
+# natural models: a fit does not repeat exactly across machines), with the distilled anchors.
 FAMILIES = {"cnn/": "small CNN", "vgg_bn/max_": "VGG-BN, max head",
-            "resnet18/e12_": "ResNet-18, 12 natural epochs"}  # fmt: skip
+            "resnet18/e12_": "ResNet-18, 12 natural epochs",
+            "resnet18/re12_": "ResNet-18, 12 natural epochs, refitted"}  # fmt: skip
 
 
 def family_of(label: str) -> str | None:

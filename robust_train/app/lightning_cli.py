@@ -224,9 +224,7 @@ class RobustCLI(LightningCLI):
         self.resume_checkpoint = {
             "resumable": self.config.subcommand != "fit" or "optimizer_states" in ckpt,
             "path": str(Path(path).resolve()),
-            "shapes": {
-                k: tuple(v.shape) for k, v in ckpt["state_dict"].items() if hasattr(v, "shape")
-            },
+            "shapes": _tensor_shapes(ckpt["state_dict"]),
             "wandb_run": ckpt.get("wandb_run"),
         }
 
@@ -325,9 +323,15 @@ class RobustCLI(LightningCLI):
         print(f"robust-train: {self.subcommand} stopped by {what}; {saved}", file=sys.stderr)
 
 
+def _tensor_shapes(state: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """The shape of each tensor of a state dict (a module's extra state, which is not a tensor,
+    such as a distillation term's snapshot, is left out on both sides of `_check_fits`)."""
+    return {k: tuple(v.shape) for k, v in state.items() if hasattr(v, "shape")}
+
+
 def _check_fits(resume: dict[str, Any], model: torch.nn.Module) -> None:
     """Refuse a checkpoint whose weights do not fit the configured model, before any work."""
-    own = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    own = _tensor_shapes(model.state_dict())
     stored = resume["shapes"]
     missing = sorted(set(own) - set(stored))
     unexpected = sorted(set(stored) - set(own))

@@ -160,3 +160,31 @@ def test_a_term_without_teacher_file_is_a_plain_module_of_the_classifier():
     module = RobustClassifier(nn.Sequential(nn.Flatten(), nn.Linear(4, 2)), [term])
     assert "penalties.0._extra_state" in module.state_dict()
     assert not list(term.parameters())
+
+
+def test_the_command_line_resumes_a_fit_with_the_snapshot_teacher(tmp_path, monkeypatch):
+    """`robust-train fit --ckpt_path last` (the CLI's checks of the checkpoint against the model
+    included) resumes a fit whose distillation term carries its snapshot as extra state."""
+    from robust_train.app.lightning_cli import lightning_main
+
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "kd.yaml"
+    config.write_text(
+        "experiment: kd\nseed_everything: 0\n"
+        "trainer: {max_epochs: 1, logger: false, limit_train_batches: 3, limit_val_batches: 1,"
+        " enable_progress_bar: false, enable_model_summary: false}\n"
+        "model:\n  model: {class_path: robust_train.models.SmallCNN,"
+        " init_args: {in_channels: 1, num_classes: 10, input_size: 8}}\n"
+        "  penalties:\n  - class_path: robust_train.regularizers.TeacherDistillation\n"
+        "    init_args: {weight: 1.0}\n"
+        "data: {class_path: robust_train.data.DigitsDataModule, init_args: {batch_size: 32}}\n"
+    )
+    first = lightning_main(["fit", "--config", str(config)])
+    start = first.model.penalties[0].snapshot
+    resumed = lightning_main(
+        ["fit", "--config", str(config), "--trainer.max_epochs", "2", "--ckpt_path", "last"]
+    )
+    assert resumed.trainer.current_epoch == 2
+    snapshot = resumed.model.penalties[0].snapshot
+    assert snapshot.keys() == start.keys()
+    assert all(torch.equal(snapshot[k], v) for k, v in start.items())

@@ -55,6 +55,7 @@ import torch
 
 from experiments.cluttered_head import head_table
 from experiments.pages import IMAGES, RESULTS
+from robust_train.app.settings_flags import fraction
 
 EPSILON = 8 / 255
 EXPLAINERS = ("saliency", "grad_cam")
@@ -707,7 +708,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", action="append", default=[], help="ARCH/KIND=PATH")
     parser.add_argument("--out", default="runs/cluttered")
     parser.add_argument("--images", type=int, default=50)
-    parser.add_argument("--epsilon", type=float, default=EPSILON)
+    parser.add_argument(
+        "--epsilon", type=fraction, default=EPSILON, help="L_inf budget: a number or A/B (16/255)"
+    )
     parser.add_argument("--protocol", choices=("fast", "ensemble"), default="fast")
     parser.add_argument("--explainers", nargs="+", default=list(EXPLAINERS))
     parser.add_argument("--fit-times", default=None, help="JSON: label -> fit CPU seconds")
@@ -716,6 +719,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--example", type=int, default=0, help="figures: which correct image")
     args = parser.parse_args(argv)
+    if args.epsilon <= 0:
+        parser.error(f"`--epsilon` must be > 0, got {args.epsilon!r}")
     if args.command in ("eval", "figures") and not args.model:
         parser.error("`--model` is required for eval and figures")
     {"eval": run_eval, "table": run_table, "figures": run_figures}[args.command](args)

@@ -157,3 +157,17 @@ def test_eval_names_a_larger_budget_job_apart_and_resumes(tmp_path, monkeypatch)
     stamp = json.loads((tmp_path / "jobs" / "cnn_natural__eps16.json").read_text())["stamp"]
     assert cluttered.protocol_of({"stamp": stamp}) == "fast, first 4 images, L_inf 16/255"
     assert list(EXPLAINERS) == stamp["explainers"]
+
+
+def test_the_budget_flag_takes_a_fraction_of_the_pixel_range(monkeypatch) -> None:
+    """`--epsilon 16/255` is the page's larger budget exactly (its jobs are named `__eps16`); a
+    budget that is not positive stops before any work, naming the flag."""
+    seen = []
+    monkeypatch.setattr(cluttered, "run_eval", seen.append)
+    cluttered.main(["eval", "--model", "cnn/natural=x.ckpt", "--epsilon", "16/255"])
+    assert seen[0].epsilon == 16 / 255
+    assert f"{seen[0].epsilon * 255:g}" == "16"
+    with pytest.raises(SystemExit) as stop:
+        cluttered.main(["eval", "--model", "cnn/natural=x.ckpt", "--epsilon", "0"])
+    assert stop.value.code == 2
+    assert seen[1:] == []

@@ -42,7 +42,9 @@ the path of a frozen checkpoint of the same architecture (typically the natural 
 starts from), x''s maps are compared with the TEACHER's clean maps instead (in eval mode, no
 gradient): the model can only lower the penalty by keeping, under perturbation, the maps the
 teacher read off the evidence. The ascent then moves x' away from the teacher's maps too, and the
-model's own clean maps are not computed.
+model's own clean maps are not computed. `teacher_powers` raises the teacher's maps to a power
+before the distance: the model is then held to a sharper copy of the teacher's map, not to the map
+itself.
 """
 
 from __future__ import annotations
@@ -137,6 +139,12 @@ class MultiMapOptions(AscentOptions):
             map's largest values, the top-k set the attacks score (a coarse map such as
             Grad-CAM at a 7 x 7 layer spreads its mass over every cell, and a distance of the
             whole maps hardly sees its few top cells change places).
+        teacher_powers: with `teacher`, one exponent >= 1 per explainer (default 1 each): the
+            teacher's clean map is raised to it before the distance (and before `map_powers`),
+            so the model's map at x' is pulled towards a sharper copy of the teacher's, its
+            mass moved onto the teacher's largest values (where a natural model's coarse
+            Grad-CAM peaks on the evidence, its squared map holds more of its mass there).
+            Without `teacher` it must be None.
         k: the size of the clean top-k set of the "topk_mass" distances (the attack's k: the
             number of pixels of the importance map it scores; Grad-CAM's map is compared at the
             input's size, as the attack scores it).
@@ -151,6 +159,7 @@ class MultiMapOptions(AscentOptions):
     model_mode: str = "unchanged"
     teacher: str | None = None
     map_powers: tuple[float, ...] | None = None
+    teacher_powers: tuple[float, ...] | None = None
     k: int = 100
     others: dict[str, Any] = field(init=False, repr=False, compare=False)
     piecewise: bool = field(init=False, repr=False, compare=False)
@@ -182,14 +191,20 @@ class MultiMapOptions(AscentOptions):
                 check_non_negative(w, "map_weights")
             if not any(weights):
                 raise ValueError(f"`map_weights` must not be all zero, got {list(weights)}")
-        if self.map_powers is not None:
-            powers = tuple(float(p) for p in _as_tuple(self.map_powers, "map_powers"))
-            object.__setattr__(self, "map_powers", powers)
-            if len(powers) != len(names) or any(not p >= 1 for p in powers):
-                raise ValueError(
-                    f"`map_powers` must have one exponent >= 1 per explainer ({len(names)}), "
-                    f"got {list(powers)}"
-                )
+        for name in ("map_powers", "teacher_powers"):
+            if getattr(self, name) is not None:
+                powers = tuple(float(p) for p in _as_tuple(getattr(self, name), name))
+                object.__setattr__(self, name, powers)
+                if len(powers) != len(names) or any(not p >= 1 for p in powers):
+                    raise ValueError(
+                        f"`{name}` must have one exponent >= 1 per explainer ({len(names)}), "
+                        f"got {list(powers)}"
+                    )
+        if self.teacher_powers is not None and self.teacher is None:
+            raise ValueError(
+                f"`teacher_powers` sharpens the teacher's maps and needs `teacher`, got "
+                f"teacher=None with teacher_powers={list(self.teacher_powers)}"
+            )
         super().__post_init__()
         check_choice(self.distance, "distance", MULTI_MAP_DISTANCES)
         check_positive(self.k, "k", integer=True)
@@ -438,7 +453,9 @@ def _multi_map_in_mode(
         clean = _maps(model, x0, target, o, create_graph=True)
     else:  # the frozen teacher's clean maps: a constant the model's perturbed maps must keep
         clean = _maps(teacher, x0, target, o, create_graph=False)
-        clean = {k: v.detach() for k, v in clean.items()}
+        powers = o.teacher_powers or (1.0,) * len(o.explainers)
+        sharpen = dict(zip(o.explainers, powers, strict=True))
+        clean = {k: _power(v.detach(), sharpen[k]) for k, v in clean.items()}
     delta = sample_in_ball(x0, o.radius, 1, "linf", call.generator)
     if o.start == "corner":
         delta = torch.where(delta >= 0, o.radius, -o.radius).to(delta)

@@ -111,3 +111,37 @@ def test_a_shipped_checkpoint_name_is_a_teacher_as_for_init_checkpoint():
     assert all(torch.equal(a, b) for a, b in pairs)
     pairs = zip(teacher.parameters(), student.parameters(), strict=True)
     assert not all(torch.equal(a, b) for a, b in pairs)
+
+
+def test_teacher_powers_hold_the_model_to_the_teachers_map_raised_to_them(tmp_path):
+    """The reference written out: the teacher's clean map to the power (Grad-CAM squared,
+    saliency as it is), the model's map at the same x' unchanged; with the model as its own
+    teacher the sharpened term is positive where the plain one is not."""
+    net, other, (x, y) = conv_net(0), conv_net(1), batch()
+    options = {**OPTIONS, "teacher_powers": [1.0, 2.0]}
+    value = MultiMapSmoothness(seed=0, n_ascent_steps=0, teacher=saved(other, tmp_path), **options)
+    x_pert = (x + sample_in_ball(x, 0.1, 1, "linf", torch.Generator().manual_seed(0))).clamp(0, 1)
+    expected = torch.zeros(x.shape[0])
+    explainers = ((1.0, 1, saliency), (2.0, 2, lambda m, i, t: grad_cam(m, i, t, layer="2")))
+    for w, power, explain in explainers:
+        clean = importance_map(explain(other.eval(), x, y)).clamp_min(0) ** power
+        pert = importance_map(explain(net, x_pert, y))
+        expected += w * map_distance(clean, pert, "l1")
+    torch.testing.assert_close(value(net, x, y).detach(), expected, rtol=1e-5, atol=1e-6)
+    still = {**OPTIONS, "radius": 1e-9, "explainers": ["grad_cam"], "map_weights": [1.0]}
+    path = saved(net, tmp_path, "self.pt")
+    plain = MultiMapSmoothness(seed=0, n_ascent_steps=0, teacher=path, **still)(net, x, y)
+    sharp = MultiMapSmoothness(
+        seed=0, n_ascent_steps=0, teacher=path, teacher_powers=[3.0], **still
+    )(net, x, y)
+    assert float(plain.detach().abs().max()) < 1e-5 < float(sharp.detach().min())
+
+
+def test_teacher_powers_are_refused_without_a_teacher_or_below_one(tmp_path):
+    with pytest.raises(ValueError, match=r"`teacher_powers`.*needs `teacher`"):
+        MultiMapSmoothness(explainers=["grad_cam"], teacher_powers=[2.0])
+    path = saved(conv_net(0), tmp_path)
+    with pytest.raises(ValueError, match=r"`teacher_powers` must have one exponent >= 1.*0\.5"):
+        MultiMapSmoothness(explainers=["grad_cam"], teacher=path, teacher_powers=[0.5])
+    with pytest.raises(ValueError, match=r"`teacher_powers` must have one exponent"):
+        MultiMapSmoothness(explainers=["saliency", "grad_cam"], teacher=path, teacher_powers=[2.0])

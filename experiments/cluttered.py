@@ -595,6 +595,7 @@ MASS_COLUMNS = {
     "far": "further away",
     "top_k": "in the top 512 pixels",
     "floor": "below a tenth of the maximum",
+    "squared": "squared map on the digit",
 }
 
 

@@ -9,10 +9,11 @@ model classifies correctly among the first `--images` of `ClutteredMNIST5kDataMo
 image_size=64)`: each clean Grad-CAM map (the page's layer, `experiments.cluttered`), normalised
 to sum 1, split into its share on the digit's mask (the relevance mass accuracy), on a ring of
 `RING` pixels around the mask (the mask dilated, less the mask) and on the rest of the image;
-the share of its mass in its `TOP_K` highest pixels (how peaked it is); and the share in pixels
-below a tenth of its maximum (its floor). A checkpoint's result goes to
-`--out`/mass/<arch>_<kind>.json and is skipped when present; `experiments.cluttered table` puts
-them on the page.
+the share of its mass in its `TOP_K` highest pixels (how peaked it is); the share in pixels
+below a tenth of its maximum (its floor); and the share on the mask of the map squared (the
+target `MultiMapSmoothness(teacher_powers=[2])` holds a model to when this model is the
+teacher). A checkpoint's result goes to `--out`/mass/<arch>_<kind>.json and is skipped when
+present; `experiments.cluttered table` puts them on the page.
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def mass_regions(
     maps: Tensor, masks: Tensor, ring: int = RING, k: int = TOP_K
 ) -> dict[str, Tensor]:
     """Per map, the shares of its mass on `masks`, on a ring of `ring` pixels around them and
-    elsewhere (they sum to 1), in its `k` highest pixels, and below `FLOOR` of its maximum.
+    elsewhere (they sum to 1), in its `k` highest pixels, and below `FLOOR` of its maximum; and
+    the share of the squared map's mass on `masks`.
 
     Args:
         maps: non-negative maps (B, H, W).
@@ -51,13 +53,15 @@ def mass_regions(
         k: how many highest pixels make the map's top.
 
     Returns:
-        {"mask", "ring", "far", "top_k", "floor"}: each a (B,) tensor of shares in [0, 1].
+        {"mask", "ring", "far", "top_k", "floor", "squared"}: each a (B,) tensor of shares in
+        [0, 1].
 
     Example:
         >>> maps, masks = torch.ones(1, 4, 4), torch.zeros(1, 4, 4, dtype=torch.bool)
-        >>> masks[0, 0, 0] = True
-        >>> {key: round(float(v), 4) for key, v in mass_regions(maps, masks, ring=1, k=2).items()}
-        {'mask': 0.0625, 'ring': 0.1875, 'far': 0.75, 'top_k': 0.125, 'floor': 0.0}
+        >>> maps[0, 0, 0], masks[0, 0, 0] = 2.0, True
+        >>> shares = mass_regions(maps, masks, ring=1, k=2)
+        >>> {key: round(float(v), 4) for key, v in shares.items() if key != "floor"}
+        {'mask': 0.1176, 'ring': 0.1765, 'far': 0.7059, 'top_k': 0.1765, 'squared': 0.2105}
     """
     m = masks.float()
     near = F.max_pool2d(m[:, None], 2 * ring + 1, stride=1, padding=ring)[:, 0]
@@ -65,12 +69,15 @@ def mass_regions(
     p = flat / flat.sum(1, keepdim=True).clamp_min(1e-12)
     mask, band = m.flatten(1), (near - m).flatten(1)
     low = flat < FLOOR * flat.amax(1, keepdim=True)
+    squared = flat.clamp_min(0) ** 2
+    squared = squared / squared.sum(1, keepdim=True).clamp_min(1e-12)
     return {
         "mask": (p * mask).sum(1),
         "ring": (p * band).sum(1),
         "far": (p * (1 - near.flatten(1))).sum(1),
         "top_k": p.topk(min(k, p.shape[1]), dim=1).values.sum(1),
         "floor": (p * low).sum(1),
+        "squared": (squared * mask).sum(1),
     }
 
 

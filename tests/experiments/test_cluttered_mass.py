@@ -1,7 +1,8 @@
 """Where a Grad-CAM map's mass falls (experiments.cluttered_mass): the shares on the mask, on the
 ring around it and further away match a pixel-by-pixel reference (a pixel is on the ring when
 some mask pixel lies within `ring` pixels of it in both directions) and sum to 1; the top-k and
-floor shares match sorting and thresholding; results become one table row each."""
+floor shares match sorting and thresholding, the squared map's share on the mask its sum of
+squares; results become one table row each."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ def reference(map_: torch.Tensor, mask: torch.Tensor, ring: int, k: int) -> dict
     values = sorted(map_.flatten().tolist(), reverse=True)
     shares["top_k"] = sum(values[:k]) / total
     shares["floor"] = sum(v for v in values if v < FLOOR * values[0]) / total
+    squares = sum(float(v) ** 2 for v in map_.flatten())
+    shares["squared"] = sum(float(map_[i, j]) ** 2 for i, j in on) / squares
     return shares
 
 
@@ -50,7 +53,7 @@ def test_mass_rows_and_bad_images(tmp_path):
     result = {"label": "cnn/x_s1", "images": 33, "mask": 0.192, "ring": 0.396, "far": 0.4123}
     (tmp_path / "x.json").write_text(json.dumps(result))
     table = mass_table(tmp_path)
-    assert table["rows"] == [["cnn/x_s1", "33", "0.192", "0.396", "0.412", "-", "-"]]
+    assert table["rows"] == [["cnn/x_s1", "33", "0.192", "0.396", "0.412", "-", "-", "-"]]
     assert len(table["columns"]) == len(table["rows"][0])
     with pytest.raises(SystemExit) as stop:
         main(["--model", "cnn/x=none.ckpt", "--images", "0"])

@@ -51,6 +51,7 @@ import torch
 RESULTS = Path(__file__).resolve().parent / "results" / "recipe_search.json"
 PROBE_RESULTS = RESULTS.parent / "recipe_gradcam_probe.json"
 FRONT_RESULTS = RESULTS.parent / "recipe_front.json"
+FACTOR_RESULTS = RESULTS.parent / "recipe_factor.json"
 PROXY_MAPS = ("saliency", "grad_cam", "deeplift")
 # Changes to the shipped recipe; "epochs" and "lr" are the fit's, the rest the penalty's options.
 CANDIDATES: dict[str, dict[str, Any]] = {
@@ -604,7 +605,8 @@ def collect(
     """Write the results file from the finished candidates and full checks (`before`: the
     ensemble_maps jobs of the shipped pair, for paired differences; `diagnosis`: the
     recipe_gradcam results, as a table; `png`: the front's figure; `probe` and `front`: the
-    results of recipe_gradcam_probe and recipe_front, whose tables are kept); return it."""
+    results of recipe_gradcam_probe and recipe_front, whose tables are kept, as are
+    recipe_factor's); return it."""
     found = load_search(runs)
     if not found:
         raise FileNotFoundError(f"`--runs` {str(runs)!r} holds no finished candidate")
@@ -627,7 +629,7 @@ def collect(
         from experiments.recipe_gradcam import diagnosis_table
 
         data["tables"]["gradcam"] = diagnosis_table(json.loads(diagnosis.read_text()))
-    for kept in (probe, front):  # the probe's and the front's tables, as they wrote them
+    for kept in (probe, front, FACTOR_RESULTS):  # the tables of the studies beside it, as stored
         if kept is not None and kept.is_file():
             data["tables"].update(json.loads(kept.read_text())["tables"])
     if png is not None:

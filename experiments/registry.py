@@ -56,6 +56,12 @@ EXPERIMENTS: dict[str, Entry] = {
         page="RECIPE_SEARCH.md",
         write_page=TABLES,
     ),
+    "recipe_factor": Entry(
+        "experiments.recipe_factor",
+        "input-times-gradient maps with their gradient factor frozen: what the input alone loses",
+        page="RECIPE_SEARCH.md",
+        write_page=TABLES,
+    ),
     "recipe_front": Entry(
         "experiments.recipe_front_report",
         "the every-map recipe's front over every map under the attack ensemble, with seeds",

@@ -429,9 +429,11 @@ def targets_table(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 # The architectures of the seed verdicts and the front figure: label prefix -> name. The first
 # VGG-BN (average head) and ResNet-18 (8 natural epochs) runs are left out, replaced since.
-# `resnet18/re12_`: the 12-epoch ResNet-18 recipe fitted again on another machine (its own
-# natural models: a fit does not repeat exactly across machines), with the distilled anchors.
+# `resnet18/re12_` and `vgg_bn/re_max_`: the 12-epoch ResNet-18 and the max-head VGG-BN
+# recipes fitted again on another machine (their own natural models: a fit does not repeat
+# exactly across machines), with the distilled fine-tunes.
 FAMILIES = {"cnn/": "small CNN", "vgg_bn/max_": "VGG-BN, max head",
+            "vgg_bn/re_max_": "VGG-BN, max head, refitted",
             "resnet18/e12_": "ResNet-18, 12 natural epochs",
             "resnet18/re12_": "ResNet-18, 12 natural epochs, refitted"}  # fmt: skip
 

@@ -4,6 +4,7 @@ names, and those networks classify 64 x 64 RGB images."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -29,6 +30,7 @@ def test_the_architecture_configs_are_there():
         "cnn_soft_anchor",
         "vgg_bn_natural",
         "vgg_bn_every_map",
+        "vgg_bn_kd_anchor",
     }
 
 
@@ -37,7 +39,7 @@ def test_config_builds_its_network_and_penalty(config: Path, tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)  # the CLI's run folders, if any, stay in the test's folder
     args = ["--config", str(config), "--trainer.logger=false"]
     teacher = tmp_path / "natural.ckpt"  # loaded at the first penalty call, not at build
-    if config.stem.endswith("mixed_anchor"):  # the flag the config's comment gives
+    if config.stem.endswith(("mixed_anchor", "kd_anchor")):  # the flag the config's comment gives
         teacher.write_bytes(b"")
         args += ["--model.penalties.init_args.teacher", str(teacher)]
     cli = lightning_main(args, run=False)
@@ -67,6 +69,16 @@ def test_config_builds_its_network_and_penalty(config: Path, tmp_path, monkeypat
         # the self15 config: the self-anchored term at half the anchored term's weight
         ratio = 0.5 if "self15" in config.stem else 1.0
         assert penalties[0].weight == pytest.approx(penalties[1].weight * ratio)
+    elif config.stem == "vgg_bn_kd_anchor":
+        # the VGG-BN's every-map penalty, every map held to the teacher's (the flag reaches it)
+        (every,) = lightning_main(
+            ["--config", str(config.with_name("vgg_bn_every_map.yaml")), "--trainer.logger=false"],
+            run=False,
+        ).model.penalties
+        (anchored,) = penalties
+        assert anchored.options.teacher == str(teacher) and every.options.teacher is None
+        assert anchored.weight == every.weight
+        assert anchored.options == dataclasses.replace(every.options, teacher=str(teacher))
     elif config.stem.endswith("soft_anchor"):
         # the shipped penalty, then Grad-CAM alone at a third of its weight (the teacher's term)
         assert [type(p) for p in penalties] == [MultiMapSmoothness] * 2

@@ -38,6 +38,7 @@ from torch import Tensor, nn
 RESULTS = Path(__file__).resolve().parent / "results" / "recipe_factor.json"
 ENSEMBLE_RESULTS = RESULTS.parent / "recipe_front.json"
 TARGET = 0.75  # the pixel-level maps' target under the ensemble
+RANDOM_DRAWS = 16  # random maps per image for the chance level
 FROZEN = ("input", "input_x_gradient", "integrated_gradients")
 REAL = ("input_x_gradient", "integrated_gradients", "deeplift", "lrp", "saliency")
 LABELS = {"input": "map = input", "input_x_gradient": "input x gradient",
@@ -144,11 +145,31 @@ def measure(
         row: dict[str, Any] = {
             "frozen": topk_intersection(clean, frozen, k).tolist(),
             "step": step.tolist(),
+            "random": random_level(clean, k).tolist(),
         }
         for other in real:
             row[other] = topk_intersection(real_map(other, x), real_map(other, point), k).tolist()
         out[name] = row
     return out
+
+
+def random_level(maps: Tensor, k: int, draws: int = RANDOM_DRAWS, seed: int = 0) -> Tensor:
+    """The chance level of a top-k kept: the mean top-k intersection of each map (B, H, W) with
+    `draws` uniformly random maps (seeded), per map (B,); k / (H W) in expectation.
+
+    Examples:
+        >>> level = random_level(torch.rand(2, 28, 28), 100, draws=64)
+        >>> bool((level - 100 / 784).abs().max() < 0.03)
+        True
+    """
+    from robust_train.explain.similarity import topk_intersection
+
+    generator = torch.Generator().manual_seed(seed)
+    kept = [
+        topk_intersection(maps, torch.rand(maps.shape, generator=generator), k)
+        for _ in range(draws)
+    ]
+    return torch.stack(kept).mean(0)
 
 
 def ensemble_levels(path: Path = ENSEMBLE_RESULTS) -> dict[tuple[str, str], dict[int, float]]:
@@ -188,11 +209,13 @@ def table(data: dict[str, Any]) -> dict[str, Any]:
                 "-" if name == "input" else f"{_mean(row[name]):.3f}",
                 f"{_mean(kept):.3f}" if len(kept) == len(images) else "-",
                 f"{_mean(row['step']):.2f} ({sum(s == 1.0 for s in row['step'])})",
+                f"{_mean(row['random']):.3f}",
                 ", ".join(f"{LABELS[o]} {_mean(row[o]):.3f}" for o in REAL if o in row),
             ])  # fmt: skip
     columns = ["model", "images", "map", "gradient factor frozen: top-k kept",
                f"frozen: images at >= {TARGET}", "the map itself at the same point",
                "the map under the attack ensemble", "step taken, label kept (full steps)",
+               "random map (chance)",
                "every map at the same point"]  # fmt: skip
     return {"columns": columns, "align": "|---" * len(columns) + "|", "rows": rows}
 

@@ -13,7 +13,12 @@ import torch
 from torch import nn
 
 from experiments import recipe_factor
-from experiments.recipe_factor import extreme_point, gradient_factor, label_kept_step
+from experiments.recipe_factor import (
+    extreme_point,
+    gradient_factor,
+    label_kept_step,
+    random_level,
+)
 from robust_train.explain import input_x_gradient, integrated_gradients
 from robust_train.explain.similarity import topk_intersection
 
@@ -60,6 +65,15 @@ def test_no_point_of_the_ball_keeps_less_of_a_frozen_map_than_the_extreme_point(
     assert worst < 1.0  # the grid contains the extreme point, and it moves the map
 
 
+def test_random_level_is_k_over_the_pixels_and_seeded():
+    maps = torch.rand(3, 8, 8)
+    level = random_level(maps, 16, draws=400)
+    assert level.shape == (3,)
+    torch.testing.assert_close(level, torch.full((3,), 16 / 64), atol=0.02, rtol=0)
+    assert torch.equal(random_level(maps, 16, draws=4), random_level(maps, 16, draws=4))
+    assert not torch.equal(random_level(maps, 16, 4), random_level(maps, 16, 4, seed=1))
+
+
 def test_step_keeps_the_label_and_is_the_largest_that_does():
     # a linear two-class model: class 0 while x.sum() < 2; the far point flips the first image
     model = nn.Sequential(nn.Flatten(), nn.Linear(4, 2)).eval()
@@ -87,7 +101,7 @@ def test_table_pairs_the_ensemble_on_the_same_images(tmp_path, monkeypatch):
     monkeypatch.setattr(recipe_factor, "ENSEMBLE_RESULTS", path)
     monkeypatch.setattr(recipe_factor.ensemble_levels, "__defaults__", (path,))
     row = {"frozen": [0.8, 0.7], "step": [1.0, 0.5], "input_x_gradient": [0.6, 0.4],
-           "integrated_gradients": [0.5, 0.5]}  # fmt: skip
+           "integrated_gradients": [0.5, 0.5], "random": [0.1, 0.2]}  # fmt: skip
     data = {"settings": {"images": [5, 7, 9]},
             "models": {"m": {"images": [0, 2], "input": row, "input_x_gradient": row,
                              "integrated_gradients": row}}}  # fmt: skip
@@ -97,7 +111,7 @@ def test_table_pairs_the_ensemble_on_the_same_images(tmp_path, monkeypatch):
     assert rows["integrated gradients"][6] == "0.650" and rows["integrated gradients"][5] == "0.500"
     assert rows["input x gradient"][6] == "0.400"
     assert rows["map = input"][3] == "0.750" and rows["map = input"][4] == "1/2"
-    assert rows["map = input"][7] == "0.75 (1)"
+    assert rows["map = input"][7] == "0.75 (1)" and rows["map = input"][8] == "0.150"
     data["models"]["m"]["images"] = [0, 1]  # image 7 has no input x gradient value: not paired
     assert {r[2]: r for r in recipe_factor.table(data)["rows"]}["input x gradient"][6] == "-"
 

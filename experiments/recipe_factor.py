@@ -10,7 +10,7 @@ the fewest of its clean top-k is known in closed form: every clean top-k pixel a
 allows, every other pixel as high (`extreme_point`); with the model's label kept, the step
 towards it is cut by bisection (`label_kept_step`). What that frozen map keeps bounds what a model
 whose gradient factor does not move at all could keep under this attack; the real map at the
-same point (`--maps`: any explainer, its evaluation settings) shows what the gradient factor adds;
+same point (each explainer of REAL, its evaluation settings) shows what the gradient factor adds;
 "map = input" (G = 1) checks the attack against the ensemble, which attacks that map itself.
 
 Images: the first `--images` MNIST-5k test images both shipped models classify correctly (the
@@ -38,7 +38,6 @@ from torch import Tensor, nn
 RESULTS = Path(__file__).resolve().parent / "results" / "recipe_factor.json"
 ENSEMBLE_RESULTS = RESULTS.parent / "recipe_front.json"
 TARGET = 0.75  # the pixel-level maps' target under the ensemble
-RANDOM_DRAWS = 16  # random maps per image for the chance level
 FROZEN = ("input", "input_x_gradient", "integrated_gradients")
 REAL = ("input_x_gradient", "integrated_gradients", "deeplift", "lrp", "saliency")
 LABELS = {"input": "map = input", "input_x_gradient": "input x gradient",
@@ -125,6 +124,7 @@ def measure(
     image), the step t taken, and each real map of `real` (`robust_train.explain`, with the
     evaluation's integrated-gradients settings) at that same point; on the images the model
     classifies correctly (their positions in `x` under "images")."""
+    from robust_train.evaluation.parts.fragility import random_map_level
     from robust_train.explain import get_explainer, importance_map
     from robust_train.explain.similarity import topk_intersection
 
@@ -137,6 +137,7 @@ def measure(
         explanation = get_explainer(name, **kwargs)(model, points, y)
         return importance_map(explanation.detach())
 
+    clean_real = {other: real_map(other, x) for other in real}
     out: dict[str, Any] = {"images": correct.nonzero().squeeze(1).tolist()}
     for name in FROZEN:
         factor = gradient_factor(model, x, y, name, steps)
@@ -145,31 +146,12 @@ def measure(
         row: dict[str, Any] = {
             "frozen": topk_intersection(clean, frozen, k).tolist(),
             "step": step.tolist(),
-            "random": random_level(clean, k).tolist(),
+            "random": random_map_level(clean, k, "random_topk", seed=0).tolist(),
         }
         for other in real:
-            row[other] = topk_intersection(real_map(other, x), real_map(other, point), k).tolist()
+            row[other] = topk_intersection(clean_real[other], real_map(other, point), k).tolist()
         out[name] = row
     return out
-
-
-def random_level(maps: Tensor, k: int, draws: int = RANDOM_DRAWS, seed: int = 0) -> Tensor:
-    """The chance level of a top-k kept: the mean top-k intersection of each map (B, H, W) with
-    `draws` uniformly random maps (seeded), per map (B,); k / (H W) in expectation.
-
-    Examples:
-        >>> level = random_level(torch.rand(2, 28, 28), 100, draws=64)
-        >>> bool((level - 100 / 784).abs().max() < 0.03)
-        True
-    """
-    from robust_train.explain.similarity import topk_intersection
-
-    generator = torch.Generator().manual_seed(seed)
-    kept = [
-        topk_intersection(maps, torch.rand(maps.shape, generator=generator), k)
-        for _ in range(draws)
-    ]
-    return torch.stack(kept).mean(0)
 
 
 def ensemble_levels(path: Path = ENSEMBLE_RESULTS) -> dict[tuple[str, str], dict[int, float]]:
@@ -236,7 +218,7 @@ def run(images: int, checkpoints: dict[str, str], epsilon: float, k: int,
         "models": {},
     }
     start = time.process_time()
-    for tag, file in {**MODELS, **checkpoints}.items():
+    for tag, file in data["checkpoints"].items():
         model = load_classifier(file).eval()
         data["models"][tag] = measure(model, x, y, epsilon=epsilon, k=k, steps=steps)
     data["cpu_seconds"] = time.process_time() - start

@@ -17,7 +17,6 @@ from experiments.recipe_factor import (
     extreme_point,
     gradient_factor,
     label_kept_step,
-    random_level,
 )
 from robust_train.explain import input_x_gradient, integrated_gradients
 from robust_train.explain.similarity import topk_intersection
@@ -63,15 +62,6 @@ def test_no_point_of_the_ball_keeps_less_of_a_frozen_map_than_the_extreme_point(
     kept = topk_intersection(clean.expand(len(points), 2, 2), (points * factor).abs().sum(1), k)
     assert kept.min().item() == pytest.approx(worst)
     assert worst < 1.0  # the grid contains the extreme point, and it moves the map
-
-
-def test_random_level_is_k_over_the_pixels_and_seeded():
-    maps = torch.rand(3, 8, 8)
-    level = random_level(maps, 16, draws=400)
-    assert level.shape == (3,)
-    torch.testing.assert_close(level, torch.full((3,), 16 / 64), atol=0.02, rtol=0)
-    assert torch.equal(random_level(maps, 16, draws=4), random_level(maps, 16, draws=4))
-    assert not torch.equal(random_level(maps, 16, 4), random_level(maps, 16, 4, seed=1))
 
 
 def test_step_keeps_the_label_and_is_the_largest_that_does():

@@ -172,6 +172,19 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
+def _step_cell(steps: list[float]) -> str:
+    """The mean step and the count of full steps; an image the attack could not move at all (the
+    label lost at any step) measured nothing there, and is counted apart.
+
+    Examples:
+        >>> _step_cell([1.0, 0.5]), _step_cell([1.0, 0.0])
+        ('0.75 (1)', '0.50 (1; 1 not moved: its value measures nothing)')
+    """
+    cell = f"{_mean(steps):.2f} ({sum(s == 1.0 for s in steps)}"
+    unmoved = sum(s == 0.0 for s in steps)
+    return cell + (f"; {unmoved} not moved: its value measures nothing)" if unmoved else ")")
+
+
 def table(data: dict[str, Any]) -> dict[str, Any]:
     """The page's table: per model and map, the frozen map at its extreme point (label kept), the
     real map at the same point, the real map under the attack ensemble (the same images)."""
@@ -190,7 +203,7 @@ def table(data: dict[str, Any]) -> dict[str, Any]:
                 f"{sum(v >= TARGET for v in frozen)}/{len(frozen)}",
                 "-" if name == "input" else f"{_mean(row[name]):.3f}",
                 f"{_mean(kept):.3f}" if len(kept) == len(images) else "-",
-                f"{_mean(row['step']):.2f} ({sum(s == 1.0 for s in row['step'])})",
+                _step_cell(row["step"]),
                 f"{_mean(row['random']):.3f}",
                 ", ".join(f"{LABELS[o]} {_mean(row[o]):.3f}" for o in REAL if o in row),
             ])  # fmt: skip

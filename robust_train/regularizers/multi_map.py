@@ -26,6 +26,11 @@ the model computes softplus_ascent_beta when one of the maps is piecewise consta
 networks (saliency, input x gradient), and Grad-CAM's final ReLU its scale-free softplus
 surrogate; the penalty itself is computed on the model and the exact maps.
 
+Where x' starts (`n_starts`): by default one draw; with more, each sample's ascent starts from
+the draw where the weighted distance of the exact maps is largest. What input x gradient's map
+at x' is held to (`gradient_factor`): by default the clean map x * g(x); with it, x' * g(x), so
+that only the gradient factor's change counts, not the input's own move.
+
 Modes (`model_mode`): "unchanged" (the default) runs the penalty's forwards in the model's own
 modes, so in training each BatchNorm normalises with the statistics of the penalised images
 (clean, then perturbed) and updates its running statistics with them. "frozen" keeps the same
@@ -52,6 +57,7 @@ from __future__ import annotations
 import copy
 import os
 import weakref
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -148,6 +154,16 @@ class MultiMapOptions(AscentOptions):
         k: the size of the clean top-k set of the "topk_mass" distances (the attack's k: the
             number of pixels of the importance map it scores; Grad-CAM's map is compared at the
             input's size, as the attack scores it).
+        gradient_factor: compare input x gradient's map at x' with |x' * g(x)| (the moved input
+            times the clean gradient: the teacher's with `teacher`) instead of the clean map
+            |x * g(x)|. The map is the product of the input and the gradient; the input's own
+            move is not the model's to undo, so the distance then measures what the model can
+            keep, the change of the gradient factor where the moved input weighs it. Needs
+            "input_x_gradient" among `explainers`.
+        n_starts: how many starts (uniform points or vertices, as `start` says) are drawn; each
+            sample's ascent starts from the one where the weighted distance of the exact maps is
+            largest (a random search of the ball's kind, without a graph: one forward and one
+            backward per start).
     """
 
     radius: float = 0.3
@@ -161,6 +177,8 @@ class MultiMapOptions(AscentOptions):
     map_powers: tuple[float, ...] | None = None
     teacher_powers: tuple[float, ...] | None = None
     k: int = 100
+    gradient_factor: bool = False
+    n_starts: int = 1
     others: dict[str, Any] = field(init=False, repr=False, compare=False)
     piecewise: bool = field(init=False, repr=False, compare=False)
 
@@ -213,6 +231,14 @@ class MultiMapOptions(AscentOptions):
         if self.layer is not None and not isinstance(self.layer, str):
             raise TypeError(f"`layer` must be a module name or None, got {self.layer!r}")
         check_teacher(self.teacher)
+        check_positive(self.n_starts, "n_starts", integer=True)
+        if not isinstance(self.gradient_factor, bool):
+            raise TypeError(f"`gradient_factor` must be a bool, got {self.gradient_factor!r}")
+        if self.gradient_factor and "input_x_gradient" not in names:
+            raise ValueError(
+                f"`gradient_factor` acts on input x gradient's map and needs "
+                f"'input_x_gradient' among `explainers`, got {list(names)}"
+            )
 
     @property
     def weights(self) -> tuple[float, ...]:
@@ -317,6 +343,18 @@ def gradient_family_maps(
     if unknown:
         raise ValueError(f"`names` must be some of {list(GRADIENT_FAMILY)}, got {unknown}")
     require_grad_mode("gradient_family_maps")
+    return _family(model, inputs, target, names, layer, create_graph)[0]
+
+
+def _family(
+    model: nn.Module,
+    inputs: Tensor,
+    target: Tensor,
+    names: tuple[str, ...] | list[str],
+    layer: str | None,
+    create_graph: bool,
+) -> tuple[dict[str, Tensor], Tensor]:
+    """`gradient_family_maps` and the target logit's gradient with respect to the input."""
     cam = "grad_cam" in names
     with torch.enable_grad():
         x, target = prepare_inputs(inputs, target)
@@ -343,22 +381,27 @@ def gradient_family_maps(
             heat = clamp_positive((weights * activation).sum(dim=1, keepdim=True))
             heat = F.interpolate(heat, size=x.shape[-2:], mode="bilinear", align_corners=False)
             out["grad_cam"] = importance_map(heat)
-    return out if create_graph else {k: v.detach() for k, v in out.items()}
+    if create_graph:
+        return out, grads[0]
+    return {k: v.detach() for k, v in out.items()}, grads[0].detach()
 
 
 def _maps(
     model: nn.Module, x: Tensor, target: Tensor, o: MultiMapOptions, create_graph: bool
 ) -> dict[str, Tensor]:
     """Every explainer's importance map at `x`, the gradient family from one backward."""
+    return _maps_and_gradient(model, x, target, o, create_graph)[0]
+
+
+def _maps_and_gradient(
+    model: nn.Module, x: Tensor, target: Tensor, o: MultiMapOptions, create_graph: bool
+) -> tuple[dict[str, Tensor], Tensor | None]:
+    """`_maps` and the target logit's input gradient (None without a gradient-family map)."""
     family = [e for e in o.explainers if e in GRADIENT_FAMILY]
-    out = (
-        gradient_family_maps(model, x, target, family, layer=o.layer, create_graph=create_graph)
-        if family
-        else {}
-    )
+    out, grad = _family(model, x, target, family, o.layer, create_graph) if family else ({}, None)
     for name, explain in o.others.items():
         out[name] = importance_map(explain(model, x, target, create_graph=create_graph))
-    return out
+    return out, grad
 
 
 def _weighted_distance(
@@ -450,27 +493,65 @@ def _multi_map_in_mode(
 ) -> tuple[Tensor, bool]:
     model, target, o, x0 = call.model, call.target, call.options, call.inputs.detach()
     if teacher is None:
-        clean = _maps(model, x0, target, o, create_graph=True)
+        clean, grad = _maps_and_gradient(model, x0, target, o, create_graph=True)
     else:  # the frozen teacher's clean maps: a constant the model's perturbed maps must keep
-        clean = _maps(teacher, x0, target, o, create_graph=False)
-        powers = o.teacher_powers or (1.0,) * len(o.explainers)
-        sharpen = dict(zip(o.explainers, powers, strict=True))
-        clean = {k: _power(v.detach(), sharpen[k]) for k, v in clean.items()}
-    delta = sample_in_ball(x0, o.radius, 1, "linf", call.generator)
-    if o.start == "corner":
-        delta = torch.where(delta >= 0, o.radius, -o.radius).to(delta)
-    reference = {k: v.detach() for k, v in clean.items()}
+        clean, grad = _maps_and_gradient(teacher, x0, target, o, create_graph=False)
+    powers = dict(zip(o.explainers, o.teacher_powers or (1.0,) * len(o.explainers), strict=True))
+
+    def reference(x: Tensor, keep_graph: bool) -> dict[str, Tensor]:
+        """The maps x''s maps are compared with: the clean ones (the teacher's sharpened), and
+        with `gradient_factor` input x gradient's read at the moved input `x`."""
+        out = {k: _power(v, powers[k]) for k, v in clean.items()}
+        if o.gradient_factor and grad is not None:  # the family's gradient: always there then
+            out["input_x_gradient"] = _power(importance_map(x * grad), powers["input_x_gradient"])
+        return out if keep_graph and teacher is None else {k: v.detach() for k, v in out.items()}
+
+    delta = _start(model, x0, target, o, call.generator, reference)
     flat = False
     for i in range(o.n_ascent_steps):
         delta = delta.detach().requires_grad_(True)
         with torch.enable_grad(), direction_surrogates(o.ascent_beta, o.piecewise):
-            pert = _maps(model, (x0 + delta).clamp(0, 1), target, o, create_graph=True)
-            (g,) = torch.autograd.grad(_weighted_distance(reference, pert, o).sum(), delta)
+            moved = (x0 + delta).clamp(0, 1)
+            pert = _maps(model, moved, target, o, create_graph=True)
+            (g,) = torch.autograd.grad(
+                _weighted_distance(reference(moved, False), pert, o).sum(), delta
+            )
         flat = flat or (i == 0 and not bool(g.any()))
         delta = project_offset(delta + o.step * step_direction(g, "linf"), o.radius, "linf")
         delta = delta.detach()
-    pert = _maps(model, (x0 + delta).clamp(0, 1), target, o, create_graph=True)
-    return _weighted_distance(clean, pert, o), flat
+    moved = (x0 + delta).clamp(0, 1)
+    pert = _maps(model, moved, target, o, create_graph=True)
+    return _weighted_distance(reference(moved, True), pert, o), flat
+
+
+def _start(
+    model: nn.Module,
+    x0: Tensor,
+    target: Tensor,
+    o: MultiMapOptions,
+    generator: torch.Generator | None,
+    reference: Callable[[Tensor, bool], dict[str, Tensor]],
+) -> Tensor:
+    """The ascent's start offset: one draw (a uniform point of the ball, or the vertex its
+    signs give), or with `n_starts` > 1 per sample the draw where the weighted distance of the
+    exact maps (no graph; normalisation statistics kept) is largest."""
+    draws = []
+    for _ in range(o.n_starts):
+        delta = sample_in_ball(x0, o.radius, 1, "linf", generator)
+        if o.start == "corner":
+            delta = torch.where(delta >= 0, o.radius, -o.radius).to(delta)
+        draws.append(delta)
+    if len(draws) == 1:
+        return draws[0]
+    scores = []
+    with running_statistics_kept(model):
+        for delta in draws:
+            moved = (x0 + delta).clamp(0, 1)
+            pert = _maps(model, moved, target, o, create_graph=False)
+            scores.append(_weighted_distance(reference(moved, False), pert, o).detach())
+    best = torch.stack(scores).argmax(0)
+    stacked = torch.stack(draws)
+    return stacked[best, torch.arange(x0.shape[0], device=best.device)]
 
 
 @register_penalty("multi_map")

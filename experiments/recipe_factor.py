@@ -44,6 +44,7 @@ LABELS = {"input": "map = input", "input_x_gradient": "input x gradient",
           "integrated_gradients": "integrated gradients", "deeplift": "DeepLIFT",
           "lrp": "LRP", "saliency": "saliency"}  # fmt: skip
 MODELS = {"natural": "mnist5k_baseline", "shipped_s0": "mnist5k_robust"}  # the front's tags
+BACKGROUND = 0.05  # a pixel whose every channel is below this, clean, is background
 
 
 def gradient_factor(model: nn.Module, x: Tensor, y: Tensor, name: str, steps: int) -> Tensor:
@@ -93,6 +94,29 @@ def extreme_point(x: Tensor, factor: Tensor, epsilon: float, k: int) -> Tensor:
     return torch.where(top, (x - epsilon).clamp(min=0.0), (x + epsilon).clamp(max=1.0))
 
 
+def entering_from_background(x: Tensor, clean: Tensor, moved: Tensor, k: int) -> list[float]:
+    """Per image, the share of the pixels that enter the top-k of a map (in `moved`'s top-k, not
+    in `clean`'s) whose clean input is background (every channel below `BACKGROUND`); NaN
+    where none enters. The rest are pixels of the object the attack raised past the top-k's own.
+
+    Examples:
+        >>> x = torch.tensor([[[[0.0, 0.9], [0.5, 0.0]]]])
+        >>> clean = torch.tensor([[[0.1, 0.9], [0.5, 0.0]]])
+        >>> moved = torch.tensor([[[0.9, 0.1], [0.5, 0.0]]])  # the background pixel enters
+        >>> entering_from_background(x, clean, moved, 2)
+        [1.0]
+        >>> entering_from_background(x, clean, clean, 2)  # nothing entered
+        [nan]
+    """
+    from robust_train.explain.similarity import topk_mask
+
+    entering = topk_mask(moved, k) & ~topk_mask(clean, k)
+    background = x.amax(1) < BACKGROUND
+    count = entering.flatten(1).sum(1).float()
+    share = (entering & background).flatten(1).sum(1).float() / count.clamp_min(1)
+    return torch.where(count > 0, share, torch.full_like(share, float("nan"))).tolist()
+
+
 def label_kept_step(
     model: nn.Module, x: Tensor, y: Tensor, far: Tensor, iterations: int = 20
 ) -> tuple[Tensor, Tensor]:
@@ -137,19 +161,23 @@ def measure(
         explanation = get_explainer(name, **kwargs)(model, points, y)
         return importance_map(explanation.detach())
 
-    clean_real = {other: real_map(other, x) for other in real}
+    clean_real = {other: real_map(other, x) for other in {*real, *FROZEN} - {"input"}}
     out: dict[str, Any] = {"images": correct.nonzero().squeeze(1).tolist()}
     for name in FROZEN:
         factor = gradient_factor(model, x, y, name, steps)
         step, point = label_kept_step(model, x, y, extreme_point(x, factor, epsilon, k))
         clean, frozen = (x * factor).abs().sum(1), (point * factor).abs().sum(1)
+        at_point = {other: real_map(other, point) for other in {*real, name} - {"input"}}
+        own = frozen if name == "input" else at_point[name]  # the map itself at the point
+        own_clean = clean if name == "input" else clean_real[name]
         row: dict[str, Any] = {
             "frozen": topk_intersection(clean, frozen, k).tolist(),
+            "background": entering_from_background(x, own_clean, own, k),
             "step": step.tolist(),
             "random": random_map_level(clean, k, "random_topk", seed=0).tolist(),
         }
         for other in real:
-            row[other] = topk_intersection(clean_real[other], real_map(other, point), k).tolist()
+            row[other] = topk_intersection(clean_real[other], at_point[other], k).tolist()
         out[name] = row
     return out
 
@@ -185,6 +213,17 @@ def _step_cell(steps: list[float]) -> str:
     return cell + (f"; {unmoved} not moved: its value measures nothing)" if unmoved else ")")
 
 
+def _share_cell(shares: list[float] | None) -> str:
+    """The mean share over the images where some pixel entered ("-": not measured).
+
+    Examples:
+        >>> _share_cell([0.25, float("nan"), 0.75]), _share_cell(None)
+        ('0.50', '-')
+    """
+    finite = [v for v in shares or [] if v == v]
+    return f"{_mean(finite):.2f}" if finite else "-"
+
+
 def table(data: dict[str, Any]) -> dict[str, Any]:
     """The page's table: per model and map, the frozen map at its extreme point (label kept), the
     real map at the same point, the real map under the attack ensemble (the same images)."""
@@ -204,12 +243,14 @@ def table(data: dict[str, Any]) -> dict[str, Any]:
                 "-" if name == "input" else f"{_mean(row[name]):.3f}",
                 f"{_mean(kept):.3f}" if len(kept) == len(images) else "-",
                 _step_cell(row["step"]),
+                _share_cell(row.get("background")),
                 f"{_mean(row['random']):.3f}",
                 ", ".join(f"{LABELS[o]} {_mean(row[o]):.3f}" for o in REAL if o in row),
             ])  # fmt: skip
     columns = ["model", "images", "map", "gradient factor frozen: top-k kept",
                f"frozen: images at >= {TARGET}", "the map itself at the same point",
                "the map under the attack ensemble", "step taken, label kept (full steps)",
+               f"pixels entering its top-k there: from the background (x < {BACKGROUND})",
                "random map (chance)",
                "every map at the same point"]  # fmt: skip
     return {"columns": columns, "align": "|---" * len(columns) + "|", "rows": rows}

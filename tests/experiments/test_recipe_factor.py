@@ -91,7 +91,8 @@ def test_table_pairs_the_ensemble_on_the_same_images(tmp_path, monkeypatch):
     monkeypatch.setattr(recipe_factor, "ENSEMBLE_RESULTS", path)
     monkeypatch.setattr(recipe_factor.ensemble_levels, "__defaults__", (path,))
     row = {"frozen": [0.8, 0.7], "step": [1.0, 0.5], "input_x_gradient": [0.6, 0.4],
-           "integrated_gradients": [0.5, 0.5], "random": [0.1, 0.2]}  # fmt: skip
+           "integrated_gradients": [0.5, 0.5], "random": [0.1, 0.2],
+           "background": [0.2, float("nan")]}  # fmt: skip
     data = {"settings": {"images": [5, 7, 9]},
             "models": {"m": {"images": [0, 2], "input": row, "input_x_gradient": row,
                              "integrated_gradients": row}}}  # fmt: skip
@@ -101,7 +102,8 @@ def test_table_pairs_the_ensemble_on_the_same_images(tmp_path, monkeypatch):
     assert rows["integrated gradients"][6] == "0.650" and rows["integrated gradients"][5] == "0.500"
     assert rows["input x gradient"][6] == "0.400"
     assert rows["map = input"][3] == "0.750" and rows["map = input"][4] == "1/2"
-    assert rows["map = input"][7] == "0.75 (1)" and rows["map = input"][8] == "0.150"
+    assert rows["map = input"][7] == "0.75 (1)" and rows["map = input"][9] == "0.150"
+    assert rows["map = input"][8] == "0.20"  # the image where no pixel entered is left out
     data["models"]["m"]["images"] = [0, 1]  # image 7 has no input x gradient value: not paired
     assert {r[2]: r for r in recipe_factor.table(data)["rows"]}["input x gradient"][6] == "-"
 
@@ -117,3 +119,15 @@ def test_bad_arguments_exit_2_before_any_work(argv, said, capsys, monkeypatch):
         recipe_factor.main(argv)
     assert exit_.value.code == 2
     assert said in capsys.readouterr().err
+
+
+def test_entering_pixels_are_split_by_their_clean_input():
+    """Two pixels enter the top-2: one from the background (every channel below 0.05), one from
+    the object; a pixel bright in one channel only is not background."""
+    x = torch.tensor([[[[0.0, 0.9, 0.8], [0.6, 0.0, 0.0]], [[0.0, 0.9, 0.0], [0.0, 0.0, 0.3]]]])
+    clean = torch.tensor([[[0.0, 0.9, 0.1], [0.8, 0.0, 0.0]]])
+    moved = torch.tensor([[[0.9, 0.1, 0.8], [0.2, 0.0, 0.0]]])
+    assert recipe_factor.entering_from_background(x, clean, moved, 2) == [0.5]
+    moved_bright_one_channel = torch.tensor([[[0.0, 0.1, 0.0], [0.2, 0.0, 0.9]]])
+    shares = recipe_factor.entering_from_background(x, clean, moved_bright_one_channel, 2)
+    assert shares == [0.0]

@@ -52,6 +52,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "recipe_search.json"
 PROBE_RESULTS = RESULTS.parent / "recipe_gradcam_probe.json"
 FRONT_RESULTS = RESULTS.parent / "recipe_front.json"
 FACTOR_RESULTS = RESULTS.parent / "recipe_factor.json"
+LEVERS_RESULTS = RESULTS.parent / "recipe_levers.json"
 PROXY_MAPS = ("saliency", "grad_cam", "deeplift")
 # Changes to the shipped recipe; "epochs" and "lr" are the fit's, the rest the penalty's options.
 CANDIDATES: dict[str, dict[str, Any]] = {
@@ -606,7 +607,7 @@ def collect(
     ensemble_maps jobs of the shipped pair, for paired differences; `diagnosis`: the
     recipe_gradcam results, as a table; `png`: the front's figure; `probe` and `front`: the
     results of recipe_gradcam_probe and recipe_front, whose tables are kept, as are
-    recipe_factor's); return it."""
+    recipe_factor's and recipe_levers'); return it."""
     found = load_search(runs)
     if not found:
         raise FileNotFoundError(f"`--runs` {str(runs)!r} holds no finished candidate")
@@ -629,7 +630,8 @@ def collect(
         from experiments.recipe_gradcam import diagnosis_table
 
         data["tables"]["gradcam"] = diagnosis_table(json.loads(diagnosis.read_text()))
-    for kept in (probe, front, FACTOR_RESULTS):  # the tables of the studies beside it, as stored
+    # the tables of the studies beside it, as stored
+    for kept in (probe, front, FACTOR_RESULTS, LEVERS_RESULTS):
         if kept is not None and kept.is_file():
             data["tables"].update(json.loads(kept.read_text())["tables"])
     if png is not None:

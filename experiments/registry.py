@@ -62,6 +62,12 @@ EXPERIMENTS: dict[str, Entry] = {
         page="RECIPE_SEARCH.md",
         write_page=TABLES,
     ),
+    "recipe_levers": Entry(
+        "experiments.recipe_levers",
+        "the every-map recipe with one change each aimed at the pixel maps, every map measured",
+        page="RECIPE_SEARCH.md",
+        write_page=TABLES,
+    ),
     "recipe_front": Entry(
         "experiments.recipe_front_report",
         "the every-map recipe's front over every map under the attack ensemble, with seeds",

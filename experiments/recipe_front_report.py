@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from experiments.recipe_front import IMAGES, MAPS, PRICE, RESULTS, SEEDS, Model, models, run
+from experiments.support import finite_mean as _mean
 
 # The targets under the ensemble (input x gradient has none) and the accuracy floor: 0.5
 # points under the natural model's 0.971 test accuracy.
@@ -30,11 +31,6 @@ NATURAL_EPOCHS = 6  # the natural model's training, in epochs: the unit of the r
 
 def _nan(values: list[Any]) -> list[float]:
     return [math.nan if v is None else float(v) for v in values]
-
-
-def _mean(values: list[float]) -> float:
-    finite = [v for v in values if v == v]
-    return sum(finite) / len(finite) if finite else math.nan
 
 
 def model_maps(folder: Path, tag: str) -> dict[str, dict[str, list[float]]]:

@@ -48,6 +48,8 @@ from typing import Any
 
 import torch
 
+from experiments.support import finite_mean as _mean
+
 RESULTS = Path(__file__).resolve().parent / "results" / "recipe_search.json"
 PROBE_RESULTS = RESULTS.parent / "recipe_gradcam_probe.json"
 FRONT_RESULTS = RESULTS.parent / "recipe_front.json"
@@ -344,11 +346,6 @@ def cascade_table(runs: Path, sanity: Path = RESULTS.parent / "sanity.json") -> 
                 if r[0] == explainer and r[2] == "top-100 ∩"]  # fmt: skip
         rows += sorted(mine, key=lambda r: order.get(r[1], len(order)))
     return {"columns": shipped["columns"], "align": shipped["align"], "rows": rows}
-
-
-def _mean(values: list[float]) -> float:
-    finite = [v for v in values if v == v]
-    return sum(finite) / len(finite) if finite else math.nan
 
 
 def load_search(runs: Path) -> dict[tuple[str, int], dict[str, Any]]:

@@ -1,9 +1,10 @@
 """What the experiments share: a Lightning Trainer that only trains; results files read and
-written the same way whether gzip-compressed or not."""
+written the same way whether gzip-compressed or not; the mean of the measured values."""
 
 from __future__ import annotations
 
 import gzip
+import math
 from pathlib import Path
 from typing import Any
 
@@ -39,3 +40,14 @@ def write_text(path: Path, text: str) -> None:
         path.write_bytes(gzip.compress(text.encode(), mtime=0))
     else:
         path.write_text(text)
+
+
+def finite_mean(values: list[float]) -> float:
+    """The mean of the values that are not NaN (an image a measure skipped); NaN if none is.
+
+    Examples:
+        >>> finite_mean([0.5, float("nan"), 1.0]), math.isnan(finite_mean([float("nan")]))
+        (0.75, True)
+    """
+    finite = [v for v in values if v == v]
+    return sum(finite) / len(finite) if finite else math.nan
